@@ -1,0 +1,193 @@
+/*
+ * zr/base.h - status codes, error propagation, logging, assertions and
+ * allocation shared by every layer of zr.
+ *
+ * Two tiers of error handling (see README "Errors"):
+ *   - library functions return zr_status; the first place that detects a
+ *     failure records a message with ZR_FAIL, every caller on the way up
+ *     propagates with ZR_CHECK (which leaves a file:line breadcrumb at debug
+ *     level);
+ *   - programs turn a bad status into an abort with rank, file:line and a
+ *     hint (ZR_TRY / zr_die).
+ * ZR_ASSERT is always on: it guards cheap invariants whose failure is a bug
+ * in zr, never a user error.
+ *
+ * Nothing here depends on MPI, so the quantization layer and single-process
+ * tests can use it without a communicator.
+ */
+#ifndef ZR_BASE_H
+#define ZR_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum zr_status {
+    ZR_OK = 0,
+    ZR_ERR_INVALID,   /* bad argument, config value or layout */
+    ZR_ERR_NOMEM,     /* allocation failed */
+    ZR_ERR_IO,        /* open/read/write/fsync/rename failed */
+    ZR_ERR_FORMAT,    /* corrupt, truncated or foreign file or wire block */
+    ZR_ERR_MPI,       /* the transport reported an error */
+    ZR_ERR_NONFINITE, /* Inf or NaN where a finite value is required */
+    ZR_ERR_REMOTE,    /* another rank failed; its message is ours now */
+    ZR_ERR_INTERNAL,  /* a bug in zr */
+    ZR_STATUS_COUNT
+} zr_status;
+
+/* Short constant name of a status ("invalid argument", ...). */
+const char *zr_status_str(zr_status st);
+
+/*
+ * The message of the most recent failure recorded by ZR_FAIL in this process
+ * ("" if none). Owned by zr; valid until the next failure is recorded.
+ */
+const char *zr_error_message(void);
+
+/* Replace the recorded message (used when ranks agree on one error). */
+void zr_error_set_message(const char *msg);
+
+/* Clear the recorded message (tests that provoke errors on purpose). */
+void zr_error_clear(void);
+
+/*
+ * Record a failure: formats "file:line: message" into the error buffer, logs
+ * it at debug level and returns st so that ZR_FAIL can be used in a return.
+ */
+zr_status zr_error_at(zr_status st, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Breadcrumb left by ZR_CHECK when a call fails; logs at debug level only. */
+void zr_error_trace(zr_status st, const char *file, int line, const char *expr);
+
+#define ZR_FAIL(st, ...) return zr_error_at((st), __FILE__, __LINE__, __VA_ARGS__)
+
+/* Propagate a failing status to the caller. */
+#define ZR_CHECK(call)                                                                             \
+    do {                                                                                           \
+        zr_status zr_st_ = (call);                                                                 \
+        if (zr_st_ != ZR_OK) {                                                                     \
+            zr_error_trace(zr_st_, __FILE__, __LINE__, #call);                                     \
+            return zr_st_;                                                                         \
+        }                                                                                          \
+    } while (0)
+
+/* Same, for functions that hold resources: store the status and jump. */
+#define ZR_CHECK_GOTO(call, st, label)                                                             \
+    do {                                                                                           \
+        (st) = (call);                                                                             \
+        if ((st) != ZR_OK) {                                                                       \
+            zr_error_trace((st), __FILE__, __LINE__, #call);                                       \
+            goto label;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* ---- logging ------------------------------------------------------------ */
+
+typedef enum zr_log_level {
+    ZR_LOG_ERROR = 0,
+    ZR_LOG_WARN = 1,
+    ZR_LOG_INFO = 2,
+    ZR_LOG_DEBUG = 3
+} zr_log_level;
+
+/*
+ * The rank printed in every log line and abort message; -1 (the default)
+ * prints no rank. The communicator sets it; single-process programs need not.
+ */
+void zr_log_set_rank(int rank);
+int zr_log_rank(void);
+
+/* Level from ZR_DEBUG=error|warn|info|debug (default warn), read once. */
+zr_log_level zr_log_level_get(void);
+void zr_log_level_set(zr_log_level level);
+
+void zr_log_at(zr_log_level level, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define ZR_WARN(...)  zr_log_at(ZR_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define ZR_INFO(...)  zr_log_at(ZR_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define ZR_DEBUG(...) zr_log_at(ZR_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__)
+
+/* ---- aborting ----------------------------------------------------------- */
+
+/*
+ * Print "[zr rank R] fatal at file:line: <message>" plus an optional hint and
+ * terminate the whole job (through the abort hook the communicator installs,
+ * MPI_Abort; plain abort() otherwise). Never returns.
+ */
+_Noreturn void zr_die(const char *file, int line, const char *hint, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Installed by the communicator so that zr_die takes every rank down. */
+void zr_set_abort_hook(void (*hook)(int exit_code));
+
+/* In programs: a failing call ends the job with its message and a hint. */
+#define ZR_TRY(call, hint)                                                                         \
+    do {                                                                                           \
+        zr_status zr_st_ = (call);                                                                 \
+        if (zr_st_ != ZR_OK) {                                                                     \
+            zr_die(__FILE__, __LINE__, (hint), "%s: %s", zr_status_str(zr_st_),                    \
+                   zr_error_message());                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* Always-on invariant check; a failure is a bug in zr. */
+#define ZR_ASSERT(cond)                                                                            \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            zr_die(__FILE__, __LINE__, "this is a bug in zr; please report it",                    \
+                   "assertion failed: %s", #cond);                                                 \
+        }                                                                                          \
+    } while (0)
+
+/* ---- memory ------------------------------------------------------------- */
+
+/* Alignment of every zr allocation: one cache line, enough for AVX-512. */
+#define ZR_ALIGN 64
+
+/*
+ * Allocate bytes (rounded up to ZR_ALIGN) aligned to ZR_ALIGN and zero them.
+ * On failure records a message naming file:line and the size, and returns
+ * ZR_ERR_NOMEM with *out = NULL. A request of 0 bytes yields a valid pointer.
+ * Free with zr_free. The caller owns the memory.
+ */
+zr_status zr_alloc_at(void **out, size_t bytes, const char *file, int line);
+void zr_free(void *ptr);
+
+/* Bytes currently allocated through zr_alloc_at in this process, and the peak. */
+size_t zr_mem_current(void);
+size_t zr_mem_peak(void);
+void zr_mem_reset_peak(void);
+
+/* ZR_ALLOC(p, n): p = zeroed array of n elements of *p, or return ZR_ERR_NOMEM. */
+#define ZR_ALLOC(ptr, count)                                                                       \
+    ZR_CHECK(zr_alloc_at((void **)&(ptr), zr_mul_size_((count), sizeof *(ptr)), __FILE__, __LINE__))
+
+/* count * size, saturating to SIZE_MAX so that an overflow fails to allocate. */
+static inline size_t zr_mul_size_(size_t count, size_t size)
+{
+    if (size != 0 && count > SIZE_MAX / size) {
+        return SIZE_MAX;
+    }
+    return count * size;
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static inline size_t zr_round_up(size_t x, size_t m)
+{
+    return (x + m - 1) / m * m;
+}
+
+static inline size_t zr_div_up(size_t x, size_t m)
+{
+    return (x + m - 1) / m;
+}
+
+/* Monotonic wall clock in seconds. */
+double zr_now(void);
+
+/* CRC-32C (Castagnoli) of a byte range, chainable: pass the previous value as crc. */
+uint32_t zr_crc32c(uint32_t crc, const void *data, size_t bytes);
+
+#endif /* ZR_BASE_H */

@@ -1,0 +1,39 @@
+/*
+ * bench.c - "zr bench <name>": dispatch to the benchmarks in bench/.
+ *
+ * Benchmarks print a table for people and, with --json, one JSON object on
+ * the last line of stdout for machines. They never assert timings.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct bench_entry {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *help;
+} bench_entry;
+
+static const bench_entry benches[] = {
+    /* {"quant", zr_bench_quant, "quantize/dequantize GB/s against memcpy, error by group size"}, */
+    {NULL, NULL, NULL},
+};
+
+int zr_cli_bench(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0) {
+        printf("usage: zr bench <name> [--json] [options]\n\nbenchmarks:\n");
+        for (const bench_entry *b = benches; b->name != NULL; b++) {
+            printf("  %-8s %s\n", b->name, b->help);
+        }
+        return argc < 2 ? 2 : 0;
+    }
+    for (const bench_entry *b = benches; b->name != NULL; b++) {
+        if (strcmp(argv[1], b->name) == 0) {
+            return b->main(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "zr bench: unknown benchmark '%s' (zr bench --help lists them)\n", argv[1]);
+    return 2;
+}

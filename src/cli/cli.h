@@ -1,0 +1,13 @@
+/*
+ * cli.h - subcommands of the zr program (src/cli and bench/).
+ */
+#ifndef ZR_CLI_H
+#define ZR_CLI_H
+
+int zr_cli_selfcheck(int argc, char **argv);
+int zr_cli_bench(int argc, char **argv);
+
+/* Benchmarks in bench/, dispatched by zr_cli_bench. */
+int zr_bench_quant(int argc, char **argv);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * main.c - the zr program: one binary, one subcommand per job.
+ *
+ *   zr selfcheck         communicator self-check (layout, groups, traffic)
+ *   zr bench <name>      benchmarks from bench/ (quant, comm, model, train)
+ *   zr train             (the trainer; see README)
+ *
+ * Each subcommand is a function taking (argc, argv) after the subcommand name
+ * and returning the process exit status; the table below is the only place
+ * that knows them all.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"bench", zr_cli_bench, "run a benchmark from bench/ (zr bench --help)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zr <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    }
+    fprintf(f, "\nzr <command> --help shows the options of a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            return commands[i].main(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "zr: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

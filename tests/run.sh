@@ -1,0 +1,121 @@
+#!/bin/bash
+# run.sh - run zr's test suite from tests/testlist and print one closing line
+#     N passed, N failed
+# summed over every test program (each prints its own such line). A program
+# that crashes, times out or prints no closing line counts as one failed test.
+#
+# usage: tests/run.sh [--suite release|asan|mpich|all] [--filter REGEX] [--list FILE]
+#
+# testlist lines:   program  np  rpn  suites  [args...]
+#   np      '-' runs the program directly; a number runs it under mpirun with np ranks
+#   rpn     ranks per emulated node (sets ZR_RANKS_PER_NODE), '-' for real detection
+#   suites  where the line runs: comma list of release, asan, mpich ('all' = every suite)
+set -u
+cd "$(dirname "$0")/.."
+
+suite=all
+filter=""
+list=tests/testlist
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --suite) suite=$2; shift 2 ;;
+        --filter) filter=$2; shift 2 ;;
+        --list) list=$2; shift 2 ;;
+        *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+
+# Open MPI refuses root and more ranks than cores unless told; CI runs as root
+# on 2 cores. vader is shared memory; tcp is there for the emulated cluster.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl=self,vader
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Several ranks on 2 cores: one BLAS thread each, and yield when idle.
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+export OMPI_MCA_mpi_yield_when_idle=1
+# ASan: leaks inside the MPI libraries are theirs, not ours.
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:halt_on_error=1"
+export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+
+TIMEOUT=${ZR_TEST_TIMEOUT:-600}
+total_pass=0
+total_fail=0
+failed_lines=()
+log_dir=build/test-logs
+mkdir -p "$log_dir"
+t_start=$(date +%s)
+
+run_suite() {
+    local name=$1 build=$2 launcher=$3
+    local line prog np rpn suites args cmd out rc pass fail closing i=0
+    echo "== suite $name ($build)"
+    while read -r prog np rpn suites args; do
+        case "$prog" in ''|'#'*) continue ;; esac
+        case ",$suites," in *",$name,"*|*",all,"*) ;; *) continue ;; esac
+        line="$prog np=$np rpn=$rpn $args"
+        if [ -n "$filter" ] && ! echo "$line" | grep -Eq "$filter"; then continue; fi
+        i=$((i + 1))
+        out="$log_dir/$name-$i-$prog.log"
+        local envs=()
+        [ "$rpn" != "-" ] && envs+=("ZR_RANKS_PER_NODE=$rpn")
+        local t0=$SECONDS
+        if [ "$np" = "-" ]; then
+            # shellcheck disable=SC2086
+            env "${envs[@]}" timeout -k 10 "$TIMEOUT" "$build/tests/$prog" $args >"$out" 2>&1
+        else
+            local xenv=()
+            for e in "${envs[@]}"; do
+                if [ "$launcher" = mpich ]; then xenv+=(-genv "${e%%=*}" "${e#*=}"); else xenv+=(-x "$e"); fi
+            done
+            if [ "$launcher" = mpich ]; then
+                # shellcheck disable=SC2086
+                timeout -k 10 "$TIMEOUT" mpiexec.mpich -n "$np" "${xenv[@]}" "$build/tests/$prog" $args >"$out" 2>&1
+            else
+                # shellcheck disable=SC2086
+                timeout -k 10 "$TIMEOUT" mpirun.openmpi -np "$np" "${xenv[@]}" "$build/tests/$prog" $args >"$out" 2>&1
+            fi
+        fi
+        rc=$?
+        closing=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -n 1)
+        if [ -n "$closing" ]; then
+            pass=${closing%% passed*}
+            fail=${closing#*passed, }; fail=${fail%% failed*}
+        else
+            pass=0; fail=0
+        fi
+        if [ "$rc" -ne 0 ] && [ "$fail" -eq 0 ]; then fail=1; fi
+        total_pass=$((total_pass + pass))
+        total_fail=$((total_fail + fail))
+        local dt=$((SECONDS - t0))
+        if [ "$fail" -ne 0 ]; then
+            printf 'FAIL %-60s %3ss  (%s passed, %s failed, exit %s)\n' "$line" "$dt" "$pass" "$fail" "$rc"
+            failed_lines+=("$name: $line (log: $out)")
+            sed 's/^/    | /' "$out" | tail -n 40
+        else
+            printf 'ok   %-60s %3ss  (%s passed)\n' "$line" "$dt" "$pass"
+        fi
+    done <"$list"
+}
+
+case "$suite" in
+    release) run_suite release build/release openmpi ;;
+    asan) run_suite asan build/asan openmpi ;;
+    mpich) run_suite mpich build/mpich mpich ;;
+    all)
+        run_suite release build/release openmpi
+        run_suite asan build/asan openmpi
+        run_suite mpich build/mpich mpich
+        ;;
+    *) echo "run.sh: unknown suite $suite" >&2; exit 2 ;;
+esac
+
+echo
+if [ ${#failed_lines[@]} -gt 0 ]; then
+    echo "failed:"
+    printf '  %s\n' "${failed_lines[@]}"
+fi
+echo "suite time: $(( $(date +%s) - t_start ))s"
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ] && [ "$total_pass" -gt 0 ]

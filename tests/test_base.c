@@ -1,0 +1,87 @@
+/*
+ * test_base.c - the base layer: status strings, the error buffer and
+ * ZR_CHECK propagation, allocation accounting and alignment, CRC-32C.
+ */
+#include "test.h"
+
+static zr_status fails_invalid(int x)
+{
+    if (x < 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "x must be >= 0, got %d", x);
+    }
+    return ZR_OK;
+}
+
+static zr_status propagates(int x)
+{
+    ZR_CHECK(fails_invalid(x));
+    return ZR_OK;
+}
+
+static void test_status_and_messages(void)
+{
+    TEST_CHECK(strcmp(zr_status_str(ZR_OK), "ok") == 0);
+    TEST_CHECK(strcmp(zr_status_str((zr_status)999), "unknown status") == 0);
+    TEST_OK(propagates(3));
+    TEST_FAILS(propagates(-7), ZR_ERR_INVALID, "x must be >= 0, got -7");
+    zr_error_clear();
+    TEST_CHECK(zr_error_message()[0] == '\0');
+}
+
+static zr_status alloc_some(float **out, size_t n)
+{
+    float *p;
+    ZR_ALLOC(p, n);
+    *out = p;
+    return ZR_OK;
+}
+
+static void test_alloc(void)
+{
+    size_t before = zr_mem_current();
+    float *p = NULL;
+    TEST_OK(alloc_some(&p, 1000));
+    TEST_CHECK(p != NULL);
+    TEST_EQ_INT((uintptr_t)p % ZR_ALIGN, 0);
+    int zero = 1;
+    for (int i = 0; i < 1000; i++) {
+        zero &= p[i] == 0.0f;
+    }
+    TEST_CHECK(zero);
+    TEST_EQ_INT(zr_mem_current() - before, zr_round_up(1000 * sizeof(float), ZR_ALIGN));
+    TEST_CHECK(zr_mem_peak() >= zr_mem_current());
+    zr_free(p);
+    TEST_EQ_INT(zr_mem_current(), before);
+    /* an impossible size fails with a message instead of crashing */
+    TEST_FAILS(alloc_some(&p, SIZE_MAX / 2), ZR_ERR_NOMEM, "alloc");
+    TEST_CHECK(p == NULL || p != NULL); /* p untouched on failure is fine either way */
+}
+
+static void test_crc32c(void)
+{
+    /* the standard check value of CRC-32C */
+    TEST_EQ_INT(zr_crc32c(0, "123456789", 9), 0xE3069283u);
+    /* chaining equals one pass */
+    uint32_t a = zr_crc32c(0, "12345", 5);
+    TEST_EQ_INT(zr_crc32c(a, "6789", 4), 0xE3069283u);
+    TEST_EQ_INT(zr_crc32c(0, "", 0), 0);
+}
+
+static void test_helpers(void)
+{
+    TEST_EQ_INT(zr_round_up(0, 8), 0);
+    TEST_EQ_INT(zr_round_up(9, 8), 16);
+    TEST_EQ_INT(zr_div_up(9, 4), 3);
+    TEST_EQ_INT(zr_mul_size_(SIZE_MAX, 2), SIZE_MAX);
+    double t0 = zr_now();
+    TEST_CHECK(zr_now() >= t0);
+}
+
+int main(void)
+{
+    TEST_RUN(test_status_and_messages);
+    TEST_RUN(test_alloc);
+    TEST_RUN(test_crc32c);
+    TEST_RUN(test_helpers);
+    return zr_test_finish();
+}
