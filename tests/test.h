@@ -133,9 +133,28 @@ static inline void zr_test_mpi_init(int *argc, char ***argv)
 }
 #endif
 
-/* Print the closing line; returns the process exit status. */
+/*
+ * Print the closing line; returns the process exit status. Memory that zr
+ * allocated and never freed counts as one more failed test, so leaks are
+ * caught even where LeakSanitizer cannot run (under mpirun).
+ */
 static inline int zr_test_finish(void)
 {
+    int leaked = zr_mem_current() != 0;
+    if (leaked) {
+        fprintf(stderr, "[rank %d] FAIL leak check: %zu bytes allocated by zr never freed\n",
+                zr_test_rank, zr_mem_current());
+    }
+#ifdef ZR_TEST_MPI
+    if (zr_test_mpi) {
+        int any = 0;
+        MPI_Allreduce(&leaked, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+        leaked = any;
+    }
+#endif
+    if (leaked) {
+        zr_test_failed++;
+    }
     if (zr_test_rank == 0) {
         printf("%d passed, %d failed\n", zr_test_passed, zr_test_failed);
         fflush(stdout);

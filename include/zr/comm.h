@@ -218,6 +218,14 @@ zr_status zr_comm_traffic_total(zr_comm *c, zr_traffic *total);
 /* One-line description of the layout: "4 ranks = 2 nodes x 2 (emulated), hpZ 2". */
 void zr_comm_describe(const zr_comm *c, char *buf, size_t len);
 
+/*
+ * Check a detected placement: leader[r] = lowest world rank on rank r's node,
+ * local_size[r] = ranks on that node. Returns the ranks per node, or 0 with a
+ * reason in why when nodes differ in size or their ranks are not consecutive.
+ */
+int zr_comm_check_placement(const int *leader, const int *local_size, int size, char *why,
+                            size_t len);
+
 /* Convert an MPI return code into a zr status with the MPI error string. */
 zr_status zr_mpi_status_at(int rc, const char *file, int line, const char *call);
 

@@ -21,6 +21,7 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"selfcheck", zr_cli_selfcheck, "check the communicator: layout, groups, traffic counters"},
     {"bench", zr_cli_bench, "run a benchmark from bench/ (zr bench --help)"},
 };
 

@@ -1,0 +1,317 @@
+/*
+ * test_comm.c - the communicator at any rank count and emulated layout:
+ * group membership and sizes, layout errors (same message on every rank),
+ * exchanges moving the right bytes, traffic counters against hand-computed
+ * values, control all-reduces, and error agreement.
+ *
+ * The layout under test comes from ZR_RANKS_PER_NODE (set by the runner) or,
+ * without it, from real detection (one machine: one node).
+ */
+#define ZR_TEST_MPI
+#include "test.h"
+
+#include "zr/comm.h"
+
+static int W, R, D;
+
+/* The message of the last error, identical on every rank? */
+static int same_everywhere(const char *msg)
+{
+    uint32_t h = zr_crc32c(0, msg, strlen(msg)), lo = h, hi = h;
+    MPI_Allreduce(&h, &lo, 1, MPI_UINT32_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UINT32_T, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+static void test_groups(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    int n = W / D;
+    TEST_EQ_INT(c.ranks_per_node, D);
+    TEST_EQ_INT(c.n_nodes, n);
+    TEST_EQ_INT(c.node, R / D);
+    TEST_EQ_INT(c.size[ZR_GROUP_WORLD], W);
+    TEST_EQ_INT(c.size[ZR_GROUP_NODE], D);
+    TEST_EQ_INT(c.size[ZR_GROUP_CROSS], n);
+    TEST_EQ_INT(c.size[ZR_GROUP_HPZ], D);
+    TEST_EQ_INT(c.rank[ZR_GROUP_NODE], R % D);
+    TEST_EQ_INT(c.rank[ZR_GROUP_CROSS], R / D);
+    /* ask MPI who is in each group and compare with zr's arithmetic */
+    for (int g = 1; g < ZR_GROUP_COUNT; g++) {
+        int sz = c.size[g];
+        int *members = malloc(sizeof(int) * (size_t)sz);
+        MPI_Allgather(&R, 1, MPI_INT, members, 1, MPI_INT, c.mpi[g]);
+        for (int k = 0; k < sz; k++) {
+            TEST_CHECKF(members[k] == zr_comm_world_rank(&c, (zr_group)g, k),
+                        "group %s member %d: MPI says world rank %d, zr says %d",
+                        zr_group_name((zr_group)g), k, members[k],
+                        zr_comm_world_rank(&c, (zr_group)g, k));
+            if (g == ZR_GROUP_NODE || g == ZR_GROUP_HPZ) {
+                TEST_EQ_INT(zr_comm_node_of(&c, members[k]), c.node);
+            }
+            if (g == ZR_GROUP_CROSS) {
+                TEST_EQ_INT(members[k] % D, R % D);
+                TEST_EQ_INT(zr_comm_node_of(&c, members[k]), k);
+            }
+        }
+        free(members);
+    }
+    char desc[200];
+    zr_comm_describe(&c, desc, sizeof desc);
+    TEST_CHECKF(strstr(desc, "ranks") != NULL, "describe: %s", desc);
+    zr_comm_free(&c);
+
+    /* an hpZ group smaller than a node: h = 1 always divides */
+    zr_comm_config cfg = {0, 1};
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, &cfg));
+    TEST_EQ_INT(c.size[ZR_GROUP_HPZ], 1);
+    zr_comm_free(&c);
+    /* an hpZ group of two whole nodes when there are at least two */
+    if (n % 2 == 0) {
+        cfg.hpz_size = 2 * D;
+        TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, &cfg));
+        TEST_EQ_INT(c.size[ZR_GROUP_HPZ], 2 * D);
+        TEST_EQ_INT(c.first[ZR_GROUP_HPZ], R / (2 * D) * 2 * D);
+        zr_comm_free(&c);
+    }
+}
+
+static void test_layout_errors(void)
+{
+    zr_comm c;
+    zr_comm_config cfg = {W + 1, 0};
+    TEST_FAILS(zr_comm_init(&c, MPI_COMM_WORLD, &cfg), ZR_ERR_INVALID, "not divisible by");
+    TEST_CHECK(same_everywhere(zr_error_message()));
+
+    cfg.ranks_per_node = D;
+    cfg.hpz_size = W + 1;
+    TEST_FAILS(zr_comm_init(&c, MPI_COMM_WORLD, &cfg), ZR_ERR_INVALID, "hpZ partition size");
+    TEST_CHECK(same_everywhere(zr_error_message()));
+
+    if (W % 6 == 0) {
+        /* 2 ranks per node, hpZ 3: divides the world but straddles nodes */
+        cfg.ranks_per_node = 2;
+        cfg.hpz_size = 3;
+        TEST_FAILS(zr_comm_init(&c, MPI_COMM_WORLD, &cfg), ZR_ERR_INVALID, "straddle");
+        TEST_CHECK(same_everywhere(zr_error_message()));
+    }
+
+    /* placement checks on made-up detections */
+    char why[300];
+    int leader_ok[6] = {0, 0, 0, 3, 3, 3}, size_ok[6] = {3, 3, 3, 3, 3, 3};
+    TEST_EQ_INT(zr_comm_check_placement(leader_ok, size_ok, 6, why, sizeof why), 3);
+    int leader_rr[4] = {0, 1, 0, 1}, size_rr[4] = {2, 2, 2, 2};
+    TEST_EQ_INT(zr_comm_check_placement(leader_rr, size_rr, 4, why, sizeof why), 0);
+    TEST_CHECKF(strstr(why, "not consecutive") != NULL, "%s", why);
+    int leader_uneven[3] = {0, 0, 2}, size_uneven[3] = {2, 2, 1};
+    TEST_EQ_INT(zr_comm_check_placement(leader_uneven, size_uneven, 3, why, sizeof why), 0);
+    TEST_CHECKF(strstr(why, "different numbers") != NULL, "%s", why);
+}
+
+/* Fill a byte pattern that names sender, receiver and position. */
+static unsigned char pat(int from, int to, size_t i)
+{
+    return (unsigned char)(from * 31 + to * 7 + i * 13 + 1);
+}
+
+static void test_exchanges(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    for (int g = 0; g < ZR_GROUP_COUNT; g++) {
+        int n = c.size[g], me = c.rank[g];
+        size_t blk = 1000 + (size_t)g * 17;
+        unsigned char *send = malloc(blk * n), *recv = malloc(blk * n);
+        /* all-gather */
+        for (size_t i = 0; i < blk; i++) {
+            send[i] = pat(me, 0, i);
+        }
+        memset(recv, 0, blk * n);
+        TEST_OK(zr_comm_allgather(&c, (zr_group)g, ZR_KIND_ALLGATHER, send, blk, recv));
+        int ok = 1;
+        for (int p = 0; p < n; p++) {
+            for (size_t i = 0; i < blk; i++) {
+                ok &= recv[p * blk + i] == pat(p, 0, i);
+            }
+        }
+        TEST_CHECKF(ok, "allgather over %s", zr_group_name((zr_group)g));
+        /* in place: my block already sits in recv */
+        TEST_OK(zr_comm_allgather(&c, (zr_group)g, ZR_KIND_ALLGATHER, recv + me * blk, blk, recv));
+        /* all-to-all */
+        for (int p = 0; p < n; p++) {
+            for (size_t i = 0; i < blk; i++) {
+                send[p * blk + i] = pat(me, p, i);
+            }
+        }
+        TEST_OK(zr_comm_alltoall(&c, (zr_group)g, ZR_KIND_ALLTOALL, send, blk, recv));
+        ok = 1;
+        for (int p = 0; p < n; p++) {
+            for (size_t i = 0; i < blk; i++) {
+                ok &= recv[p * blk + i] == pat(p, me, i);
+            }
+        }
+        TEST_CHECKF(ok, "alltoall over %s", zr_group_name((zr_group)g));
+        free(send);
+        free(recv);
+    }
+    /* uneven exchange: peer p gets p+1 bytes from me, I get me+1 bytes from each */
+    int n = W;
+    size_t *sc = calloc(n, sizeof *sc), *sd = calloc(n, sizeof *sd);
+    size_t *rc = calloc(n, sizeof *rc), *rd = calloc(n, sizeof *rd);
+    size_t soff = 0, roff = 0;
+    for (int p = 0; p < n; p++) {
+        sc[p] = (size_t)p + 1;
+        sd[p] = soff;
+        soff += sc[p];
+        rc[p] = (size_t)R + 1;
+        rd[p] = roff;
+        roff += rc[p];
+    }
+    unsigned char *s = malloc(soff), *r = malloc(roff);
+    for (int p = 0; p < n; p++) {
+        for (size_t i = 0; i < sc[p]; i++) {
+            s[sd[p] + i] = pat(R, p, i);
+        }
+    }
+    zr_request req = ZR_REQUEST_INIT;
+    TEST_OK(zr_comm_iexchange(&c, ZR_GROUP_WORLD, ZR_KIND_ALLTOALL, s, sc, sd, r, rc, rd, &req));
+    int done = 0;
+    while (!done) {
+        TEST_OK(zr_comm_test(&c, &req, &done));
+    }
+    TEST_OK(zr_comm_wait(&c, &req)); /* no-op after test said done */
+    int ok = 1;
+    for (int p = 0; p < n; p++) {
+        for (size_t i = 0; i < rc[p]; i++) {
+            ok &= r[rd[p] + i] == pat(p, R, i);
+        }
+    }
+    TEST_CHECK(ok);
+    free(s), free(r), free(sc), free(sd), free(rc), free(rd);
+
+    /* two exchanges in flight on the same group complete in posting order */
+    int a = R, b = -R, ga[64], gb[64];
+    if (W <= 64) {
+        zr_request r1 = ZR_REQUEST_INIT, r2 = ZR_REQUEST_INIT;
+        TEST_OK(zr_comm_iallgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &a, sizeof a, ga, &r1));
+        TEST_OK(zr_comm_iallgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b, sizeof b, gb, &r2));
+        TEST_OK(zr_comm_wait(&c, &r2));
+        TEST_OK(zr_comm_wait(&c, &r1));
+        ok = 1;
+        for (int p = 0; p < W; p++) {
+            ok &= ga[p] == p && gb[p] == -p;
+        }
+        TEST_CHECK(ok);
+    }
+    zr_comm_free(&c);
+}
+
+static void test_traffic(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    int n = W / D;
+    size_t B = 4096;
+    unsigned char *send = calloc(B * W, 1), *recv = calloc(B * W, 1);
+    zr_comm_traffic_reset(&c);
+    TEST_OK(zr_comm_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, send, B, recv));
+    TEST_OK(zr_comm_allgather(&c, ZR_GROUP_NODE, ZR_KIND_HPZ, send, B, recv));
+    TEST_OK(zr_comm_alltoall(&c, ZR_GROUP_CROSS, ZR_KIND_QGZ, send, B, recv));
+    TEST_OK(zr_comm_alltoall(&c, ZR_GROUP_NODE, ZR_KIND_QGZ, send, B, recv));
+    zr_traffic t = zr_comm_traffic_get(&c);
+    /* world all-gather: B to each of D-1 node peers and W-D remote ranks */
+    TEST_EQ_INT(t.kind[ZR_KIND_ALLGATHER].calls, 1);
+    TEST_EQ_INT(t.kind[ZR_KIND_ALLGATHER].bytes_intra, (D - 1) * B);
+    TEST_EQ_INT(t.kind[ZR_KIND_ALLGATHER].bytes_inter, (W - D) * B);
+    /* node all-gather never leaves the node */
+    TEST_EQ_INT(t.kind[ZR_KIND_HPZ].bytes_intra, (D - 1) * B);
+    TEST_EQ_INT(t.kind[ZR_KIND_HPZ].bytes_inter, 0);
+    /* cross all-to-all only leaves it; node all-to-all only stays */
+    TEST_EQ_INT(t.kind[ZR_KIND_QGZ].calls, 2);
+    TEST_EQ_INT(t.kind[ZR_KIND_QGZ].bytes_inter, (n - 1) * B);
+    TEST_EQ_INT(t.kind[ZR_KIND_QGZ].bytes_intra, (D - 1) * B);
+    TEST_EQ_INT(t.kind[ZR_KIND_REDUCE_SCATTER].calls, 0);
+    zr_traffic tot;
+    TEST_OK(zr_comm_traffic_total(&c, &tot));
+    TEST_EQ_INT(tot.kind[ZR_KIND_ALLGATHER].bytes_inter, (uint64_t)W * (W - D) * B);
+    TEST_EQ_INT(tot.kind[ZR_KIND_ALLGATHER].calls, W);
+    zr_comm_traffic_reset(&c);
+    t = zr_comm_traffic_get(&c);
+    TEST_EQ_INT(t.kind[ZR_KIND_ALLGATHER].calls + t.kind[ZR_KIND_QGZ].bytes_inter, 0);
+    /* bcast from the last rank: only the root sends */
+    TEST_OK(zr_comm_bcast(&c, send, B, W - 1));
+    t = zr_comm_traffic_get(&c);
+    uint64_t expect_inter = R == W - 1 ? (uint64_t)(W - D) * B : 0;
+    TEST_EQ_INT(t.kind[ZR_KIND_CONTROL].bytes_inter, expect_inter);
+    free(send);
+    free(recv);
+    zr_comm_free(&c);
+}
+
+static void test_control(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    /* values whose float sum depends on order: every rank must get the same bits */
+    double v[2] = {1e16 * (R % 2 ? 1 : -1) + R * 0.1, (double)R};
+    TEST_OK(zr_comm_allreduce_sum_f64(&c, ZR_GROUP_WORLD, v, 2));
+    TEST_EQ_INT((int64_t)v[1], (int64_t)W * (W - 1) / 2);
+    double lo, hi;
+    MPI_Allreduce(&v[0], &lo, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&v[0], &hi, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    TEST_CHECK(lo == hi);
+    int64_t m[2] = {R, -R};
+    TEST_OK(zr_comm_allreduce_max_i64(&c, ZR_GROUP_NODE, m, 2));
+    TEST_EQ_INT(m[0], c.first[ZR_GROUP_NODE] + D - 1);
+    TEST_EQ_INT(m[1], -c.first[ZR_GROUP_NODE]);
+    zr_comm_free(&c);
+}
+
+static zr_status fail_on(int rank, int me)
+{
+    if (rank == me) {
+        ZR_FAIL(ZR_ERR_IO, "cannot open config.json on this node");
+    }
+    return ZR_OK;
+}
+
+static void test_agree(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    TEST_OK(zr_comm_agree(&c, ZR_OK));
+    /* only the last rank fails; everyone returns its error and message */
+    zr_error_clear();
+    zr_status st = zr_comm_agree(&c, fail_on(W - 1, R));
+    TEST_EQ_INT(st, ZR_ERR_IO);
+    TEST_CHECKF(strstr(zr_error_message(), "cannot open config.json") != NULL, "%s",
+                zr_error_message());
+    if (W > 1) {
+        char expect[32];
+        snprintf(expect, sizeof expect, "rank %d:", W - 1);
+        TEST_CHECKF(strstr(zr_error_message(), expect) != NULL, "%s", zr_error_message());
+    }
+    TEST_CHECK(same_everywhere(zr_error_message()));
+    /* several fail: the lowest failing rank's message wins */
+    st = zr_comm_agree(&c, R % 2 == 1 || W == 1 ? fail_on(R, R) : ZR_OK);
+    TEST_EQ_INT(st, ZR_ERR_IO);
+    TEST_CHECK(same_everywhere(zr_error_message()));
+    zr_comm_free(&c);
+}
+
+int main(int argc, char **argv)
+{
+    zr_test_mpi_init(&argc, &argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    const char *env = getenv("ZR_RANKS_PER_NODE");
+    D = env != NULL ? atoi(env) : W; /* one machine: one real node */
+    TEST_RUN(test_groups);
+    TEST_RUN(test_layout_errors);
+    TEST_RUN(test_exchanges);
+    TEST_RUN(test_traffic);
+    TEST_RUN(test_control);
+    TEST_RUN(test_agree);
+    return zr_test_finish();
+}
