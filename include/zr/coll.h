@@ -1,0 +1,131 @@
+/*
+ * zr/coll.h - the collectives of ZeRO and ZeRO++ over a zr_comm.
+ *
+ *   exact all-gather / reduce-scatter / all-reduce   what "ZeRO-3" means in
+ *       every comparison: fp32 or bf16 on the wire, fp32 accumulation (MPI has
+ *       no bf16 sum, so zr owns the reduction), divide by the group size once.
+ *   qwZ  quantized all-gather: each rank quantizes its shard (INT8 default),
+ *       one packed block per rank (header + scales + payload), dequantized
+ *       into the full fp32 buffer. Any group (world, or hpZ).
+ *   hpZ  the secondary partition: a rank keeps slice k of a full buffer,
+ *       k = its rank in ZR_GROUP_HPZ; the full buffer is rebuilt later by an
+ *       all-gather over ZR_GROUP_HPZ (exact or quantized), accounted as HPZ.
+ *   qgZ  hierarchical quantized reduce-scatter: INT4 intra-node all-to-all,
+ *       dequantize-sum-requantize, INT4 inter-node all-to-all, final
+ *       dequantize-sum; rank r ends with the average of partition r.
+ *
+ * Every collective is nonblocking: *_start posts it and returns, zr_coll_test
+ * progresses it, zr_coll_wait completes it. A zr_coll_op owns the workspace
+ * of one collective and keeps it across calls (grown when needed, freed by
+ * zr_coll_op_free), so a training step allocates nothing once warm.
+ *
+ * Buffers: "count" is elements per rank's partition; full buffers hold
+ * size[g] * count elements, partition p at offset p * count. Callers pad
+ * their buffers so that they divide evenly (zero padding).
+ */
+#ifndef ZR_COLL_H
+#define ZR_COLL_H
+
+#include "zr/comm.h"
+#include "zr/quant.h"
+
+/* What goes on the wire. */
+typedef enum zr_wire_type {
+    ZR_WIRE_F32 = 0, /* exact */
+    ZR_WIRE_BF16,    /* 16-bit: the ZeRO-3 baseline of the paper */
+    ZR_WIRE_QUANT,   /* block-quantized with q */
+} zr_wire_type;
+
+typedef struct zr_wire {
+    zr_wire_type type;
+    zr_qparams q; /* used when type == ZR_WIRE_QUANT */
+} zr_wire;
+
+/* One in-flight collective and its reusable workspace (opaque to callers). */
+typedef struct zr_coll_op {
+    int active;
+    int phase;            /* multi-hop collectives advance through phases */
+    zr_request req[4];
+    void *work;           /* owned workspace, reused across calls */
+    size_t work_cap;
+    void *impl;           /* per-algorithm state, owned */
+    zr_status (*advance)(zr_comm *c, struct zr_coll_op *op, int block);
+    size_t nonfinite;     /* non-finite quantization groups seen (qwZ/qgZ) */
+} zr_coll_op;
+
+#define ZR_COLL_OP_INIT {0}
+
+void zr_coll_op_free(zr_coll_op *op);
+
+/* Complete a collective (no-op if none in flight). */
+zr_status zr_coll_wait(zr_comm *c, zr_coll_op *op);
+
+/* Progress without blocking; *done = 1 once complete. */
+zr_status zr_coll_test(zr_comm *c, zr_coll_op *op, int *done);
+
+/*
+ * All-gather over group g: every rank contributes count elements of in
+ * (type in_type, fp32 or bf16), out receives size[g]*count fp32 elements.
+ * wire: F32, BF16 (exact baselines) or QUANT (qwZ). kind names the traffic
+ * row (ZR_KIND_ALLGATHER, ZR_KIND_QWZ, ZR_KIND_HPZ).
+ */
+zr_status zr_allgather_start(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
+                             zr_dtype in_type, const void *in, size_t count, float *out,
+                             zr_coll_op *op);
+
+/*
+ * Reduce-scatter (average) over group g: in holds size[g]*count fp32
+ * elements, out receives count fp32 = the mean over ranks of partition
+ * rank[g]. wire F32 or BF16; accumulation in fp32 in rank order (every rank
+ * computes its partition with the same order, so results are deterministic).
+ */
+zr_status zr_reduce_scatter_start(zr_comm *c, zr_group g, const zr_wire *wire, const float *in,
+                                  size_t count, float *out, zr_coll_op *op);
+
+/* All-reduce (average) in place over group g: buf holds count fp32 elements (any count). */
+zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf,
+                             size_t count, zr_coll_op *op);
+
+/* hpZ: copy my slice of a full buffer (size[HPZ]*count elements) into secondary (count elements of type). */
+zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype type,
+                     void *secondary);
+
+/* ---- qgZ ------------------------------------------------------------------ */
+
+typedef struct zr_qgz_config {
+    zr_qparams q;   /* both hops; INT4 by default */
+    int chunks;     /* pipelining: >1 splits the buffer so hop 1 of chunk k+1 overlaps hop 2 of chunk k */
+    int error_feedback; /* keep quantization residuals per buffer (see zr_qgz_feedback) */
+} zr_qgz_config;
+
+/* Error-feedback state for one gradient buffer (caller-owned, one per unit). */
+typedef struct zr_qgz_feedback {
+    float *intra;  /* residual of the first quantization, W*count elements (owned) */
+    float *inter;  /* residual of the requantization, count*N... (owned; sized by qgZ) */
+    size_t n_intra, n_inter;
+} zr_qgz_feedback;
+
+void zr_qgz_feedback_free(zr_qgz_feedback *fb);
+
+/*
+ * qgZ over the world: in holds W*count elements (type in_type, fp32 or bf16),
+ * out receives count fp32 = the average over all ranks of partition
+ * rank[WORLD]. Works for any node count (1, 2, 3, ...) and any count
+ * (quantization groups are padded internally, never a silent fallback).
+ * fb may be NULL (no error feedback) and is used only if cfg->error_feedback.
+ */
+zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
+                       size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op);
+
+/* Blocking conveniences: start + wait. */
+zr_status zr_allgather(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
+                       zr_dtype in_type, const void *in, size_t count, float *out,
+                       zr_coll_op *op);
+zr_status zr_reduce_scatter(zr_comm *c, zr_group g, const zr_wire *wire, const float *in,
+                            size_t count, float *out, zr_coll_op *op);
+zr_status zr_allreduce(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,
+                       zr_coll_op *op);
+zr_status zr_qgz(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
+                 size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op);
+
+#endif /* ZR_COLL_H */
