@@ -1,0 +1,132 @@
+/*
+ * zr/config.h - the configuration of "zr train": DeepSpeed's key names and
+ * meanings where they apply, zr's own keys in the "zr" section.
+ *
+ * One table (src/train/config.c) lists every key once with its type, default, range and
+ * help; the JSON reader, the command-line flags, --help and the printout of
+ * the effective configuration are all generated from it, so they cannot
+ * drift apart.
+ *
+ * Precedence: defaults < JSON file (--config FILE) < command-line flags
+ * (--key value, dotted names: --zero_optimization.stage 3, --zr.model.layers 4,
+ * plus short aliases listed in the table).
+ */
+#ifndef ZR_CONFIG_H
+#define ZR_CONFIG_H
+
+#include "zr/base.h"
+
+#include <stdio.h>
+
+#define ZR_CFG_STR 256
+
+typedef struct zr_train_config {
+    /* ---- DeepSpeed top level ---- */
+    int train_batch_size;               /* global sequences per step; 0 = derived */
+    int train_micro_batch_size_per_gpu; /* sequences per rank per micro-batch */
+    int gradient_accumulation_steps;    /* 0 = derived */
+    double gradient_clipping;           /* global norm; 0 disables */
+    int steps_per_print;
+    int bf16_enabled;                   /* bf16.enabled: 16-bit wire (compute stays fp32 on CPU) */
+    char communication_data_type[16];   /* "", "bf16" or "fp32" ("" = bf16 if bf16.enabled else fp32) */
+
+    /* optimizer: {type, params: {lr, betas, eps, weight_decay}} */
+    char optimizer_type[32];            /* "AdamW", or "Adam" (DeepSpeed's Adam is AdamW by default) */
+    double lr;
+    double beta1, beta2;
+    double eps;
+    double weight_decay;
+
+    /* scheduler: {type, params: {...}}; type "" = constant lr */
+    char scheduler_type[32];            /* "", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR" */
+    double warmup_min_lr;               /* WarmupLR / WarmupDecayLR */
+    double warmup_max_lr;               /* 0 = optimizer lr */
+    int warmup_num_steps;
+    int total_num_steps;                /* WarmupDecayLR / WarmupCosineLR; 0 = zr.train_steps */
+    double cos_min_ratio;               /* WarmupCosineLR: final lr = ratio * lr */
+    double warmup_min_ratio;            /* WarmupCosineLR: first lr = ratio * lr */
+
+    /* zero_optimization */
+    int stage;
+    int zero_quantized_weights;         /* qwZ */
+    int zero_hpz_partition_size;        /* hpZ group size; 1 = off */
+    int zero_quantized_gradients;       /* qgZ */
+    long long reduce_bucket_size;       /* accepted; zr reduces one unit at a time */
+    long long stage3_prefetch_bucket_size; /* elements prefetched ahead (budget) */
+    long long stage3_max_live_parameters;  /* elements gathered at once */
+    int overlap_comm;
+
+    /* ---- zr's own section: "zr": {...} ---- */
+    /* zr.model */
+    int layers, heads, channels, seq_len;
+    /* zr.data */
+    char data_path[ZR_CFG_STR];         /* "" = the bundled corpus (Debian's fortunes); text file or llm.c .bin shard */
+    int val_every;                      /* steps between validation passes; 0 = never */
+    int val_batches;
+    /* zr.train */
+    int train_steps;
+    unsigned long long seed;
+    int threads;                        /* BLAS threads per rank */
+    char metrics_path[ZR_CFG_STR];      /* JSON lines, one per step; "" = <checkpoint_dir>/metrics.jsonl or none */
+    /* zr.checkpoint */
+    char checkpoint_dir[ZR_CFG_STR];    /* "" = no checkpoints */
+    int checkpoint_every;               /* steps; 0 = only at the end */
+    int keep_checkpoints;               /* newest complete checkpoints kept; 0 = all */
+    int resume;                         /* continue from the newest complete checkpoint */
+    /* zr.quant */
+    int qwz_bits, qwz_group;
+    int qgz_bits, qgz_group;
+    int qgz_error_feedback;
+    int qgz_chunks;
+    /* zr.compare: also report what ZeRO-3 bf16 would have sent (demo) */
+    int compare_zero3;
+} zr_train_config;
+
+/* Defaults (the demo's small GPT with ZeRO++ on). */
+void zr_config_defaults(zr_train_config *c);
+
+/*
+ * Read a JSON file over c. Errors: unreadable file (ZR_ERR_IO naming it),
+ * malformed JSON (ZR_ERR_FORMAT with the file, line and column), wrong type
+ * or out-of-range value (ZR_ERR_INVALID naming the key, its value and the
+ * expected type/range). Unknown keys are not errors: each is reported
+ * through warn (one line, naming the key and the file) so the caller can
+ * print it on rank 0 only.
+ */
+zr_status zr_config_load_json(zr_train_config *c, const char *path,
+                              void (*warn)(void *ctx, const char *msg), void *ctx);
+
+/* Parse JSON text (same rules; name is used in messages). */
+zr_status zr_config_parse_json(zr_train_config *c, const char *text, const char *name,
+                               void (*warn)(void *ctx, const char *msg), void *ctx);
+
+/*
+ * Apply command-line flags (argv after "train"): --config FILE is read first
+ * wherever it appears, then every --key value / --key=value in order.
+ * Boolean keys also accept a bare --key (true) and --no-key. An unknown flag,
+ * a missing value or a bad value is ZR_ERR_INVALID naming the flag.
+ * *help is set when --help / -h is present (nothing else is checked then).
+ */
+zr_status zr_config_from_args(zr_train_config *c, int argc, char **argv, int *help,
+                              void (*warn)(void *ctx, const char *msg), void *ctx);
+
+/*
+ * Cross-field checks once everything is read, for a world of world ranks:
+ * batch-size arithmetic (train_batch_size = micro * accumulation * world,
+ * deriving whichever is 0), channels % heads, world % hpZ size, qwZ/hpZ need
+ * stage 3, qgZ stage >= 2, quantization bits/group, scheduler names and
+ * parameters, communication_data_type. Fills derived fields. ZR_ERR_INVALID
+ * naming the keys involved.
+ */
+zr_status zr_config_finalize(zr_train_config *c, int world);
+
+/* --help: every key with its type, default and meaning, grouped by section. */
+void zr_config_print_help(FILE *f);
+
+/* The effective configuration, one "key = value" line each (rank 0 prints it). */
+void zr_config_print(FILE *f, const zr_train_config *c);
+
+/* The effective configuration as one JSON object (stored in checkpoint manifests). */
+char *zr_config_to_json(const zr_train_config *c); /* malloc'd; caller frees */
+
+#endif /* ZR_CONFIG_H */

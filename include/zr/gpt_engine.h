@@ -1,0 +1,52 @@
+/*
+ * zr/gpt_engine.h - the GPT model driven through the ZeRO engine: unit specs
+ * for the sharding plan, parameter initialisation, and one micro-batch of
+ * forward and backward with the gather / prefetch / release / reduce
+ * schedule of ZeRO-3.
+ *
+ * Schedule of one micro-batch (L blocks, unit L+1 = final LayerNorm, whose
+ * LM head reads unit 0's wte):
+ *
+ *   forward    fetch 0 | fetch 1 ... fetch L | fetch L+1 and 0 again
+ *              (while unit u computes, unit u+1 is prefetched; each unit is
+ *              released right after its forward, except L+1 and 0 at the end)
+ *   backward   L+1 (with 0) -> release both, reduce L+1's gradient
+ *              L ... 1      -> fetch (hpZ: from the secondary), prefetch the
+ *                              next, backward, release, reduce
+ *              0            -> embedding backward needs no parameters; reduce
+ *
+ * Gradient reduction of unit u starts as soon as its backward is done and
+ * overlaps the backward of unit u-1.
+ */
+#ifndef ZR_GPT_ENGINE_H
+#define ZR_GPT_ENGINE_H
+
+#include "zr/model.h"
+#include "zr/zero.h"
+
+/* Unit specs of a GPT config, with weight-decay ranges from its tensor table. */
+typedef struct zr_gpt_specs {
+    int nunits;
+    zr_unit_spec *units; /* owned */
+    zr_range *ranges;    /* owned; units[u].ranges point in here */
+} zr_gpt_specs;
+
+zr_status zr_gpt_specs_init(zr_gpt_specs *s, const zr_gpt_config *cfg);
+void zr_gpt_specs_free(zr_gpt_specs *s);
+
+/* GPT-2 initialisation of every unit from seed (identical on every rank, no communication). */
+zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt *m, uint64_t seed);
+
+/*
+ * One micro-batch (B x T tokens of this rank): forward, backward, gradient
+ * reductions started. *loss = this rank's mean loss. Call zr_engine_step
+ * after the last micro-batch of a step.
+ */
+zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+                              float *loss);
+
+/* Forward only (evaluation): *loss = this rank's mean loss. */
+zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+                             float *loss);
+
+#endif /* ZR_GPT_ENGINE_H */

@@ -1,0 +1,185 @@
+/*
+ * zr/zero.h - the ZeRO engine: memory-sharded data-parallel training of any
+ * model whose parameters come in units (flat fp32 buffers).
+ *
+ * The sharding plan says, for parameters, gradients and optimizer state,
+ * whether each is replicated or sharded over the world; the ZeRO stages are
+ * presets of it, and hpZ adds a secondary copy of the parameters sharded over
+ * the hpZ group:
+ *
+ *              params      grads       optimizer (fp32 master, Adam m, v)
+ *   stage 0    replicated  replicated  replicated   (plain data parallel: all-reduce)
+ *   stage 1    replicated  replicated  world        (reduce-scatter at the step)
+ *   stage 2    replicated  world       world        (reduce-scatter as each unit finishes)
+ *   stage 3    world       world       world        (gather before use, release after)
+ *   + hpZ      secondary copy over the hpZ group, cut from the first forward gather
+ *
+ * Every unit's buffer is padded with zeros to a multiple of W * ZR_ZERO_PAD
+ * elements and split into W equal shards; rank r owns [r*S, (r+1)*S).
+ *
+ * The caller drives the model, unit by unit, and tells the engine what it
+ * needs (the same calls in the same order on every rank):
+ *
+ *   zr_engine_micro_begin(e)                        once per micro-batch
+ *   zr_engine_prefetch(e, u, phase)                 optional: start gathering early
+ *   p = zr_engine_fetch(e, u, phase)                full parameters of unit u
+ *   ... forward or backward of unit u ...
+ *   zr_engine_release(e, u)                         done with unit u's parameters
+ *   g = zr_engine_grads(e, u)                       unit u's full gradient buffer (accumulate into it)
+ *   zr_engine_grads_done(e, u)                      unit u's gradient is complete for this micro-batch
+ *   zr_engine_step(e, lr, &stats)                   after the last micro-batch
+ *
+ * The hpZ decision (gather from the primary shards over the world, or from
+ * the secondary over the hpZ group) depends only on engine state that every
+ * rank updates identically: a secondary is valid from the release that cut
+ * it until the next optimizer step or load. With ZR_SAFE=1 in the
+ * environment, ranks compare each decision before gathering and fail loudly
+ * on a divergence instead of hanging.
+ */
+#ifndef ZR_ZERO_H
+#define ZR_ZERO_H
+
+#include "zr/coll.h"
+#include "zr/comm.h"
+
+/* Shards are multiples of this many elements (64 bytes of fp32: aligned). */
+#define ZR_ZERO_PAD 16
+
+/* Where a piece of training state lives. */
+typedef enum zr_placement {
+    ZR_REPLICATED = 0, /* full copy on every rank */
+    ZR_SHARDED = 1,    /* 1/W on each rank */
+} zr_placement;
+
+typedef struct zr_plan {
+    int stage;            /* 0..3: the preset this plan came from */
+    zr_placement params;  /* working parameters */
+    zr_placement grads;   /* gradients */
+    zr_placement optim;   /* fp32 master weights and Adam moments */
+    int secondary;        /* 1: hpZ secondary copy of the parameters over ZR_GROUP_HPZ */
+} zr_plan;
+
+/* The preset for a ZeRO stage, with or without hpZ. */
+zr_plan zr_plan_preset(int stage, int hpz);
+
+/* A range of a unit that gets weight decay or not (LayerNorm and biases do not). */
+typedef struct zr_range {
+    size_t offset, numel;
+    int decay;
+} zr_range;
+
+/* What the engine needs to know about one unit of parameters. */
+typedef struct zr_unit_spec {
+    size_t numel;           /* elements before padding */
+    int nranges;            /* ranges covering [0, numel) */
+    const zr_range *ranges; /* owned by the caller, must outlive the engine */
+} zr_unit_spec;
+
+typedef enum zr_phase {
+    ZR_PHASE_FORWARD = 0,
+    ZR_PHASE_BACKWARD = 1,
+} zr_phase;
+
+typedef struct zr_engine_config {
+    int stage;               /* 0..3 */
+    zr_wire param_wire;      /* exact parameter gathers: ZR_WIRE_BF16 (default) or ZR_WIRE_F32 */
+    zr_wire grad_wire;       /* exact gradient reductions: ZR_WIRE_BF16 or ZR_WIRE_F32 */
+    int qwz;                 /* quantize weight gathers (stage 3) */
+    zr_qparams qwz_q;        /* INT8, group from quant.h by default */
+    int hpz;                 /* hpZ secondary partition (stage 3) */
+    int qgz;                 /* quantized hierarchical gradient reduce-scatter (stage 2, 3) */
+    zr_qgz_config qgz_cfg;   /* INT4 by default */
+    int overlap;             /* overlap communication with compute (prefetch, async reduction) */
+    size_t max_live;         /* stage 3: elements of gathered parameters allowed at once (prefetch budget) */
+    float beta1, beta2, eps, weight_decay; /* AdamW */
+    float grad_clip;         /* global grad-norm clipping; <= 0 disables */
+} zr_engine_config;
+
+/* Defaults: stage 3, bf16 wire, ZeRO++ off, overlap on, AdamW(0.9, 0.95, 1e-8, 0.1), clip 1.0. */
+zr_engine_config zr_engine_config_default(void);
+
+/* Per-step accounting, filled by zr_engine_step. */
+typedef struct zr_step_stats {
+    double grad_norm;       /* before clipping; NaN/Inf if non-finite */
+    int skipped;            /* 1 if the step was skipped (non-finite gradients) */
+    double t_comm;          /* seconds blocked waiting on communication (exposed comm) */
+    double t_optim;         /* seconds in the optimizer step and parameter refresh */
+    double t_total;         /* seconds from the first micro_begin to the end of the step */
+    zr_traffic traffic;     /* this rank's bytes and calls during the step */
+    size_t live_peak;       /* peak elements of gathered parameters during the step */
+} zr_step_stats;
+
+typedef struct zr_unit_state zr_unit_state; /* private to the engine */
+
+typedef struct zr_engine {
+    zr_comm *comm;           /* not owned */
+    zr_engine_config cfg;
+    zr_plan plan;
+    int nunits;
+    zr_unit_state *units;    /* owned */
+    int step;                /* optimizer steps taken (AdamW's t) */
+    int micro;               /* micro-batches since the last step */
+    int safe;                /* ZR_SAFE=1: cross-check hpZ decisions */
+    size_t live, live_peak;  /* gathered parameter elements now / peak this step */
+    double t_comm, t_optim, t_begin;
+    zr_traffic traffic_begin;
+} zr_engine;
+
+/*
+ * Build the plan and allocate the engine's state for nunits units. Collective;
+ * an invalid configuration fails on every rank with the same message.
+ */
+zr_status zr_engine_init(zr_engine *e, zr_comm *comm, const zr_engine_config *cfg, int nunits,
+                         const zr_unit_spec *units);
+void zr_engine_free(zr_engine *e);
+
+/*
+ * Set unit u's parameters from a full buffer (numel elements, identical on
+ * every rank): the engine keeps what its plan says this rank holds. Also
+ * resets Adam's moments for that unit and invalidates its secondary.
+ */
+zr_status zr_engine_set_params(zr_engine *e, int u, const float *full);
+
+/* Gather unit u's exact fp32 parameters (master weights) into full (numel elements). Collective. */
+zr_status zr_engine_get_params(zr_engine *e, int u, float *full);
+
+zr_status zr_engine_micro_begin(zr_engine *e);
+zr_status zr_engine_prefetch(zr_engine *e, int u, zr_phase phase);
+zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const float **params);
+zr_status zr_engine_release(zr_engine *e, int u);
+zr_status zr_engine_grads(zr_engine *e, int u, float **grads);
+zr_status zr_engine_grads_done(zr_engine *e, int u);
+
+/*
+ * Finish the step: complete gradient reductions, compute the global grad
+ * norm, skip the step on every rank if it is not finite, clip, run AdamW
+ * with learning rate lr on this rank's optimizer shards and refresh the
+ * working parameters; invalidate hpZ secondaries.
+ */
+zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats);
+
+/* Invalidate every hpZ secondary (after a load or any write to parameters). */
+void zr_engine_invalidate_secondary(zr_engine *e);
+
+/* Bytes of model state this rank holds now (params, grads, optimizer, secondaries). */
+typedef struct zr_memory {
+    size_t params, grads, optim, secondary, gathered;
+} zr_memory;
+zr_memory zr_engine_memory(const zr_engine *e);
+
+/* Sizes of the padded layout. */
+size_t zr_engine_padded(const zr_engine *e, int u); /* padded elements of unit u */
+size_t zr_engine_shard(const zr_engine *e, int u);  /* elements of one shard of unit u */
+
+/*
+ * This rank's optimizer shard of unit u (fp32 master, Adam m, v; shard
+ * elements each, the slice [r*S, (r+1)*S) of the padded unit), for
+ * checkpoints. With a replicated optimizer the slice is cut from the full
+ * state, so checkpoints look the same at every stage.
+ */
+zr_status zr_engine_optim_shard(zr_engine *e, int u, float **master, float **m, float **v);
+
+/* After writing optimizer shards directly (checkpoint load): rebuild working params. Collective. */
+zr_status zr_engine_sync_from_shards(zr_engine *e);
+
+#endif /* ZR_ZERO_H */

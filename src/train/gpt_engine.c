@@ -1,0 +1,121 @@
+/*
+ * gpt_engine.c - the GPT's forward and backward scheduled through the ZeRO
+ * engine (see zr/gpt_engine.h for the schedule). This is the only place that
+ * knows both the model's unit structure and the engine's life cycle; the
+ * model knows nothing of sharding and the engine nothing of transformers.
+ */
+#include "zr/gpt_engine.h"
+
+#include <string.h>
+
+zr_status zr_gpt_specs_init(zr_gpt_specs *s, const zr_gpt_config *cfg)
+{
+    memset(s, 0, sizeof *s);
+    ZR_CHECK(zr_gpt_config_check(cfg));
+    int n = zr_gpt_config_unit_count(cfg);
+    ZR_ALLOC(s->units, (size_t)n);
+    zr_status st = zr_alloc_at((void **)&s->ranges,
+                               sizeof(zr_range) * (size_t)n * ZR_GPT_MAX_UNIT_TENSORS, __FILE__,
+                               __LINE__);
+    if (st != ZR_OK) {
+        zr_gpt_specs_free(s);
+        return st;
+    }
+    s->nunits = n;
+    for (int u = 0; u < n; u++) {
+        zr_tensor_desc t[ZR_GPT_MAX_UNIT_TENSORS];
+        int nt = zr_gpt_config_unit_tensors(cfg, u, t);
+        zr_range *r = s->ranges + (size_t)u * ZR_GPT_MAX_UNIT_TENSORS;
+        for (int i = 0; i < nt; i++) {
+            r[i] = (zr_range){t[i].offset, t[i].numel, t[i].decay};
+        }
+        s->units[u] = (zr_unit_spec){zr_gpt_config_unit_numel(cfg, u), nt, r};
+    }
+    return ZR_OK;
+}
+
+void zr_gpt_specs_free(zr_gpt_specs *s)
+{
+    zr_free(s->units);
+    zr_free(s->ranges);
+    memset(s, 0, sizeof *s);
+}
+
+zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt *m, uint64_t seed)
+{
+    int n = zr_gpt_unit_count(m);
+    ZR_ASSERT(n == e->nunits);
+    for (int u = 0; u < n; u++) {
+        float *full;
+        ZR_ALLOC(full, zr_gpt_unit_numel(m, u));
+        zr_gpt_unit_init_params(m, u, full, seed);
+        zr_status st = zr_engine_set_params(e, u, full);
+        zr_free(full);
+        ZR_CHECK(st);
+    }
+    return ZR_OK;
+}
+
+/* Forward through every unit; leaves units last (L+1) and 0 gathered for the backward. */
+static zr_status forward(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+                         const float **p_last, const float **p_unit0)
+{
+    int last = zr_gpt_unit_count(m) - 1;
+    ZR_CHECK(zr_gpt_forward_begin(m, inputs, targets));
+    ZR_CHECK(zr_engine_prefetch(e, 0, ZR_PHASE_FORWARD));
+    for (int u = 0; u < last; u++) {
+        const float *p;
+        ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p));
+        ZR_CHECK(zr_engine_prefetch(e, u + 1, ZR_PHASE_FORWARD));
+        ZR_CHECK(zr_gpt_forward_unit(m, u, p, NULL));
+        ZR_CHECK(zr_engine_release(e, u));
+    }
+    /* the tied LM head: unit 0 comes back (from the hpZ secondary when there is one) */
+    ZR_CHECK(zr_engine_prefetch(e, 0, ZR_PHASE_FORWARD));
+    ZR_CHECK(zr_engine_fetch(e, last, ZR_PHASE_FORWARD, p_last));
+    ZR_CHECK(zr_engine_fetch(e, 0, ZR_PHASE_FORWARD, p_unit0));
+    return zr_gpt_forward_unit(m, last, *p_last, *p_unit0);
+}
+
+zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+                              float *loss)
+{
+    int last = zr_gpt_unit_count(m) - 1;
+    const float *p_last, *p0;
+    ZR_CHECK(zr_engine_micro_begin(e));
+    ZR_CHECK(forward(m, e, inputs, targets, &p_last, &p0));
+    *loss = zr_gpt_loss(m);
+
+    ZR_CHECK(zr_gpt_backward_begin(m));
+    float *g_last, *g0;
+    ZR_CHECK(zr_engine_grads(e, last, &g_last));
+    ZR_CHECK(zr_engine_grads(e, 0, &g0));
+    ZR_CHECK(zr_engine_prefetch(e, last - 1, ZR_PHASE_BACKWARD));
+    ZR_CHECK(zr_gpt_backward_unit(m, last, p_last, p0, g_last, g0));
+    ZR_CHECK(zr_engine_release(e, last));
+    ZR_CHECK(zr_engine_release(e, 0));
+    ZR_CHECK(zr_engine_grads_done(e, last));
+    for (int u = last - 1; u >= 1; u--) {
+        const float *p;
+        float *g;
+        ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_BACKWARD, &p));
+        ZR_CHECK(zr_engine_prefetch(e, u - 1 >= 1 ? u - 1 : -1, ZR_PHASE_BACKWARD));
+        ZR_CHECK(zr_engine_grads(e, u, &g));
+        ZR_CHECK(zr_gpt_backward_unit(m, u, p, NULL, g, NULL));
+        ZR_CHECK(zr_engine_release(e, u));
+        ZR_CHECK(zr_engine_grads_done(e, u));
+    }
+    /* the embedding's backward reads no parameters: no gather */
+    ZR_CHECK(zr_gpt_backward_unit(m, 0, NULL, NULL, g0, NULL));
+    return zr_engine_grads_done(e, 0);
+}
+
+zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+                             float *loss)
+{
+    const float *p_last, *p0;
+    ZR_CHECK(forward(m, e, inputs, targets, &p_last, &p0));
+    *loss = zr_gpt_loss(m);
+    ZR_CHECK(zr_engine_release(e, zr_gpt_unit_count(m) - 1));
+    return zr_engine_release(e, 0);
+}

@@ -1,0 +1,740 @@
+/*
+ * engine.c - the ZeRO engine: one code path for stages 0-3 and ZeRO++,
+ * driven by the sharding plan (zr_plan) rather than by per-stage branches
+ * wherever the plan can say it.
+ *
+ * Life of a unit's state (W ranks, padded unit of P = W*S elements):
+ *
+ *   optimizer   master, m, v: S floats each when sharded, P when replicated
+ *   params      replicated: `full` (P floats) lives for the whole run; with a
+ *               replicated optimizer it is the master itself.
+ *               sharded (stage 3): `full` exists only between a gather and
+ *               its release; the master shard is the working shard.
+ *   secondary   hpZ: P/h elements (bf16 unless the wire is fp32), cut at the
+ *               first release after a primary gather, dropped at every step
+ *   grads       replicated: `grad_full` (P) accumulates all micro-batches.
+ *               sharded: `grad_full` lives from zr_engine_grads until its
+ *               reduce-scatter (or qgZ) completes; the result is added into
+ *               `grad_shard` (S), which accumulates the micro-batches.
+ *
+ * Every decision that changes which collective runs (gather from primary or
+ * secondary, prefetch or not) is a function of state that every rank
+ * updates identically from the same sequence of calls, so ranks never
+ * disagree about the next collective.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "zr/zero.h"
+
+#include "zr/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct zr_unit_state {
+    size_t numel, padded, shard;
+    int nranges;
+    const zr_range *ranges;
+
+    float *full;       /* owned; see the file comment for its lifetime */
+    int full_is_master;/* full aliases master (stage 0) */
+    int gathered;      /* stage 3: full holds the current parameters */
+    int inflight;      /* stage 3: a gather into full is in flight */
+    int from_primary;  /* the gather in full came from the primary shards */
+    zr_coll_op gather_op;
+
+    void *secondary;   /* owned; hpZ slice, sec_count elements of sec_type */
+    size_t sec_count;
+    zr_dtype sec_type;
+    int sec_valid;
+
+    float *grad_full;  /* owned */
+    float *grad_shard; /* owned; sharded grads: S floats */
+    float *grad_tmp;   /* owned; reduce-scatter output, S floats */
+    int grad_inflight;
+    zr_coll_op grad_op;
+    zr_qgz_feedback fb;
+
+    float *master, *m, *v; /* owned; S or P floats each */
+};
+
+zr_plan zr_plan_preset(int stage, int hpz)
+{
+    zr_plan p = {stage, ZR_REPLICATED, ZR_REPLICATED, ZR_REPLICATED, 0};
+    if (stage >= 1) {
+        p.optim = ZR_SHARDED;
+    }
+    if (stage >= 2) {
+        p.grads = ZR_SHARDED;
+    }
+    if (stage >= 3) {
+        p.params = ZR_SHARDED;
+        p.secondary = hpz != 0;
+    }
+    return p;
+}
+
+zr_engine_config zr_engine_config_default(void)
+{
+    zr_engine_config c;
+    memset(&c, 0, sizeof c);
+    c.stage = 3;
+    c.param_wire.type = ZR_WIRE_BF16;
+    c.grad_wire.type = ZR_WIRE_BF16;
+    c.qwz_q = (zr_qparams){8, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
+    c.qgz_cfg.q = (zr_qparams){4, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
+    c.qgz_cfg.chunks = 1;
+    c.overlap = 1;
+    c.max_live = (size_t)1 << 30;
+    c.beta1 = 0.9f;
+    c.beta2 = 0.95f;
+    c.eps = 1e-8f;
+    c.weight_decay = 0.1f;
+    c.grad_clip = 1.0f;
+    return c;
+}
+
+static zr_status check_wire(const zr_wire *w, const char *what)
+{
+    if (w->type != ZR_WIRE_F32 && w->type != ZR_WIRE_BF16) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s must be fp32 or bf16 (quantization is chosen by the qwZ/qgZ switches)",
+                what);
+    }
+    return ZR_OK;
+}
+
+static zr_status check_config(const zr_engine_config *cfg)
+{
+    if (cfg->stage < 0 || cfg->stage > 3) {
+        ZR_FAIL(ZR_ERR_INVALID, "zero_optimization.stage must be 0, 1, 2 or 3, got %d", cfg->stage);
+    }
+    ZR_CHECK(check_wire(&cfg->param_wire, "the parameter wire type"));
+    ZR_CHECK(check_wire(&cfg->grad_wire, "the gradient wire type"));
+    if (cfg->qwz && cfg->stage != 3) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "zero_quantized_weights (qwZ) needs zero_optimization.stage 3, got stage %d",
+                cfg->stage);
+    }
+    if (cfg->hpz && cfg->stage != 3) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "zero_hpz_partition_size > 1 (hpZ) needs zero_optimization.stage 3, got stage %d",
+                cfg->stage);
+    }
+    if (cfg->qgz && cfg->stage < 2) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "zero_quantized_gradients (qgZ) needs zero_optimization.stage 2 or 3, got stage %d",
+                cfg->stage);
+    }
+    if (cfg->qwz) {
+        ZR_CHECK(zr_qparams_check(&cfg->qwz_q));
+    }
+    if (cfg->qgz) {
+        ZR_CHECK(zr_qparams_check(&cfg->qgz_cfg.q));
+        if (cfg->qgz_cfg.chunks < 1) {
+            ZR_FAIL(ZR_ERR_INVALID, "qgZ pipeline chunks must be >= 1, got %d", cfg->qgz_cfg.chunks);
+        }
+    }
+    if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f && cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f)) {
+        ZR_FAIL(ZR_ERR_INVALID, "optimizer betas must be in [0, 1), got (%g, %g)", cfg->beta1,
+                cfg->beta2);
+    }
+    if (!(cfg->eps > 0.0f) || !(cfg->weight_decay >= 0.0f)) {
+        ZR_FAIL(ZR_ERR_INVALID, "optimizer eps must be > 0 and weight_decay >= 0, got %g and %g",
+                cfg->eps, cfg->weight_decay);
+    }
+    return ZR_OK;
+}
+
+static int my_rank(const zr_engine *e)
+{
+    return e->comm->rank[ZR_GROUP_WORLD];
+}
+
+static int world(const zr_engine *e)
+{
+    return e->comm->size[ZR_GROUP_WORLD];
+}
+
+/* Offset of this rank's optimizer slice inside the optimizer buffers. */
+static size_t optim_offset(const zr_engine *e, const zr_unit_state *s)
+{
+    return e->plan.optim == ZR_SHARDED ? 0 : (size_t)my_rank(e) * s->shard;
+}
+
+static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *spec)
+{
+    int W = world(e);
+    s->numel = spec->numel;
+    s->padded = zr_round_up(spec->numel == 0 ? 1 : spec->numel, (size_t)W * ZR_ZERO_PAD);
+    s->shard = s->padded / (size_t)W;
+    s->nranges = spec->nranges;
+    s->ranges = spec->ranges;
+    size_t optim_n = e->plan.optim == ZR_SHARDED ? s->shard : s->padded;
+    ZR_ALLOC(s->master, optim_n);
+    ZR_ALLOC(s->m, optim_n);
+    ZR_ALLOC(s->v, optim_n);
+    if (e->plan.params == ZR_REPLICATED) {
+        if (e->plan.optim == ZR_REPLICATED) {
+            s->full = s->master;
+            s->full_is_master = 1;
+        } else {
+            ZR_ALLOC(s->full, s->padded);
+        }
+    }
+    if (e->plan.grads == ZR_SHARDED) {
+        ZR_ALLOC(s->grad_shard, s->shard);
+    }
+    if (e->plan.optim == ZR_SHARDED) {
+        ZR_ALLOC(s->grad_tmp, s->shard);
+    }
+    if (e->plan.secondary) {
+        int h = e->comm->size[ZR_GROUP_HPZ];
+        s->sec_count = s->padded / (size_t)h;
+        s->sec_type = e->cfg.param_wire.type == ZR_WIRE_F32 ? ZR_DTYPE_F32 : ZR_DTYPE_BF16;
+        ZR_CHECK(zr_alloc_at(&s->secondary, s->sec_count * zr_dtype_size(s->sec_type), __FILE__,
+                             __LINE__));
+    }
+    return ZR_OK;
+}
+
+zr_status zr_engine_init(zr_engine *e, zr_comm *comm, const zr_engine_config *cfg, int nunits,
+                         const zr_unit_spec *units)
+{
+    memset(e, 0, sizeof *e);
+    ZR_CHECK(zr_comm_agree(comm, check_config(cfg)));
+    e->comm = comm;
+    e->cfg = *cfg;
+    e->plan = zr_plan_preset(cfg->stage, cfg->hpz);
+    e->nunits = nunits;
+    const char *safe = getenv("ZR_SAFE");
+    e->safe = safe != NULL && strcmp(safe, "1") == 0;
+    zr_status st = ZR_OK;
+    if (nunits <= 0) {
+        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__, "a model needs at least one unit");
+    }
+    for (int u = 0; u < nunits && st == ZR_OK; u++) {
+        size_t covered = 0;
+        for (int i = 0; i < units[u].nranges; i++) {
+            const zr_range *r = &units[u].ranges[i];
+            if (r->offset != covered) {
+                st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                                 "unit %d: ranges must cover the unit in order without gaps", u);
+                break;
+            }
+            covered += r->numel;
+        }
+        if (st == ZR_OK && covered != units[u].numel) {
+            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                             "unit %d: ranges cover %zu of %zu elements", u, covered,
+                             units[u].numel);
+        }
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&e->units, sizeof(zr_unit_state) * (size_t)nunits, __FILE__,
+                         __LINE__);
+    }
+    for (int u = 0; u < nunits && st == ZR_OK; u++) {
+        st = unit_alloc(e, &e->units[u], &units[u]);
+    }
+    /* an allocation can fail on one rank only */
+    st = zr_comm_agree(comm, st);
+    if (st != ZR_OK) {
+        zr_engine_free(e);
+    }
+    return st;
+}
+
+void zr_engine_free(zr_engine *e)
+{
+    if (e->units != NULL) {
+        for (int u = 0; u < e->nunits; u++) {
+            zr_unit_state *s = &e->units[u];
+            /* a collective still in flight must finish before its buffers go */
+            if (e->comm != NULL) {
+                (void)zr_coll_wait(e->comm, &s->gather_op);
+                (void)zr_coll_wait(e->comm, &s->grad_op);
+            }
+            zr_coll_op_free(&s->gather_op);
+            zr_coll_op_free(&s->grad_op);
+            zr_qgz_feedback_free(&s->fb);
+            if (!s->full_is_master) {
+                zr_free(s->full);
+            }
+            zr_free(s->secondary);
+            zr_free(s->grad_full);
+            zr_free(s->grad_shard);
+            zr_free(s->grad_tmp);
+            zr_free(s->master);
+            zr_free(s->m);
+            zr_free(s->v);
+        }
+        zr_free(e->units);
+    }
+    memset(e, 0, sizeof *e);
+}
+
+size_t zr_engine_padded(const zr_engine *e, int u)
+{
+    return e->units[u].padded;
+}
+
+size_t zr_engine_shard(const zr_engine *e, int u)
+{
+    return e->units[u].shard;
+}
+
+void zr_engine_invalidate_secondary(zr_engine *e)
+{
+    for (int u = 0; u < e->nunits; u++) {
+        e->units[u].sec_valid = 0;
+    }
+}
+
+/* Wait on a collective and charge the blocked time to exposed communication. */
+static zr_status wait_op(zr_engine *e, zr_coll_op *op)
+{
+    double t0 = zr_now();
+    zr_status st = zr_coll_wait(e->comm, op);
+    e->t_comm += zr_now() - t0;
+    return st;
+}
+
+/* Exact all-gather of this rank's slices of buf (padded elements) in place. */
+static zr_status gather_slices(zr_engine *e, zr_unit_state *s, float *buf, const zr_wire *wire)
+{
+    double t0 = zr_now();
+    zr_status st = zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wire, ZR_DTYPE_F32,
+                                buf + (size_t)my_rank(e) * s->shard, s->shard, buf, &s->gather_op);
+    e->t_comm += zr_now() - t0;
+    return st;
+}
+
+zr_status zr_engine_set_params(zr_engine *e, int u, const float *full)
+{
+    ZR_ASSERT(u >= 0 && u < e->nunits);
+    zr_unit_state *s = &e->units[u];
+    size_t optim_n = e->plan.optim == ZR_SHARDED ? s->shard : s->padded;
+    size_t first = e->plan.optim == ZR_SHARDED ? (size_t)my_rank(e) * s->shard : 0;
+    memset(s->master, 0, optim_n * sizeof(float));
+    memset(s->m, 0, optim_n * sizeof(float));
+    memset(s->v, 0, optim_n * sizeof(float));
+    if (first < s->numel) {
+        size_t n = s->numel - first < optim_n ? s->numel - first : optim_n;
+        memcpy(s->master, full + first, n * sizeof(float));
+    }
+    if (e->plan.params == ZR_REPLICATED && !s->full_is_master) {
+        /* the working copy goes through the wire like every later refresh, so
+           that all ranks hold the same bits from the start */
+        memset(s->full, 0, s->padded * sizeof(float));
+        memcpy(s->full + (size_t)my_rank(e) * s->shard, s->master, s->shard * sizeof(float));
+        ZR_CHECK(gather_slices(e, s, s->full, &e->cfg.param_wire));
+    }
+    s->sec_valid = 0;
+    return ZR_OK;
+}
+
+zr_status zr_engine_get_params(zr_engine *e, int u, float *full)
+{
+    ZR_ASSERT(u >= 0 && u < e->nunits);
+    zr_unit_state *s = &e->units[u];
+    if (e->plan.optim == ZR_REPLICATED) {
+        memcpy(full, s->master, s->numel * sizeof(float));
+        return ZR_OK;
+    }
+    float *tmp;
+    ZR_ALLOC(tmp, s->padded);
+    zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QSYM}};
+    zr_status st = zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &exact, ZR_DTYPE_F32,
+                                s->master, s->shard, tmp, &s->gather_op);
+    if (st == ZR_OK) {
+        memcpy(full, tmp, s->numel * sizeof(float));
+    }
+    zr_free(tmp);
+    return st;
+}
+
+zr_status zr_engine_optim_shard(zr_engine *e, int u, float **master, float **m, float **v)
+{
+    ZR_ASSERT(u >= 0 && u < e->nunits);
+    zr_unit_state *s = &e->units[u];
+    size_t off = optim_offset(e, s);
+    *master = s->master + off;
+    *m = s->m + off;
+    *v = s->v + off;
+    return ZR_OK;
+}
+
+zr_status zr_engine_sync_from_shards(zr_engine *e)
+{
+    zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QSYM}};
+    for (int u = 0; u < e->nunits; u++) {
+        zr_unit_state *s = &e->units[u];
+        if (e->plan.optim == ZR_REPLICATED) {
+            ZR_CHECK(gather_slices(e, s, s->master, &exact));
+            ZR_CHECK(gather_slices(e, s, s->m, &exact));
+            ZR_CHECK(gather_slices(e, s, s->v, &exact));
+        } else if (e->plan.params == ZR_REPLICATED) {
+            memcpy(s->full + (size_t)my_rank(e) * s->shard, s->master, s->shard * sizeof(float));
+            ZR_CHECK(gather_slices(e, s, s->full, &e->cfg.param_wire));
+        }
+    }
+    zr_engine_invalidate_secondary(e);
+    return ZR_OK;
+}
+
+/* ---- parameter life cycle (stage 3) --------------------------------------- */
+
+/*
+ * ZR_SAFE=1: before a gather every rank checks that all ranks chose the same
+ * unit and source. A divergence here would otherwise hang in the collective.
+ */
+static zr_status safe_check(zr_engine *e, int u, int use_secondary)
+{
+    int64_t v[2] = {(int64_t)u * 2 + use_secondary, -((int64_t)u * 2 + use_secondary)};
+    ZR_CHECK(zr_comm_allreduce_max_i64(e->comm, ZR_GROUP_WORLD, v, 2));
+    if (v[0] != -v[1]) {
+        ZR_FAIL(ZR_ERR_INTERNAL,
+                "ranks disagree on the next parameter gather (unit %d, %s); this is a bug in the "
+                "caller's schedule or in zr",
+                u, use_secondary ? "hpZ secondary" : "primary");
+    }
+    return ZR_OK;
+}
+
+static zr_status start_gather(zr_engine *e, int u)
+{
+    zr_unit_state *s = &e->units[u];
+    int use_secondary = e->plan.secondary && s->sec_valid;
+    if (e->safe) {
+        ZR_CHECK(safe_check(e, u, use_secondary));
+    }
+    if (s->full == NULL) {
+        ZR_CHECK(zr_alloc_at((void **)&s->full, s->padded * sizeof(float), __FILE__, __LINE__));
+    }
+    zr_wire qwire = {ZR_WIRE_QUANT, e->cfg.qwz_q};
+    const zr_wire *wire = e->cfg.qwz ? &qwire : &e->cfg.param_wire;
+    if (use_secondary) {
+        ZR_CHECK(zr_allgather_start(e->comm, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, s->sec_type,
+                                    s->secondary, s->sec_count, s->full, &s->gather_op));
+    } else {
+        ZR_CHECK(zr_allgather_start(e->comm, ZR_GROUP_WORLD, e->cfg.qwz ? ZR_KIND_QWZ : ZR_KIND_ALLGATHER,
+                                    wire, ZR_DTYPE_F32, s->master, s->shard, s->full,
+                                    &s->gather_op));
+    }
+    s->from_primary = !use_secondary;
+    s->inflight = 1;
+    e->live += s->padded;
+    if (e->live > e->live_peak) {
+        e->live_peak = e->live;
+    }
+    return ZR_OK;
+}
+
+zr_status zr_engine_prefetch(zr_engine *e, int u, zr_phase phase)
+{
+    (void)phase;
+    if (u < 0 || u >= e->nunits || e->plan.params != ZR_SHARDED || !e->cfg.overlap) {
+        return ZR_OK;
+    }
+    zr_unit_state *s = &e->units[u];
+    if (s->gathered || s->inflight || e->live + s->padded > e->cfg.max_live) {
+        return ZR_OK;
+    }
+    return start_gather(e, u);
+}
+
+zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const float **params)
+{
+    ZR_ASSERT(u >= 0 && u < e->nunits);
+    (void)phase;
+    zr_unit_state *s = &e->units[u];
+    if (e->plan.params == ZR_SHARDED && !s->gathered) {
+        if (!s->inflight) {
+            ZR_CHECK(start_gather(e, u));
+        }
+        ZR_CHECK(wait_op(e, &s->gather_op));
+        s->inflight = 0;
+        s->gathered = 1;
+    }
+    *params = s->full;
+    return ZR_OK;
+}
+
+zr_status zr_engine_release(zr_engine *e, int u)
+{
+    ZR_ASSERT(u >= 0 && u < e->nunits);
+    zr_unit_state *s = &e->units[u];
+    if (e->plan.params != ZR_SHARDED) {
+        return ZR_OK;
+    }
+    if (s->inflight) {
+        /* prefetched but never used: the buffer is still being written */
+        ZR_CHECK(wait_op(e, &s->gather_op));
+        s->inflight = 0;
+        s->gathered = 1;
+    }
+    if (!s->gathered) {
+        return ZR_OK;
+    }
+    if (e->plan.secondary && !s->sec_valid && s->from_primary) {
+        ZR_CHECK(zr_hpz_cut(e->comm, s->full, s->sec_count, s->sec_type, s->secondary));
+        s->sec_valid = 1;
+    }
+    zr_free(s->full);
+    s->full = NULL;
+    s->gathered = 0;
+    e->live -= s->padded;
+    return ZR_OK;
+}
+
+/* ---- gradients -------------------------------------------------------------- */
+
+/* Complete unit u's gradient reduction and fold it into the gradient shard. */
+static zr_status finish_grad(zr_engine *e, zr_unit_state *s)
+{
+    if (!s->grad_inflight) {
+        return ZR_OK;
+    }
+    ZR_CHECK(wait_op(e, &s->grad_op));
+    s->grad_inflight = 0;
+    for (size_t i = 0; i < s->shard; i++) {
+        s->grad_shard[i] += s->grad_tmp[i];
+    }
+    zr_free(s->grad_full);
+    s->grad_full = NULL;
+    return ZR_OK;
+}
+
+zr_status zr_engine_micro_begin(zr_engine *e)
+{
+    if (e->micro == 0) {
+        e->t_begin = zr_now();
+        e->t_comm = 0.0;
+        e->t_optim = 0.0;
+        e->live_peak = e->live;
+        e->traffic_begin = zr_comm_traffic_get(e->comm);
+    }
+    e->micro++;
+    return ZR_OK;
+}
+
+zr_status zr_engine_grads(zr_engine *e, int u, float **grads)
+{
+    ZR_ASSERT(u >= 0 && u < e->nunits);
+    zr_unit_state *s = &e->units[u];
+    ZR_CHECK(finish_grad(e, s));
+    if (s->grad_full == NULL) {
+        ZR_CHECK(zr_alloc_at((void **)&s->grad_full, s->padded * sizeof(float), __FILE__,
+                             __LINE__));
+    }
+    *grads = s->grad_full;
+    return ZR_OK;
+}
+
+zr_status zr_engine_grads_done(zr_engine *e, int u)
+{
+    ZR_ASSERT(u >= 0 && u < e->nunits);
+    zr_unit_state *s = &e->units[u];
+    ZR_ASSERT(s->grad_full != NULL);
+    if (e->plan.grads != ZR_SHARDED) {
+        return ZR_OK; /* replicated gradients are reduced once, at the step */
+    }
+    if (e->cfg.qgz) {
+        ZR_CHECK(zr_qgz_start(e->comm, &e->cfg.qgz_cfg, ZR_DTYPE_F32, s->grad_full, s->shard,
+                              s->grad_tmp, e->cfg.qgz_cfg.error_feedback ? &s->fb : NULL,
+                              &s->grad_op));
+    } else {
+        ZR_CHECK(zr_reduce_scatter_start(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire, s->grad_full,
+                                         s->shard, s->grad_tmp, &s->grad_op));
+    }
+    s->grad_inflight = 1;
+    if (!e->cfg.overlap) {
+        ZR_CHECK(finish_grad(e, s));
+    }
+    return ZR_OK;
+}
+
+/* ---- the step ------------------------------------------------------------------ */
+
+/* Reduce the gradients that are still local: all of them at stages 0 and 1. */
+static zr_status reduce_replicated_grads(zr_engine *e)
+{
+    for (int u = 0; u < e->nunits; u++) {
+        zr_unit_state *s = &e->units[u];
+        if (e->plan.grads == ZR_SHARDED) {
+            if (s->grad_full != NULL && !s->grad_inflight) {
+                ZR_FAIL(ZR_ERR_INVALID,
+                        "unit %d has a gradient buffer that was never handed back with "
+                        "zr_engine_grads_done",
+                        u);
+            }
+            ZR_CHECK(finish_grad(e, s));
+            continue;
+        }
+        if (s->grad_full == NULL) {
+            /* a unit that got no gradient this step still takes part in the reduction */
+            ZR_CHECK(zr_alloc_at((void **)&s->grad_full, s->padded * sizeof(float), __FILE__,
+                                 __LINE__));
+        }
+        if (e->plan.optim == ZR_SHARDED) {
+            ZR_CHECK(zr_reduce_scatter_start(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire,
+                                             s->grad_full, s->shard, s->grad_tmp, &s->grad_op));
+        } else {
+            ZR_CHECK(zr_allreduce_start(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire, s->grad_full,
+                                        s->padded, &s->grad_op));
+        }
+    }
+    for (int u = 0; u < e->nunits; u++) {
+        ZR_CHECK(wait_op(e, &e->units[u].grad_op));
+    }
+    return ZR_OK;
+}
+
+/* This rank's slice of unit u's reduced gradient (shard elements). */
+static const float *grad_slice(const zr_engine *e, const zr_unit_state *s)
+{
+    if (e->plan.grads == ZR_SHARDED) {
+        return s->grad_shard;
+    }
+    if (e->plan.optim == ZR_SHARDED) {
+        return s->grad_tmp; /* stage 1: reduce-scattered at the step */
+    }
+    return s->grad_full + (size_t)my_rank(e) * s->shard;
+}
+
+static void adamw_unit(zr_engine *e, zr_unit_state *s, float lr, float grad_scale)
+{
+    zr_adamw h = {lr, e->cfg.beta1, e->cfg.beta2, e->cfg.eps, e->cfg.weight_decay};
+    /* the element range this rank updates, in unit coordinates */
+    size_t lo, hi;
+    const float *g;
+    float *master, *m, *v;
+    if (e->plan.optim == ZR_SHARDED) {
+        lo = (size_t)my_rank(e) * s->shard;
+        hi = lo + s->shard;
+        g = grad_slice(e, s) - lo;
+        master = s->master - lo;
+        m = s->m - lo;
+        v = s->v - lo;
+    } else {
+        lo = 0;
+        hi = s->padded;
+        g = s->grad_full;
+        master = s->master;
+        m = s->m;
+        v = s->v;
+    }
+    for (int i = 0; i < s->nranges; i++) {
+        size_t a = s->ranges[i].offset, b = a + s->ranges[i].numel;
+        if (a < lo) {
+            a = lo;
+        }
+        if (b > hi) {
+            b = hi;
+        }
+        if (a < b) {
+            zr_adamw_update(&h, lr, e->step, grad_scale, s->ranges[i].decay, master + a, g + a,
+                            m + a, v + a, b - a);
+        }
+    }
+}
+
+zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
+{
+    if (e->micro == 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "zr_engine_step called before any micro-batch");
+    }
+    ZR_CHECK(reduce_replicated_grads(e));
+
+    /* global norm of the averaged gradient: each rank sums its slice */
+    double sq = 0.0;
+    for (int u = 0; u < e->nunits; u++) {
+        sq += zr_sumsq(grad_slice(e, &e->units[u]), e->units[u].shard);
+    }
+    ZR_CHECK(zr_comm_allreduce_sum_f64(e->comm, ZR_GROUP_WORLD, &sq, 1));
+    double inv_micro = 1.0 / (double)e->micro;
+    double norm = sqrt(sq) * inv_micro;
+    int finite = isfinite(norm);
+    stats->grad_norm = norm;
+    stats->skipped = !finite;
+
+    double t0 = zr_now();
+    if (finite) {
+        e->step++;
+        float scale = zr_clip_scale(norm, e->cfg.grad_clip) * (float)inv_micro;
+        for (int u = 0; u < e->nunits; u++) {
+            adamw_unit(e, &e->units[u], lr, scale);
+        }
+    } else if (my_rank(e) == 0) {
+        ZR_WARN("non-finite gradient norm (%g) at step %d: skipping the optimizer step on every "
+                "rank",
+                norm, e->step + 1);
+    }
+    e->t_optim += zr_now() - t0;
+
+    /* refresh the working parameters and clear the gradients */
+    for (int u = 0; u < e->nunits; u++) {
+        zr_unit_state *s = &e->units[u];
+        if (finite && e->plan.params == ZR_REPLICATED && !s->full_is_master) {
+            memcpy(s->full + (size_t)my_rank(e) * s->shard, s->master, s->shard * sizeof(float));
+            ZR_CHECK(gather_slices(e, s, s->full, &e->cfg.param_wire));
+        }
+        if (s->grad_shard != NULL) {
+            memset(s->grad_shard, 0, s->shard * sizeof(float));
+        }
+        if (e->plan.grads == ZR_SHARDED) {
+            zr_free(s->grad_full);
+            s->grad_full = NULL;
+        } else if (s->grad_full != NULL) {
+            memset(s->grad_full, 0, s->padded * sizeof(float));
+        }
+    }
+    if (finite) {
+        zr_engine_invalidate_secondary(e);
+    }
+    e->micro = 0;
+
+    stats->t_comm = e->t_comm;
+    stats->t_optim = e->t_optim;
+    stats->t_total = zr_now() - e->t_begin;
+    stats->live_peak = e->live_peak;
+    zr_traffic now = zr_comm_traffic_get(e->comm);
+    for (int k = 0; k < ZR_KIND_COUNT; k++) {
+        stats->traffic.kind[k].calls = now.kind[k].calls - e->traffic_begin.kind[k].calls;
+        stats->traffic.kind[k].bytes_intra =
+            now.kind[k].bytes_intra - e->traffic_begin.kind[k].bytes_intra;
+        stats->traffic.kind[k].bytes_inter =
+            now.kind[k].bytes_inter - e->traffic_begin.kind[k].bytes_inter;
+    }
+    return ZR_OK;
+}
+
+zr_memory zr_engine_memory(const zr_engine *e)
+{
+    zr_memory mem = {0, 0, 0, 0, 0};
+    for (int u = 0; u < e->nunits; u++) {
+        const zr_unit_state *s = &e->units[u];
+        size_t optim_n = e->plan.optim == ZR_SHARDED ? s->shard : s->padded;
+        mem.optim += 3 * optim_n * sizeof(float);
+        if (e->plan.params == ZR_REPLICATED) {
+            if (!s->full_is_master) {
+                mem.params += s->padded * sizeof(float);
+            }
+        } else if (s->full != NULL) {
+            mem.gathered += s->padded * sizeof(float);
+        }
+        if (e->plan.grads == ZR_SHARDED) {
+            mem.grads += s->shard * sizeof(float);
+        } else {
+            mem.grads += s->padded * sizeof(float);
+        }
+        if (e->plan.optim == ZR_SHARDED) {
+            mem.grads += s->shard * sizeof(float); /* the reduce-scatter landing buffer */
+        }
+        if (e->plan.secondary) {
+            mem.secondary += s->sec_count * zr_dtype_size(s->sec_type);
+        }
+    }
+    return mem;
+}

@@ -1,0 +1,402 @@
+/*
+ * test_zero.c - the ZeRO engine against the unsharded single-process result.
+ *
+ * Every rank also runs the reference: one process, the whole global batch,
+ * every unit resident, AdamW on full buffers. The engine at W ranks must
+ * follow its loss trajectory (relative difference <= 1e-5 per step, fp32 on
+ * the wire) at stages 0-3, with parameters identical on every rank after
+ * every step. Also: hpZ never reads a stale secondary (after a step, after a
+ * load), model-state memory matches the plan's formula, non-finite gradients
+ * skip the step on every rank, and the live-parameter budget holds.
+ */
+#define ZR_TEST_MPI
+#include "test.h"
+
+#include "zr/gpt_engine.h"
+#include "zr/optim.h"
+
+#include <math.h>
+
+static int W, R;
+static zr_comm comm;
+
+static const zr_gpt_config TINY = {16, 64, 64, 2, 2, 32}; /* maxT, V, Vp, L, NH, C */
+enum { B = 2, T = 16 };
+static const float LR = 2e-3f;
+
+/* Global batch for a step: W*B rows of T+1 tokens, the same on every rank. */
+static void global_batch(int step, int *inputs, int *targets)
+{
+    zr_test_rng rng = {0x1234567ull + (uint64_t)step * 7919};
+    for (int i = 0; i < W * B; i++) {
+        int row[T + 1];
+        for (int t = 0; t <= T; t++) {
+            row[t] = (int)(zr_test_rng_next(&rng) % (uint64_t)TINY.vocab);
+        }
+        memcpy(inputs + (size_t)i * T, row, sizeof(int) * T);
+        memcpy(targets + (size_t)i * T, row + 1, sizeof(int) * T);
+    }
+}
+
+/* ---- the unsharded reference ------------------------------------------------ */
+
+typedef struct reference {
+    zr_gpt model;
+    int n;
+    float *p[8], *g[8], *m[8], *v[8];
+    zr_gpt_specs specs;
+    int t;
+} reference;
+
+static void ref_init(reference *r, uint64_t seed)
+{
+    memset(r, 0, sizeof *r);
+    TEST_OK(zr_gpt_init(&r->model, &TINY, W * B, T));
+    TEST_OK(zr_gpt_specs_init(&r->specs, &TINY));
+    r->n = zr_gpt_unit_count(&r->model);
+    for (int u = 0; u < r->n; u++) {
+        size_t n = zr_gpt_unit_numel(&r->model, u);
+        TEST_OK(zr_alloc_at((void **)&r->p[u], n * 4, __FILE__, __LINE__));
+        TEST_OK(zr_alloc_at((void **)&r->g[u], n * 4, __FILE__, __LINE__));
+        TEST_OK(zr_alloc_at((void **)&r->m[u], n * 4, __FILE__, __LINE__));
+        TEST_OK(zr_alloc_at((void **)&r->v[u], n * 4, __FILE__, __LINE__));
+        zr_gpt_unit_init_params(&r->model, u, r->p[u], seed);
+    }
+}
+
+static void ref_free(reference *r)
+{
+    for (int u = 0; u < r->n; u++) {
+        zr_free(r->p[u]), zr_free(r->g[u]), zr_free(r->m[u]), zr_free(r->v[u]);
+    }
+    zr_gpt_specs_free(&r->specs);
+    zr_gpt_free(&r->model);
+}
+
+static float ref_step(reference *r, const zr_engine_config *cfg, const int *in, const int *tg)
+{
+    int last = r->n - 1;
+    TEST_OK(zr_gpt_forward_begin(&r->model, in, tg));
+    for (int u = 0; u <= last; u++) {
+        TEST_OK(zr_gpt_forward_unit(&r->model, u, r->p[u], r->p[0]));
+    }
+    float loss = zr_gpt_loss(&r->model);
+    TEST_OK(zr_gpt_backward_begin(&r->model));
+    for (int u = 0; u <= last; u++) {
+        memset(r->g[u], 0, zr_gpt_unit_numel(&r->model, u) * 4);
+    }
+    for (int u = last; u >= 0; u--) {
+        TEST_OK(zr_gpt_backward_unit(&r->model, u, r->p[u], r->p[0], r->g[u], r->g[0]));
+    }
+    double sq = 0;
+    for (int u = 0; u <= last; u++) {
+        sq += zr_sumsq(r->g[u], zr_gpt_unit_numel(&r->model, u));
+    }
+    float scale = zr_clip_scale(sqrt(sq), cfg->grad_clip);
+    zr_adamw h = {LR, cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay};
+    r->t++;
+    for (int u = 0; u <= last; u++) {
+        const zr_unit_spec *s = &r->specs.units[u];
+        for (int i = 0; i < s->nranges; i++) {
+            size_t o = s->ranges[i].offset;
+            zr_adamw_update(&h, LR, r->t, scale, s->ranges[i].decay, r->p[u] + o, r->g[u] + o,
+                            r->m[u] + o, r->v[u] + o, s->ranges[i].numel);
+        }
+    }
+    return loss;
+}
+
+/* ---- helpers on the engine side ---------------------------------------------- */
+
+static int same_on_all_ranks(uint32_t x)
+{
+    uint32_t lo, hi;
+    MPI_Allreduce(&x, &lo, 1, MPI_UINT32_T, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&x, &hi, 1, MPI_UINT32_T, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+/* Checksum of every unit's exact parameters and of the working copies the model sees. */
+static uint32_t engine_checksum(zr_engine *e, const zr_gpt *m)
+{
+    uint32_t crc = 0;
+    for (int u = 0; u < e->nunits; u++) {
+        size_t n = zr_gpt_unit_numel(m, u);
+        float *full = malloc(n * 4);
+        TEST_OK(zr_engine_get_params(e, u, full));
+        crc = zr_crc32c(crc, full, n * 4);
+        free(full);
+        const float *p;
+        TEST_OK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p));
+        crc = zr_crc32c(crc, p, n * 4);
+        TEST_OK(zr_engine_release(e, u));
+    }
+    return crc;
+}
+
+static float global_loss(float local)
+{
+    double v = local;
+    TEST_OK(zr_comm_allreduce_sum_f64(&comm, ZR_GROUP_WORLD, &v, 1));
+    return (float)(v / W);
+}
+
+static zr_engine_config exact_config(int stage)
+{
+    zr_engine_config c = zr_engine_config_default();
+    c.stage = stage;
+    c.param_wire.type = ZR_WIRE_F32;
+    c.grad_wire.type = ZR_WIRE_F32;
+    c.max_live = 3 * 4096; /* small: prefetch must respect the budget */
+    return c;
+}
+
+static void engine_up(zr_engine *e, zr_gpt *m, zr_gpt_specs *sp, const zr_engine_config *cfg,
+                      uint64_t seed)
+{
+    TEST_OK(zr_gpt_init(m, &TINY, B, T));
+    TEST_OK(zr_gpt_specs_init(sp, &TINY));
+    TEST_OK(zr_engine_init(e, &comm, cfg, sp->nunits, sp->units));
+    TEST_OK(zr_gpt_engine_init_params(e, m, seed));
+}
+
+static void engine_down(zr_engine *e, zr_gpt *m, zr_gpt_specs *sp)
+{
+    zr_engine_free(e);
+    zr_gpt_specs_free(sp);
+    zr_gpt_free(m);
+}
+
+static float engine_step(zr_engine *e, zr_gpt *m, const int *in, const int *tg, zr_step_stats *st)
+{
+    float local = NAN;
+    TEST_OK(zr_gpt_engine_micro(m, e, in + (size_t)R * B * T, tg + (size_t)R * B * T, &local));
+    TEST_OK(zr_engine_step(e, LR, st));
+    return global_loss(local);
+}
+
+/* ---- tests --------------------------------------------------------------------- */
+
+static void check_stage(int stage)
+{
+    enum { STEPS = 50 };
+    zr_engine_config cfg = exact_config(stage);
+    reference ref;
+    ref_init(&ref, 42);
+    zr_engine e;
+    zr_gpt m;
+    zr_gpt_specs sp;
+    engine_up(&e, &m, &sp, &cfg, 42);
+    int *in = malloc(sizeof(int) * W * B * T), *tg = malloc(sizeof(int) * W * B * T);
+    double worst = 0;
+    int agree = 1;
+    float first = 0, last = 0;
+    for (int s = 0; s < STEPS; s++) {
+        global_batch(s, in, tg);
+        float lr_ = ref_step(&ref, &cfg, in, tg);
+        zr_step_stats st;
+        float le = engine_step(&e, &m, in, tg, &st);
+        double rel = fabs((double)le - lr_) / fabs((double)lr_);
+        worst = rel > worst ? rel : worst;
+        agree &= same_on_all_ranks(engine_checksum(&e, &m));
+        TEST_CHECK(!st.skipped);
+        if (stage == 3) {
+            size_t biggest = 0;
+            for (int u = 0; u < e.nunits; u++) {
+                biggest = zr_engine_padded(&e, u) > biggest ? zr_engine_padded(&e, u) : biggest;
+            }
+            /* fetches may exceed the budget by what the tied head needs, prefetch never */
+            TEST_CHECKF(st.live_peak <= cfg.max_live + 2 * biggest, "live peak %zu", st.live_peak);
+        }
+        if (s == 0) {
+            first = lr_;
+        }
+        last = lr_;
+    }
+    TEST_CHECKF(worst <= 1e-5, "stage %d at %d ranks: worst relative loss difference %.3g", stage,
+                W, worst);
+    TEST_CHECKF(agree, "stage %d: parameters differ across ranks", stage);
+    TEST_CHECKF(last < first - 0.05f, "stage %d: loss did not fall (%g -> %g)", stage, first, last);
+    if (R == 0) {
+        printf("  stage %d, %d ranks: %d steps, loss %.4f -> %.4f, worst rel diff %.2e\n", stage, W,
+               STEPS, first, last, worst);
+    }
+    free(in);
+    free(tg);
+    engine_down(&e, &m, &sp);
+    ref_free(&ref);
+}
+
+static void test_stage0(void)
+{
+    check_stage(0);
+}
+static void test_stage1(void)
+{
+    check_stage(1);
+}
+static void test_stage2(void)
+{
+    check_stage(2);
+}
+static void test_stage3(void)
+{
+    check_stage(3);
+}
+
+/*
+ * hpZ with fp32 on the wire gathers the same bits as the primary, so its
+ * trajectory must equal stage 3 without hpZ exactly. A secondary that
+ * survived a step, or a load, would feed stale weights to the backward.
+ */
+static void test_hpz_fresh(void)
+{
+    zr_engine_config plain = exact_config(3), hpz = exact_config(3);
+    hpz.hpz = 1;
+    zr_engine e1, e2;
+    zr_gpt m1, m2;
+    zr_gpt_specs s1, s2;
+    engine_up(&e1, &m1, &s1, &plain, 7);
+    engine_up(&e2, &m2, &s2, &hpz, 7);
+    int *in = malloc(sizeof(int) * W * B * T), *tg = malloc(sizeof(int) * W * B * T);
+    int same = 1;
+    zr_step_stats st;
+    for (int s = 0; s < 6; s++) {
+        global_batch(s, in, tg);
+        if (s == 3) {
+            /* a "checkpoint load": new parameters into both engines */
+            for (int u = 0; u < e1.nunits; u++) {
+                size_t n = zr_gpt_unit_numel(&m1, u);
+                float *p = malloc(n * 4);
+                zr_gpt_unit_init_params(&m1, u, p, 99);
+                TEST_OK(zr_engine_set_params(&e1, u, p));
+                TEST_OK(zr_engine_set_params(&e2, u, p));
+                free(p);
+            }
+        }
+        float a = engine_step(&e1, &m1, in, tg, &st);
+        float b = engine_step(&e2, &m2, in, tg, &st);
+        same &= a == b;
+        /* the hpZ run gathered backward weights inside the node only */
+        if (W > 1 && comm.size[ZR_GROUP_HPZ] > 1) {
+            TEST_CHECK(st.traffic.kind[ZR_KIND_HPZ].calls > 0);
+            TEST_EQ_INT(st.traffic.kind[ZR_KIND_HPZ].bytes_inter, 0);
+        }
+    }
+    TEST_CHECKF(same, "hpZ trajectory differs from plain stage 3: stale secondary?");
+    free(in);
+    free(tg);
+    engine_down(&e1, &m1, &s1);
+    engine_down(&e2, &m2, &s2);
+}
+
+/* Model-state bytes per rank against the plan's formula (P = unpadded parameters). */
+static void test_memory(void)
+{
+    /* a wider model so that padding stays well under the 5% tolerance */
+    static const zr_gpt_config wide = {32, 256, 256, 2, 4, 64};
+    zr_gpt_specs sp;
+    TEST_OK(zr_gpt_specs_init(&sp, &wide));
+    double P = 0;
+    for (int u = 0; u < sp.nunits; u++) {
+        P += (double)sp.units[u].numel;
+    }
+    int h = comm.size[ZR_GROUP_HPZ];
+    for (int stage = 0; stage <= 3; stage++) {
+        for (int hpz = 0; hpz <= (stage == 3); hpz++) {
+            zr_engine_config cfg = zr_engine_config_default();
+            cfg.stage = stage;
+            cfg.hpz = hpz;
+            zr_engine e;
+            TEST_OK(zr_engine_init(&e, &comm, &cfg, sp.nunits, sp.units));
+            zr_memory mem = zr_engine_memory(&e);
+            double got = (double)(mem.params + mem.grads + mem.optim + mem.secondary);
+            /* bytes per parameter: fp32 master+m+v (12), grads (4), landing buffer for
+               reduce-scatters (4), replicated working params (4, stage 1-2) */
+            double expect;
+            switch (stage) {
+            case 0: expect = 16 * P; break;              /* params are the masters */
+            case 1: expect = 4 * P + 4 * P + 16 * P / W; break;
+            case 2: expect = 4 * P + 20 * P / W; break;
+            default: expect = 20 * P / W + (hpz ? 2 * P / h : 0); break;
+            }
+            TEST_CHECKF(fabs(got - expect) <= 0.05 * expect,
+                        "stage %d hpz %d at %d ranks: %.0f bytes, formula %.0f", stage, hpz, W, got,
+                        expect);
+            zr_engine_free(&e);
+        }
+    }
+    zr_gpt_specs_free(&sp);
+}
+
+static void test_nonfinite_skips(void)
+{
+    for (int stage = 0; stage <= 3; stage += 3) {
+        zr_engine_config cfg = exact_config(stage);
+        zr_engine e;
+        zr_gpt m;
+        zr_gpt_specs sp;
+        engine_up(&e, &m, &sp, &cfg, 5);
+        uint32_t before = engine_checksum(&e, &m);
+        TEST_OK(zr_engine_micro_begin(&e));
+        for (int u = e.nunits - 1; u >= 0; u--) {
+            float *g;
+            TEST_OK(zr_engine_grads(&e, u, &g));
+            g[0] = 0.5f;
+            if (u == 1 && R == W - 1) {
+                g[3] = NAN; /* one rank sees a NaN the others cannot */
+            }
+            TEST_OK(zr_engine_grads_done(&e, u));
+        }
+        zr_step_stats st;
+        zr_log_level_set(ZR_LOG_ERROR); /* the skip warning is expected */
+        TEST_OK(zr_engine_step(&e, LR, &st));
+        zr_log_level_set(ZR_LOG_WARN);
+        TEST_CHECK(st.skipped);
+        TEST_CHECK(same_on_all_ranks((uint32_t)st.skipped));
+        TEST_CHECK(engine_checksum(&e, &m) == before);
+        engine_down(&e, &m, &sp);
+    }
+}
+
+static void test_bad_config(void)
+{
+    zr_gpt_specs sp;
+    TEST_OK(zr_gpt_specs_init(&sp, &TINY));
+    zr_engine e;
+    zr_engine_config cfg = zr_engine_config_default();
+    cfg.stage = 4;
+    TEST_FAILS(zr_engine_init(&e, &comm, &cfg, sp.nunits, sp.units), ZR_ERR_INVALID, "stage");
+    cfg = zr_engine_config_default();
+    cfg.stage = 2;
+    cfg.qwz = 1;
+    TEST_FAILS(zr_engine_init(&e, &comm, &cfg, sp.nunits, sp.units), ZR_ERR_INVALID,
+               "needs zero_optimization.stage 3");
+    cfg = zr_engine_config_default();
+    cfg.stage = 1;
+    cfg.qgz = 1;
+    TEST_FAILS(zr_engine_init(&e, &comm, &cfg, sp.nunits, sp.units), ZR_ERR_INVALID, "qgZ");
+    zr_gpt_specs_free(&sp);
+}
+
+int main(int argc, char **argv)
+{
+    zr_test_mpi_init(&argc, &argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    zr_gpt_set_threads(1);
+    if (zr_comm_init(&comm, MPI_COMM_WORLD, NULL) != ZR_OK) {
+        fprintf(stderr, "communicator: %s\n", zr_error_message());
+        return 1;
+    }
+    TEST_RUN(test_stage0);
+    TEST_RUN(test_stage1);
+    TEST_RUN(test_stage2);
+    TEST_RUN(test_stage3);
+    TEST_RUN(test_hpz_fresh);
+    TEST_RUN(test_memory);
+    TEST_RUN(test_nonfinite_skips);
+    TEST_RUN(test_bad_config);
+    zr_comm_free(&comm);
+    return zr_test_finish();
+}
