@@ -88,7 +88,8 @@ static void fill(int kind, zr_test_rng *rng, float *x, size_t n, size_t group)
             x[i] = i % group == (gi * 7) % group ? 1e6f : u * 1e-3f;
             break;
         case D_DENORMAL:
-            x[i] = u * 1e-39f;
+            /* odd groups so small that absmax / 2^(b-1) underflows to 0 */
+            x[i] = u * (gi % 2 ? 3e-44f : 1e-39f);
             break;
         case D_ZERO:
             x[i] = (i & 1) ? -0.0f : 0.0f;
@@ -547,6 +548,21 @@ static void test_zero_and_constant(void)
     TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, x + 1, 1, 1.0f, NULL, b, NULL));
     TEST_OK(zr_quant_decode(b, ZR_DTYPE_F32, y, 1));
     TEST_CHECK(y[0] == 3.0f);
+    /* a scale that underflows to 0 decodes to zeros, never NaN or Inf */
+    p.scheme = ZR_QSYM;
+    p.bits = 8;
+    for (int i = 0; i < 32; i++) {
+        x[i] = u2f((uint32_t)(i % 20)); /* 0 .. 19 * 2^-149 */
+    }
+    TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, x, 32, 1.0f, NULL, b, NULL));
+    s = scale_of(b, &p, 0, &zero);
+    TEST_CHECK(s == 0.0f);
+    TEST_OK(zr_quant_decode(b, ZR_DTYPE_F32, y, 32));
+    ok = 1;
+    for (int i = 0; i < 32; i++) {
+        ok &= y[i] == 0.0f;
+    }
+    TEST_CHECK(ok);
 }
 
 /* Error feedback: over many steps the decoded sum tracks the true sum. */
