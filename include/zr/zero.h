@@ -107,6 +107,8 @@ typedef struct zr_step_stats {
     double t_total;         /* seconds from the first micro_begin to the end of the step */
     zr_traffic traffic;     /* this rank's bytes and calls during the step */
     size_t live_peak;       /* peak elements of gathered parameters during the step */
+    uint64_t zero3_bytes_inter; /* what ZeRO-3 with bf16 on the wire would have sent across
+                                   nodes from this rank for the same gathers and reductions */
 } zr_step_stats;
 
 typedef struct zr_unit_state zr_unit_state; /* private to the engine */
@@ -123,6 +125,7 @@ typedef struct zr_engine {
     size_t live, live_peak;  /* gathered parameter elements now / peak this step */
     double t_comm, t_optim, t_begin;
     zr_traffic traffic_begin;
+    uint64_t zero3_inter;    /* the ZeRO-3 bf16 shadow count of this step */
 } zr_engine;
 
 /*
@@ -168,6 +171,7 @@ typedef struct zr_memory {
 zr_memory zr_engine_memory(const zr_engine *e);
 
 /* Sizes of the padded layout. */
+size_t zr_engine_numel(const zr_engine *e, int u);  /* elements of unit u before padding */
 size_t zr_engine_padded(const zr_engine *e, int u); /* padded elements of unit u */
 size_t zr_engine_shard(const zr_engine *e, int u);  /* elements of one shard of unit u */
 

@@ -21,6 +21,8 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"train", zr_cli_train, "train a GPT across MPI ranks (mpirun -np N zr train ...)"},
+    {"export", zr_cli_export, "write llm.c and safetensors files from a checkpoint"},
     {"selfcheck", zr_cli_selfcheck, "check the communicator: layout, groups, traffic counters"},
     {"bench", zr_cli_bench, "run a benchmark from bench/ (zr bench --help)"},
 };

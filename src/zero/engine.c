@@ -274,6 +274,11 @@ void zr_engine_free(zr_engine *e)
     memset(e, 0, sizeof *e);
 }
 
+size_t zr_engine_numel(const zr_engine *e, int u)
+{
+    return e->units[u].numel;
+}
+
 size_t zr_engine_padded(const zr_engine *e, int u)
 {
     return e->units[u].padded;
@@ -289,6 +294,18 @@ void zr_engine_invalidate_secondary(zr_engine *e)
     for (int u = 0; u < e->nunits; u++) {
         e->units[u].sec_valid = 0;
     }
+}
+
+/*
+ * The ZeRO-3 baseline (bf16 on the wire, direct all-gather and reduce-scatter
+ * over the world) would send 2*S bytes of unit u to every rank on another
+ * node for each gather and each reduction zr performs; counting that beside
+ * the real traffic shows what ZeRO++ keeps off the links.
+ */
+static void shadow_zero3(zr_engine *e, const zr_unit_state *s)
+{
+    int W = world(e), D = e->comm->ranks_per_node;
+    e->zero3_inter += (uint64_t)2 * s->shard * (uint64_t)(W - D);
 }
 
 /* Wait on a collective and charge the blocked time to exposed communication. */
@@ -424,6 +441,7 @@ static zr_status start_gather(zr_engine *e, int u)
     }
     s->from_primary = !use_secondary;
     s->inflight = 1;
+    shadow_zero3(e, s);
     e->live += s->padded;
     if (e->live > e->live_peak) {
         e->live_peak = e->live;
@@ -514,6 +532,7 @@ zr_status zr_engine_micro_begin(zr_engine *e)
         e->t_optim = 0.0;
         e->live_peak = e->live;
         e->traffic_begin = zr_comm_traffic_get(e->comm);
+        e->zero3_inter = 0;
     }
     e->micro++;
     return ZR_OK;
@@ -549,6 +568,7 @@ zr_status zr_engine_grads_done(zr_engine *e, int u)
                                          s->shard, s->grad_tmp, &s->grad_op));
     }
     s->grad_inflight = 1;
+    shadow_zero3(e, s);
     if (!e->cfg.overlap) {
         ZR_CHECK(finish_grad(e, s));
     }
@@ -699,6 +719,7 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
     stats->t_optim = e->t_optim;
     stats->t_total = zr_now() - e->t_begin;
     stats->live_peak = e->live_peak;
+    stats->zero3_bytes_inter = e->zero3_inter;
     zr_traffic now = zr_comm_traffic_get(e->comm);
     for (int k = 0; k < ZR_KIND_COUNT; k++) {
         stats->traffic.kind[k].calls = now.kind[k].calls - e->traffic_begin.kind[k].calls;

@@ -1,0 +1,560 @@
+/*
+ * train.c - "zr train": the main job. A GPT trained across MPI ranks with
+ * the ZeRO engine, configured like DeepSpeed, with progress, metrics,
+ * checkpoints, resume, resharding and signal handling.
+ *
+ * Every decision that could differ between ranks (a file that one node
+ * cannot read, a signal that reached one rank) is agreed on collectively, so
+ * an error ends every rank with the same message and a stop request stops
+ * every rank after the same step.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "cli.h"
+
+#include "zr/checkpoint.h"
+#include "zr/config.h"
+#include "zr/data.h"
+#include "zr/gpt_engine.h"
+#include "zr/optim.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Exit codes: 0 done (or stopped cleanly by a signal), 1 runtime failure, 2 bad input. */
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_INPUT = 2 };
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    stop_requested = sig;
+}
+
+typedef struct trainer {
+    int rank, world;
+    zr_train_config cfg;
+    zr_comm comm;
+    int comm_up;
+    zr_dataset data;
+    zr_loader train, val;
+    zr_gpt_config mcfg;
+    zr_gpt model;
+    zr_gpt_specs specs;
+    zr_engine engine;
+    int engine_up;
+    FILE *metrics;
+    int *inputs, *targets;
+    char *config_json;
+} trainer;
+
+/* Unknown-key warnings and notes: collected on every rank, printed by rank 0. */
+static void warn_rank0(void *ctx, const char *msg)
+{
+    if (*(int *)ctx == 0) {
+        fprintf(stderr, "zr train: warning: %s\n", msg);
+    }
+}
+
+static const char *hint_for(zr_status st)
+{
+    switch (st) {
+    case ZR_ERR_INVALID: return "zr train --help lists every key with its default";
+    case ZR_ERR_FORMAT: return "the file is damaged or is not what zr expects; nothing was overwritten";
+    case ZR_ERR_IO: return "check the path and permissions; nothing was overwritten";
+    default: return "";
+    }
+}
+
+/* Report an agreed error on rank 0 and return the exit code every rank uses. */
+static int fail(const trainer *t, zr_status st)
+{
+    if (t->rank == 0) {
+        fprintf(stderr, "zr train: error: %s\n", zr_error_message());
+        const char *hint = hint_for(st);
+        if (hint[0] != '\0') {
+            fprintf(stderr, "  hint: %s\n", hint);
+        }
+    }
+    return st == ZR_ERR_INVALID || st == ZR_ERR_FORMAT ? EXIT_INPUT : EXIT_RUNTIME;
+}
+
+static zr_engine_config engine_config(const zr_train_config *c)
+{
+    zr_engine_config e = zr_engine_config_default();
+    e.stage = c->stage;
+    zr_wire_type wire = strcmp(c->communication_data_type, "fp32") == 0 ? ZR_WIRE_F32 : ZR_WIRE_BF16;
+    e.param_wire.type = wire;
+    e.grad_wire.type = wire;
+    e.qwz = c->zero_quantized_weights;
+    e.qwz_q = (zr_qparams){c->qwz_bits, c->qwz_group, ZR_QSYM};
+    e.hpz = c->zero_hpz_partition_size != 1;
+    e.qgz = c->zero_quantized_gradients;
+    e.qgz_cfg.q = (zr_qparams){c->qgz_bits, c->qgz_group, ZR_QSYM};
+    e.qgz_cfg.chunks = c->qgz_chunks;
+    e.qgz_cfg.error_feedback = c->qgz_error_feedback;
+    e.overlap = c->overlap_comm;
+    size_t live = (size_t)c->stage3_max_live_parameters;
+    e.max_live = live > 0 ? live : (size_t)-1;
+    e.beta1 = (float)c->beta1;
+    e.beta2 = (float)c->beta2;
+    e.eps = (float)c->eps;
+    e.weight_decay = (float)c->weight_decay;
+    e.grad_clip = (float)c->gradient_clipping;
+    return e;
+}
+
+/* DeepSpeed's schedulers mapped onto warmup-then-decay. */
+static float lr_at(const zr_train_config *c, int step)
+{
+    double lr = c->warmup_max_lr > 0 ? c->warmup_max_lr : c->lr;
+    int warm = c->warmup_num_steps, total = c->total_num_steps;
+    if (strcmp(c->scheduler_type, "WarmupLR") == 0) {
+        if (step >= warm) {
+            return (float)lr;
+        }
+        return (float)(c->warmup_min_lr + (lr - c->warmup_min_lr) * (step + 1) / warm);
+    }
+    if (strcmp(c->scheduler_type, "WarmupDecayLR") == 0) {
+        if (step < warm) {
+            return (float)(c->warmup_min_lr + (lr - c->warmup_min_lr) * (step + 1) / warm);
+        }
+        return zr_lr_at(ZR_LR_LINEAR, (float)lr, 0.0f, warm, total, step);
+    }
+    if (strcmp(c->scheduler_type, "WarmupCosineLR") == 0) {
+        float min_lr = (float)(c->cos_min_ratio * lr);
+        if (step < warm) {
+            double r0 = c->warmup_min_ratio;
+            return (float)(lr * (r0 + (1.0 - r0) * (step + 1) / warm));
+        }
+        return zr_lr_at(ZR_LR_COSINE, (float)lr, min_lr, warm, total, step);
+    }
+    return (float)lr;
+}
+
+static zr_status load_data(trainer *t)
+{
+    zr_status st;
+    if (t->cfg.data_path[0] == '\0') {
+        st = zr_dataset_load_fortunes(&t->data, ZR_FORTUNES_DIR);
+    } else {
+        /* an llm.c shard announces itself by its magic; anything else is text */
+        FILE *f = fopen(t->cfg.data_path, "rb");
+        int32_t magic = 0;
+        if (f != NULL) {
+            if (fread(&magic, sizeof magic, 1, f) != 1) {
+                magic = 0;
+            }
+            fclose(f);
+        }
+        st = magic == ZR_SHARD_MAGIC ? zr_dataset_load_shard(&t->data, t->cfg.data_path)
+                                     : zr_dataset_load_text(&t->data, t->cfg.data_path);
+    }
+    return st;
+}
+
+static zr_status setup(trainer *t)
+{
+    zr_train_config *c = &t->cfg;
+    ZR_CHECK(zr_comm_agree(&t->comm, load_data(t)));
+    int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
+    zr_status st = zr_loader_init(&t->train, &t->data, ZR_SPLIT_TRAIN, B, T, t->rank, t->world);
+    if (st == ZR_OK) {
+        st = zr_loader_init(&t->val, &t->data, ZR_SPLIT_VAL, B, T, t->rank, t->world);
+    }
+    ZR_CHECK(zr_comm_agree(&t->comm, st));
+    t->mcfg = (zr_gpt_config){T, t->data.vocab, (int)zr_round_up((size_t)t->data.vocab, 128),
+                              c->layers, c->heads, c->channels};
+    st = zr_gpt_init(&t->model, &t->mcfg, B, T);
+    if (st == ZR_OK) {
+        st = zr_gpt_specs_init(&t->specs, &t->mcfg);
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&t->inputs, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&t->targets, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
+    }
+    ZR_CHECK(zr_comm_agree(&t->comm, st));
+    zr_engine_config ecfg = engine_config(c);
+    ZR_CHECK(zr_engine_init(&t->engine, &t->comm, &ecfg, t->specs.nunits, t->specs.units));
+    t->engine_up = 1;
+    return ZR_OK;
+}
+
+/* Restore from the newest complete checkpoint; *start = first step to run. */
+static zr_status resume(trainer *t, int *start)
+{
+    char path[4096];
+    int found = 0;
+    *start = 0;
+    zr_status st = zr_ckpt_find_latest(t->cfg.checkpoint_dir, path, sizeof path, &found);
+    ZR_CHECK(zr_comm_agree(&t->comm, st));
+    if (!found) {
+        if (t->rank == 0) {
+            fprintf(stderr, "zr train: no complete checkpoint in %s; starting from step 0\n",
+                    t->cfg.checkpoint_dir);
+        }
+        return ZR_OK;
+    }
+    zr_ckpt_meta meta;
+    st = zr_ckpt_read_meta(path, &meta);
+    if (st == ZR_OK && memcmp(&meta.model, &t->mcfg, sizeof meta.model) != 0) {
+        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                         "checkpoint %s is for another model shape (L=%d NH=%d C=%d V=%d T=%d); "
+                         "this run has L=%d NH=%d C=%d V=%d T=%d",
+                         path, meta.model.layers, meta.model.heads, meta.model.channels,
+                         meta.model.vocab, meta.model.max_t, t->mcfg.layers, t->mcfg.heads,
+                         t->mcfg.channels, t->mcfg.vocab, t->mcfg.max_t);
+    }
+    ZR_CHECK(zr_comm_agree(&t->comm, st));
+    ZR_CHECK(zr_ckpt_load(&t->comm, &t->engine, path, &meta));
+    uint64_t global_tokens = (uint64_t)t->world * t->cfg.train_micro_batch_size_per_gpu *
+                             t->cfg.seq_len;
+    uint64_t pos = meta.data_position * (uint64_t)t->cfg.gradient_accumulation_steps;
+    if (meta.world != t->world) {
+        pos = meta.tokens / global_tokens; /* resharded: same place in the data */
+    }
+    zr_loader_seek(&t->train, pos);
+    *start = (int)meta.step;
+    if (t->rank == 0) {
+        printf("zr train: resumed from %s (step %lld, saved at %d ranks, now %d)\n", path,
+               (long long)meta.step, meta.world, t->world);
+    }
+    return ZR_OK;
+}
+
+static zr_status save(trainer *t, int step, char *path, size_t len)
+{
+    zr_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.step = step;
+    meta.optim_steps = t->engine.step;
+    uint64_t per_step = (uint64_t)t->cfg.gradient_accumulation_steps;
+    meta.data_position = zr_loader_position(&t->train) / (per_step ? per_step : 1);
+    meta.tokens = zr_loader_position(&t->train) * (uint64_t)t->world *
+                  t->cfg.train_micro_batch_size_per_gpu * t->cfg.seq_len;
+    meta.seed = t->cfg.seed;
+    meta.stage = t->cfg.stage;
+    meta.model = t->mcfg;
+    return zr_ckpt_save(&t->comm, &t->engine, t->cfg.checkpoint_dir, &meta, t->config_json,
+                        t->cfg.keep_checkpoints, path, len);
+}
+
+static zr_status validate(trainer *t, float *loss)
+{
+    zr_loader_seek(&t->val, 0);
+    double sum = 0.0;
+    for (int i = 0; i < t->cfg.val_batches; i++) {
+        float l;
+        zr_loader_next(&t->val, t->inputs, t->targets);
+        ZR_CHECK(zr_gpt_engine_eval(&t->model, &t->engine, t->inputs, t->targets, &l));
+        sum += l;
+    }
+    ZR_CHECK(zr_comm_allreduce_sum_f64(&t->comm, ZR_GROUP_WORLD, &sum, 1));
+    *loss = (float)(sum / ((double)t->world * t->cfg.val_batches));
+    return ZR_OK;
+}
+
+static void fmt_eta(double s, char *buf, size_t n)
+{
+    if (!(s >= 0) || s > 1e7) {
+        snprintf(buf, n, "?");
+    } else if (s >= 3600) {
+        snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    } else {
+        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    }
+}
+
+static uint64_t sum_bytes(const zr_traffic *t, int inter)
+{
+    uint64_t s = 0;
+    for (int k = 0; k < ZR_KIND_COUNT; k++) {
+        s += inter ? t->kind[k].bytes_inter : t->kind[k].bytes_intra;
+    }
+    return s;
+}
+
+static void progress_bar(int step, int total, float loss, double eta)
+{
+    char e[32];
+    fmt_eta(eta, e, sizeof e);
+    int width = 30, done = total > 0 ? (int)((double)width * step / total) : width;
+    printf("\r[");
+    for (int i = 0; i < width; i++) {
+        putchar(i < done ? '=' : (i == done ? '>' : ' '));
+    }
+    printf("] %d/%d loss %.4f ETA %s   ", step, total, loss, e);
+    fflush(stdout);
+}
+
+static zr_status loop(trainer *t, int start, int *stopped_at)
+{
+    zr_train_config *c = &t->cfg;
+    int accum = c->gradient_accumulation_steps;
+    double tokens_per_step = (double)t->world * accum * c->train_micro_batch_size_per_gpu * c->seq_len;
+    int tty = t->rank == 0 && isatty(STDOUT_FILENO);
+    double t_run = zr_now();
+    double inter_total = 0, intra_total = 0, zero3_total = 0;
+    float first_loss = NAN, last_loss = NAN, val_loss = NAN;
+    *stopped_at = -1;
+    for (int step = start; step < c->train_steps; step++) {
+        float lr = lr_at(c, step);
+        double local = 0.0;
+        for (int k = 0; k < accum; k++) {
+            float l;
+            zr_loader_next(&t->train, t->inputs, t->targets);
+            ZR_CHECK(zr_gpt_engine_micro(&t->model, &t->engine, t->inputs, t->targets, &l));
+            local += l;
+        }
+        zr_step_stats st;
+        ZR_CHECK(zr_engine_step(&t->engine, lr, &st));
+        /* one control all-reduce: loss, bytes, the ZeRO-3 shadow, and a stop request */
+        double v[5] = {local, (double)sum_bytes(&st.traffic, 0), (double)sum_bytes(&st.traffic, 1),
+                       (double)st.zero3_bytes_inter, (double)(stop_requested != 0)};
+        ZR_CHECK(zr_comm_allreduce_sum_f64(&t->comm, ZR_GROUP_WORLD, v, 5));
+        float loss = (float)(v[0] / ((double)t->world * accum));
+        intra_total += v[1];
+        inter_total += v[2];
+        zero3_total += v[3];
+        if (step == start) {
+            first_loss = loss;
+        }
+        last_loss = loss;
+        int done = step + 1;
+        int do_val = c->val_every > 0 && (done % c->val_every == 0 || done == c->train_steps);
+        if (do_val) {
+            ZR_CHECK(validate(t, &val_loss));
+        }
+        double compute = st.t_total - st.t_comm - st.t_optim;
+        double tps = tokens_per_step / st.t_total;
+        double eta = (zr_now() - t_run) / (done - start) * (c->train_steps - done);
+        if (t->rank == 0) {
+            if (t->metrics != NULL) {
+                fprintf(t->metrics,
+                        "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
+                        "\"tokens_per_s\": %.1f, \"t_step\": %.6f, \"t_compute\": %.6f, "
+                        "\"t_comm\": %.6f, \"t_optim\": %.6f, \"bytes_intra\": %.0f, "
+                        "\"bytes_inter\": %.0f, \"zero3_bytes_inter\": %.0f, \"skipped\": %d",
+                        done, loss, lr, st.grad_norm, tps, st.t_total, compute, st.t_comm,
+                        st.t_optim, v[1], v[2], v[3], st.skipped);
+                if (do_val) {
+                    fprintf(t->metrics, ", \"val_loss\": %.6f", val_loss);
+                }
+                fprintf(t->metrics, "}\n");
+                fflush(t->metrics);
+            }
+            if (done % c->steps_per_print == 0 || done == c->train_steps || done == start + 1) {
+                char e[32];
+                fmt_eta(eta, e, sizeof e);
+                if (tty) {
+                    printf("\r%*s\r", 80, "");
+                }
+                printf("step %5d/%d | loss %.4f", done, c->train_steps, loss);
+                if (do_val) {
+                    printf(" (val %.4f)", val_loss);
+                }
+                printf(" | lr %.2e | norm %6.3f | %7.0f tok/s | compute %5.1f comm %5.1f optim %4.1f ms"
+                       " | intra %6.2f inter %6.2f MB | ETA %s\n",
+                       lr, st.grad_norm, tps, 1e3 * compute, 1e3 * st.t_comm, 1e3 * st.t_optim,
+                       v[1] / 1e6, v[2] / 1e6, e);
+            } else if (tty) {
+                progress_bar(done, c->train_steps, loss, eta);
+            }
+            fflush(stdout);
+        }
+        int ckpt_due = c->checkpoint_dir[0] != '\0' && c->checkpoint_every > 0 &&
+                       done % c->checkpoint_every == 0 && done != c->train_steps;
+        if (ckpt_due || v[4] > 0) {
+            char path[4096] = "";
+            if (c->checkpoint_dir[0] != '\0') {
+                ZR_CHECK(save(t, done, path, sizeof path));
+            }
+            if (t->rank == 0 && ckpt_due) {
+                printf("checkpoint: %s\n", path);
+            }
+            if (v[4] > 0) {
+                if (t->rank == 0) {
+                    printf("zr train: stop requested; finished step %d%s%s\n", done,
+                           path[0] ? ", checkpoint " : " (no checkpoint_dir: nothing saved)", path);
+                    if (path[0]) {
+                        printf("  continue with: --resume\n");
+                    }
+                }
+                *stopped_at = done;
+                return ZR_OK;
+            }
+        }
+    }
+    if (c->checkpoint_dir[0] != '\0' && start < c->train_steps) {
+        char path[4096];
+        ZR_CHECK(save(t, c->train_steps, path, sizeof path));
+        if (t->rank == 0) {
+            printf("checkpoint: %s\n", path);
+        }
+    }
+    if (t->rank == 0 && start < c->train_steps) {
+        printf("done: %d steps in %.1f s, loss %.4f -> %.4f", c->train_steps - start,
+               zr_now() - t_run, first_loss, last_loss);
+        if (!isnan(val_loss)) {
+            printf(" (val %.4f)", val_loss);
+        }
+        printf("\ninter-node traffic: %.2f MB (intra-node %.2f MB)", inter_total / 1e6,
+               intra_total / 1e6);
+        if (c->stage == 3 && zero3_total > 0) {
+            printf("; ZeRO-3 with bf16 would have sent %.2f MB across nodes: %.2f MB kept off the "
+                   "links (%.2fx less)",
+                   zero3_total / 1e6, (zero3_total - inter_total) / 1e6,
+                   inter_total > 0 ? zero3_total / inter_total : 0.0);
+        }
+        printf("\n");
+    }
+    return ZR_OK;
+}
+
+static void cleanup(trainer *t)
+{
+    if (t->engine_up) {
+        zr_engine_free(&t->engine);
+    }
+    zr_gpt_specs_free(&t->specs);
+    zr_gpt_free(&t->model);
+    zr_dataset_free(&t->data);
+    zr_free(t->inputs);
+    zr_free(t->targets);
+    free(t->config_json);
+    if (t->metrics != NULL) {
+        fclose(t->metrics);
+    }
+    if (t->comm_up) {
+        zr_comm_free(&t->comm);
+    }
+}
+
+static zr_status open_metrics(trainer *t)
+{
+    char path[4200];
+    const zr_train_config *c = &t->cfg;
+    if (c->metrics_path[0] != '\0') {
+        snprintf(path, sizeof path, "%s", c->metrics_path);
+    } else if (c->checkpoint_dir[0] != '\0') {
+        snprintf(path, sizeof path, "%s/metrics.jsonl", c->checkpoint_dir);
+    } else {
+        return ZR_OK;
+    }
+    zr_status st = ZR_OK;
+    if (t->rank == 0) {
+        if (c->checkpoint_dir[0] != '\0' && c->metrics_path[0] == '\0') {
+            char mk[4300];
+            snprintf(mk, sizeof mk, "mkdir -p '%s'", c->checkpoint_dir);
+            if (system(mk) != 0) {
+                st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot create directory %s",
+                                 c->checkpoint_dir);
+            }
+        }
+        /* resuming appends to the same curve; a fresh run starts a new file */
+        t->metrics = st == ZR_OK ? fopen(path, c->resume ? "a" : "w") : NULL;
+        if (st == ZR_OK && t->metrics == NULL) {
+            st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot open metrics file %s", path);
+        }
+    }
+    return zr_comm_agree(&t->comm, st);
+}
+
+int zr_cli_train(int argc, char **argv)
+{
+    trainer t;
+    memset(&t, 0, sizeof t);
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &t.world);
+    zr_config_defaults(&t.cfg);
+
+    /* a first communicator with no hpZ group just to agree on the configuration */
+    zr_comm_config plain = {0, 1};
+    zr_status st = zr_comm_init(&t.comm, MPI_COMM_WORLD, &plain);
+    if (st != ZR_OK) {
+        int code = fail(&t, st);
+        MPI_Finalize();
+        return code;
+    }
+    t.comm_up = 1;
+    int help = 0;
+    st = zr_config_from_args(&t.cfg, argc - 1, argv + 1, &help, warn_rank0, &t.rank);
+    if (help) {
+        if (t.rank == 0) {
+            zr_config_print_help(stdout);
+        }
+        cleanup(&t);
+        MPI_Finalize();
+        return 0;
+    }
+    if (st == ZR_OK) {
+        st = zr_config_finalize(&t.cfg, t.world);
+    }
+    st = zr_comm_agree(&t.comm, st);
+    if (st == ZR_OK) {
+        /* the real communicator, with the hpZ group the configuration asks for */
+        zr_comm_free(&t.comm);
+        t.comm_up = 0;
+        zr_comm_config real = {0, t.cfg.zero_hpz_partition_size};
+        st = zr_comm_init(&t.comm, MPI_COMM_WORLD, &real);
+        t.comm_up = st == ZR_OK;
+    }
+    if (st == ZR_OK) {
+        zr_gpt_set_threads(t.cfg.threads);
+        t.config_json = zr_config_to_json(&t.cfg);
+        if (t.rank == 0) {
+            char desc[256];
+            zr_comm_describe(&t.comm, desc, sizeof desc);
+            printf("zr train: %s\n", desc);
+            zr_config_print(stdout, &t.cfg);
+            fflush(stdout);
+        }
+        st = setup(&t);
+    }
+    if (st == ZR_OK) {
+        st = zr_comm_agree(&t.comm, zr_gpt_engine_init_params(&t.engine, &t.model, t.cfg.seed));
+    }
+    int start = 0;
+    if (st == ZR_OK && t.cfg.resume) {
+        if (t.cfg.checkpoint_dir[0] == '\0') {
+            st = zr_comm_agree(&t.comm, zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                                                    "--resume needs zr.checkpoint.dir (--ckpt-dir)"));
+        } else {
+            st = resume(&t, &start);
+        }
+    }
+    if (st == ZR_OK) {
+        st = open_metrics(&t);
+    }
+    if (st == ZR_OK && t.rank == 0) {
+        size_t params = zr_gpt_config_param_count(&t.mcfg);
+        zr_memory mem = zr_engine_memory(&t.engine);
+        printf("model: %zu parameters (L=%d NH=%d C=%d V=%d T=%d); model state per rank %.2f MB "
+               "(optimizer %.2f, grads %.2f, params %.2f, hpZ secondary %.2f)\n",
+               params, t.mcfg.layers, t.mcfg.heads, t.mcfg.channels, t.mcfg.vocab, t.mcfg.max_t,
+               (mem.optim + mem.grads + mem.params + mem.secondary) / 1e6, mem.optim / 1e6,
+               mem.grads / 1e6, mem.params / 1e6, mem.secondary / 1e6);
+        fflush(stdout);
+    }
+    int stopped_at = -1;
+    if (st == ZR_OK) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        st = loop(&t, start, &stopped_at);
+        st = zr_comm_agree(&t.comm, st);
+    }
+    int code = st == ZR_OK ? EXIT_OK : fail(&t, st);
+    cleanup(&t);
+    MPI_Finalize();
+    return code;
+}
