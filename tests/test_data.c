@@ -67,7 +67,7 @@ static void test_shard_corrupt(void)
 {
     char path[512];
     tmp_path(path, sizeof path, "bad.bin");
-    int32_t h[256 + 8] = {0};
+    int32_t h[256 + 16] = {0};
     h[0] = 20240520;
     h[1] = 1;
     h[2] = 16; /* 16 tokens = 32 bytes after the header */
