@@ -1,0 +1,269 @@
+/*
+ * bench_model.c - "zr bench model": single-process training step speed.
+ *
+ * Measures forward + backward + AdamW on one rank for a small config and for
+ * GPT-2 124M, at each requested BLAS thread count, and sets the model's FLOP
+ * rate beside cblas_sgemm's on a 2048^3 product taken in the same run (the
+ * ceiling the model could reach on this machine). Reports medians, since the
+ * machine may be shared, plus a breakdown of where a 124M step's time goes.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "../src/cli/cli.h"
+#include "zr/model.h"
+#include "zr/optim.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+typedef struct bench_result {
+    const char *name;
+    int threads, B, T;
+    double ms_step, tokens_per_s, gflops, fwd_ms, bwd_ms, adam_ms;
+} bench_result;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *x, int n)
+{
+    qsort(x, (size_t)n, sizeof *x, cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static double peak_rss_mb(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) {
+        return -1;
+    }
+    return ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+}
+
+/* Median GFLOP/s of a 2048^3 sgemm. */
+static double sgemm_gflops(int reps)
+{
+    const int n = 2048;
+    float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4),
+          *c = malloc((size_t)n * n * 4);
+    if (a == NULL || b == NULL || c == NULL) {
+        free(a);
+        free(b);
+        free(c);
+        return -1;
+    }
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+        a[i] = (float)(i % 13) * 0.01f;
+        b[i] = (float)(i % 7) * 0.02f;
+    }
+    double t[16];
+    for (int r = 0; r <= reps; r++) {
+        double t0 = zr_now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
+        t[r] = zr_now() - t0;
+    }
+    double med = median(t + 1, reps); /* the first run warms up */
+    free(a);
+    free(b);
+    free(c);
+    return 2.0 * n * n * (double)n / med * 1e-9;
+}
+
+static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, int T,
+                            int threads, int steps, bench_result *res)
+{
+    zr_gpt m;
+    ZR_CHECK(zr_gpt_init(&m, cfg, B, T));
+    zr_gpt_set_threads(threads);
+    int nu = zr_gpt_unit_count(&m);
+    zr_status st = ZR_OK;
+    float **p = calloc((size_t)nu * 4, sizeof *p);
+    int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+    if (p == NULL || in == NULL || tg == NULL) {
+        st = zr_error_at(ZR_ERR_NOMEM, __FILE__, __LINE__, "bench: out of memory");
+        goto done;
+    }
+    float **g = p + nu, **mm = p + 2 * nu, **vv = p + 3 * nu;
+    for (int u = 0; u < nu; u++) {
+        size_t n = zr_gpt_unit_numel(&m, u);
+        ZR_CHECK_GOTO(zr_alloc_at((void **)&p[u], n * 4, __FILE__, __LINE__), st, done);
+        ZR_CHECK_GOTO(zr_alloc_at((void **)&g[u], n * 4, __FILE__, __LINE__), st, done);
+        ZR_CHECK_GOTO(zr_alloc_at((void **)&mm[u], n * 4, __FILE__, __LINE__), st, done);
+        ZR_CHECK_GOTO(zr_alloc_at((void **)&vv[u], n * 4, __FILE__, __LINE__), st, done);
+        zr_gpt_unit_init_params(&m, u, p[u], 1);
+    }
+    uint64_t s = 88172645463325252ull;
+    for (int i = 0; i < B * T; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        in[i] = (int)(s % (uint64_t)cfg->vocab);
+        tg[i] = (int)((s >> 20) % (uint64_t)cfg->vocab);
+    }
+    zr_adamw h = zr_adamw_default();
+    double tf[32], tb[32], ta[32], tt[32];
+    for (int step = 0; step <= steps; step++) { /* step 0 warms up */
+        double t0 = zr_now();
+        ZR_CHECK_GOTO(zr_gpt_forward_begin(&m, in, tg), st, done);
+        for (int u = 0; u < nu; u++) {
+            ZR_CHECK_GOTO(zr_gpt_forward_unit(&m, u, p[u], p[0]), st, done);
+        }
+        double t1 = zr_now();
+        for (int u = 0; u < nu; u++) {
+            memset(g[u], 0, zr_gpt_unit_numel(&m, u) * 4);
+        }
+        ZR_CHECK_GOTO(zr_gpt_backward_begin(&m), st, done);
+        for (int u = nu - 1; u >= 0; u--) {
+            ZR_CHECK_GOTO(zr_gpt_backward_unit(&m, u, p[u], p[0], g[u], g[0]), st, done);
+        }
+        double t2 = zr_now();
+        for (int u = 0; u < nu; u++) {
+            zr_adamw_update(&h, 1e-4f, step + 1, 1.0f, 1, p[u], g[u], mm[u], vv[u],
+                            zr_gpt_unit_numel(&m, u));
+        }
+        double t3 = zr_now();
+        if (step > 0) {
+            tf[step - 1] = t1 - t0;
+            tb[step - 1] = t2 - t1;
+            ta[step - 1] = t3 - t2;
+            tt[step - 1] = t3 - t0;
+        }
+    }
+    double sec = median(tt, steps);
+    res->name = name;
+    res->threads = threads;
+    res->B = B;
+    res->T = T;
+    res->ms_step = sec * 1e3;
+    res->tokens_per_s = (double)B * T / sec;
+    res->gflops = zr_gpt_flops_per_step(cfg, B, T) / sec * 1e-9;
+    res->fwd_ms = median(tf, steps) * 1e3;
+    res->bwd_ms = median(tb, steps) * 1e3;
+    res->adam_ms = median(ta, steps) * 1e3;
+done:
+    if (p != NULL) {
+        for (int u = 0; u < 4 * nu; u++) {
+            zr_free(p[u]);
+        }
+    }
+    free(p);
+    free(in);
+    free(tg);
+    zr_gpt_free(&m);
+    return st;
+}
+
+/* Parses "1,2" into threads[]; returns the count (0 on a bad list). */
+static int parse_threads(const char *s, int *threads, int max)
+{
+    int n = 0;
+    while (*s != '\0' && n < max) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 256) {
+            return 0;
+        }
+        threads[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end != ',' && *end != '\0') {
+            return 0;
+        }
+    }
+    return n;
+}
+
+int zr_bench_model(int argc, char **argv)
+{
+    int json = 0, quick = 0, nthreads = 2;
+    int threads[8] = {1, 2};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            nthreads = parse_threads(argv[++i], threads, 8);
+            if (nthreads == 0) {
+                fprintf(stderr, "zr bench model: bad --threads list '%s' (e.g. 1,2)\n", argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: zr bench model [--json] [--threads 1,2] [--quick]\n");
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    const zr_gpt_config small = {256, 256, 256, 4, 4, 256};
+    const zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768};
+    const int T124 = quick ? 256 : 1024, steps_small = quick ? 3 : 7, steps_124 = quick ? 1 : 3;
+
+    bench_result res[16];
+    int nres = 0;
+    double sgemm[8];
+    printf("zr bench model: forward + backward + AdamW on one rank, medians\n");
+    printf("%-6s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %8s\n", "model", "thr", "B", "T",
+           "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s", "sgemm GF", "ratio");
+    for (int k = 0; k < nthreads; k++) {
+        zr_gpt_set_threads(threads[k]);
+        sgemm[k] = sgemm_gflops(quick ? 3 : 5);
+        struct {
+            const char *name;
+            const zr_gpt_config *cfg;
+            int B, T, steps;
+        } runs[2] = {{"small", &small, 4, 256, steps_small}, {"124M", &gpt2, 1, T124, steps_124}};
+        for (int r = 0; r < 2; r++) {
+            bench_result *x = &res[nres];
+            zr_status st =
+                run_config(runs[r].name, runs[r].cfg, runs[r].B, runs[r].T, threads[k],
+                           runs[r].steps, x);
+            if (st != ZR_OK) {
+                fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st),
+                        zr_error_message());
+                return 1;
+            }
+            nres++;
+            printf("%-6s %3d %4d %5d %10.1f %11.0f %8.1f %8.1f %8.1f %8.1f %9.1f %8.2f\n",
+                   x->name, x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->fwd_ms,
+                   x->bwd_ms, x->adam_ms, x->gflops, sgemm[k], x->gflops / sgemm[k]);
+            fflush(stdout);
+        }
+    }
+    double rss = peak_rss_mb();
+    printf("peak RSS %.0f MiB; GFLOP/s counts matmuls and causal attention "
+           "(6 x params x tokens + attention)\n",
+           rss);
+    if (json) {
+        /* the 124M run at the most threads measured */
+        int best = -1;
+        for (int i = 0; i < nres; i++) {
+            if (strcmp(res[i].name, "124M") == 0 &&
+                (best < 0 || res[i].threads >= res[best].threads)) {
+                best = i;
+            }
+        }
+        int k = 0;
+        for (int i = 0; i < nthreads; i++) {
+            k = threads[i] == res[best].threads ? i : k;
+        }
+        printf("{\"bench\":\"model\",\"config\":\"124M\",\"threads\":%d,\"B\":%d,\"T\":%d,"
+               "\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
+               "\"flops_vs_sgemm\":%.3f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"adam_ms\":%.2f,"
+               "\"peak_rss_mb\":%.0f,\"runs\":[",
+               res[best].threads, res[best].B, res[best].T, res[best].ms_step,
+               res[best].tokens_per_s, res[best].gflops, sgemm[k], res[best].gflops / sgemm[k],
+               res[best].fwd_ms, res[best].bwd_ms, res[best].adam_ms, rss);
+        for (int i = 0; i < nres; i++) {
+            printf("%s{\"config\":\"%s\",\"threads\":%d,\"T\":%d,\"ms_per_step\":%.2f,"
+                   "\"tokens_per_s\":%.1f,\"gflops\":%.2f}",
+                   i ? "," : "", res[i].name, res[i].threads, res[i].T, res[i].ms_step,
+                   res[i].tokens_per_s, res[i].gflops);
+        }
+        printf("]}\n");
+    }
+    return 0;
+}

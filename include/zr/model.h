@@ -1,0 +1,193 @@
+/*
+ * zr/model.h - GPT-2 on the CPU in fp32, cut into units that the ZeRO
+ * engine can gather and free one at a time, plus llm.c / safetensors I/O.
+ *
+ * Parameters live outside the model. They are split into L + 2 units, each a
+ * flat fp32 buffer the caller owns:
+ *     unit 0       embedding  {wte [Vp, C], wpe [maxT, C]}
+ *     unit 1..L    block l-1  {ln1w, ln1b, qkvw, qkvb, attprojw, attprojb,
+ *                              ln2w, ln2b, fcw, fcb, fcprojw, fcprojb}
+ *     unit L + 1   final      {lnfw, lnfb}
+ * Matrices are stored [out, in] row-major as in llm.c. The LM head is tied to
+ * wte, so the final unit also reads (forward) and accumulates into (backward)
+ * unit 0. Only the first V rows of wte are used; the padded rows stay zero.
+ *
+ * A zr_gpt owns the activations of one B x T micro-batch for every layer (no
+ * checkpointing), never parameters, so a unit's buffer need only be resident
+ * while its forward_unit / backward_unit call runs. Calls must come in order:
+ *     forward_begin, forward_unit 0 .. L+1, [backward_begin,
+ *     backward_unit L+1 .. 0]
+ * and a wrong order fails with ZR_ERR_INVALID.
+ *
+ * Determinism: for a fixed BLAS thread count, the same inputs and parameters
+ * give bit-identical outputs regardless of where the unit buffers live. Only
+ * cblas_sgemm may use threads (zr_gpt_set_threads); every other loop is
+ * single-threaded, vectorized, and reduces in a fixed order.
+ * Nothing here depends on MPI.
+ */
+#ifndef ZR_MODEL_H
+#define ZR_MODEL_H
+
+#include "zr/base.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct zr_gpt_config {
+    int max_t;        /* maximum sequence length (rows of wpe) */
+    int vocab;        /* real vocabulary size V */
+    int padded_vocab; /* Vp >= V: rows of wte, a multiple of 64 or 128 in practice */
+    int layers;       /* L */
+    int heads;        /* NH; channels % heads == 0 */
+    int channels;     /* C */
+} zr_gpt_config;
+
+/*
+ * One parameter tensor inside its unit. offset and numel count floats from
+ * the start of the unit's flat buffer. decay = 1 for matrices (weight decay
+ * applies), 0 for LayerNorm parameters and biases.
+ */
+typedef struct zr_tensor_desc {
+    const char *name; /* llm.c short name: "wte", "qkvw", "lnfb", ... */
+    size_t offset, numel;
+    int ndim;
+    int shape[4];
+    int decay;
+} zr_tensor_desc;
+
+/* Tensors per block unit, and the most any unit has. */
+#define ZR_GPT_BLOCK_TENSORS 12
+#define ZR_GPT_MAX_UNIT_TENSORS 12
+
+/* Activations of one transformer block for the current micro-batch. */
+typedef struct zr_gpt_layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [BT, C], [BT], [BT] */
+    float *qkv;                       /* [BT, 3C] */
+    float *atty;                      /* [BT, C] attention output before attproj */
+    float *att;                       /* [B, NH, T, T] softmax, causal (upper triangle 0) */
+    float *res2;                      /* [BT, C] residual after attention */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu; /* [BT, 4C] */
+    float *res3;           /* [BT, C] block output */
+} zr_gpt_layer_acts;
+
+/* Fields are read-only for callers; use the functions below. */
+typedef struct zr_gpt {
+    zr_gpt_config cfg;
+    int B, T;
+    zr_tensor_desc unit0_desc[2], block_desc[ZR_GPT_BLOCK_TENSORS], final_desc[2];
+    size_t unit0_numel, block_numel, final_numel;
+
+    int *inputs, *targets; /* [BT] copies of the current micro-batch */
+    int has_targets;
+    float *encoded;            /* [BT, C] */
+    zr_gpt_layer_acts *layers; /* [L] */
+    float *lnf, *lnf_mean, *lnf_rstd;
+    float *probs;  /* [BT, Vp] softmax; overwritten by dlogits in backward */
+    float *losses; /* [BT] */
+    float loss;
+
+    /* backward scratch, reused by every block */
+    float *dres;  /* [BT, C] gradient of the residual stream */
+    float *dln;   /* [BT, C] */
+    float *datty; /* [BT, C] */
+    float *dbig;  /* [BT, 4C] dfch_gelu / dfch, then dqkv */
+    float *datt;  /* [attention row block, T] scratch */
+    float *tmp;   /* [BT, C] projection output before the residual add */
+
+    int fwd_next, bwd_next; /* call-order state */
+    float *arena;           /* owns every buffer above */
+    size_t arena_floats;
+} zr_gpt;
+
+/* ---- configuration and parameter layout (no zr_gpt needed) -------------- */
+
+/* Checks every field (positive, C % NH == 0, Vp >= V); names the bad field. */
+zr_status zr_gpt_config_check(const zr_gpt_config *cfg);
+
+int zr_gpt_config_unit_count(const zr_gpt_config *cfg);
+size_t zr_gpt_config_unit_numel(const zr_gpt_config *cfg, int u);
+/* Fills out (ZR_GPT_MAX_UNIT_TENSORS entries) and returns the count; names are static. */
+int zr_gpt_config_unit_tensors(const zr_gpt_config *cfg, int u, zr_tensor_desc *out);
+/* Total parameter count (all units, padded wte rows included). */
+size_t zr_gpt_config_param_count(const zr_gpt_config *cfg);
+
+/* ---- the model ---------------------------------------------------------- */
+
+/* Allocates activations for B x T (T <= max_t). Free with zr_gpt_free. */
+zr_status zr_gpt_init(zr_gpt *m, const zr_gpt_config *cfg, int B, int T);
+/* Safe on a zeroed struct and after a failed init. */
+void zr_gpt_free(zr_gpt *m);
+
+/* BLAS threads used by every cblas_sgemm in the process (openblas_set_num_threads). */
+void zr_gpt_set_threads(int threads);
+
+/* L + 2: unit 0 = embedding, 1..L = blocks, L + 1 = final LayerNorm. */
+int zr_gpt_unit_count(const zr_gpt *m);
+size_t zr_gpt_unit_numel(const zr_gpt *m, int u);
+/* Sets *out to descriptions owned by m (valid until zr_gpt_free); returns the count. */
+int zr_gpt_unit_tensors(const zr_gpt *m, int u, const zr_tensor_desc **out);
+
+/*
+ * GPT-2 initialisation of unit u: matrices N(0, 0.02), the residual
+ * projections (attprojw, fcprojw) scaled by 1/sqrt(2L), LayerNorm weights 1,
+ * biases 0, padded wte rows 0. Depends only on (seed, u, config), so every
+ * rank initialises its units identically without communication.
+ */
+void zr_gpt_unit_init_params(const zr_gpt *m, int u, float *params, uint64_t seed);
+
+/*
+ * Start a forward pass on B*T tokens (copied). targets may be NULL: then no
+ * loss is computed and backward is refused. Tokens must be in [0, V).
+ */
+zr_status zr_gpt_forward_begin(zr_gpt *m, const int *inputs, const int *targets);
+/* params: unit u's buffer; unit0_params: unit 0's buffer, read only by u = L+1. */
+zr_status zr_gpt_forward_unit(zr_gpt *m, int u, const float *params, const float *unit0_params);
+/* Mean cross-entropy over B*T after the last unit (NaN before, or without targets). */
+float zr_gpt_loss(const zr_gpt *m);
+/* [B*T, Vp] next-token probabilities after the last forward unit, before backward. */
+const float *zr_gpt_probs(const zr_gpt *m);
+
+/* Requires a complete forward pass with targets. */
+zr_status zr_gpt_backward_begin(zr_gpt *m);
+/*
+ * Accumulates (+=) d(loss)/d(params of u) into grads (unit u's numel);
+ * u = L+1 also accumulates the LM-head gradient into unit0_grads.
+ */
+zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const float *unit0_params,
+                               float *grads, float *unit0_grads);
+
+/* FLOPs of one forward+backward on B x T tokens (matmuls + causal attention). */
+double zr_gpt_flops_per_step(const zr_gpt_config *cfg, int B, int T);
+
+/* ---- files (gpt_io.c) --------------------------------------------------- */
+
+#define ZR_LLMC_MODEL_MAGIC 20240326
+#define ZR_LLMC_MODEL_VERSION_FP32 3
+
+/*
+ * llm.c GPT-2 model file: 256 x int32 header (magic, version 3, maxT, V, L,
+ * NH, C, Vp), then every parameter in llm.c's order, each tensor stacked over
+ * layers. units[u] points to unit u's buffer. Written to "<path>.tmp",
+ * fsynced and renamed, so a crash never leaves a half-written file at path.
+ */
+zr_status zr_gpt_write_llmc(const char *path, const zr_gpt_config *cfg, float *const *units);
+/* Reads and validates the header and the file size; fills cfg. */
+zr_status zr_gpt_read_llmc_config(const char *path, zr_gpt_config *cfg);
+/*
+ * Reads the parameters into units (allocated by the caller with
+ * zr_gpt_config_unit_numel sizes for cfg). The file's header must match cfg.
+ * A truncated, oversized or foreign file gives ZR_ERR_FORMAT naming the file.
+ */
+zr_status zr_gpt_read_llmc(const char *path, const zr_gpt_config *cfg, float *const *units);
+
+/*
+ * Consolidated safetensors file with Hugging Face GPT-2 names (wte.weight
+ * [V, C] unpadded, wpe.weight, h.{i}.ln_1.weight, h.{i}.attn.c_attn.weight
+ * [C, 3C] (Conv1D: [in, out], i.e. transposed), ..., ln_f.bias), F32.
+ * Same temporary-name + fsync + rename discipline.
+ */
+zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg,
+                                   float *const *units);
+
+#endif /* ZR_MODEL_H */

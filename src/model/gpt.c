@@ -1,0 +1,498 @@
+/*
+ * gpt.c - GPT-2 forward and backward, one parameter unit at a time.
+ *
+ * The unit split (embedding, L blocks, final LayerNorm + tied LM head) is
+ * what lets the ZeRO engine keep only the unit it is working on gathered:
+ * every function here takes the unit's flat buffer as an argument and keeps
+ * no pointer to it after returning. Activations of all layers stay in one
+ * arena owned by zr_gpt, allocated once in zr_gpt_init.
+ */
+#include "zr/model.h"
+
+#include "ops.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* block tensor indices, in llm.c order */
+enum {
+    T_LN1W,
+    T_LN1B,
+    T_QKVW,
+    T_QKVB,
+    T_ATTPROJW,
+    T_ATTPROJB,
+    T_LN2W,
+    T_LN2B,
+    T_FCW,
+    T_FCB,
+    T_FCPROJW,
+    T_FCPROJB
+};
+
+/* ---- configuration and layout ------------------------------------------- */
+
+zr_status zr_gpt_config_check(const zr_gpt_config *cfg)
+{
+    if (cfg == NULL) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT config is NULL");
+    }
+    const struct {
+        const char *name;
+        int value;
+    } fields[] = {{"max_t", cfg->max_t},   {"vocab", cfg->vocab},   {"padded_vocab", cfg->padded_vocab},
+                  {"layers", cfg->layers}, {"heads", cfg->heads}, {"channels", cfg->channels}};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        if (fields[i].value <= 0 || fields[i].value > (1 << 24)) {
+            ZR_FAIL(ZR_ERR_INVALID, "GPT config: %s = %d is out of range (1 .. 2^24)",
+                    fields[i].name, fields[i].value);
+        }
+    }
+    if (cfg->channels % cfg->heads != 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT config: channels = %d is not a multiple of heads = %d",
+                cfg->channels, cfg->heads);
+    }
+    if (cfg->padded_vocab < cfg->vocab) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT config: padded_vocab = %d is smaller than vocab = %d",
+                cfg->padded_vocab, cfg->vocab);
+    }
+    return ZR_OK;
+}
+
+int zr_gpt_config_unit_count(const zr_gpt_config *cfg)
+{
+    return cfg->layers + 2;
+}
+
+static void set_desc(zr_tensor_desc *d, const char *name, size_t *offset, int decay, int ndim,
+                     int s0, int s1)
+{
+    d->name = name;
+    d->offset = *offset;
+    d->ndim = ndim;
+    d->shape[0] = s0;
+    d->shape[1] = ndim > 1 ? s1 : 0;
+    d->shape[2] = d->shape[3] = 0;
+    d->numel = (size_t)s0 * (size_t)(ndim > 1 ? s1 : 1);
+    d->decay = decay;
+    *offset += d->numel;
+}
+
+int zr_gpt_config_unit_tensors(const zr_gpt_config *cfg, int u, zr_tensor_desc *out)
+{
+    const int C = cfg->channels, L = cfg->layers;
+    size_t off = 0;
+    if (u == 0) {
+        set_desc(&out[0], "wte", &off, 1, 2, cfg->padded_vocab, C);
+        set_desc(&out[1], "wpe", &off, 1, 2, cfg->max_t, C);
+        return 2;
+    }
+    if (u == L + 1) {
+        set_desc(&out[0], "lnfw", &off, 0, 1, C, 0);
+        set_desc(&out[1], "lnfb", &off, 0, 1, C, 0);
+        return 2;
+    }
+    ZR_ASSERT(u >= 1 && u <= L);
+    set_desc(&out[T_LN1W], "ln1w", &off, 0, 1, C, 0);
+    set_desc(&out[T_LN1B], "ln1b", &off, 0, 1, C, 0);
+    set_desc(&out[T_QKVW], "qkvw", &off, 1, 2, 3 * C, C);
+    set_desc(&out[T_QKVB], "qkvb", &off, 0, 1, 3 * C, 0);
+    set_desc(&out[T_ATTPROJW], "attprojw", &off, 1, 2, C, C);
+    set_desc(&out[T_ATTPROJB], "attprojb", &off, 0, 1, C, 0);
+    set_desc(&out[T_LN2W], "ln2w", &off, 0, 1, C, 0);
+    set_desc(&out[T_LN2B], "ln2b", &off, 0, 1, C, 0);
+    set_desc(&out[T_FCW], "fcw", &off, 1, 2, 4 * C, C);
+    set_desc(&out[T_FCB], "fcb", &off, 0, 1, 4 * C, 0);
+    set_desc(&out[T_FCPROJW], "fcprojw", &off, 1, 2, C, 4 * C);
+    set_desc(&out[T_FCPROJB], "fcprojb", &off, 0, 1, C, 0);
+    return ZR_GPT_BLOCK_TENSORS;
+}
+
+size_t zr_gpt_config_unit_numel(const zr_gpt_config *cfg, int u)
+{
+    zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
+    int n = zr_gpt_config_unit_tensors(cfg, u, d);
+    return d[n - 1].offset + d[n - 1].numel;
+}
+
+size_t zr_gpt_config_param_count(const zr_gpt_config *cfg)
+{
+    size_t total = 0;
+    for (int u = 0; u < zr_gpt_config_unit_count(cfg); u++) {
+        total += zr_gpt_config_unit_numel(cfg, u);
+    }
+    return total;
+}
+
+double zr_gpt_flops_per_step(const zr_gpt_config *cfg, int B, int T)
+{
+    const double C = cfg->channels, L = cfg->layers, V = cfg->vocab, N = (double)B * T;
+    /* forward multiply-adds: blocks 12 C^2 per token, LM head V C per token,
+     * causal attention QK^T and AV about T/2 keys per query, 2 C each */
+    double fwd = 2.0 * N * (L * 12.0 * C * C + V * C) + 2.0 * L * N * (T / 2.0) * 2.0 * C;
+    return 3.0 * fwd; /* backward costs two forwards */
+}
+
+/* ---- init / free ---------------------------------------------------------- */
+
+/* Carves the arena; with base == NULL only counts floats. */
+static size_t layout_acts(zr_gpt *m, float *base)
+{
+    const size_t B = (size_t)m->B, T = (size_t)m->T, C = (size_t)m->cfg.channels;
+    const size_t NH = (size_t)m->cfg.heads, Vp = (size_t)m->cfg.padded_vocab;
+    const size_t BT = B * T;
+    size_t off = 0;
+#define CARVE(ptr, n)                                                                              \
+    do {                                                                                           \
+        if (base != NULL) {                                                                        \
+            (ptr) = base + off;                                                                    \
+        }                                                                                          \
+        off += zr_round_up((n), ZR_ALIGN / sizeof(float));                                         \
+    } while (0)
+    CARVE(m->encoded, BT * C);
+    for (int l = 0; l < m->cfg.layers; l++) {
+        zr_gpt_layer_acts *a = base != NULL ? &m->layers[l] : NULL;
+        float *dummy;
+#define CARVE_L(field, n) CARVE(*(a != NULL ? &a->field : &dummy), (n))
+        CARVE_L(ln1, BT * C);
+        CARVE_L(ln1_mean, BT);
+        CARVE_L(ln1_rstd, BT);
+        CARVE_L(qkv, BT * 3 * C);
+        CARVE_L(atty, BT * C);
+        CARVE_L(att, B * NH * T * T);
+        CARVE_L(res2, BT * C);
+        CARVE_L(ln2, BT * C);
+        CARVE_L(ln2_mean, BT);
+        CARVE_L(ln2_rstd, BT);
+        CARVE_L(fch, BT * 4 * C);
+        CARVE_L(fch_gelu, BT * 4 * C);
+        CARVE_L(res3, BT * C);
+#undef CARVE_L
+        (void)dummy;
+    }
+    CARVE(m->lnf, BT * C);
+    CARVE(m->lnf_mean, BT);
+    CARVE(m->lnf_rstd, BT);
+    CARVE(m->probs, BT * Vp);
+    CARVE(m->losses, BT);
+    CARVE(m->dres, BT * C);
+    CARVE(m->dln, BT * C);
+    CARVE(m->datty, BT * C);
+    CARVE(m->dbig, BT * 4 * C);
+    CARVE(m->datt, (size_t)ZR_ATT_ROWS * T);
+    CARVE(m->tmp, BT * C);
+#undef CARVE
+    return off;
+}
+
+zr_status zr_gpt_init(zr_gpt *m, const zr_gpt_config *cfg, int B, int T)
+{
+    memset(m, 0, sizeof *m);
+    ZR_CHECK(zr_gpt_config_check(cfg));
+    if (B <= 0 || T <= 0 || T > cfg->max_t) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT batch: B = %d, T = %d (need B >= 1, 1 <= T <= max_t = %d)",
+                B, T, cfg->max_t);
+    }
+    m->cfg = *cfg;
+    m->B = B;
+    m->T = T;
+    zr_gpt_config_unit_tensors(cfg, 0, m->unit0_desc);
+    zr_gpt_config_unit_tensors(cfg, 1, m->block_desc);
+    zr_gpt_config_unit_tensors(cfg, cfg->layers + 1, m->final_desc);
+    m->unit0_numel = zr_gpt_config_unit_numel(cfg, 0);
+    m->block_numel = zr_gpt_config_unit_numel(cfg, 1);
+    m->final_numel = zr_gpt_config_unit_numel(cfg, cfg->layers + 1);
+
+    zr_status st = ZR_OK;
+    size_t BT = (size_t)B * T;
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&m->inputs, BT * sizeof(int), __FILE__, __LINE__), st,
+                  fail);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&m->targets, BT * sizeof(int), __FILE__, __LINE__), st,
+                  fail);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&m->layers, (size_t)cfg->layers * sizeof *m->layers,
+                              __FILE__, __LINE__),
+                  st, fail);
+    m->arena_floats = layout_acts(m, NULL);
+    ZR_CHECK_GOTO(
+        zr_alloc_at((void **)&m->arena, m->arena_floats * sizeof(float), __FILE__, __LINE__), st,
+        fail);
+    layout_acts(m, m->arena);
+    m->fwd_next = -1;
+    m->bwd_next = -1;
+    m->loss = NAN;
+    return ZR_OK;
+fail:
+    zr_gpt_free(m);
+    return st;
+}
+
+void zr_gpt_free(zr_gpt *m)
+{
+    if (m == NULL) {
+        return;
+    }
+    zr_free(m->inputs);
+    zr_free(m->targets);
+    zr_free(m->layers);
+    zr_free(m->arena);
+    memset(m, 0, sizeof *m);
+}
+
+void zr_gpt_set_threads(int threads)
+{
+    openblas_set_num_threads(threads > 0 ? threads : 1);
+}
+
+/* ---- units ------------------------------------------------------------------ */
+
+int zr_gpt_unit_count(const zr_gpt *m)
+{
+    return m->cfg.layers + 2;
+}
+
+size_t zr_gpt_unit_numel(const zr_gpt *m, int u)
+{
+    ZR_ASSERT(u >= 0 && u <= m->cfg.layers + 1);
+    if (u == 0) {
+        return m->unit0_numel;
+    }
+    return u == m->cfg.layers + 1 ? m->final_numel : m->block_numel;
+}
+
+int zr_gpt_unit_tensors(const zr_gpt *m, int u, const zr_tensor_desc **out)
+{
+    ZR_ASSERT(u >= 0 && u <= m->cfg.layers + 1);
+    if (u == 0) {
+        *out = m->unit0_desc;
+        return 2;
+    }
+    if (u == m->cfg.layers + 1) {
+        *out = m->final_desc;
+        return 2;
+    }
+    *out = m->block_desc;
+    return ZR_GPT_BLOCK_TENSORS;
+}
+
+/* splitmix64: tiny, well mixed, and the same on every platform */
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Fills x with N(0, std) by Box-Muller in double precision. */
+static void fill_normal(float *x, size_t n, double std, uint64_t *s)
+{
+    for (size_t i = 0; i < n; i += 2) {
+        double u1 = ((double)(splitmix64(s) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+        double u2 = (double)(splitmix64(s) >> 11) * (1.0 / 9007199254740992.0);
+        double r = sqrt(-2.0 * log(u1)) * std;
+        x[i] = (float)(r * cos(6.283185307179586 * u2));
+        if (i + 1 < n) {
+            x[i + 1] = (float)(r * sin(6.283185307179586 * u2));
+        }
+    }
+}
+
+void zr_gpt_unit_init_params(const zr_gpt *m, int u, float *params, uint64_t seed)
+{
+    const zr_tensor_desc *d;
+    int n = zr_gpt_unit_tensors(m, u, &d);
+    const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * m->cfg.layers);
+    for (int i = 0; i < n; i++) {
+        /* one stream per (seed, unit, tensor): independent of any other unit */
+        uint64_t s = seed ^ 0x5a5a5a5a5a5a5a5aull;
+        s = splitmix64(&s) ^ ((uint64_t)u * 0x100000001b3ull + (uint64_t)i);
+        float *p = params + d[i].offset;
+        const char *name = d[i].name;
+        if (d[i].ndim == 2) {
+            int proj = strcmp(name, "attprojw") == 0 || strcmp(name, "fcprojw") == 0;
+            size_t numel = d[i].numel;
+            if (u == 0 && i == 0) {
+                numel = (size_t)m->cfg.vocab * m->cfg.channels; /* padded rows stay 0 */
+                memset(p + numel, 0, (d[i].numel - numel) * sizeof *p);
+            }
+            fill_normal(p, numel, proj ? proj_std : std, &s);
+        } else {
+            /* LayerNorm weights are the only 1-d tensors named "...w" */
+            float v = name[strlen(name) - 1] == 'w' ? 1.0f : 0.0f;
+            for (size_t j = 0; j < d[i].numel; j++) {
+                p[j] = v;
+            }
+        }
+    }
+}
+
+/* ---- forward ---------------------------------------------------------------- */
+
+zr_status zr_gpt_forward_begin(zr_gpt *m, const int *inputs, const int *targets)
+{
+    const size_t BT = (size_t)m->B * m->T;
+    for (size_t i = 0; i < BT; i++) {
+        if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab) {
+            ZR_FAIL(ZR_ERR_INVALID, "GPT forward: input token %d at position %zu is outside [0, %d)",
+                    inputs[i], i, m->cfg.vocab);
+        }
+        if (targets != NULL && (targets[i] < 0 || targets[i] >= m->cfg.vocab)) {
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "GPT forward: target token %d at position %zu is outside [0, %d)", targets[i],
+                    i, m->cfg.vocab);
+        }
+    }
+    memcpy(m->inputs, inputs, BT * sizeof *inputs);
+    if (targets != NULL) {
+        memcpy(m->targets, targets, BT * sizeof *targets);
+    }
+    m->has_targets = targets != NULL;
+    m->loss = NAN;
+    m->fwd_next = 0;
+    m->bwd_next = -1;
+    return ZR_OK;
+}
+
+static const float *block_input(const zr_gpt *m, int l)
+{
+    return l == 0 ? m->encoded : m->layers[l - 1].res3;
+}
+
+zr_status zr_gpt_forward_unit(zr_gpt *m, int u, const float *params, const float *unit0_params)
+{
+    const int B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.heads, L = m->cfg.layers;
+    const int BT = B * T;
+    if (m->fwd_next != u) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT forward: unit %d called, expected %d (call forward_begin, "
+                "then units 0..%d in order)", u, m->fwd_next, L + 1);
+    }
+    if (params == NULL || (u == L + 1 && unit0_params == NULL)) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT forward: unit %d needs its parameters%s", u,
+                u == L + 1 ? " and unit 0's (tied LM head)" : "");
+    }
+    if (u == 0) {
+        const float *wte = params + m->unit0_desc[0].offset;
+        const float *wpe = params + m->unit0_desc[1].offset;
+        zr_op_encoder_fwd(m->encoded, m->inputs, wte, wpe, B, T, C);
+    } else if (u <= L) {
+        const zr_tensor_desc *d = m->block_desc;
+        zr_gpt_layer_acts *a = &m->layers[u - 1];
+        const float *inp = block_input(m, u - 1);
+        zr_op_layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, inp, params + d[T_LN1W].offset,
+                            params + d[T_LN1B].offset, BT, C);
+        zr_op_matmul_fwd(a->qkv, a->ln1, params + d[T_QKVW].offset, params + d[T_QKVB].offset,
+                         BT, C, 3 * C);
+        zr_op_attention_fwd(a->atty, a->att, a->qkv, B, T, C, NH);
+        zr_op_matmul_fwd(m->tmp, a->atty, params + d[T_ATTPROJW].offset,
+                         params + d[T_ATTPROJB].offset, BT, C, C);
+        zr_op_add(a->res2, inp, m->tmp, (size_t)BT * C);
+        zr_op_layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, params + d[T_LN2W].offset,
+                            params + d[T_LN2B].offset, BT, C);
+        zr_op_matmul_fwd(a->fch, a->ln2, params + d[T_FCW].offset, params + d[T_FCB].offset, BT,
+                         C, 4 * C);
+        zr_op_gelu_fwd(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+        zr_op_matmul_fwd(m->tmp, a->fch_gelu, params + d[T_FCPROJW].offset,
+                         params + d[T_FCPROJB].offset, BT, 4 * C, C);
+        zr_op_add(a->res3, a->res2, m->tmp, (size_t)BT * C);
+    } else {
+        const int V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
+        const float *wte = unit0_params + m->unit0_desc[0].offset;
+        zr_op_layernorm_fwd(m->lnf, m->lnf_mean, m->lnf_rstd, block_input(m, L),
+                            params + m->final_desc[0].offset, params + m->final_desc[1].offset,
+                            BT, C);
+        /* logits for the V real tokens only; the padded rows of wte are never read */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, V, C, 1.0f, m->lnf, C, wte, C,
+                    0.0f, m->probs, Vp);
+        zr_op_softmax_xent_fwd(m->probs, m->losses, m->has_targets ? m->targets : NULL, BT, V, Vp);
+        if (m->has_targets) {
+            double sum = 0.0;
+            for (int i = 0; i < BT; i++) {
+                sum += m->losses[i];
+            }
+            m->loss = (float)(sum / BT);
+        }
+    }
+    m->fwd_next = u + 1;
+    return ZR_OK;
+}
+
+float zr_gpt_loss(const zr_gpt *m)
+{
+    return m->loss;
+}
+
+const float *zr_gpt_probs(const zr_gpt *m)
+{
+    return m->probs;
+}
+
+/* ---- backward --------------------------------------------------------------- */
+
+zr_status zr_gpt_backward_begin(zr_gpt *m)
+{
+    if (m->fwd_next != m->cfg.layers + 2 || !m->has_targets) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT backward: needs a complete forward pass with targets first");
+    }
+    m->bwd_next = m->cfg.layers + 1;
+    m->fwd_next = -1; /* probs become dlogits: no second backward on this forward */
+    return ZR_OK;
+}
+
+zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const float *unit0_params,
+                               float *grads, float *unit0_grads)
+{
+    const int B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.heads, L = m->cfg.layers;
+    const int BT = B * T;
+    if (m->bwd_next != u) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT backward: unit %d called, expected %d (call backward_begin, "
+                "then units %d..0 in order)", u, m->bwd_next, L + 1);
+    }
+    if (grads == NULL || (u > 0 && params == NULL) ||
+        (u == L + 1 && (unit0_params == NULL || unit0_grads == NULL))) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT backward: unit %d is missing its parameters or gradients%s",
+                u, u == L + 1 ? " (the last unit also needs unit 0's)" : "");
+    }
+    if (u == L + 1) {
+        const int V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
+        const float *wte = unit0_params + m->unit0_desc[0].offset;
+        float *dwte = unit0_grads + m->unit0_desc[0].offset;
+        zr_op_softmax_xent_bwd(m->probs, m->targets, 1.0f / (float)BT, BT, V, Vp);
+        float *dlogits = m->probs;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, V, 1.0f, dlogits, Vp, wte,
+                    C, 0.0f, m->dln, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, BT, 1.0f, dlogits, Vp, m->lnf,
+                    C, 1.0f, dwte, C);
+        memset(m->dres, 0, (size_t)BT * C * sizeof *m->dres);
+        zr_op_layernorm_bwd_acc(m->dres, grads + m->final_desc[0].offset,
+                                grads + m->final_desc[1].offset, m->dln, block_input(m, L),
+                                params + m->final_desc[0].offset, m->lnf_mean, m->lnf_rstd, BT,
+                                C);
+    } else if (u >= 1) {
+        const zr_tensor_desc *d = m->block_desc;
+        const zr_gpt_layer_acts *a = &m->layers[u - 1];
+        const float *inp = block_input(m, u - 1);
+        /* m->dres holds d(res3) and becomes d(inp) in place */
+        zr_op_matmul_bwd(m->dbig, grads + d[T_FCPROJW].offset, grads + d[T_FCPROJB].offset,
+                         m->dres, a->fch_gelu, params + d[T_FCPROJW].offset, BT, 4 * C, C);
+        zr_op_gelu_bwd(m->dbig, a->fch, m->dbig, (size_t)BT * 4 * C);
+        zr_op_matmul_bwd(m->dln, grads + d[T_FCW].offset, grads + d[T_FCB].offset, m->dbig,
+                         a->ln2, params + d[T_FCW].offset, BT, C, 4 * C);
+        zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN2W].offset, grads + d[T_LN2B].offset,
+                                m->dln, a->res2, params + d[T_LN2W].offset, a->ln2_mean,
+                                a->ln2_rstd, BT, C);
+        zr_op_matmul_bwd(m->datty, grads + d[T_ATTPROJW].offset, grads + d[T_ATTPROJB].offset,
+                         m->dres, a->atty, params + d[T_ATTPROJW].offset, BT, C, C);
+        zr_op_attention_bwd(m->dbig, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+        zr_op_matmul_bwd(m->dln, grads + d[T_QKVW].offset, grads + d[T_QKVB].offset, m->dbig,
+                         a->ln1, params + d[T_QKVW].offset, BT, C, 3 * C);
+        zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN1W].offset, grads + d[T_LN1B].offset,
+                                m->dln, inp, params + d[T_LN1W].offset, a->ln1_mean, a->ln1_rstd,
+                                BT, C);
+    } else {
+        zr_op_encoder_bwd(grads + m->unit0_desc[0].offset, grads + m->unit0_desc[1].offset,
+                          m->dres, m->inputs, B, T, C);
+    }
+    m->bwd_next = u - 1;
+    return ZR_OK;
+}
