@@ -16,7 +16,7 @@ typedef struct bench_entry {
 } bench_entry;
 
 static const bench_entry benches[] = {
-    /* {"quant", zr_bench_quant, "quantize/dequantize GB/s against memcpy, error by group size"}, */
+    {"quant", zr_bench_quant, "quantize/dequantize GB/s against memcpy, error by group size"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,57 @@
+/*
+ * bf16.c - element types of the codecs: fp32 <-> bf16 conversion of values.
+ *
+ * bf16 is the top half of an fp32, so widening is a shift and narrowing is a
+ * rounding of the dropped 16 bits. The rounding rule lives in quant_impl.h
+ * (zr_q_bf16_round) because the vector kernels must reproduce it exactly;
+ * these functions are the public face of the same rule.
+ */
+#include "quant_impl.h"
+
+size_t zr_dtype_size(zr_dtype t)
+{
+    switch (t) {
+    case ZR_DTYPE_F32:
+        return 4;
+    case ZR_DTYPE_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+const char *zr_dtype_name(zr_dtype t)
+{
+    switch (t) {
+    case ZR_DTYPE_F32:
+        return "fp32";
+    case ZR_DTYPE_BF16:
+        return "bf16";
+    }
+    return "unknown dtype";
+}
+
+zr_bf16 zr_bf16_from_f32(float x)
+{
+    return zr_q_bf16_round(x);
+}
+
+float zr_bf16_to_f32(zr_bf16 x)
+{
+    return zr_q_bf16_widen(x);
+}
+
+/* Plain loops: the compiler vectorizes both with integer ops, which keeps
+ * the exact rounding rule (no bf16 instruction flushes denormals here). */
+void zr_bf16_from_f32_n(zr_bf16 *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = zr_q_bf16_round(src[i]);
+    }
+}
+
+void zr_bf16_to_f32_n(float *dst, const zr_bf16 *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = zr_q_bf16_widen(src[i]);
+    }
+}
