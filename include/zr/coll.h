@@ -19,6 +19,13 @@
  * of one collective and keeps it across calls (grown when needed, freed by
  * zr_coll_op_free), so a training step allocates nothing once warm.
  *
+ * Ordering: ops are matched across ranks in start order, so every rank must
+ * start the same collectives in the same order (as with MPI). An op that
+ * would post on a group where an earlier op still has a phase to post waits
+ * its turn: its *_start then returns before posting and zr_coll_test /
+ * zr_coll_wait post it (wait completes the earlier op first). Inputs and
+ * outputs must stay valid and untouched until the op completes.
+ *
  * Buffers: "count" is elements per rank's partition; full buffers hold
  * size[g] * count elements, partition p at offset p * count. Callers pad
  * their buffers so that they divide evenly (zero padding).
@@ -90,6 +97,13 @@ zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float 
 zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype type,
                      void *secondary);
 
+/*
+ * hpZ: rebuild full (size[HPZ]*count fp32) from the secondaries of my hpZ
+ * group: exactly zr_allgather_start(c, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, ...).
+ */
+zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type,
+                              const void *secondary, size_t count, float *full, zr_coll_op *op);
+
 /* ---- qgZ ------------------------------------------------------------------ */
 
 typedef struct zr_qgz_config {
@@ -107,12 +121,24 @@ typedef struct zr_qgz_feedback {
 
 void zr_qgz_feedback_free(zr_qgz_feedback *fb);
 
+/* INT4 symmetric, ZR_QUANT_DEFAULT_GROUP, one chunk, no error feedback (what cfg = NULL means). */
+zr_qgz_config zr_qgz_config_default(void);
+
 /*
  * qgZ over the world: in holds W*count elements (type in_type, fp32 or bf16),
  * out receives count fp32 = the average over all ranks of partition
  * rank[WORLD]. Works for any node count (1, 2, 3, ...) and any count
  * (quantization groups are padded internally, never a silent fallback).
- * fb may be NULL (no error feedback) and is used only if cfg->error_feedback.
+ * fb may be NULL (no error feedback) and is used only if cfg->error_feedback;
+ * its buffers are (re)allocated zeroed by qgZ when their size does not fit
+ * this call (intra: W*count, inter: N*count when there are both node peers
+ * and other nodes) and freed by zr_qgz_feedback_free. cfg may be NULL
+ * (zr_qgz_config_default). The average divides by W once, at the first
+ * quantization (mul = 1/W). A hop whose group has one member is skipped with
+ * its quantization; W = 1 copies in to out exactly. chunks > 1 is
+ * bit-identical to chunks = 1 (chunks end on quantization-group boundaries).
+ * in and out must stay untouched until the op completes (chunks are
+ * quantized as the pipeline advances).
  */
 zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
                        size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op);
@@ -127,5 +153,7 @@ zr_status zr_allreduce(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, 
                        zr_coll_op *op);
 zr_status zr_qgz(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
                  size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op);
+zr_status zr_hpz_gather(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,
+                        size_t count, float *full, zr_coll_op *op);
 
 #endif /* ZR_COLL_H */

@@ -1,0 +1,97 @@
+/*
+ * allgather_qwz.c - qwZ, the quantized weight all-gather (INT8 by default,
+ * INT4 on request), over any group (world for the forward gather, hpZ for
+ * the backward one).
+ *
+ * Each rank quantizes its shard into ONE self-describing block (header,
+ * scales, payload; zr/quant.h) written straight into its own slot of the
+ * receive buffer, so the exchange is an in-place all-gather of equal blocks
+ * and one message per peer carries data and scales together.
+ *
+ *   group of 3, shards a b c, Q(x) = quantized block of x, B = block bytes
+ *
+ *   encode         rank0: [Q(a) .    .   ]  rank1: [.    Q(b) .   ]  ...
+ *   all-gather     every rank: [Q(a) Q(b) Q(c)]     (B bytes per peer)
+ *   validate+decode every rank: out = fp32 [a' b' c'],  |x - x'| <= scale
+ *
+ * Every received block is validated (magic, bits, group, element count,
+ * size) before it is decoded, and my own block is decoded like the others,
+ * so all ranks hold the same dequantized weights. The non-finite group counts
+ * of the received headers add up in op->nonfinite, the same on every rank.
+ */
+#include "coll_impl.h"
+
+#include <stdio.h>
+
+static zr_status decode_all(zr_comm *c, zr_coll_op *op)
+{
+    zr_coll_state *s = op->impl;
+    zr_coll_qwz *w = &s->u.qwz;
+    int n = c->size[w->group];
+    for (int p = 0; p < n; p++) {
+        const unsigned char *blk = w->blocks + (size_t)p * w->block;
+        zr_status st = zr_quant_validate(blk, w->block, &w->q, w->count);
+        if (st != ZR_OK) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", zr_error_message());
+            ZR_FAIL(st, "qwZ: block from world rank %d (group %s) is invalid: %s",
+                    zr_comm_world_rank(c, w->group, p), zr_group_name(w->group), why);
+        }
+        op->nonfinite += zr_coll_block_nonfinite(blk);
+        ZR_CHECK(zr_quant_decode(blk, ZR_DTYPE_F32, w->out + (size_t)p * w->count, w->count));
+    }
+    return ZR_OK;
+}
+
+static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
+{
+    zr_coll_state *s = op->impl;
+    zr_coll_qwz *w = &s->u.qwz;
+    if (op->phase == 0) {
+        int ok = 0;
+        ZR_CHECK(zr_coll_gate(c, op, w->group, block, &ok));
+        if (!ok) {
+            return ZR_OK;
+        }
+        unsigned char *own = w->blocks + (size_t)c->rank[w->group] * w->block;
+        ZR_CHECK(zr_quant_encode(&w->q, w->in_type, w->in, w->count, 1.0f, NULL, own, NULL));
+        ZR_CHECK(zr_comm_iallgather(c, w->group, w->kind, own, w->block, w->blocks,
+                                    &op->req[0]));
+        zr_coll_posted_last(op, w->group);
+        op->phase = 1;
+    }
+    int done = 0;
+    ZR_CHECK(zr_coll_progress(c, &op->req[0], block, &done));
+    if (!done) {
+        return ZR_OK;
+    }
+    ZR_CHECK(decode_all(c, op));
+    zr_coll_end(op);
+    return ZR_OK;
+}
+
+zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_qparams *q,
+                                 zr_dtype in_type, const void *in, size_t count, float *out,
+                                 zr_coll_op *op)
+{
+    ZR_CHECK(zr_qparams_check(q));
+    size_t bytes = zr_quant_block_bytes(q, count);
+    zr_coll_state *s;
+    ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));
+    zr_status st = zr_coll_reserve(op, (size_t)c->size[g] * bytes);
+    if (st != ZR_OK) {
+        zr_coll_end(op);
+        return st;
+    }
+    zr_coll_qwz *w = &s->u.qwz;
+    w->group = g;
+    w->kind = kind;
+    w->q = *q;
+    w->in_type = in_type;
+    w->in = in;
+    w->count = count;
+    w->block = bytes;
+    w->out = out;
+    w->blocks = op->work;
+    return zr_coll_kick(c, op);
+}

@@ -1,0 +1,109 @@
+/*
+ * allreduce.c - exact all-reduce (average) in place, fp32 or bf16 on the
+ * wire: a direct reduce-scatter followed by a direct all-gather of the
+ * reduced partitions, over a copy of the buffer padded to n equal parts.
+ *
+ *   group of 3, buf = b (count elements, any count), per = ceil(count / 3)
+ *
+ *   pad            every rank: [b0 b1 b2] (b2 zero-padded to per elements)
+ *   reduce-scatter rank0: mean(b0)   rank1: mean(b1)   rank2: mean(b2)
+ *   all-gather     every rank: [mean(b0) mean(b1) mean(b2)] -> buf (count elements)
+ *
+ * Rank order summation and one division, as in reduce_scatter_direct.c, so
+ * every rank ends with the same bits. With a bf16 wire each reduced value is
+ * rounded to bf16 before the gather, mine included.
+ */
+#include "coll_impl.h"
+
+#include <string.h>
+
+static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
+{
+    zr_coll_state *s = op->impl;
+    zr_coll_direct *a = &s->u.direct;
+    int n = c->size[a->group], me = c->rank[a->group];
+    size_t per = a->count;
+    if (op->phase == 0) {
+        int ok = 0;
+        ZR_CHECK(zr_coll_gate(c, op, a->group, block, &ok));
+        if (!ok) {
+            return ZR_OK;
+        }
+        memcpy(a->pad, a->out, a->total * sizeof(float));
+        memset(a->pad + a->total, 0, ((size_t)n * per - a->total) * sizeof(float));
+        ZR_CHECK(zr_rs_direct_post(c, op, ZR_KIND_ALLREDUCE, a->pad));
+        op->phase = 1;
+    }
+    if (op->phase == 1) {
+        int done = 0;
+        ZR_CHECK(zr_coll_progress(c, &op->req[0], block, &done));
+        if (!done) {
+            return ZR_OK;
+        }
+        /* the reduce-scatter's sends are complete, so pad is free for the gather */
+        float *mine = a->pad + (size_t)me * per;
+        zr_rs_direct_finish(c, op, mine);
+        if (a->wire == ZR_WIRE_BF16) {
+            zr_bf16 *gathered = a->recv;
+            zr_bf16_from_f32_n(gathered + (size_t)me * per, mine, per);
+            ZR_CHECK(zr_comm_iallgather(c, a->group, ZR_KIND_ALLREDUCE,
+                                        gathered + (size_t)me * per, per * 2, gathered,
+                                        &op->req[0]));
+        } else {
+            ZR_CHECK(zr_comm_iallgather(c, a->group, ZR_KIND_ALLREDUCE, mine, per * 4, a->pad,
+                                        &op->req[0]));
+        }
+        zr_coll_posted_last(op, a->group);
+        op->phase = 2;
+    }
+    int done = 0;
+    ZR_CHECK(zr_coll_progress(c, &op->req[0], block, &done));
+    if (!done) {
+        return ZR_OK;
+    }
+    if (a->wire == ZR_WIRE_BF16) {
+        zr_bf16_to_f32_n(a->out, a->recv, a->total);
+    } else {
+        memcpy(a->out, a->pad, a->total * sizeof(float));
+    }
+    zr_coll_end(op);
+    return ZR_OK;
+}
+
+zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf,
+                             size_t count, zr_coll_op *op)
+{
+    if (c == NULL || (unsigned)g >= ZR_GROUP_COUNT) {
+        ZR_FAIL(ZR_ERR_INVALID, "all-reduce: NULL communicator or unknown group %d", (int)g);
+    }
+    if (count > 0 && buf == NULL) {
+        ZR_FAIL(ZR_ERR_INVALID, "all-reduce: NULL buffer");
+    }
+    zr_wire_type t = wire != NULL ? wire->type : ZR_WIRE_F32;
+    if (t != ZR_WIRE_F32 && t != ZR_WIRE_BF16) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "all-reduce: wire must be ZR_WIRE_F32 or ZR_WIRE_BF16 (got %d); zr has no "
+                "quantized all-reduce",
+                (int)t);
+    }
+    int n = c->size[g];
+    size_t per = zr_div_up(count, (size_t)n);
+    size_t rs = zr_rs_direct_work(c, g, t, per);
+    zr_coll_state *s;
+    ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));
+    zr_status st = zr_coll_reserve(op, rs + zr_coll_span((size_t)n * per * sizeof(float)));
+    if (st != ZR_OK) {
+        zr_coll_end(op);
+        return st;
+    }
+    zr_coll_direct *a = &s->u.direct;
+    a->group = g;
+    a->kind = ZR_KIND_ALLREDUCE;
+    a->wire = t;
+    a->in_type = ZR_DTYPE_F32;
+    a->count = per;
+    a->total = count;
+    a->out = buf;
+    a->pad = (float *)((unsigned char *)op->work + rs);
+    return zr_coll_kick(c, op);
+}

@@ -1,0 +1,51 @@
+/*
+ * hpz.c - hpZ, the secondary weight partition: after the forward all-gather
+ * every rank keeps the slice of the full weights that belongs to its rank
+ * in ZR_GROUP_HPZ, and the backward pass rebuilds the full weights from those
+ * slices with an all-gather inside the hpZ group only.
+ *
+ *   world of 4 = 2 nodes x 2, h = 2 (hpZ group = node), full = [s0 s1]
+ *   (each s is count elements; the forward gather left every rank with full)
+ *
+ *   cut            node 0: rank0 keeps s0, rank1 keeps s1 | node 1: rank2 s0, rank3 s1
+ *   gather (hpZ)   node 0: rank0, rank1: [s0 s1]          | node 1: the same
+ *                  bytes stay inside each node when h divides the ranks per node
+ *
+ * The gather is zr_allgather over ZR_GROUP_HPZ accounted as ZR_KIND_HPZ,
+ * with any wire: fp32, bf16 or quantized (qwZ inside the node).
+ */
+#include "coll_impl.h"
+
+#include <string.h>
+
+zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype type,
+                     void *secondary)
+{
+    if (c == NULL || (count > 0 && (full == NULL || secondary == NULL))) {
+        ZR_FAIL(ZR_ERR_INVALID, "hpZ cut: NULL communicator or buffer");
+    }
+    const float *mine = full + (size_t)c->rank[ZR_GROUP_HPZ] * count;
+    switch (type) {
+    case ZR_DTYPE_F32:
+        memcpy(secondary, mine, count * sizeof(float));
+        return ZR_OK;
+    case ZR_DTYPE_BF16:
+        zr_bf16_from_f32_n(secondary, mine, count);
+        return ZR_OK;
+    }
+    ZR_FAIL(ZR_ERR_INVALID, "hpZ cut: secondary type must be fp32 or bf16, got %d", (int)type);
+}
+
+zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type,
+                              const void *secondary, size_t count, float *full, zr_coll_op *op)
+{
+    return zr_allgather_start(c, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, type, secondary, count, full,
+                              op);
+}
+
+zr_status zr_hpz_gather(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,
+                        size_t count, float *full, zr_coll_op *op)
+{
+    ZR_CHECK(zr_hpz_gather_start(c, wire, type, secondary, count, full, op));
+    return zr_coll_wait(c, op);
+}

@@ -1,0 +1,378 @@
+/*
+ * reduce_scatter_qgz.c - qgZ, the hierarchical quantized gradient
+ * reduce-scatter: INT4 all-to-all inside each node, dequantize-sum-
+ * requantize, INT4 all-to-all across nodes, dequantize-sum.
+ *
+ * W = N*D ranks, rank r = n*D + d. The input is W partitions of count
+ * elements; partition p = m*D + j ends on rank p. Tensor-slice reordering
+ * packs the hop-1 message for local peer j as the N partitions that local
+ * rank j of every node owns, {m*D + j : m = 0..N-1}, so each hop is an
+ * all-to-all of equal contiguous blocks. Example N = 2, D = 2 (ranks 0 1 |
+ * 2 3), x_p^r = partition p on rank r, Q() = one quantized block:
+ *
+ *   encode (x/W)   rank0: to j=0 [Q(x0^0) Q(x2^0)]  to j=1 [Q(x1^0) Q(x3^0)]
+ *   hop 1 (node)   rank0: [Q(x0^0) Q(x2^0)] [Q(x0^1) Q(x2^1)]   (from ranks 0, 1)
+ *                  rank1: [Q(x1^0) Q(x3^0)] [Q(x1^1) Q(x3^1)]
+ *   sum, requant   rank0: to node 0 Q(x0^0+x0^1), to node 1 Q(x2^0+x2^1)
+ *   hop 2 (cross)  rank0: [Q(x0^0+x0^1) Q(x0^2+x0^3)]            (from ranks 0, 2)
+ *   dequant, sum   rank0: out = mean(x0) = sum over the 4 ranks / W
+ *
+ * The average: mul = 1/W is applied once, at the first quantization (inside
+ * zr_quant_encode, before the scales are chosen). Dividing first keeps every
+ * partial sum at the magnitude of the mean (no overflow however large W), the
+ * scales of both hops describe the values actually sent, and the error
+ * feedback residuals of both hops live in the same (averaged) units. Nothing
+ * later scales again; DeepSpeed's D-times-too-large result came from dividing
+ * by N at the end only.
+ *
+ * Error per output element (symmetric INT4, quant.h: |x - x'| <= scale):
+ *     sum over the W contributions of their hop-1 scale
+ *   + sum over the N nodes of the hop-2 scale of that node's partial sum.
+ *
+ * Degenerate layouts: a hop whose group has one member moves nothing and is
+ * skipped together with its quantization (D = 1: each rank quantizes its
+ * partitions once and sends them across nodes; N = 1: the hop-1 blocks are
+ * summed straight into out; W = 1: out is the input, exactly). Any count
+ * works: the codec closes each block with a short group, so no padding and
+ * no fallback to the exact path.
+ *
+ * Pipelining: with cfg->chunks = C > 1 each partition is cut into C chunks
+ * at quantization-group boundaries and the hops run chunk by chunk, two chunks
+ * in flight per hop, so hop 1 of chunk k+1 travels while hop 2 of chunk k
+ * does:
+ *
+ *   intra  [c0][c1]    [c2]    [c3]
+ *   inter      [c0]    [c1]    [c2]    [c3]
+ *
+ * Chunks end on group boundaries, so every block holds exactly the groups
+ * the unchunked run would quantize, and the output is bit-identical for
+ * every C.
+ */
+#include "coll_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define SLOTS ZR_QGZ_SLOTS
+
+/* Elements [*lo, *lo + *len) of every partition form chunk k. */
+static void chunk_range(const zr_coll_qgz *q, int k, size_t *lo, size_t *len)
+{
+    size_t G = (size_t)q->q.group;
+    size_t g0 = q->groups * (size_t)k / (size_t)q->chunks;
+    size_t g1 = q->groups * (size_t)(k + 1) / (size_t)q->chunks;
+    size_t hi = g1 * G < q->count ? g1 * G : q->count;
+    *lo = g0 * G;
+    *len = hi - *lo;
+}
+
+static const void *input_at(const zr_coll_qgz *q, size_t elem)
+{
+    return (const unsigned char *)q->in + elem * zr_dtype_size(q->in_type);
+}
+
+static zr_status check_blocks(zr_comm *c, const zr_coll_qgz *q, zr_group g,
+                              const unsigned char *recv, int peers, int per_peer, size_t bytes,
+                              size_t len)
+{
+    for (int p = 0; p < peers; p++) {
+        for (int b = 0; b < per_peer; b++) {
+            const unsigned char *blk = recv + ((size_t)p * (size_t)per_peer + (size_t)b) * bytes;
+            zr_status st = zr_quant_validate(blk, bytes, &q->q, len);
+            if (st != ZR_OK) {
+                char why[512];
+                snprintf(why, sizeof why, "%s", zr_error_message());
+                ZR_FAIL(st, "qgZ: block from world rank %d (group %s) is invalid: %s",
+                        zr_comm_world_rank(c, g, p), zr_group_name(g), why);
+            }
+        }
+    }
+    return ZR_OK;
+}
+
+/* out[lo, lo+len) = sum of the k blocks, decoded in the order given. */
+static zr_status sum_blocks(const void *const *blocks, int k, size_t len, float *out,
+                            size_t *nonfinite)
+{
+    ZR_CHECK(zr_quant_decode(blocks[0], ZR_DTYPE_F32, out, len));
+    *nonfinite += zr_coll_block_nonfinite(blocks[0]);
+    for (int j = 1; j < k; j++) {
+        ZR_CHECK(zr_quant_decode_add(blocks[j], out, len));
+        *nonfinite += zr_coll_block_nonfinite(blocks[j]);
+    }
+    return ZR_OK;
+}
+
+/* Hop 1 of chunk k: quantize all W partitions in reordered layout, post the node all-to-all. */
+static zr_status post_intra(zr_comm *c, zr_coll_op *op, int k)
+{
+    zr_coll_qgz *q = &((zr_coll_state *)op->impl)->u.qgz;
+    size_t lo, len;
+    chunk_range(q, k, &lo, &len);
+    size_t bytes = zr_quant_block_bytes(&q->q, len);
+    int slot = k % SLOTS;
+    for (int j = 0; j < q->D; j++) {
+        for (int m = 0; m < q->N; m++) {
+            size_t p = (size_t)m * (size_t)q->D + (size_t)j;
+            float *res = q->fb != NULL ? q->fb->intra + p * q->count + lo : NULL;
+            unsigned char *dst = q->send1[slot] + ((size_t)j * (size_t)q->N + (size_t)m) * bytes;
+            ZR_CHECK(zr_quant_encode(&q->q, q->in_type, input_at(q, p * q->count + lo), len,
+                                     q->mul, res, dst, NULL));
+        }
+    }
+    return zr_comm_ialltoall(c, ZR_GROUP_NODE, ZR_KIND_QGZ, q->send1[slot],
+                             (size_t)q->N * bytes, q->recv1[slot], &op->req[slot]);
+}
+
+/*
+ * After hop 1 of chunk k (or at once when D = 1): build the hop-2 blocks and
+ * post the cross all-to-all, or with one node sum straight into out.
+ */
+static zr_status reduce_chunk(zr_comm *c, zr_coll_op *op, int k)
+{
+    zr_coll_qgz *q = &((zr_coll_state *)op->impl)->u.qgz;
+    size_t lo, len;
+    chunk_range(q, k, &lo, &len);
+    size_t bytes = zr_quant_block_bytes(&q->q, len);
+    int slot = k % SLOTS;
+    if (q->D > 1) {
+        ZR_CHECK(check_blocks(c, q, ZR_GROUP_NODE, q->recv1[slot], q->D, q->N, bytes, len));
+    }
+    for (int m = 0; m < q->N; m++) {
+        if (q->D == 1) {
+            /* no node peers: my partitions are quantized once, for the cross hop */
+            size_t p = (size_t)m;
+            float *res = q->fb != NULL ? q->fb->intra + p * q->count + lo : NULL;
+            ZR_CHECK(zr_quant_encode(&q->q, q->in_type, input_at(q, p * q->count + lo), len,
+                                     q->mul, res, q->send2[slot] + (size_t)m * bytes, NULL));
+            continue;
+        }
+        for (int j = 0; j < q->D; j++) {
+            q->blocks[j] = q->recv1[slot] + ((size_t)j * (size_t)q->N + (size_t)m) * bytes;
+        }
+        if (q->N == 1) {
+            return sum_blocks(q->blocks, q->D, len, q->out + lo, &op->nonfinite);
+        }
+        float *res = q->fb != NULL ? q->fb->inter + (size_t)m * q->count + lo : NULL;
+        ZR_CHECK(zr_quant_sum_requant(q->blocks, q->D, len, 1.0f, &q->q, res,
+                                      q->send2[slot] + (size_t)m * bytes, NULL));
+    }
+    return zr_comm_ialltoall(c, ZR_GROUP_CROSS, ZR_KIND_QGZ, q->send2[slot], bytes,
+                             q->recv2[slot], &op->req[SLOTS + slot]);
+}
+
+/* After hop 2 of chunk k: out = sum over nodes in node order. */
+static zr_status final_chunk(zr_comm *c, zr_coll_op *op, int k)
+{
+    zr_coll_qgz *q = &((zr_coll_state *)op->impl)->u.qgz;
+    if (q->N == 1) {
+        return ZR_OK; /* reduce_chunk already wrote out */
+    }
+    size_t lo, len;
+    chunk_range(q, k, &lo, &len);
+    size_t bytes = zr_quant_block_bytes(&q->q, len);
+    int slot = k % SLOTS;
+    ZR_CHECK(check_blocks(c, q, ZR_GROUP_CROSS, q->recv2[slot], q->N, 1, bytes, len));
+    for (int m = 0; m < q->N; m++) {
+        q->blocks[m] = q->recv2[slot] + (size_t)m * bytes;
+    }
+    return sum_blocks(q->blocks, q->N, len, q->out + lo, &op->nonfinite);
+}
+
+static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
+{
+    zr_coll_qgz *q = &((zr_coll_state *)op->impl)->u.qgz;
+    for (;;) {
+        int moved = 0, ok = 0, done = 0;
+        /* hop 1 of every chunk whose slot is free */
+        while (q->next_encode < q->chunks && q->next_encode - q->next_reduce < SLOTS) {
+            if (q->D > 1) {
+                ZR_CHECK(zr_coll_gate(c, op, ZR_GROUP_NODE, block, &ok));
+                if (!ok) {
+                    break;
+                }
+                ZR_CHECK(post_intra(c, op, q->next_encode));
+                if (q->next_encode + 1 == q->chunks) {
+                    zr_coll_posted_last(op, ZR_GROUP_NODE);
+                }
+            }
+            q->next_encode++;
+            moved = 1;
+        }
+        /* reduce the oldest chunk whose hop 1 is in and whose hop-2 slot is free */
+        if (q->next_reduce < q->next_encode && q->next_reduce - q->next_final < SLOTS) {
+            ok = 1;
+            if (q->N > 1) {
+                ZR_CHECK(zr_coll_gate(c, op, ZR_GROUP_CROSS, block, &ok));
+            }
+            if (ok) {
+                ZR_CHECK(zr_coll_progress(c, &op->req[q->next_reduce % SLOTS], block, &done));
+            }
+            if (ok && done) {
+                ZR_CHECK(reduce_chunk(c, op, q->next_reduce));
+                q->next_reduce++;
+                if (q->next_reduce == q->chunks && q->N > 1) {
+                    zr_coll_posted_last(op, ZR_GROUP_CROSS);
+                }
+                moved = 1;
+            }
+        }
+        /* finish the oldest chunk whose hop 2 is in; block here only if nothing else moved */
+        if (q->next_final < q->next_reduce) {
+            ZR_CHECK(zr_coll_progress(c, &op->req[SLOTS + q->next_final % SLOTS],
+                                      block && !moved, &done));
+            if (done) {
+                ZR_CHECK(final_chunk(c, op, q->next_final));
+                q->next_final++;
+                moved = 1;
+            }
+        }
+        if (q->next_final == q->chunks) {
+            zr_coll_end(op);
+            return ZR_OK;
+        }
+        if (!moved && !block) {
+            return ZR_OK;
+        }
+    }
+}
+
+/* Residual buffers sized for this call; (re)allocated zeroed when the size changes. */
+static zr_status feedback_prepare(zr_qgz_feedback *fb, size_t n_intra, size_t n_inter)
+{
+    if (fb->intra == NULL || fb->n_intra != n_intra) {
+        zr_free(fb->intra);
+        fb->intra = NULL;
+        fb->n_intra = 0;
+        ZR_ALLOC(fb->intra, n_intra > 0 ? n_intra : 1);
+        fb->n_intra = n_intra;
+    }
+    if (fb->inter == NULL || fb->n_inter != n_inter) {
+        zr_free(fb->inter);
+        fb->inter = NULL;
+        fb->n_inter = 0;
+        ZR_ALLOC(fb->inter, n_inter > 0 ? n_inter : 1);
+        fb->n_inter = n_inter;
+    }
+    return ZR_OK;
+}
+
+void zr_qgz_feedback_free(zr_qgz_feedback *fb)
+{
+    if (fb == NULL) {
+        return;
+    }
+    zr_free(fb->intra);
+    zr_free(fb->inter);
+    memset(fb, 0, sizeof *fb);
+}
+
+zr_qgz_config zr_qgz_config_default(void)
+{
+    zr_qgz_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.q.bits = 4;
+    cfg.q.group = ZR_QUANT_DEFAULT_GROUP;
+    cfg.q.scheme = ZR_QSYM;
+    cfg.chunks = 1;
+    cfg.error_feedback = 0;
+    return cfg;
+}
+
+/* W = 1: nothing to reduce and no wire to compress; the mean of one rank is its input. */
+static void copy_exact(zr_dtype in_type, const void *in, size_t count, float *out)
+{
+    if (in_type == ZR_DTYPE_BF16) {
+        zr_bf16_to_f32_n(out, in, count);
+    } else if ((const void *)out != in) {
+        memmove(out, in, count * sizeof(float));
+    }
+}
+
+zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
+                       size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op)
+{
+    zr_qgz_config def = zr_qgz_config_default();
+    if (cfg == NULL) {
+        cfg = &def;
+    }
+    if (c == NULL) {
+        ZR_FAIL(ZR_ERR_INVALID, "qgZ: NULL communicator");
+    }
+    ZR_CHECK(zr_qparams_check(&cfg->q));
+    if (cfg->chunks < 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "qgZ: chunks must be >= 1 (0 means 1), got %d", cfg->chunks);
+    }
+    if (in_type != ZR_DTYPE_F32 && in_type != ZR_DTYPE_BF16) {
+        ZR_FAIL(ZR_ERR_INVALID, "qgZ: input type must be fp32 or bf16, got %d", (int)in_type);
+    }
+    if (count > 0 && (in == NULL || out == NULL)) {
+        ZR_FAIL(ZR_ERR_INVALID, "qgZ: NULL %s buffer", in == NULL ? "input" : "output");
+    }
+    if (cfg->error_feedback && fb == NULL) {
+        ZR_FAIL(ZR_ERR_INVALID, "qgZ: error_feedback is on but no zr_qgz_feedback was passed");
+    }
+    int W = c->size[ZR_GROUP_WORLD], D = c->ranks_per_node, N = c->n_nodes;
+    if (W == 1 || count == 0) {
+        zr_coll_state *s;
+        ZR_CHECK(zr_coll_begin(c, op, 0, advance, &s));
+        copy_exact(in_type, in, count, out);
+        zr_coll_end(op);
+        return ZR_OK;
+    }
+    if (cfg->error_feedback) {
+        ZR_CHECK(feedback_prepare(fb, (size_t)W * count, D > 1 && N > 1 ? (size_t)N * count : 0));
+    }
+
+    size_t G = (size_t)cfg->q.group;
+    size_t groups = zr_div_up(count, G);
+    int chunks = cfg->chunks < 1 ? 1 : cfg->chunks;
+    if ((size_t)chunks > groups) {
+        chunks = (int)groups; /* a chunk is at least one quantization group */
+    }
+    size_t max_len = zr_div_up(groups, (size_t)chunks) * G;
+    max_len = max_len < count ? max_len : count;
+    size_t bytes = zr_quant_block_bytes(&cfg->q, max_len);
+    int slots = chunks < SLOTS ? chunks : SLOTS;
+    size_t b1 = D > 1 ? zr_coll_span((size_t)W * bytes) : 0;
+    size_t b2 = N > 1 ? zr_coll_span((size_t)N * bytes) : 0;
+    int nptr = D > N ? D : N;
+    size_t work = zr_coll_span(sizeof(void *) * (size_t)nptr) + (size_t)slots * 2 * (b1 + b2);
+
+    unsigned pending = (D > 1 ? ZR_COLL_BIT(ZR_GROUP_NODE) : 0) |
+                       (N > 1 ? ZR_COLL_BIT(ZR_GROUP_CROSS) : 0);
+    zr_coll_state *s;
+    ZR_CHECK(zr_coll_begin(c, op, pending, advance, &s));
+    zr_status st = zr_coll_reserve(op, work);
+    if (st != ZR_OK) {
+        zr_coll_end(op);
+        return st;
+    }
+    zr_coll_qgz *q = &s->u.qgz;
+    q->q = cfg->q;
+    q->in_type = in_type;
+    q->in = in;
+    q->count = count;
+    q->out = out;
+    q->fb = cfg->error_feedback ? fb : NULL;
+    q->mul = 1.0f / (float)W;
+    q->W = W;
+    q->D = D;
+    q->N = N;
+    q->d = c->rank[ZR_GROUP_NODE];
+    q->groups = groups;
+    q->chunks = chunks;
+    unsigned char *cur = op->work;
+    q->blocks = zr_coll_carve(&cur, sizeof(void *) * (size_t)nptr);
+    for (int i = 0; i < slots; i++) {
+        if (D > 1) {
+            q->send1[i] = zr_coll_carve(&cur, (size_t)W * bytes);
+            q->recv1[i] = zr_coll_carve(&cur, (size_t)W * bytes);
+        }
+        if (N > 1) {
+            q->send2[i] = zr_coll_carve(&cur, (size_t)N * bytes);
+            q->recv2[i] = zr_coll_carve(&cur, (size_t)N * bytes);
+        }
+    }
+    return zr_coll_kick(c, op);
+}
