@@ -29,9 +29,11 @@ static void global_batch(int step, int *inputs, int *targets)
 {
     zr_test_rng rng = {0x1234567ull + (uint64_t)step * 7919};
     for (int i = 0; i < W * B; i++) {
+        /* a learnable sequence (next = 5*prev + 1 mod V) from a random start */
         int row[T + 1];
-        for (int t = 0; t <= T; t++) {
-            row[t] = (int)(zr_test_rng_next(&rng) % (uint64_t)TINY.vocab);
+        row[0] = (int)(zr_test_rng_next(&rng) % (uint64_t)TINY.vocab);
+        for (int t = 1; t <= T; t++) {
+            row[t] = (row[t - 1] * 5 + 1) % TINY.vocab;
         }
         memcpy(inputs + (size_t)i * T, row, sizeof(int) * T);
         memcpy(targets + (size_t)i * T, row + 1, sizeof(int) * T);
