@@ -18,6 +18,7 @@ typedef struct bench_entry {
 static const bench_entry benches[] = {
     {"quant", zr_bench_quant, "quantize/dequantize GB/s against memcpy, error by group size"},
     {"model", zr_bench_model, "GPT-2 train step (fwd+bwd+AdamW) tokens/s and FLOP rate vs sgemm"},
+    {"train", zr_bench_train, "GPT training steps per ZeRO++ mode: time split and bytes per step"},
     {NULL, NULL, NULL},
 };
 

@@ -12,5 +12,6 @@ int zr_cli_export(int argc, char **argv);
 /* Benchmarks in bench/, dispatched by zr_cli_bench. */
 int zr_bench_quant(int argc, char **argv);
 int zr_bench_model(int argc, char **argv);
+int zr_bench_train(int argc, char **argv);
 
 #endif
