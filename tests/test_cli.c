@@ -1,0 +1,436 @@
+/*
+ * test_cli.c - end-to-end runs of the zr binary under mpirun, the way a user
+ * runs it: a resumed run equals an uninterrupted one, a checkpoint reshards
+ * 4 -> 2 -> 3 ranks and continues the trajectory, bad input of every kind
+ * gives its message and exit code without touching existing checkpoints, a
+ * rank killed with SIGKILL ends the job quickly and leaves the last
+ * checkpoint loadable, and SIGTERM stops cleanly with a resumable checkpoint.
+ *
+ * The zr binary is found next to this program's build folder
+ * (build/<variant>/tests/test_cli -> build/<variant>/zr).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "test.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char zr_bin[4096];
+static char work[4096];
+
+/* The model every run here trains: tiny, so that a run takes about a second. */
+#define TINY                                                                                       \
+    " --layers 1 --channels 32 --heads 2 --seq-len 32 --micro-batch 2 --val-every 0"              \
+    " --steps_per_print 1000"
+
+typedef struct run_result {
+    int code;      /* exit status, or 128+signal */
+    char out[1 << 16];
+} run_result;
+
+static run_result res;
+
+/* Run a shell command, capturing stdout and stderr together. */
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int sh(const char *fmt, ...)
+{
+    char cmd[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[8400];
+    snprintf(full, sizeof full, "(%s) 2>&1 </dev/null", cmd);
+    FILE *p = popen(full, "r");
+    if (p == NULL) {
+        res.code = -1;
+        return -1;
+    }
+    size_t n = fread(res.out, 1, sizeof res.out - 1, p);
+    res.out[n] = '\0';
+    int st = pclose(p);
+    res.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    return res.code;
+}
+
+/* mpirun with np ranks in nodes of rpn, running "zr train <args>". */
+static int train(int np, int rpn, const char *args)
+{
+    return sh("timeout -k 5 120 mpirun.openmpi -np %d -x ZR_RANKS_PER_NODE=%d %s train %s", np,
+              rpn, zr_bin, args);
+}
+
+/* Checksum of every file under a directory tree, names included. */
+static uint32_t tree_crc(const char *dir)
+{
+    uint32_t crc = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        return 0;
+    }
+    struct dirent *ent;
+    char names[64][256];
+    int n = 0;
+    while ((ent = readdir(d)) != NULL && n < 64) {
+        if (ent->d_name[0] != '.') {
+            snprintf(names[n++], 256, "%s", ent->d_name);
+        }
+    }
+    closedir(d);
+    qsort(names, (size_t)n, 256, (int (*)(const void *, const void *))strcmp);
+    for (int i = 0; i < n; i++) {
+        char p[4400];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        crc = zr_crc32c(crc, names[i], strlen(names[i]));
+        struct stat sb;
+        if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+            uint32_t sub = tree_crc(p);
+            crc = zr_crc32c(crc, &sub, sizeof sub);
+            continue;
+        }
+        FILE *f = fopen(p, "rb");
+        if (f != NULL) {
+            char buf[8192];
+            size_t k;
+            while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
+                crc = zr_crc32c(crc, buf, k);
+            }
+            fclose(f);
+        }
+    }
+    return crc;
+}
+
+/* Loss of step s from a metrics file ("" if absent). */
+static void metrics_loss(const char *path, int step, char *out, size_t n)
+{
+    out[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return;
+    }
+    char line[2048], key[64];
+    snprintf(key, sizeof key, "{\"step\": %d, \"loss\": ", step);
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, key, strlen(key)) == 0) {
+            const char *v = line + strlen(key);
+            size_t k = strcspn(v, ",");
+            snprintf(out, n, "%.*s", (int)k, v);
+        }
+    }
+    fclose(f);
+}
+
+static void test_resume_equals_uninterrupted(void)
+{
+    /* the schedule is pinned to 12 steps so that the 6-step run is a true prefix */
+    const char *common = TINY " --scheduler.params.total_num_steps 12 --stage 3";
+    char a[8192], b[8192];
+    snprintf(a, sizeof a, "%s --steps 12 --ckpt-dir %s/full", common, work);
+    TEST_EQ_INT(train(4, 2, a), 0);
+    snprintf(b, sizeof b, "%s --steps 6 --ckpt-dir %s/part", common, work);
+    TEST_EQ_INT(train(4, 2, b), 0);
+    snprintf(b, sizeof b, "%s --steps 12 --ckpt-dir %s/part --resume", common, work);
+    TEST_EQ_INT(train(4, 2, b), 0);
+    TEST_CHECKF(strstr(res.out, "resumed from") != NULL, "%s", res.out);
+    int same = 1;
+    for (int s = 1; s <= 12; s++) {
+        char x[64], y[64], pa[4200], pb[4200];
+        snprintf(pa, sizeof pa, "%s/full/metrics.jsonl", work);
+        snprintf(pb, sizeof pb, "%s/part/metrics.jsonl", work);
+        metrics_loss(pa, s, x, sizeof x);
+        metrics_loss(pb, s, y, sizeof y);
+        TEST_CHECKF(x[0] != '\0' && strcmp(x, y) == 0, "step %d: uninterrupted %s, resumed %s", s,
+                    x, y);
+        same &= strcmp(x, y) == 0;
+    }
+    printf("  resumed run %s the uninterrupted one at every step\n", same ? "equals" : "DIFFERS from");
+}
+
+static void test_reshard(void)
+{
+    /* 12 sequences per step at every world size; fp32 on the wire */
+    const char *common = TINY " --scheduler.params.total_num_steps 9 --stage 3"
+                              " --communication_data_type fp32 --no-qwz --no-qgz --train_batch_size 12"
+                              " --micro-batch 0";
+    char a[8192];
+    snprintf(a, sizeof a, "%s --steps 9 --ckpt-dir %s/r4", common, work);
+    TEST_EQ_INT(train(4, 2, a), 0);
+    snprintf(a, sizeof a, "%s --steps 3 --ckpt-dir %s/rs", common, work);
+    TEST_EQ_INT(train(4, 2, a), 0);
+    snprintf(a, sizeof a, "%s --steps 6 --ckpt-dir %s/rs --resume", common, work);
+    TEST_EQ_INT(train(2, 2, a), 0);
+    TEST_CHECKF(strstr(res.out, "saved at 4 ranks, now 2") != NULL, "%s", res.out);
+    snprintf(a, sizeof a, "%s --steps 9 --ckpt-dir %s/rs --resume", common, work);
+    TEST_EQ_INT(train(3, 3, a), 0);
+    TEST_CHECKF(strstr(res.out, "saved at 2 ranks, now 3") != NULL, "%s", res.out);
+    double worst = 0;
+    for (int s = 1; s <= 9; s++) {
+        char x[64], y[64], pa[4200], pb[4200];
+        snprintf(pa, sizeof pa, "%s/r4/metrics.jsonl", work);
+        snprintf(pb, sizeof pb, "%s/rs/metrics.jsonl", work);
+        metrics_loss(pa, s, x, sizeof x);
+        metrics_loss(pb, s, y, sizeof y);
+        TEST_CHECKF(x[0] && y[0], "step %d missing", s);
+        double d = fabs(atof(x) - atof(y)) / atof(x);
+        worst = d > worst ? d : worst;
+    }
+    /* the same global batches; only the summation order of the reductions differs */
+    TEST_CHECKF(worst <= 1e-4, "resharded trajectory differs by %.3g", worst);
+    printf("  4 -> 2 -> 3 ranks: worst relative loss difference vs 4 ranks throughout: %.2e\n",
+           worst);
+}
+
+typedef struct bad_case {
+    const char *name;
+    int np;
+    const char *args; /* %s = work dir (up to three times) */
+    const char *expect;
+    int code;
+} bad_case;
+
+static void test_bad_input(void)
+{
+    char cmd[8192], p[4400];
+    /* a valid checkpoint that no bad run may touch */
+    snprintf(cmd, sizeof cmd, TINY " --steps 2 --ckpt-dir %s/good", work);
+    TEST_EQ_INT(train(2, 2, cmd), 0);
+    /* files the cases use */
+    sh("cd %s && printf '{\"train_batch_size\": 8,\\n  \"zero_optimization\": {\"stage\": 3,,}}' > malformed.json"
+       " && printf '{\"zero_optimization\": {\"stage\": \"three\"}}' > wrongtype.json"
+       " && printf '{\"zero_optimization\": {\"stage\": 4}}' > range.json"
+       " && printf '{\"train_batch_size\": 7, \"train_micro_batch_size_per_gpu\": 2,"
+       " \"gradient_accumulation_steps\": 1}' > batch.json"
+       " && printf '{\"fp16\": {\"enabled\": true}}' > fp16.json"
+       " && printf '{\"scheduler\": {\"type\": \"OneCycle\"}}' > sched.json"
+       " && printf '{\"optimizer\": {\"params\": {\"lr\": -1}}}' > lr.json"
+       " && printf '{\"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}' > qwz2.json"
+       " && printf '{\"train_batch_size\": 8' > truncated.json"
+       " && printf 'ZRNOTDATA' > empty.bin && head -c 100 /dev/urandom > noise.bin"
+       " && printf '\\x88\\xd8\\x34\\x01\\x01\\x00\\x00\\x00' > shard.bin"
+       " && cp -r good/step_00000002 tamper && cp -r good/step_00000002 trunc"
+       " && cp -r good/step_00000002 manif && mkdir -p tamperdir truncdir manifdir"
+       " && mv tamper tamperdir/step_00000002 && mv trunc truncdir/step_00000002"
+       " && mv manif manifdir/step_00000002"
+       " && printf '\\x7f' | dd of=tamperdir/step_00000002/rank_00001.bin bs=1 seek=200 conv=notrunc"
+       " && truncate -s 100 truncdir/step_00000002/rank_00000.bin"
+       " && sed -i 's/\"step\": 2/\"step\": 3/' manifdir/step_00000002/manifest.json",
+       work);
+    TEST_EQ_INT(res.code, 0);
+    snprintf(p, sizeof p, "%s/good", work);
+    uint32_t before = tree_crc(p);
+    static const bad_case cases[] = {
+        {"malformed JSON", 2, "--config %s/malformed.json", "malformed.json:2:", 2},
+        {"truncated JSON", 2, "--config %s/truncated.json", "truncated.json", 2},
+        {"wrong type", 2, "--config %s/wrongtype.json", "zero_optimization.stage", 2},
+        {"out of range", 2, "--config %s/range.json", "zero_optimization.stage", 2},
+        {"inconsistent batch", 2, "--config %s/batch.json", "train_batch_size", 2},
+        {"fp16", 2, "--config %s/fp16.json", "fp16", 2},
+        {"unknown scheduler", 2, "--config %s/sched.json", "OneCycle", 2},
+        {"negative lr", 2, "--config %s/lr.json", "optimizer.params.lr", 2},
+        {"qwZ at stage 2", 2, "--config %s/qwz2.json", "stage", 2},
+        {"missing config", 2, "--config %s/nope.json", "nope.json", 2},
+        {"unknown flag", 2, "--frobnicate 3", "frobnicate", 2},
+        {"flag without value", 2, "--steps", "--steps", 2},
+        {"bad number", 2, "--steps many", "many", 2},
+        {"hpZ not dividing world", 3, "--zero_optimization.zero_hpz_partition_size 2",
+         "zero_hpz_partition_size", 2},
+        {"heads not dividing channels", 2, "--heads 3", "heads", 2},
+        {"bad quant bits", 2, "--zr.quant.qgz_bits 5", "qgz_bits", 2},
+        {"bad quant group", 2, "--zr.quant.qwz_group 12", "qwz_group", 2},
+        {"missing data file", 2, "--data %s/nothere.txt", "nothere.txt", 1},
+        {"corrupt data shard", 2, "--data %s/shard.bin", "shard.bin", 2},
+        {"resume without dir", 2, "--resume", "checkpoint", 2},
+        {"tampered checkpoint", 2, "--ckpt-dir %s/tamperdir --resume", "checksum", 2},
+        {"truncated checkpoint", 2, "--ckpt-dir %s/truncdir --resume", "truncated", 2},
+        {"edited manifest", 2, "--ckpt-dir %s/manifdir --resume", "manifest", 2},
+        {"other model shape", 2, "--ckpt-dir %s/good --resume --layers 2", "another model shape", 2},
+        {"checkpoint exists", 2, "--ckpt-dir %s/good --steps 2", "refusing to overwrite", 1},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        char args[8192];
+        snprintf(args, sizeof args, cases[i].args, work, work, work);
+        char full[8400];
+        snprintf(full, sizeof full, TINY " --steps 2 %s", args);
+        int code = train(cases[i].np, cases[i].np == 3 ? 3 : 2, full);
+        TEST_CHECKF(code == cases[i].code, "%s: exit %d, expected %d\n%s", cases[i].name, code,
+                    cases[i].code, res.out);
+        TEST_CHECKF(strstr(res.out, cases[i].expect) != NULL && strstr(res.out, "error") != NULL,
+                    "%s: output lacks \"%s\":\n%s", cases[i].name, cases[i].expect, res.out);
+        /* one message, printed once, never a hang or an MPI abort trace */
+        TEST_CHECKF(strstr(res.out, "MPI_ABORT") == NULL, "%s: aborted instead of exiting:\n%s",
+                    cases[i].name, res.out);
+        TEST_CHECKF(tree_crc(p) == before, "%s: the existing checkpoint changed", cases[i].name);
+    }
+    printf("  %d bad-input cases: clear message, exit code, checkpoints untouched\n", n);
+}
+
+/* Start a training run in the background; returns the shell's pid. */
+static pid_t start_bg(const char *args, const char *log)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char cmd[8192];
+        snprintf(cmd, sizeof cmd,
+                 "exec mpirun.openmpi -np 4 -x ZR_RANKS_PER_NODE=2 %s train %s >%s 2>&1 </dev/null",
+                 zr_bin, args, log);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* pid of the highest-numbered zr process whose command line contains marker. */
+static pid_t find_rank(const char *marker)
+{
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "pgrep -f -- '%s' | sort -n | tail -n 1", marker);
+    sh("%s", cmd);
+    return (pid_t)atoi(res.out);
+}
+
+static int wait_for_file(const char *path, double seconds)
+{
+    double t0 = zr_now();
+    while (zr_now() - t0 < seconds) {
+        if (access(path, F_OK) == 0) {
+            return 1;
+        }
+        usleep(100000);
+    }
+    return 0;
+}
+
+static int wait_exit(pid_t pid, double seconds, int *status)
+{
+    double t0 = zr_now();
+    while (zr_now() - t0 < seconds) {
+        if (waitpid(pid, status, WNOHANG) == pid) {
+            return 1;
+        }
+        usleep(100000);
+    }
+    return 0;
+}
+
+static void test_sigkill(void)
+{
+    char args[8192], log[4400], ck[4400];
+    snprintf(log, sizeof log, "%s/kill.log", work);
+    snprintf(ck, sizeof ck, "%s/kill/step_00000004/COMPLETE", work);
+    snprintf(args, sizeof args, TINY " --steps 100000 --ckpt-every 4 --ckpt-dir %s/kill", work);
+    pid_t job = start_bg(args, log);
+    TEST_CHECK(wait_for_file(ck, 60));
+    char marker[4400];
+    snprintf(marker, sizeof marker, "train.*--ckpt-dir %s/kill", work);
+    pid_t victim = find_rank(marker);
+    TEST_CHECK(victim > 0);
+    double t0 = zr_now();
+    kill(victim, SIGKILL);
+    int status = 0;
+    int ended = wait_exit(job, 30, &status);
+    double took = zr_now() - t0;
+    TEST_CHECKF(ended, "job still running 30 s after a rank was killed");
+    if (!ended) {
+        kill(job, SIGKILL);
+        sh("pkill -9 -f -- '%s'", marker);
+        waitpid(job, &status, 0);
+    }
+    TEST_CHECK(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
+    printf("  rank killed with SIGKILL: job ended in %.1f s with status %d\n", took,
+           WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    /* the newest complete checkpoint still loads and training goes on */
+    snprintf(args, sizeof args, TINY " --steps 100000 --ckpt-dir %s/kill --resume", work);
+    char shorter[8300];
+    snprintf(shorter, sizeof shorter, "%s", args);
+    /* find how far it got, then run two more steps */
+    char ckdir[4400];
+    snprintf(ckdir, sizeof ckdir, "%s/kill", work);
+    sh("ls %s | grep -v partial | grep step_ | sort | tail -n 1 | sed 's/step_0*//'", ckdir);
+    int last = atoi(res.out);
+    TEST_CHECK(last >= 4);
+    snprintf(shorter, sizeof shorter, TINY " --steps %d --ckpt-dir %s/kill --resume", last + 2,
+             work);
+    TEST_EQ_INT(train(4, 2, shorter), 0);
+    TEST_CHECKF(strstr(res.out, "resumed from") != NULL, "%s", res.out);
+}
+
+static void test_sigterm(void)
+{
+    char args[8192], log[4400], metrics[4400];
+    snprintf(log, sizeof log, "%s/term.log", work);
+    snprintf(metrics, sizeof metrics, "%s/term/metrics.jsonl", work);
+    snprintf(args, sizeof args, TINY " --steps 100000 --ckpt-dir %s/term", work);
+    pid_t job = start_bg(args, log);
+    TEST_CHECK(wait_for_file(metrics, 60));
+    usleep(500000);
+    char marker[4400];
+    snprintf(marker, sizeof marker, "train.*--ckpt-dir %s/term", work);
+    pid_t victim = find_rank(marker);
+    TEST_CHECK(victim > 0);
+    kill(victim, SIGTERM);
+    int status = 0;
+    int ended = wait_exit(job, 60, &status);
+    TEST_CHECK(ended);
+    if (!ended) {
+        kill(job, SIGKILL);
+        sh("pkill -9 -f -- '%s'", marker);
+        waitpid(job, &status, 0);
+    }
+    TEST_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    sh("cat %s", log);
+    TEST_CHECKF(strstr(res.out, "stop requested") != NULL, "%s", res.out);
+    char ckdir[4400];
+    snprintf(ckdir, sizeof ckdir, "%s/term", work);
+    sh("ls %s | grep -v partial | grep step_ | sort | tail -n 1 | sed 's/step_0*//'", ckdir);
+    int last = atoi(res.out);
+    TEST_CHECK(last >= 1);
+    snprintf(args, sizeof args, TINY " --steps %d --ckpt-dir %s/term --resume", last + 1, work);
+    TEST_EQ_INT(train(4, 2, args), 0);
+    TEST_CHECKF(strstr(res.out, "resumed from") != NULL, "%s", res.out);
+    printf("  SIGTERM: stopped after step %d with a checkpoint; resume works\n", last);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    /* build/<variant>/tests/test_cli -> build/<variant>/zr */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "cannot find myself (%s)\n", argv[0]);
+        return 1;
+    }
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    *slash = '\0';
+    slash = strrchr(self, '/');
+    *slash = '\0';
+    snprintf(zr_bin, sizeof zr_bin, "%s/zr", self);
+    if (access(zr_bin, X_OK) != 0) {
+        fprintf(stderr, "no zr binary at %s\n", zr_bin);
+        return 1;
+    }
+    snprintf(work, sizeof work, "/tmp/zr-test-cli-XXXXXX");
+    if (mkdtemp(work) == NULL) {
+        fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
+        return 1;
+    }
+    TEST_RUN(test_resume_equals_uninterrupted);
+    TEST_RUN(test_reshard);
+    TEST_RUN(test_bad_input);
+    TEST_RUN(test_sigkill);
+    TEST_RUN(test_sigterm);
+    if (zr_test_failed == 0) {
+        sh("rm -rf %s", work);
+    } else {
+        printf("work directory kept: %s\n", work);
+    }
+    return zr_test_finish();
+}
