@@ -33,6 +33,21 @@ typedef struct row {
     double t_med, t_min, compute, comm, optim, tok_s, inter, intra, loss;
 } row;
 
+/* Is name one of the comma-separated modes in list? */
+static int has_mode(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p != NULL && *p != '\0';) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) {
+            return 1;
+        }
+        p = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -110,6 +125,7 @@ static zr_status run_mode(zr_comm *c, const zr_dataset *data, const zr_gpt_confi
 int zr_bench_train(int argc, char **argv)
 {
     int json = 0, steps = 10, layers = 4, channels = 256, heads = 4, T = 128, B = 4;
+    const char *only = NULL; /* comma list of modes to run; NULL = all */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
@@ -121,9 +137,16 @@ int zr_bench_train(int argc, char **argv)
             channels = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--seq") == 0 && i + 1 < argc) {
             T = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--heads") == 0 && i + 1 < argc) {
+            heads = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--micro-batch") == 0 && i + 1 < argc) {
+            B = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--modes") == 0 && i + 1 < argc) {
+            only = argv[++i];
         } else {
             fprintf(stderr, "usage: mpirun -np N zr bench train [--json] [--steps N] [--layers L] "
-                            "[--channels C] [--seq T]\n");
+                            "[--channels C] [--heads H] [--seq T] [--micro-batch B]\n"
+                            "       [--modes zero3_bf16,qwz,hpz,qgz,zeropp]\n");
             return 2;
         }
     }
@@ -149,7 +172,12 @@ int zr_bench_train(int argc, char **argv)
                "tok/s", "compute", "comm", "optim", "inter MB", "intra MB", "mean loss");
     }
     row rows[NMODES];
+    int ran[NMODES] = {0};
     for (int i = 0; i < NMODES; i++) {
+        if (only != NULL && !has_mode(only, modes[i].name)) {
+            continue;
+        }
+        ran[i] = 1;
         ZR_TRY(run_mode(&c, &data, &cfg, B, steps, &modes[i], &rows[i]), "");
         row *r = &rows[i];
         if (R == 0) {
@@ -162,19 +190,33 @@ int zr_bench_train(int argc, char **argv)
     if (R == 0) {
         printf("\n(inter/intra MB: bytes per step summed over all ranks, from zr's exact counters;"
                " compute/comm/optim: ms per step averaged over ranks)\n");
-        double ratio = rows[0].inter > 0 ? rows[NMODES - 1].inter / rows[0].inter : 0.0;
-        printf("ZeRO++ inter-node bytes per step / ZeRO-3 bf16: %.3f; throughput ZeRO++ / ZeRO-3: "
-               "%.2fx\n",
-               ratio, rows[NMODES - 1].tok_s / rows[0].tok_s);
+        int both = ran[0] && ran[NMODES - 1];
+        double ratio = both && rows[0].inter > 0 ? rows[NMODES - 1].inter / rows[0].inter : 0.0;
+        double speedup = both ? rows[NMODES - 1].tok_s / rows[0].tok_s : 0.0;
+        if (both) {
+            printf("ZeRO++ inter-node bytes per step / ZeRO-3 bf16: %.3f; throughput ZeRO++ / "
+                   "ZeRO-3: %.2fx\n",
+                   ratio, speedup);
+        }
         if (json) {
-            printf("{\"bench\": \"train\", \"ranks\": %d, \"nodes\": %d, \"inter_bytes_ratio_zeropp\": "
-                   "%.4f, \"speedup_zeropp\": %.3f, \"modes\": {",
-                   c.size[ZR_GROUP_WORLD], c.n_nodes, ratio, rows[NMODES - 1].tok_s / rows[0].tok_s);
-            for (int i = 0; i < NMODES; i++) {
+            printf("{\"bench\": \"train\", \"ranks\": %d, \"nodes\": %d, \"steps\": %d",
+                   c.size[ZR_GROUP_WORLD], c.n_nodes, steps);
+            if (both) {
+                printf(", \"inter_bytes_ratio_zeropp\": %.4f, \"speedup_zeropp\": %.3f", ratio,
+                       speedup);
+            }
+            printf(", \"modes\": {");
+            for (int i = 0, first = 1; i < NMODES; i++) {
+                if (!ran[i]) {
+                    continue;
+                }
                 printf("%s\"%s\": {\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"inter_bytes\": %.0f, "
-                       "\"intra_bytes\": %.0f, \"compute_ms\": %.3f, \"comm_ms\": %.3f}",
-                       i ? ", " : "", modes[i].name, 1e3 * rows[i].t_med, rows[i].tok_s,
-                       rows[i].inter, rows[i].intra, 1e3 * rows[i].compute, 1e3 * rows[i].comm);
+                       "\"intra_bytes\": %.0f, \"compute_ms\": %.3f, \"comm_ms\": %.3f, "
+                       "\"min_step_ms\": %.3f, \"optim_ms\": %.3f, \"mean_loss\": %.5f}",
+                       first ? "" : ", ", modes[i].name, 1e3 * rows[i].t_med, rows[i].tok_s,
+                       rows[i].inter, rows[i].intra, 1e3 * rows[i].compute, 1e3 * rows[i].comm,
+                       1e3 * rows[i].t_min, 1e3 * rows[i].optim, rows[i].loss);
+                first = 0;
             }
             printf("}}\n");
         }

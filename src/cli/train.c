@@ -108,30 +108,52 @@ static zr_engine_config engine_config(const zr_train_config *c)
     return e;
 }
 
-/* DeepSpeed's schedulers mapped onto warmup-then-decay. */
+/*
+ * DeepSpeed's schedulers with DeepSpeed's formulas (step counts from 0):
+ * warm-up gamma is log(step+1)/log(warmup) ("log", DeepSpeed's default) or
+ * step/warmup ("linear"); WarmupLR then stays at the peak, WarmupDecayLR
+ * decays linearly to 0 at total_num_steps, WarmupCosineLR follows a cosine
+ * from the peak to cos_min_ratio * lr.
+ */
+static double warmup_gamma(const zr_train_config *c, int step)
+{
+    int warm = c->warmup_num_steps;
+    if (warm <= 1) {
+        return 1.0;
+    }
+    if (strcmp(c->warmup_type, "linear") == 0) {
+        return (double)step / warm;
+    }
+    return log((double)step + 1.0) / log((double)warm);
+}
+
 static float lr_at(const zr_train_config *c, int step)
 {
-    double lr = c->warmup_max_lr > 0 ? c->warmup_max_lr : c->lr;
+    double lr = c->lr;
     int warm = c->warmup_num_steps, total = c->total_num_steps;
-    if (strcmp(c->scheduler_type, "WarmupLR") == 0) {
-        if (step >= warm) {
-            return (float)lr;
-        }
-        return (float)(c->warmup_min_lr + (lr - c->warmup_min_lr) * (step + 1) / warm);
-    }
-    if (strcmp(c->scheduler_type, "WarmupDecayLR") == 0) {
+    if (strcmp(c->scheduler_type, "WarmupLR") == 0 ||
+        strcmp(c->scheduler_type, "WarmupDecayLR") == 0) {
+        double max_lr = c->warmup_max_lr > 0 ? c->warmup_max_lr : lr;
+        double gamma = 1.0;
         if (step < warm) {
-            return (float)(c->warmup_min_lr + (lr - c->warmup_min_lr) * (step + 1) / warm);
+            gamma = warmup_gamma(c, step);
+        } else if (strcmp(c->scheduler_type, "WarmupDecayLR") == 0) {
+            gamma = total > warm ? (double)(total - step) / (total - warm) : 0.0;
+            gamma = gamma < 0.0 ? 0.0 : gamma;
         }
-        return zr_lr_at(ZR_LR_LINEAR, (float)lr, 0.0f, warm, total, step);
+        return (float)(c->warmup_min_lr + (max_lr - c->warmup_min_lr) * gamma);
     }
     if (strcmp(c->scheduler_type, "WarmupCosineLR") == 0) {
-        float min_lr = (float)(c->cos_min_ratio * lr);
+        double ratio;
         if (step < warm) {
-            double r0 = c->warmup_min_ratio;
-            return (float)(lr * (r0 + (1.0 - r0) * (step + 1) / warm));
+            ratio = c->warmup_min_ratio + (1.0 - c->warmup_min_ratio) * warmup_gamma(c, step);
+        } else {
+            double done = step - warm + 1, span = total - warm;
+            double cosv = span > 0 ? (1.0 + cos(3.14159265358979323846 * done / span)) / 2.0 : 0.0;
+            ratio = c->cos_min_ratio + (1.0 - c->cos_min_ratio) * cosv;
+            ratio = ratio < 0.0 ? 0.0 : ratio;
         }
-        return zr_lr_at(ZR_LR_COSINE, (float)lr, min_lr, warm, total, step);
+        return (float)(lr * ratio);
     }
     return (float)lr;
 }
