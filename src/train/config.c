@@ -1368,7 +1368,7 @@ static zr_status zeropp_stages(zr_train_config *c, int world)
         if (c->given & ZR_GIVEN_QWZ) {
             ZR_FAIL(ZR_ERR_INVALID,
                     "zero_optimization.zero_quantized_weights (qwZ) needs "
-                    "zero_optimization.stage 3, got stage %d",
+                    "zero_optimization.stage 3, got stage %d; set it to false or use stage 3",
                     c->stage);
         }
         c->zero_quantized_weights = 0;
@@ -1386,7 +1386,8 @@ static zr_status zeropp_stages(zr_train_config *c, int world)
         if (c->given & ZR_GIVEN_QGZ) {
             ZR_FAIL(ZR_ERR_INVALID,
                     "zero_optimization.zero_quantized_gradients (qgZ) needs "
-                    "zero_optimization.stage 2 or 3, got stage %d",
+                    "zero_optimization.stage 2 or 3, got stage %d; set it to false or use stage "
+                    ">= 2",
                     c->stage);
         }
         c->zero_quantized_gradients = 0;
