@@ -28,6 +28,8 @@ done
 # Open MPI on one machine: root allowed, oversubscribed, shared memory,
 # one BLAS thread per rank (scripts/mpienv.sh).
 . scripts/mpienv.sh
+# logs, not terminals: no live progress bar from zr train
+export ZR_PROGRESS=0
 # ASan: single-process tests check leaks with LeakSanitizer. Under mpirun the
 # MPI runtime's own plugins leak at exit from unloaded modules that no
 # suppression can name, so there zr checks its own allocations instead: every

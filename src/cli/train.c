@@ -302,6 +302,24 @@ static uint64_t sum_bytes(const zr_traffic *t, int inter)
     return s;
 }
 
+/*
+ * The live bar is for people at a terminal. Open MPI hands every rank a
+ * pseudo-terminal even when mpirun's own output goes to a file, so isatty
+ * alone cannot tell; CI and TERM=dumb turn it off, ZR_PROGRESS=0/1 decides.
+ */
+static int progress_wanted(void)
+{
+    const char *force = getenv("ZR_PROGRESS");
+    if (force != NULL && force[0] != '\0') {
+        return strcmp(force, "0") != 0;
+    }
+    const char *term = getenv("TERM"), *ci = getenv("CI");
+    if ((ci != NULL && ci[0] != '\0') || term == NULL || strcmp(term, "dumb") == 0) {
+        return 0;
+    }
+    return isatty(STDOUT_FILENO);
+}
+
 static void progress_bar(int step, int total, float loss, double eta)
 {
     char e[32];
@@ -320,7 +338,7 @@ static zr_status loop(trainer *t, int start, int *stopped_at)
     zr_train_config *c = &t->cfg;
     int accum = c->gradient_accumulation_steps;
     double tokens_per_step = (double)t->world * accum * c->train_micro_batch_size_per_gpu * c->seq_len;
-    int tty = t->rank == 0 && isatty(STDOUT_FILENO);
+    int tty = t->rank == 0 && progress_wanted();
     double t_run = zr_now();
     double inter_total = 0, intra_total = 0, zero3_total = 0;
     float first_loss = NAN, last_loss = NAN, val_loss = NAN;
@@ -460,29 +478,29 @@ static void cleanup(trainer *t)
 
 static zr_status open_metrics(trainer *t)
 {
-    char path[4200];
     const zr_train_config *c = &t->cfg;
-    if (c->metrics_path[0] != '\0') {
-        snprintf(path, sizeof path, "%s", c->metrics_path);
-    } else if (c->checkpoint_dir[0] != '\0') {
-        snprintf(path, sizeof path, "%s/metrics.jsonl", c->checkpoint_dir);
-    } else {
+    if (c->metrics_path[0] == '\0') {
         return ZR_OK;
     }
     zr_status st = ZR_OK;
     if (t->rank == 0) {
-        if (c->checkpoint_dir[0] != '\0' && c->metrics_path[0] == '\0') {
-            char mk[4300];
-            snprintf(mk, sizeof mk, "mkdir -p '%s'", c->checkpoint_dir);
+        /* the metrics file usually lives in the checkpoint folder, which may not exist yet */
+        char dir[ZR_CFG_STR + 16];
+        snprintf(dir, sizeof dir, "%s", c->metrics_path);
+        char *slash = strrchr(dir, '/');
+        if (slash != NULL && slash != dir) {
+            *slash = '\0';
+            char mk[ZR_CFG_STR + 64];
+            snprintf(mk, sizeof mk, "mkdir -p -- '%s'", dir);
             if (system(mk) != 0) {
-                st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot create directory %s",
-                                 c->checkpoint_dir);
+                st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot create directory %s", dir);
             }
         }
         /* resuming appends to the same curve; a fresh run starts a new file */
-        t->metrics = st == ZR_OK ? fopen(path, c->resume ? "a" : "w") : NULL;
+        t->metrics = st == ZR_OK ? fopen(c->metrics_path, c->resume ? "a" : "w") : NULL;
         if (st == ZR_OK && t->metrics == NULL) {
-            st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot open metrics file %s", path);
+            st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot open metrics file %s",
+                             c->metrics_path);
         }
     }
     return zr_comm_agree(&t->comm, st);
