@@ -562,6 +562,19 @@ int zr_cli_train(int argc, char **argv)
         st = zr_comm_agree(&t.comm, zr_gpt_engine_init_params(&t.engine, &t.model, t.cfg.seed));
     }
     int start = 0;
+    if (st == ZR_OK && !t.cfg.resume && t.cfg.checkpoint_dir[0] != '\0') {
+        /* a fresh run must not mix its checkpoints and metrics with another run's */
+        char found_path[4096];
+        int found = 0;
+        st = zr_ckpt_find_latest(t.cfg.checkpoint_dir, found_path, sizeof found_path, &found);
+        if (st == ZR_OK && found) {
+            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                             "checkpoint dir %s already holds checkpoints (newest %s); pass "
+                             "--resume to continue from it, or choose an empty zr.checkpoint.dir",
+                             t.cfg.checkpoint_dir, found_path);
+        }
+        st = zr_comm_agree(&t.comm, st);
+    }
     if (st == ZR_OK && t.cfg.resume) {
         if (t.cfg.checkpoint_dir[0] == '\0') {
             st = zr_comm_agree(&t.comm, zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
