@@ -17,6 +17,7 @@ typedef struct bench_entry {
 
 static const bench_entry benches[] = {
     {"quant", zr_bench_quant, "quantize/dequantize GB/s against memcpy, error by group size"},
+    {"comm", zr_bench_comm, "collectives: time, algbw/busbw, intra/inter-node bytes; ZeRO-3 vs ZeRO++"},
     {NULL, NULL, NULL},
 };
 

@@ -9,5 +9,6 @@ int zr_cli_bench(int argc, char **argv);
 
 /* Benchmarks in bench/, dispatched by zr_cli_bench. */
 int zr_bench_quant(int argc, char **argv);
+int zr_bench_comm(int argc, char **argv);
 
 #endif
