@@ -733,6 +733,30 @@ static void test_nonblocking(void)
     zr_comm_free(&c);
 }
 
+/* Zero elements: every collective completes without moving payload. */
+static void test_empty(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    float in[1] = {1.0f}, out[1] = {2.0f};
+    zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), b16 = wire_of(ZR_WIRE_BF16, 0, 0);
+    zr_wire q8 = wire_of(ZR_WIRE_QUANT, 8, 64);
+    const zr_wire *wires[3] = {&f32, &b16, &q8};
+    for (int i = 0; i < 3; i++) {
+        TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wires[i], ZR_DTYPE_F32, in, 0,
+                             out, &op));
+        if (i < 2) {
+            TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, wires[i], in, 0, out, &op));
+            TEST_OK(zr_allreduce(&c, ZR_GROUP_WORLD, wires[i], in, 0, &op));
+        }
+    }
+    TEST_OK(zr_qgz(&c, NULL, ZR_DTYPE_F32, in, 0, out, NULL, &op));
+    TEST_CHECK(in[0] == 1.0f && out[0] == 2.0f);
+    zr_coll_op_free(&op);
+    zr_comm_free(&c);
+}
+
 /* ---- errors ----------------------------------------------------------------------- */
 
 /* A transport that flips the magic of the first block it receives from a peer. */
@@ -850,6 +874,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_qgz_feedback);
     TEST_RUN(test_traffic);
     TEST_RUN(test_nonblocking);
+    TEST_RUN(test_empty);
     TEST_RUN(test_errors);
     return zr_test_finish();
 }
