@@ -321,9 +321,15 @@ int zr_bench_comm(int argc, char **argv)
         }
     }
     if (R == 0) {
-        printf("# at %zu bytes: inter-node bytes qwZ/bf16 all-gather %.4f, qgZ/bf16 "
-               "reduce-scatter %.4f; qgZ time pipelined (%d chunks) / one chunk %.3f\n",
-               at, ag > 0 ? qw / ag : 0.0, rs > 0 ? qg / rs : 0.0, chunks, tq > 0 ? tp / tq : 0.0);
+        if (ag > 0 && rs > 0) {
+            printf("# at %zu bytes: inter-node bytes qwZ/bf16 all-gather %.4f, qgZ/bf16 "
+                   "reduce-scatter %.4f\n",
+                   at, qw / ag, qg / rs);
+        } else {
+            printf("# one node: no inter-node bytes to compare\n");
+        }
+        printf("# at %zu bytes: qgZ time pipelined (%d chunks) / one chunk %.3f\n", at, chunks,
+               tq > 0 ? tp / tq : 0.0);
         if (json) {
             printf("{\"bench\":\"comm\",\"ranks\":%d,\"nodes\":%d,\"ranks_per_node\":%d,"
                    "\"hpz\":%d,\"chunks\":%d,\"results\":[",
