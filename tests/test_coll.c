@@ -36,7 +36,8 @@ static int W, R, D, N;
  * that changes every 64 elements, so quantization groups get different scales. */
 static float val(int r, size_t i, unsigned seed)
 {
-    uint64_t x = (uint64_t)(r + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(i + 1) * 0xBF58476D1CE4E5B9ull ^
+    uint64_t x = (uint64_t)(r + 1) * 0x9E3779B97F4A7C15ull ^
+                 (uint64_t)(i + 1) * 0xBF58476D1CE4E5B9ull ^
                  (uint64_t)(seed + 7) * 0x94D049BB133111EBull;
     x ^= x >> 31;
     x *= 0xD6E8FEB86659FD93ull;
@@ -101,11 +102,13 @@ static void test_allgather_exact(void)
             unsigned seed = (unsigned)(gi * 10 + ci);
             float *in = make_input(R, 0, count, seed, ZR_DTYPE_F32);
             zr_bf16 *in16 = make_input(R, 0, count, seed, ZR_DTYPE_BF16);
-            float *out = malloc(sizeof(float) * n * count), *ref = malloc(sizeof(float) * n * count);
+            float *out = malloc(sizeof(float) * n * count);
+            float *ref = malloc(sizeof(float) * n * count);
             MPI_Allgather(in, (int)count, MPI_FLOAT, ref, (int)count, MPI_FLOAT, c.mpi[g]);
             zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), b16 = wire_of(ZR_WIRE_BF16, 0, 0);
             /* fp32 wire, fp32 in: MPI's bits */
-            TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &f32, ZR_DTYPE_F32, in, count, out, &op));
+            TEST_OK(
+                zr_allgather(&c, g, ZR_KIND_ALLGATHER, &f32, ZR_DTYPE_F32, in, count, out, &op));
             TEST_CHECKF(memcmp(out, ref, sizeof(float) * n * count) == 0,
                         "fp32 all-gather over %s, count %zu differs from MPI_Allgather",
                         zr_group_name(g), count);
@@ -116,7 +119,8 @@ static void test_allgather_exact(void)
             TEST_CHECK(memcmp(out, ref, sizeof(float) * n * count) == 0);
             /* bf16 wire: every value rounded once, within 2^-9 relative */
             int ok = 1;
-            TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, in, count, out, &op));
+            TEST_OK(
+                zr_allgather(&c, g, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, in, count, out, &op));
             for (size_t k = 0; k < n * count; k++) {
                 ok &= out[k] == bf16_round(ref[k]) &&
                       fabsf(out[k] - ref[k]) <= fabsf(ref[k]) * (1.0f / 256.0f);
@@ -340,7 +344,8 @@ static void test_hpz(void)
     float *sec = malloc(sizeof(float) * count), *back = malloc(sizeof(float) * h * count);
     zr_bf16 *sec16 = malloc(sizeof(zr_bf16) * count);
     TEST_OK(zr_hpz_cut(&c, full, count, ZR_DTYPE_F32, sec));
-    TEST_CHECK(memcmp(sec, full + (size_t)c.rank[ZR_GROUP_HPZ] * count, sizeof(float) * count) == 0);
+    const float *my_slice = full + (size_t)c.rank[ZR_GROUP_HPZ] * count;
+    TEST_CHECK(memcmp(sec, my_slice, sizeof(float) * count) == 0);
     zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), q8 = wire_of(ZR_WIRE_QUANT, 8, 64);
     zr_comm_traffic_reset(&c);
     TEST_OK(zr_hpz_gather(&c, &f32, ZR_DTYPE_F32, sec, count, back, &op));
@@ -408,7 +413,8 @@ static void qgz_reference(const zr_comm *c, size_t count, unsigned seed, zr_dtyp
         for (int r = 0; r < w; r++) {
             amax[r] = 0;
             for (size_t i = g0; i < g1; i++) {
-                amax[r] = fmax(amax[r], fabs((double)(seen(r, (size_t)me * count + i, seed, t) * mul)));
+                float v = seen(r, (size_t)me * count + i, seed, t) * mul;
+                amax[r] = fmax(amax[r], fabs((double)v));
             }
         }
         double b = 0;
@@ -727,6 +733,30 @@ static void test_nonblocking(void)
     zr_comm_free(&c);
 }
 
+/* Zero elements: every collective completes without moving payload. */
+static void test_empty(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    float in[1] = {1.0f}, out[1] = {2.0f};
+    zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), b16 = wire_of(ZR_WIRE_BF16, 0, 0);
+    zr_wire q8 = wire_of(ZR_WIRE_QUANT, 8, 64);
+    const zr_wire *wires[3] = {&f32, &b16, &q8};
+    for (int i = 0; i < 3; i++) {
+        TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wires[i], ZR_DTYPE_F32, in, 0,
+                             out, &op));
+        if (i < 2) {
+            TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, wires[i], in, 0, out, &op));
+            TEST_OK(zr_allreduce(&c, ZR_GROUP_WORLD, wires[i], in, 0, &op));
+        }
+    }
+    TEST_OK(zr_qgz(&c, NULL, ZR_DTYPE_F32, in, 0, out, NULL, &op));
+    TEST_CHECK(in[0] == 1.0f && out[0] == 2.0f);
+    zr_coll_op_free(&op);
+    zr_comm_free(&c);
+}
+
 /* ---- errors ----------------------------------------------------------------------- */
 
 /* A transport that flips the magic of the first block it receives from a peer. */
@@ -844,6 +874,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_qgz_feedback);
     TEST_RUN(test_traffic);
     TEST_RUN(test_nonblocking);
+    TEST_RUN(test_empty);
     TEST_RUN(test_errors);
     return zr_test_finish();
 }

@@ -25,7 +25,8 @@ size_t zr_rs_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t
 {
     size_t n = (size_t)c->size[g];
     size_t esize = wire == ZR_WIRE_BF16 ? 2 : 4;
-    return zr_coll_span(n * count * esize) + (wire == ZR_WIRE_BF16 ? zr_coll_span(n * count * 2) : 0);
+    size_t send = wire == ZR_WIRE_BF16 ? zr_coll_span(n * count * 2) : 0;
+    return zr_coll_span(n * count * esize) + send;
 }
 
 /* Lay the exchange buffers out at the start of the workspace. */
