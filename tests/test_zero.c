@@ -247,6 +247,39 @@ static void test_stage3(void)
 }
 
 /*
+ * With bf16 on the wire the working parameters are rounded copies; every rank
+ * must hold the same rounded bits (its own shard included), or replicated
+ * parameters would drift apart silently.
+ */
+static void test_bf16_ranks_agree(void)
+{
+    for (int stage = 0; stage <= 3; stage++) {
+        zr_engine_config cfg = zr_engine_config_default();
+        cfg.stage = stage;
+        cfg.qwz = stage == 3;
+        cfg.hpz = stage == 3;
+        cfg.qgz = stage >= 2;
+        zr_engine e;
+        zr_gpt m;
+        zr_gpt_specs sp;
+        engine_up(&e, &m, &sp, &cfg, 11);
+        int *in = malloc(sizeof(int) * W * B * T), *tg = malloc(sizeof(int) * W * B * T);
+        int agree = 1;
+        for (int s = 0; s < 5; s++) {
+            global_batch(s, in, tg);
+            zr_step_stats st;
+            float loss = engine_step(&e, &m, in, tg, &st);
+            TEST_CHECK(isfinite(loss));
+            agree &= same_on_all_ranks(engine_checksum(&e, &m));
+        }
+        TEST_CHECKF(agree, "stage %d with bf16 (and ZeRO++ where it applies): ranks differ", stage);
+        free(in);
+        free(tg);
+        engine_down(&e, &m, &sp);
+    }
+}
+
+/*
  * hpZ with fp32 on the wire gathers the same bits as the primary, so its
  * trajectory must equal stage 3 without hpZ exactly. A secondary that
  * survived a step, or a load, would feed stale weights to the backward.
@@ -395,6 +428,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_stage1);
     TEST_RUN(test_stage2);
     TEST_RUN(test_stage3);
+    TEST_RUN(test_bf16_ranks_agree);
     TEST_RUN(test_hpz_fresh);
     TEST_RUN(test_memory);
     TEST_RUN(test_nonfinite_skips);
