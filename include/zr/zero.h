@@ -91,6 +91,7 @@ typedef struct zr_engine_config {
     zr_qgz_config qgz_cfg;   /* INT4 by default */
     int overlap;             /* overlap communication with compute (prefetch, async reduction) */
     size_t max_live;         /* stage 3: elements of gathered parameters allowed at once (prefetch budget) */
+    size_t prefetch_bucket;  /* stage 3: elements that may be in flight ahead of use; 0 = no prefetch */
     float beta1, beta2, eps, weight_decay; /* AdamW */
     float grad_clip;         /* global grad-norm clipping; <= 0 disables */
 } zr_engine_config;
@@ -123,6 +124,7 @@ typedef struct zr_engine {
     int micro;               /* micro-batches since the last step */
     int safe;                /* ZR_SAFE=1: cross-check hpZ decisions */
     size_t live, live_peak;  /* gathered parameter elements now / peak this step */
+    size_t prefetched;       /* elements of gathers started ahead of use, not yet waited on */
     double t_comm, t_optim, t_begin;
     zr_traffic traffic_begin;
     uint64_t zero3_inter;    /* the ZeRO-3 bf16 shadow count of this step */

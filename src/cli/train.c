@@ -100,6 +100,7 @@ static zr_engine_config engine_config(const zr_train_config *c)
     e.overlap = c->overlap_comm;
     size_t live = (size_t)c->stage3_max_live_parameters;
     e.max_live = live > 0 ? live : (size_t)-1;
+    e.prefetch_bucket = (size_t)c->stage3_prefetch_bucket_size;
     e.beta1 = (float)c->beta1;
     e.beta2 = (float)c->beta2;
     e.eps = (float)c->eps;

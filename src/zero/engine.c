@@ -42,6 +42,7 @@ struct zr_unit_state {
     int gathered;      /* stage 3: full holds the current parameters */
     int inflight;      /* stage 3: a gather into full is in flight */
     int from_primary;  /* the gather in full came from the primary shards */
+    int prefetched;    /* the gather was started ahead of use (counts in e->prefetched) */
     zr_coll_op gather_op;
 
     void *secondary;   /* owned; hpZ slice, sec_count elements of sec_type */
@@ -87,6 +88,7 @@ zr_engine_config zr_engine_config_default(void)
     c.qgz_cfg.chunks = 1;
     c.overlap = 1;
     c.max_live = (size_t)1 << 30;
+    c.prefetch_bucket = 50000000; /* DeepSpeed's stage3_prefetch_bucket_size default */
     c.beta1 = 0.9f;
     c.beta2 = 0.95f;
     c.eps = 1e-8f;
@@ -449,6 +451,14 @@ static zr_status start_gather(zr_engine *e, int u)
     return ZR_OK;
 }
 
+static void unprefetch(zr_engine *e, zr_unit_state *s)
+{
+    if (s->prefetched) {
+        s->prefetched = 0;
+        e->prefetched -= s->padded;
+    }
+}
+
 zr_status zr_engine_prefetch(zr_engine *e, int u, zr_phase phase)
 {
     (void)phase;
@@ -456,10 +466,14 @@ zr_status zr_engine_prefetch(zr_engine *e, int u, zr_phase phase)
         return ZR_OK;
     }
     zr_unit_state *s = &e->units[u];
-    if (s->gathered || s->inflight || e->live + s->padded > e->cfg.max_live) {
+    if (s->gathered || s->inflight || e->live + s->padded > e->cfg.max_live ||
+        e->prefetched + s->padded > e->cfg.prefetch_bucket) {
         return ZR_OK;
     }
-    return start_gather(e, u);
+    ZR_CHECK(start_gather(e, u));
+    s->prefetched = 1;
+    e->prefetched += s->padded;
+    return ZR_OK;
 }
 
 zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const float **params)
@@ -474,6 +488,7 @@ zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const float **par
         ZR_CHECK(wait_op(e, &s->gather_op));
         s->inflight = 0;
         s->gathered = 1;
+        unprefetch(e, s);
     }
     *params = s->full;
     return ZR_OK;
@@ -491,6 +506,7 @@ zr_status zr_engine_release(zr_engine *e, int u)
         ZR_CHECK(wait_op(e, &s->gather_op));
         s->inflight = 0;
         s->gathered = 1;
+        unprefetch(e, s);
     }
     if (!s->gathered) {
         return ZR_OK;
