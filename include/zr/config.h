@@ -45,11 +45,12 @@ typedef struct zr_train_config {
     int total_num_steps;                /* WarmupDecayLR / WarmupCosineLR; 0 = zr.train_steps */
     double cos_min_ratio;               /* WarmupCosineLR: final lr = ratio * lr */
     double warmup_min_ratio;            /* WarmupCosineLR: first lr = ratio * lr */
+    char warmup_type[16];               /* "log" (DeepSpeed's default) or "linear" warm-up curve */
 
     /* zero_optimization */
     int stage;
     int zero_quantized_weights;         /* qwZ */
-    int zero_hpz_partition_size;        /* hpZ group size; 1 = off */
+    int zero_hpz_partition_size;        /* hpZ group size; 1 = off, 0 = ranks per node (resolved by the communicator) */
     int zero_quantized_gradients;       /* qgZ */
     long long reduce_bucket_size;       /* accepted; zr reduces one unit at a time */
     long long stage3_prefetch_bucket_size; /* elements prefetched ahead (budget) */
@@ -80,7 +81,22 @@ typedef struct zr_train_config {
     int qgz_chunks;
     /* zr.compare: also report what ZeRO-3 bf16 would have sent (demo) */
     int compare_zero3;
+
+    /*
+     * ZR_GIVEN_* bits of the keys that a file or a flag set explicitly. The
+     * batch sizes need it to know which two of the three to derive the third
+     * from; the ZeRO++ switches need it because their defaults (on) quietly
+     * turn off below the stage they need, while an explicit request is an error.
+     */
+    unsigned given;
 } zr_train_config;
+
+#define ZR_GIVEN_TRAIN_BATCH  (1u << 0)
+#define ZR_GIVEN_MICRO_BATCH  (1u << 1)
+#define ZR_GIVEN_GRAD_ACCUM   (1u << 2)
+#define ZR_GIVEN_QWZ          (1u << 3)
+#define ZR_GIVEN_HPZ          (1u << 4)
+#define ZR_GIVEN_QGZ          (1u << 5)
 
 /* Defaults (the demo's small GPT with ZeRO++ on). */
 void zr_config_defaults(zr_train_config *c);

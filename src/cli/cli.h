@@ -8,6 +8,7 @@ int zr_cli_selfcheck(int argc, char **argv);
 int zr_cli_bench(int argc, char **argv);
 int zr_cli_train(int argc, char **argv);
 int zr_cli_export(int argc, char **argv);
+int zr_cli_plot(int argc, char **argv);
 
 /* Benchmarks in bench/, dispatched by zr_cli_bench. */
 int zr_bench_quant(int argc, char **argv);

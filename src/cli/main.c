@@ -4,6 +4,7 @@
  *   zr selfcheck         communicator self-check (layout, groups, traffic)
  *   zr bench <name>      benchmarks from bench/ (quant, comm, model, train)
  *   zr train             (the trainer; see README)
+ *   zr plot              loss and throughput curves of runs' metrics files (gnuplot)
  *
  * Each subcommand is a function taking (argc, argv) after the subcommand name
  * and returning the process exit status; the table below is the only place
@@ -25,6 +26,7 @@ static const command commands[] = {
     {"export", zr_cli_export, "write llm.c and safetensors files from a checkpoint"},
     {"selfcheck", zr_cli_selfcheck, "check the communicator: layout, groups, traffic counters"},
     {"bench", zr_cli_bench, "run a benchmark from bench/ (zr bench --help)"},
+    {"plot", zr_cli_plot, "render loss and throughput curves of one or more runs to PNG (gnuplot)"},
 };
 
 static void usage(FILE *f)

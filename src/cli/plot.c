@@ -1,0 +1,317 @@
+/*
+ * plot.c - "zr plot": loss and throughput curves of one or more runs, from
+ * their JSON-lines metrics files, rendered to a PNG by gnuplot.
+ *
+ *   zr plot -o out.png run1/metrics.jsonl [run2/metrics.jsonl ...]
+ *
+ * gnuplot does the drawing (no plotting code in C): the metrics are copied
+ * into plain whitespace-separated data files and a small script in a
+ * temporary folder, gnuplot runs it, and the folder is removed. One curve per
+ * run, labelled by the metrics file's folder name; two panels: loss (train
+ * solid, validation dashed) and tokens/s against the step.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "cli.h"
+
+#include "zr/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: zr plot [-o OUT.png] [--title TEXT] METRICS.jsonl [METRICS.jsonl ...]\n"
+               "  renders loss and tokens/s against the step, one curve per run (labelled by\n"
+               "  the folder of its metrics file), with gnuplot; OUT defaults to metrics.png\n");
+}
+
+/* A gnuplot single-quoted string: a quote inside is written twice. */
+static void put_quoted(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s != '\0'; s++) {
+        if (*s == '\'') {
+            fputc('\'', f);
+        }
+        if (*s != '\n' && *s != '\r') {
+            fputc(*s, f);
+        }
+    }
+    fputc('\'', f);
+}
+
+static void put_num(FILE *f, double v)
+{
+    if (isfinite(v)) {
+        fprintf(f, " %.9g", v);
+    } else {
+        fprintf(f, " NaN");
+    }
+}
+
+/*
+ * Run k's data: "<dir>/run<k>.train" (step loss tokens_per_s lr) and, if it
+ * has any, "<dir>/run<k>.val" (step val_loss). Returns 0 on failure.
+ */
+static int write_data(const char *dir, int k, const zr_metrics_series *s, int *has_val,
+                      int *has_loss, int *has_tps)
+{
+    char path[320];
+    *has_val = *has_loss = *has_tps = 0;
+    snprintf(path, sizeof path, "%s/run%d.train", dir, k);
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "zr plot: cannot write %s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    for (size_t i = 0; i < s->count; i++) {
+        const zr_metrics_point *p = &s->points[i];
+        if (isnan(p->loss) && isnan(p->tokens_per_s)) {
+            continue; /* a validation-only line */
+        }
+        fprintf(f, "%lld", p->step);
+        put_num(f, p->loss);
+        put_num(f, p->tokens_per_s);
+        put_num(f, p->lr);
+        fputc('\n', f);
+        *has_loss |= isfinite(p->loss) != 0;
+        *has_tps |= isfinite(p->tokens_per_s) != 0;
+    }
+    int ok = fclose(f) == 0;
+    snprintf(path, sizeof path, "%s/run%d.val", dir, k);
+    f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "zr plot: cannot write %s: %s\n", path, strerror(errno));
+        return 0;
+    }
+    for (size_t i = 0; i < s->count; i++) {
+        if (isfinite(s->points[i].val_loss)) {
+            fprintf(f, "%lld %.9g\n", s->points[i].step, s->points[i].val_loss);
+            *has_val = 1;
+        }
+    }
+    ok &= fclose(f) == 0;
+    if (!ok) {
+        fprintf(stderr, "zr plot: cannot write the data files in %s\n", dir);
+    }
+    return ok;
+}
+
+/* Run gnuplot on script: 0 on success; 1 if it could not run, 2 if it failed (both print why). */
+static int run_gnuplot(const char *script)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "zr plot: cannot start gnuplot: %s\n", strerror(errno));
+        return 1;
+    }
+    if (pid == 0) {
+        char *args[] = {"gnuplot", (char *)script, NULL};
+        execvp("gnuplot", args);
+        _exit(errno == ENOENT ? 127 : 126);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR) {
+            fprintf(stderr, "zr plot: waiting for gnuplot: %s\n", strerror(errno));
+            return 1;
+        }
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+        fprintf(stderr, "zr plot: gnuplot not found: install gnuplot-nox, e.g. make setup "
+                        "(or apt-get install gnuplot-nox)\n");
+        return 1;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "zr plot: gnuplot failed; its script and data are kept in %s\n", script);
+        return 2;
+    }
+    return 0;
+}
+
+/* Remove the temporary folder and what this command put in it. */
+static void cleanup(const char *dir, int nruns)
+{
+    char path[320];
+    for (int k = 0; k < nruns; k++) {
+        snprintf(path, sizeof path, "%s/run%d.train", dir, k);
+        unlink(path);
+        snprintf(path, sizeof path, "%s/run%d.val", dir, k);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/plot.gp", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* One panel: column col of every run's train file, plus validation curves if val. */
+static void panel(FILE *f, const char *dir, zr_metrics_series *runs, int nruns, const int *has,
+                  const int *has_val, int col, const char *title, const char *ylabel)
+{
+    fprintf(f, "set title ");
+    put_quoted(f, title);
+    fprintf(f, "\nset ylabel ");
+    put_quoted(f, ylabel);
+    fprintf(f, "\n");
+    int any = 0;
+    for (int k = 0; k < nruns; k++) {
+        any |= has[k] || (has_val != NULL && has_val[k]);
+    }
+    if (!any) {
+        /* gnuplot refuses a plot without points; say so on the panel instead */
+        fprintf(f, "set label 1 'no data' at graph 0.5, 0.5 center\n"
+                   "set yrange [0:1]\nplot -1 notitle\nunset label 1\nset autoscale y\n");
+        return;
+    }
+    const char *sep = "plot ";
+    for (int k = 0; k < nruns; k++) {
+        char path[320];
+        if (has[k]) {
+            snprintf(path, sizeof path, "%s/run%d.train", dir, k);
+            fprintf(f, "%s", sep);
+            put_quoted(f, path);
+            fprintf(f, " using 1:%d with lines lw 2 lc %d title ", col, k + 1);
+            put_quoted(f, runs[k].name);
+            sep = ", \\\n     ";
+        }
+        if (has_val != NULL && has_val[k]) {
+            char label[300];
+            snprintf(label, sizeof label, "%s (validation)", runs[k].name);
+            snprintf(path, sizeof path, "%s/run%d.val", dir, k);
+            fprintf(f, "%s", sep);
+            put_quoted(f, path);
+            fprintf(f, " using 1:2 with linespoints dt 2 pt 7 ps 0.6 lw 2 lc %d title ", k + 1);
+            put_quoted(f, label);
+            sep = ", \\\n     ";
+        }
+    }
+    fprintf(f, "\n");
+}
+
+int zr_cli_plot(int argc, char **argv)
+{
+    const char *out = "metrics.png", *title = "zr training runs";
+    int first = argc, nruns = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0 ||
+             strcmp(argv[i], "--title") == 0) &&
+            i + 1 < argc) {
+            if (strcmp(argv[i], "--title") == 0) {
+                title = argv[++i];
+            } else {
+                out = argv[++i];
+            }
+        } else if (argv[i][0] == '-') {
+            fprintf(stderr, "zr plot: unknown or incomplete option %s\n", argv[i]);
+            usage(stderr);
+            return 2;
+        } else {
+            if (first == argc) {
+                first = i;
+            }
+            nruns++;
+        }
+    }
+    if (nruns == 0) {
+        fprintf(stderr, "zr plot: no metrics files given\n");
+        usage(stderr);
+        return 2;
+    }
+    zr_metrics_series *runs = calloc((size_t)nruns, sizeof *runs);
+    int *has = calloc((size_t)nruns * 3, sizeof *has);
+    if (runs == NULL || has == NULL) {
+        free(runs);
+        free(has);
+        fprintf(stderr, "zr plot: out of memory\n");
+        return 1;
+    }
+    int *has_loss = has, *has_tps = has + nruns, *has_val = has + 2 * nruns;
+    int rc = 1, k = 0, nread = 0;
+    char dir[256] = "";
+    for (int i = first; i < argc; i++) {
+        if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0 ||
+            strcmp(argv[i], "--title") == 0) {
+            i++;
+            continue;
+        }
+        zr_status st = zr_metrics_read(argv[i], &runs[nread]);
+        nread++;
+        if (st != ZR_OK) {
+            fprintf(stderr, "zr plot: %s\n", zr_error_message());
+            goto done;
+        }
+    }
+    const char *tmp = getenv("TMPDIR");
+    int dn = snprintf(dir, sizeof dir, "%s/zr-plot-XXXXXX",
+                      tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+    if (dn < 0 || (size_t)dn >= sizeof dir) {
+        fprintf(stderr, "zr plot: TMPDIR is too long for a temporary folder\n");
+        dir[0] = '\0';
+        goto done;
+    }
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "zr plot: cannot make a temporary folder %s: %s\n", dir, strerror(errno));
+        dir[0] = '\0';
+        goto done;
+    }
+    for (k = 0; k < nruns; k++) {
+        if (!write_data(dir, k, &runs[k], &has_val[k], &has_loss[k], &has_tps[k])) {
+            k++;
+            goto done;
+        }
+    }
+    char script[320];
+    snprintf(script, sizeof script, "%s/plot.gp", dir);
+    FILE *f = fopen(script, "w");
+    if (f == NULL) {
+        fprintf(stderr, "zr plot: cannot write %s: %s\n", script, strerror(errno));
+        goto done;
+    }
+    /* pngcairo draws nicer lines; plain png (libgd) is the fallback */
+    fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+               "    set terminal pngcairo size 1000,900 noenhanced font ',10'\n"
+               "} else {\n"
+               "    set terminal png size 1000,900 noenhanced\n"
+               "}\n"
+               "set output ");
+    put_quoted(f, out);
+    fprintf(f, "\nset datafile missing 'NaN'\nset grid\nset key top right opaque\nset xlabel 'step'\n"
+               "set multiplot layout 2,1 title ");
+    put_quoted(f, title);
+    fprintf(f, "\n");
+    panel(f, dir, runs, nruns, has_loss, has_val, 2, "loss", "loss");
+    panel(f, dir, runs, nruns, has_tps, NULL, 3, "throughput", "tokens/s");
+    fprintf(f, "unset multiplot\nset output\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, "zr plot: cannot write %s\n", script);
+        goto done;
+    }
+    int gp = run_gnuplot(script);
+    if (gp == 0) {
+        printf("zr plot: wrote %s (%d run%s)\n", out, nruns, nruns == 1 ? "" : "s");
+        rc = 0;
+    } else if (gp == 2) {
+        dir[0] = '\0'; /* keep the files for a look at what gnuplot disliked */
+    }
+done:
+    if (dir[0] != '\0') {
+        cleanup(dir, k);
+    }
+    for (int i = 0; i < nread; i++) {
+        zr_metrics_free(&runs[i]);
+    }
+    free(runs);
+    free(has);
+    return rc;
+}

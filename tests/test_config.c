@@ -1,0 +1,649 @@
+/*
+ * test_config.c - the configuration of "zr train" (defaults, DeepSpeed JSON,
+ * flags, cross-field checks, the error messages of bad input) and the
+ * metrics reader behind "zr plot". Single process.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "test.h"
+
+#include "zr/config.h"
+#include "zr/metrics.h"
+
+#include <unistd.h>
+
+/* Collects what the config reader reports through its warn callback. */
+typedef struct notes {
+    int warnings, notes;
+    char last_warning[512], last_note[512];
+} notes;
+
+static void collect(void *ctx, const char *msg)
+{
+    notes *n = ctx;
+    if (strncmp(msg, "note:", 5) == 0) {
+        n->notes++;
+        snprintf(n->last_note, sizeof n->last_note, "%s", msg);
+    } else {
+        n->warnings++;
+        snprintf(n->last_warning, sizeof n->last_warning, "%s", msg);
+    }
+}
+
+/* Parse text over the defaults (as "cfg.json"); warnings go to *n if given. */
+static zr_status parse(zr_train_config *c, const char *text, notes *n)
+{
+    zr_config_defaults(c);
+    notes ignore;
+    memset(&ignore, 0, sizeof ignore);
+    return zr_config_parse_json(c, text, "cfg.json", collect, n != NULL ? n : &ignore);
+}
+
+/* Parse then finalize at world ranks. */
+static zr_status parse_final(const char *text, int world)
+{
+    zr_train_config c;
+    ZR_CHECK(parse(&c, text, NULL));
+    return zr_config_finalize(&c, world);
+}
+
+/* Flags over the defaults. */
+static zr_status flags(zr_train_config *c, int argc, char **argv)
+{
+    zr_config_defaults(c);
+    int help = 0;
+    notes n;
+    memset(&n, 0, sizeof n);
+    return zr_config_from_args(c, argc, argv, &help, collect, &n);
+}
+
+/* A temporary file holding text; path receives its name. */
+static void write_temp(char *path, size_t n, const char *text)
+{
+    snprintf(path, n, "/tmp/zr_test_config_XXXXXX");
+    int fd = mkstemp(path);
+    TEST_CHECK(fd >= 0);
+    if (fd >= 0) {
+        FILE *f = fdopen(fd, "w");
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void test_defaults(void)
+{
+    zr_train_config c;
+    zr_config_defaults(&c);
+    TEST_OK(zr_config_finalize(&c, 4));
+    TEST_EQ_INT(c.train_micro_batch_size_per_gpu, 4);
+    TEST_EQ_INT(c.gradient_accumulation_steps, 1);
+    TEST_EQ_INT(c.train_batch_size, 16);
+    TEST_NEAR(c.gradient_clipping, 1.0, 0);
+    TEST_EQ_INT(c.steps_per_print, 10);
+    TEST_CHECK(strcmp(c.optimizer_type, "AdamW") == 0);
+    TEST_NEAR(c.lr, 1e-3, 0);
+    TEST_NEAR(c.beta1, 0.9, 0);
+    TEST_NEAR(c.beta2, 0.95, 0);
+    TEST_NEAR(c.eps, 1e-8, 0);
+    TEST_NEAR(c.weight_decay, 0.1, 0);
+    TEST_CHECK(strcmp(c.scheduler_type, "WarmupCosineLR") == 0);
+    TEST_EQ_INT(c.warmup_num_steps, 20);
+    TEST_NEAR(c.cos_min_ratio, 0.1, 0);
+    TEST_NEAR(c.warmup_min_ratio, 0, 0);
+    TEST_EQ_INT(c.total_num_steps, 200); /* derived from train_steps */
+    TEST_NEAR(c.warmup_max_lr, 1e-3, 0); /* derived from lr */
+    TEST_EQ_INT(c.bf16_enabled, 1);
+    TEST_CHECK(strcmp(c.communication_data_type, "bf16") == 0);
+    TEST_EQ_INT(c.stage, 3);
+    TEST_EQ_INT(c.zero_quantized_weights, 1);
+    TEST_EQ_INT(c.zero_hpz_partition_size, 0);
+    TEST_EQ_INT(c.zero_quantized_gradients, 1);
+    TEST_EQ_INT(c.overlap_comm, 1);
+    TEST_EQ_INT(c.stage3_max_live_parameters, 1000000000LL);
+    TEST_EQ_INT(c.stage3_prefetch_bucket_size, 50000000LL);
+    TEST_EQ_INT(c.reduce_bucket_size, 500000000LL);
+    TEST_EQ_INT(c.layers, 2);
+    TEST_EQ_INT(c.heads, 4);
+    TEST_EQ_INT(c.channels, 128);
+    TEST_EQ_INT(c.seq_len, 64);
+    TEST_CHECK(c.data_path[0] == '\0');
+    TEST_EQ_INT(c.val_every, 50);
+    TEST_EQ_INT(c.val_batches, 4);
+    TEST_EQ_INT(c.train_steps, 200);
+    TEST_EQ_INT(c.seed, 1337);
+    TEST_EQ_INT(c.threads, 1);
+    TEST_CHECK(c.metrics_path[0] == '\0');
+    TEST_CHECK(c.checkpoint_dir[0] == '\0');
+    TEST_EQ_INT(c.checkpoint_every, 0);
+    TEST_EQ_INT(c.keep_checkpoints, 2);
+    TEST_EQ_INT(c.resume, 0);
+    TEST_EQ_INT(c.qwz_bits, 8);
+    TEST_EQ_INT(c.qwz_group, 1024);
+    TEST_EQ_INT(c.qgz_bits, 4);
+    TEST_EQ_INT(c.qgz_group, 1024);
+    TEST_EQ_INT(c.qgz_error_feedback, 0);
+    TEST_EQ_INT(c.qgz_chunks, 1);
+    TEST_EQ_INT(c.compare_zero3, 1);
+    /* every world size works with the defaults (hpZ 0 = ranks per node) */
+    for (int w = 1; w <= 8; w++) {
+        zr_config_defaults(&c);
+        TEST_OK(zr_config_finalize(&c, w));
+        TEST_EQ_INT(c.train_batch_size, 4 * w);
+    }
+}
+
+static const char *full_json =
+    "{\n"
+    "  \"train_batch_size\": 64,\n"
+    "  \"train_micro_batch_size_per_gpu\": 2,\n"
+    "  \"gradient_accumulation_steps\": 4,\n"
+    "  \"gradient_clipping\": 0.5,\n"
+    "  \"steps_per_print\": 5,\n"
+    "  \"communication_data_type\": \"fp32\",\n"
+    "  \"bf16\": {\"enabled\": false},\n"
+    "  \"fp16\": {\"enabled\": false},\n"
+    "  \"optimizer\": {\"type\": \"adamw\", \"params\": {\"lr\": 3e-4, \"betas\": [0.8, 0.99],\n"
+    "                \"eps\": 1e-6, \"weight_decay\": 0.01}},\n"
+    "  \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": {\"warmup_min_lr\": 1e-5,\n"
+    "      \"warmup_max_lr\": 2e-4, \"warmup_num_steps\": 7, \"total_num_steps\": 90,\n"
+    "      \"warmup_min_ratio\": 0.05, \"cos_min_ratio\": 0.2, \"warmup_type\": \"linear\"}},\n"
+    "  \"zero_optimization\": {\n"
+    "    \"stage\": 3, \"zero_quantized_weights\": true, \"zero_hpz_partition_size\": 4,\n"
+    "    \"zero_quantized_gradients\": false, \"reduce_bucket_size\": 5e7,\n"
+    "    \"stage3_prefetch_bucket_size\": 1e6, \"stage3_max_live_parameters\": 3e8,\n"
+    "    \"overlap_comm\": false\n"
+    "  },\n"
+    "  \"zr\": {\n"
+    "    \"model\": {\"layers\": 6, \"heads\": 8, \"channels\": 256, \"seq_len\": 128},\n"
+    "    \"data\": {\"path\": \"data/tiny.txt\", \"val_every\": 25, \"val_batches\": 2},\n"
+    "    \"train\": {\"train_steps\": 100, \"seed\": 42, \"threads\": 2,\n"
+    "              \"metrics_path\": \"m.jsonl\"},\n"
+    "    \"checkpoint\": {\"dir\": \"ck\", \"every\": 10, \"keep\": 3, \"resume\": true},\n"
+    "    \"quant\": {\"qwz_bits\": 4, \"qwz_group\": 256, \"qgz_bits\": 8, \"qgz_group\": 512,\n"
+    "              \"qgz_error_feedback\": true, \"qgz_chunks\": 4},\n"
+    "    \"compare_zero3\": false\n"
+    "  }\n"
+    "}\n";
+
+static void test_full_json(void)
+{
+    zr_train_config c;
+    notes n;
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c, full_json, &n));
+    TEST_EQ_INT(n.warnings, 0);
+    TEST_EQ_INT(n.notes, 0);
+    TEST_OK(zr_config_finalize(&c, 8));
+    TEST_EQ_INT(c.train_batch_size, 64);
+    TEST_EQ_INT(c.train_micro_batch_size_per_gpu, 2);
+    TEST_EQ_INT(c.gradient_accumulation_steps, 4);
+    TEST_NEAR(c.gradient_clipping, 0.5, 0);
+    TEST_EQ_INT(c.steps_per_print, 5);
+    TEST_CHECK(strcmp(c.communication_data_type, "fp32") == 0);
+    TEST_EQ_INT(c.bf16_enabled, 0);
+    TEST_CHECK(strcmp(c.optimizer_type, "AdamW") == 0); /* case-insensitive, stored canonically */
+    TEST_NEAR(c.lr, 3e-4, 0);
+    TEST_NEAR(c.beta1, 0.8, 0);
+    TEST_NEAR(c.beta2, 0.99, 0);
+    TEST_NEAR(c.eps, 1e-6, 0);
+    TEST_NEAR(c.weight_decay, 0.01, 0);
+    TEST_CHECK(strcmp(c.scheduler_type, "WarmupDecayLR") == 0);
+    TEST_NEAR(c.warmup_min_lr, 1e-5, 0);
+    TEST_NEAR(c.warmup_max_lr, 2e-4, 0);
+    TEST_EQ_INT(c.warmup_num_steps, 7);
+    TEST_EQ_INT(c.total_num_steps, 90);
+    TEST_NEAR(c.warmup_min_ratio, 0.05, 0);
+    TEST_NEAR(c.cos_min_ratio, 0.2, 0);
+    TEST_CHECK(strcmp(c.warmup_type, "linear") == 0);
+    TEST_EQ_INT(c.stage, 3);
+    TEST_EQ_INT(c.zero_quantized_weights, 1);
+    TEST_EQ_INT(c.zero_hpz_partition_size, 4);
+    TEST_EQ_INT(c.zero_quantized_gradients, 0);
+    TEST_EQ_INT(c.reduce_bucket_size, 50000000LL);
+    TEST_EQ_INT(c.stage3_prefetch_bucket_size, 1000000LL);
+    TEST_EQ_INT(c.stage3_max_live_parameters, 300000000LL);
+    TEST_EQ_INT(c.overlap_comm, 0);
+    TEST_EQ_INT(c.layers, 6);
+    TEST_EQ_INT(c.heads, 8);
+    TEST_EQ_INT(c.channels, 256);
+    TEST_EQ_INT(c.seq_len, 128);
+    TEST_CHECK(strcmp(c.data_path, "data/tiny.txt") == 0);
+    TEST_EQ_INT(c.val_every, 25);
+    TEST_EQ_INT(c.val_batches, 2);
+    TEST_EQ_INT(c.train_steps, 100);
+    TEST_EQ_INT(c.seed, 42);
+    TEST_EQ_INT(c.threads, 2);
+    TEST_CHECK(strcmp(c.metrics_path, "m.jsonl") == 0);
+    TEST_CHECK(strcmp(c.checkpoint_dir, "ck") == 0);
+    TEST_EQ_INT(c.checkpoint_every, 10);
+    TEST_EQ_INT(c.keep_checkpoints, 3);
+    TEST_EQ_INT(c.resume, 1);
+    TEST_EQ_INT(c.qwz_bits, 4);
+    TEST_EQ_INT(c.qwz_group, 256);
+    TEST_EQ_INT(c.qgz_bits, 8);
+    TEST_EQ_INT(c.qgz_group, 512);
+    TEST_EQ_INT(c.qgz_error_feedback, 1);
+    TEST_EQ_INT(c.qgz_chunks, 4);
+    TEST_EQ_INT(c.compare_zero3, 0);
+}
+
+static void test_load_file_and_flags(void)
+{
+    char path[64];
+    write_temp(path, sizeof path, full_json);
+    zr_train_config c;
+    /* flags win over the file whatever their order */
+    char *argv[] = {"train",  "--stage",           "2", "--zr.model.layers=3", "--config", path,
+                    "--lr",   "0.01",              "--no-resume", "--qgz", "--micro-batch", "8",
+                    "--optimizer.params.betas", "0.7,0.9"};
+    TEST_OK(flags(&c, (int)(sizeof argv / sizeof argv[0]), argv));
+    TEST_EQ_INT(c.stage, 2);
+    TEST_EQ_INT(c.layers, 3);
+    TEST_EQ_INT(c.heads, 8); /* from the file */
+    TEST_NEAR(c.lr, 0.01, 0);
+    TEST_EQ_INT(c.resume, 0);
+    TEST_EQ_INT(c.zero_quantized_gradients, 1);
+    TEST_NEAR(c.beta1, 0.7, 0);
+    TEST_NEAR(c.beta2, 0.9, 0);
+    TEST_EQ_INT(c.train_micro_batch_size_per_gpu, 8);
+    /* the file asks for qwZ and hpZ 4 explicitly: stage 2 cannot do that */
+    TEST_FAILS(zr_config_finalize(&c, 2), ZR_ERR_INVALID, "zero_quantized_weights");
+    /* micro 8 * accumulation 4 * 2 ranks = 64 matches train_batch_size 64 */
+    char *argv2[] = {"--config", path, "--micro-batch", "8", "--world-is-not-a-flag"};
+    TEST_FAILS(flags(&c, 5, argv2), ZR_ERR_INVALID, "--world-is-not-a-flag");
+    char *argv3[] = {"--config=", "--stage", "3"};
+    TEST_FAILS(flags(&c, 3, argv3), ZR_ERR_IO, "cannot open config file");
+    char *argv4[] = {"train", "--config", path, "--micro-batch", "8", "--resume=true",
+                     "--zero_optimization.zero_quantized_weights", "off", "--hpz", "1"};
+    TEST_OK(flags(&c, 10, argv4));
+    TEST_EQ_INT(c.resume, 1);
+    TEST_EQ_INT(c.zero_quantized_weights, 0);
+    TEST_OK(zr_config_finalize(&c, 2));
+    TEST_EQ_INT(c.gradient_accumulation_steps, 4);
+    unlink(path);
+
+    /* bare booleans: --resume alone, and followed by another flag */
+    char *argv5[] = {"--ckpt-dir", "ck", "--resume", "--steps", "7"};
+    TEST_OK(flags(&c, 5, argv5));
+    TEST_EQ_INT(c.resume, 1);
+    TEST_EQ_INT(c.train_steps, 7);
+    TEST_OK(zr_config_finalize(&c, 1));
+    TEST_CHECK(strcmp(c.metrics_path, "ck/metrics.jsonl") == 0); /* derived */
+    TEST_EQ_INT(c.total_num_steps, 7);
+
+    /* --help short-circuits everything else */
+    int help = 0;
+    char *argv6[] = {"--bogus", "-h"};
+    zr_config_defaults(&c);
+    TEST_OK(zr_config_from_args(&c, 2, argv6, &help, collect, NULL));
+    TEST_EQ_INT(help, 1);
+}
+
+static void test_bad_input(void)
+{
+    zr_train_config c;
+    /* 1: malformed JSON, with line and column (the missing comma before "b") */
+    TEST_FAILS(parse(&c, "{\n  \"a\": 1\n  \"b\": 2\n}\n", NULL), ZR_ERR_FORMAT,
+               "cfg.json:3:3: malformed JSON near");
+    /* 2: truncated JSON */
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": {\"stage\": 3,\n", NULL), ZR_ERR_FORMAT,
+               "unexpected end of input");
+    /* 3: string for an integer */
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": {\"stage\": \"three\"}}", NULL), ZR_ERR_INVALID,
+               "cfg.json: \"zero_optimization.stage\" must be an integer in [0, 3], got \"three\"");
+    /* 4: float for an integer */
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": {\"stage\": 2.5}}", NULL), ZR_ERR_INVALID,
+               "got 2.5");
+    /* 5: array for an object */
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": [3]}", NULL), ZR_ERR_INVALID,
+               "\"zero_optimization\" must be an object, got an array");
+    /* 6: out of range */
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": {\"stage\": 4}}", NULL), ZR_ERR_INVALID,
+               "\"zero_optimization.stage\" must be an integer in [0, 3], got 4");
+    /* 7: negative lr */
+    TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"lr\": -0.1}}}", NULL), ZR_ERR_INVALID,
+               "\"optimizer.params.lr\" must be a number > 0, got -0.1");
+    /* 8: betas outside [0, 1) */
+    TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"betas\": [0.9, 1.0]}}}", NULL),
+               ZR_ERR_INVALID, "\"optimizer.params.betas\" must be an array of 2 numbers in [0, 1)");
+    /* 9: three betas */
+    TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"betas\": [0.9, 0.9, 0.9]}}}", NULL),
+               ZR_ERR_INVALID, "got [0.9,0.9,0.9]");
+    /* 10: bits 5 */
+    TEST_FAILS(parse(&c, "{\"zr\": {\"quant\": {\"qwz_bits\": 5}}}", NULL), ZR_ERR_INVALID,
+               "\"zr.quant.qwz_bits\" must be one of 4 or 8, got 5");
+    /* 11: group 12 */
+    TEST_FAILS(parse(&c, "{\"zr\": {\"quant\": {\"qgz_group\": 12}}}", NULL), ZR_ERR_INVALID,
+               "\"zr.quant.qgz_group\" must be a multiple of 8 in [32, 65536], got 12");
+    /* 12: inconsistent batch sizes name all three values */
+    TEST_FAILS(parse_final("{\"train_batch_size\": 64, \"train_micro_batch_size_per_gpu\": 4,"
+                           " \"gradient_accumulation_steps\": 2}",
+                           4),
+               ZR_ERR_INVALID,
+               "train_batch_size (64) must equal train_micro_batch_size_per_gpu (4) * "
+               "gradient_accumulation_steps (2) * world size (4) = 32");
+    /* 13: underivable accumulation */
+    TEST_FAILS(parse_final("{\"train_batch_size\": 30, \"train_micro_batch_size_per_gpu\": 4}", 4),
+               ZR_ERR_INVALID, "train_batch_size (30) is not a multiple of");
+    /* 14: world not divisible by the hpZ size */
+    TEST_FAILS(parse_final("{\"zero_optimization\": {\"zero_hpz_partition_size\": 3}}", 4),
+               ZR_ERR_INVALID,
+               "zero_optimization.zero_hpz_partition_size (3) must divide the world size (4): "
+               "use a divisor of the world size, usually the ranks per node");
+    /* 15: qwZ asked for with stage 2 */
+    TEST_FAILS(parse_final("{\"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}",
+                           4),
+               ZR_ERR_INVALID, "zero_quantized_weights (qwZ) needs zero_optimization.stage 3, got stage 2");
+    /* 16: qgZ asked for with stage 1 */
+    TEST_FAILS(parse_final("{\"zero_optimization\": {\"stage\": 1, \"zero_quantized_gradients\": true,"
+                           " \"zero_quantized_weights\": false}}",
+                           4),
+               ZR_ERR_INVALID, "zero_quantized_gradients (qgZ) needs zero_optimization.stage 2 or 3");
+    /* 17: hpZ asked for with stage 2 */
+    TEST_FAILS(parse_final("{\"zero_optimization\": {\"stage\": 2, \"zero_hpz_partition_size\": 2}}",
+                           4),
+               ZR_ERR_INVALID, "zero_hpz_partition_size 2 (hpZ) needs zero_optimization.stage 3");
+    /* 18: unknown scheduler */
+    TEST_FAILS(parse(&c, "{\"scheduler\": {\"type\": \"OneCycle\"}}", NULL), ZR_ERR_INVALID,
+               "\"scheduler.type\" must be one of \"\", \"WarmupLR\", \"WarmupDecayLR\" or "
+               "\"WarmupCosineLR\", got \"OneCycle\"");
+    /* 19: fp16 */
+    TEST_FAILS(parse(&c, "{\"fp16\": {\"enabled\": true}}", NULL), ZR_ERR_INVALID,
+               "\"fp16.enabled\": true is not supported: zr computes in fp32 on the CPU");
+    /* 20: fp16 on the wire */
+    TEST_FAILS(parse(&c, "{\"communication_data_type\": \"fp16\"}", NULL), ZR_ERR_INVALID,
+               "\"communication_data_type\": \"fp16\" is not supported");
+    /* 21: missing file */
+    zr_config_defaults(&c);
+    TEST_FAILS(zr_config_load_json(&c, "/nonexistent/zr.json", collect, NULL), ZR_ERR_IO,
+               "cannot open config file \"/nonexistent/zr.json\"");
+    /* 22: unknown flag, with a suggestion */
+    char *a1[] = {"train", "--stgae", "3"};
+    TEST_FAILS(flags(&c, 3, a1), ZR_ERR_INVALID, "unknown flag --stgae (did you mean --stage?)");
+    /* 23: a flag missing its value, at the end and before another flag */
+    char *a2[] = {"--steps"};
+    TEST_FAILS(flags(&c, 1, a2), ZR_ERR_INVALID, "flag --steps (zr.train.train_steps) needs a value");
+    char *a3[] = {"--data", "--steps", "3"};
+    TEST_FAILS(flags(&c, 3, a3), ZR_ERR_INVALID, "needs a value, got the flag --steps");
+    /* 24: a bad flag value goes through the same checks as the file */
+    char *a4[] = {"--zero_optimization.stage=three"};
+    TEST_FAILS(flags(&c, 1, a4), ZR_ERR_INVALID,
+               "flag --zero_optimization.stage must be an integer in [0, 3], got \"three\"");
+    /* 25: a boolean given as a string */
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": {\"overlap_comm\": \"yes\"}}", NULL),
+               ZR_ERR_INVALID, "must be true or false, got \"yes\"");
+    /* 26: the top level is not an object */
+    TEST_FAILS(parse(&c, "[1, 2]", NULL), ZR_ERR_INVALID, "top level must be a JSON object");
+    /* 27: channels not a multiple of heads */
+    TEST_FAILS(parse_final("{\"zr\": {\"model\": {\"heads\": 3}}}", 1), ZR_ERR_INVALID,
+               "zr.model.channels (128) must be a multiple of zr.model.heads (3)");
+    /* 28: resume without a checkpoint folder */
+    TEST_FAILS(parse_final("{\"zr\": {\"checkpoint\": {\"resume\": true}}}", 1), ZR_ERR_INVALID,
+               "zr.checkpoint.resume needs zr.checkpoint.dir");
+    /* 29: total steps shorter than the warm-up */
+    TEST_FAILS(parse_final("{\"scheduler\": {\"params\": {\"total_num_steps\": 5}}}", 1),
+               ZR_ERR_INVALID, "total_num_steps (5) must be at least");
+    /* 30: a string too long for its buffer */
+    char longpath[600];
+    snprintf(longpath, sizeof longpath, "{\"zr\": {\"data\": {\"path\": \"%0300d\"}}}", 0);
+    TEST_FAILS(parse(&c, longpath, NULL), ZR_ERR_INVALID,
+               "\"zr.data.path\" must be a string of at most 255 characters");
+    /* 31: a stray positional argument */
+    char *a5[] = {"train", "config.json"};
+    TEST_FAILS(flags(&c, 2, a5), ZR_ERR_INVALID, "unexpected argument \"config.json\"");
+    /* 32: Adam without decoupled weight decay */
+    TEST_FAILS(parse(&c, "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}",
+                     NULL),
+               ZR_ERR_INVALID, "adam_w_mode\": false is not supported");
+    /* 33: a field set directly by a program is checked by finalize too */
+    zr_config_defaults(&c);
+    c.stage = 7;
+    TEST_FAILS(zr_config_finalize(&c, 1), ZR_ERR_INVALID,
+               "\"zero_optimization.stage\" must be an integer in [0, 3], got 7");
+    zr_config_defaults(&c);
+    snprintf(c.scheduler_type, sizeof c.scheduler_type, "Cosine");
+    TEST_FAILS(zr_config_finalize(&c, 1), ZR_ERR_INVALID, "\"scheduler.type\" must be one of");
+    /* 34: no ranks */
+    zr_config_defaults(&c);
+    TEST_FAILS(zr_config_finalize(&c, 0), ZR_ERR_INVALID, "world size must be >= 1, got 0");
+    /* 35: an empty file */
+    TEST_FAILS(parse(&c, "", NULL), ZR_ERR_FORMAT, "cfg.json:1:1:");
+    /* 36: a bad value in a file read through the flags names the file */
+    char path[64];
+    write_temp(path, sizeof path, "{\n  \"optimizer\": {\"params\": {\"eps\": 0}}\n}\n");
+    char *a6[] = {"--config", path};
+    TEST_FAILS(flags(&c, 2, a6), ZR_ERR_INVALID, path);
+    TEST_CHECK(strstr(zr_error_message(), "\"optimizer.params.eps\" must be a number > 0") != NULL);
+    unlink(path);
+    /* 37: an object for a number */
+    TEST_FAILS(parse(&c, "{\"gradient_clipping\": {\"value\": 1}}", NULL), ZR_ERR_INVALID,
+               "\"gradient_clipping\" must be a number >= 0, got {\"value\":1}");
+    zr_error_clear();
+}
+
+static void test_warnings_and_notes(void)
+{
+    zr_train_config c;
+    notes n;
+    memset(&n, 0, sizeof n);
+    /* unknown keys warn with their path, the file and a suggestion */
+    TEST_OK(parse(&c, "{\"zero_optimization\": {\"stgae\": 2}}", &n));
+    TEST_EQ_INT(n.warnings, 1);
+    TEST_CHECKF(strstr(n.last_warning, "cfg.json: unknown key \"zero_optimization.stgae\" (did "
+                                       "you mean \"stage\"?)") != NULL,
+                "%s", n.last_warning);
+    TEST_EQ_INT(c.stage, 3); /* untouched */
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c, "{\"zero_optimisation\": {\"stage\": 1}, \"stage\": 2, \"zzz\": 1}", &n));
+    TEST_EQ_INT(n.warnings, 3);
+    TEST_CHECKF(strstr(n.last_warning, "unknown key \"zzz\"") != NULL &&
+                    strstr(n.last_warning, "did you mean") == NULL,
+                "%s", n.last_warning);
+    /* the misspelt section and the misplaced key get their suggestions */
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c, "{\"zero_optimisation\": {\"stage\": 1}}", &n));
+    TEST_CHECKF(strstr(n.last_warning, "(did you mean \"zero_optimization\"?)") != NULL, "%s",
+                n.last_warning);
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c, "{\"stage\": 1}", &n));
+    TEST_CHECKF(strstr(n.last_warning, "(did you mean \"zero_optimization.stage\"?)") != NULL,
+                "%s", n.last_warning);
+    /* DeepSpeed keys without effect: a note, not a warning */
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c,
+                  "{\"zero_optimization\": {\"contiguous_gradients\": true, \"reduce_scatter\": true,"
+                  " \"offload_optimizer\": {\"device\": \"cpu\"}}, \"wall_clock_breakdown\": false,"
+                  " \"fp16\": {\"enabled\": false, \"loss_scale\": 0}}",
+                  &n));
+    TEST_EQ_INT(n.warnings, 0);
+    TEST_EQ_INT(n.notes, 5);
+    TEST_CHECKF(strstr(n.last_note, "\"fp16.loss_scale\" accepted, has no effect in zr") != NULL,
+                "%s", n.last_note);
+    /* DeepSpeed's non-stage3 names, and null keeping a default */
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c,
+                  "{\"zero_optimization\": {\"prefetch_bucket_size\": 1234, \"max_live_parameters\":"
+                  " 5678, \"overlap_comm\": null}, \"communication_data_type\": null}",
+                  &n));
+    TEST_EQ_INT(n.warnings, 0);
+    TEST_EQ_INT(c.stage3_prefetch_bucket_size, 1234);
+    TEST_EQ_INT(c.stage3_max_live_parameters, 5678);
+    TEST_EQ_INT(c.overlap_comm, 1);
+    /* a no-effect key as a flag notes too */
+    char *argv[] = {"--zero_optimization.contiguous_gradients", "false"};
+    int help = 0;
+    memset(&n, 0, sizeof n);
+    zr_config_defaults(&c);
+    TEST_OK(zr_config_from_args(&c, 2, argv, &help, collect, &n));
+    TEST_EQ_INT(n.notes, 1);
+    TEST_EQ_INT(n.warnings, 0);
+}
+
+static void test_derivations(void)
+{
+    zr_train_config c;
+    /* train_batch_size and micro: accumulation derived */
+    TEST_OK(parse(&c, "{\"train_batch_size\": 64, \"train_micro_batch_size_per_gpu\": 2}", NULL));
+    TEST_OK(zr_config_finalize(&c, 4));
+    TEST_EQ_INT(c.gradient_accumulation_steps, 8);
+    /* train_batch_size and accumulation: micro derived */
+    TEST_OK(parse(&c, "{\"train_batch_size\": 64, \"gradient_accumulation_steps\": 2}", NULL));
+    TEST_OK(zr_config_finalize(&c, 4));
+    TEST_EQ_INT(c.train_micro_batch_size_per_gpu, 8);
+    /* only train_batch_size: accumulation 1 */
+    TEST_OK(parse(&c, "{\"train_batch_size\": 24}", NULL));
+    TEST_OK(zr_config_finalize(&c, 3));
+    TEST_EQ_INT(c.train_micro_batch_size_per_gpu, 8);
+    TEST_EQ_INT(c.gradient_accumulation_steps, 1);
+    /* micro and accumulation: train_batch_size derived */
+    TEST_OK(parse(&c, "{\"train_micro_batch_size_per_gpu\": 3, \"gradient_accumulation_steps\": 5}",
+                  NULL));
+    TEST_OK(zr_config_finalize(&c, 2));
+    TEST_EQ_INT(c.train_batch_size, 30);
+    /* stage 2 with the ZeRO++ defaults: qwZ and hpZ turn off quietly, qgZ stays */
+    TEST_OK(parse(&c, "{\"zero_optimization\": {\"stage\": 2}}", NULL));
+    TEST_OK(zr_config_finalize(&c, 4));
+    TEST_EQ_INT(c.zero_quantized_weights, 0);
+    TEST_EQ_INT(c.zero_hpz_partition_size, 1);
+    TEST_EQ_INT(c.zero_quantized_gradients, 1);
+    TEST_OK(parse(&c, "{\"zero_optimization\": {\"stage\": 0}}", NULL));
+    TEST_OK(zr_config_finalize(&c, 4));
+    TEST_EQ_INT(c.zero_quantized_gradients, 0);
+    /* hpZ dividing the world; fp32 wire when bf16 is off */
+    TEST_OK(parse(&c, "{\"zero_optimization\": {\"zero_hpz_partition_size\": 2}, \"bf16\": "
+                      "{\"enabled\": false}}",
+                  NULL));
+    TEST_OK(zr_config_finalize(&c, 6));
+    TEST_CHECK(strcmp(c.communication_data_type, "fp32") == 0);
+    /* finalize twice is harmless (derived values are consistent) */
+    TEST_OK(zr_config_finalize(&c, 6));
+}
+
+static void test_print_json_help(void)
+{
+    zr_train_config c, d;
+    TEST_OK(parse(&c, full_json, NULL));
+    TEST_OK(zr_config_finalize(&c, 8));
+    char *text = zr_config_to_json(&c);
+    TEST_CHECK(text != NULL);
+    if (text != NULL) {
+        /* the dump reads back to the same configuration */
+        TEST_OK(parse(&d, text, NULL));
+        TEST_OK(zr_config_finalize(&d, 8));
+        char *again = zr_config_to_json(&d);
+        TEST_CHECK(again != NULL && strcmp(text, again) == 0);
+        TEST_CHECK(strstr(text, "\"betas\":") != NULL);
+        free(again);
+        free(text);
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    zr_config_print(f, &c);
+    fclose(f);
+    TEST_CHECK(strstr(buf, "zero_optimization.stage") != NULL);
+    TEST_CHECK(strstr(buf, "= 3\n") != NULL);
+    TEST_CHECK(strstr(buf, "optimizer.params.betas                         = [0.8, 0.99]") != NULL);
+    TEST_CHECK(strstr(buf, "zr.data.path                                   = \"data/tiny.txt\"") !=
+               NULL);
+    free(buf);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    zr_config_print_help(f);
+    fclose(f);
+    const char *expect[] = {"--zero_optimization.stage, --stage", "--zr.train.train_steps, --steps",
+                            "--zr.checkpoint.resume, --resume", "zero_optimization\n",
+                            "default 0.001", "zero_optimization.contiguous_gradients",
+                            "--zr.quant.qgz_group\n      a multiple of 8 in [32, 65536]; default 1024"};
+    for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
+        TEST_CHECKF(strstr(buf, expect[i]) != NULL, "help lacks \"%s\"", expect[i]);
+    }
+    free(buf);
+}
+
+/* ---- metrics ------------------------------------------------------------ */
+
+static void test_metrics(void)
+{
+    zr_metrics_point p;
+    TEST_OK(zr_metrics_parse_line("{\"step\": 3, \"loss\": 2.5, \"tokens_per_s\": 1000, \"lr\": 0.001}",
+                                  "m", 1, &p));
+    TEST_EQ_INT(p.step, 3);
+    TEST_NEAR(p.loss, 2.5, 0);
+    TEST_NEAR(p.tokens_per_s, 1000, 0);
+    TEST_NEAR(p.lr, 0.001, 0);
+    TEST_CHECK(isnan(p.val_loss));
+    TEST_OK(zr_metrics_parse_line("{\"step\": 50, \"val_loss\": 2.0}", "m", 2, &p));
+    TEST_NEAR(p.val_loss, 2.0, 0);
+    TEST_CHECK(isnan(p.loss));
+    TEST_OK(zr_metrics_parse_line("{\"step\": 4, \"loss\": null, \"tokens_per_s\": 5}", "m", 3, &p));
+    TEST_CHECK(isnan(p.loss));
+    TEST_FAILS(zr_metrics_parse_line("{\"step\": 4, \"loss\": 1", "run/m.jsonl", 7, &p),
+               ZR_ERR_FORMAT, "run/m.jsonl:7: malformed JSON line");
+    TEST_FAILS(zr_metrics_parse_line("{\"loss\": 1, \"tokens_per_s\": 1}", "m", 8, &p),
+               ZR_ERR_FORMAT, "m:8: \"step\" must be a non-negative integer (missing)");
+    TEST_FAILS(zr_metrics_parse_line("{\"step\": 1, \"loss\": 1}", "m", 9, &p), ZR_ERR_FORMAT,
+               "m:9: a training line needs \"loss\" and \"tokens_per_s\" (missing \"tokens_per_s\")");
+    TEST_FAILS(zr_metrics_parse_line("{\"step\": 1, \"loss\": \"x\", \"tokens_per_s\": 1}", "m", 10,
+                                     &p),
+               ZR_ERR_FORMAT, "m:10: \"loss\" must be a number");
+    TEST_FAILS(zr_metrics_parse_line("[1]", "m", 11, &p), ZR_ERR_FORMAT, "must be a JSON object");
+
+    char label[64];
+    zr_metrics_label("runs/a/metrics.jsonl", label, sizeof label);
+    TEST_CHECK(strcmp(label, "a") == 0);
+    zr_metrics_label("metrics.jsonl", label, sizeof label);
+    TEST_CHECK(strcmp(label, "metrics") == 0);
+    zr_metrics_label("./x.jsonl", label, sizeof label);
+    TEST_CHECK(strcmp(label, "x") == 0);
+    zr_metrics_label("/abs/run2//metrics.jsonl", label, sizeof label);
+    TEST_CHECK(strcmp(label, "run2") == 0);
+
+    /* a file written by zr_metrics_write reads back; a cut-off last line is skipped */
+    char path[64];
+    write_temp(path, sizeof path, "");
+    FILE *f = fopen(path, "w");
+    for (int s = 0; s < 300; s++) {
+        zr_metrics_point q = {s, 5.0 - s * 0.01, 1000 + s, s % 50 == 0 ? 4.0 : NAN, 1e-3};
+        TEST_OK(zr_metrics_write(f, &q));
+    }
+    fputs("\n{\"step\": 300, \"lo", f);
+    fclose(f);
+    zr_metrics_series ser;
+    TEST_OK(zr_metrics_read(path, &ser));
+    TEST_EQ_INT(ser.count, 300);
+    TEST_EQ_INT(ser.points[299].step, 299);
+    TEST_NEAR(ser.points[299].loss, 5.0 - 2.99, 1e-9);
+    TEST_NEAR(ser.points[50].val_loss, 4.0, 0);
+    TEST_CHECK(isnan(ser.points[51].val_loss));
+    zr_metrics_free(&ser);
+    /* a bad complete line is an error naming file:line */
+    f = fopen(path, "w");
+    fputs("{\"step\": 0, \"loss\": 1, \"tokens_per_s\": 1}\n{\"step\": 1, oops}\n", f);
+    fclose(f);
+    TEST_FAILS(zr_metrics_read(path, &ser), ZR_ERR_FORMAT, ":2: malformed JSON line");
+    zr_metrics_free(&ser);
+    f = fopen(path, "w");
+    fputs("\n\n", f);
+    fclose(f);
+    TEST_FAILS(zr_metrics_read(path, &ser), ZR_ERR_FORMAT, "holds no metrics lines");
+    zr_metrics_free(&ser);
+    unlink(path);
+    TEST_FAILS(zr_metrics_read("/nonexistent/m.jsonl", &ser), ZR_ERR_IO,
+               "cannot open metrics file \"/nonexistent/m.jsonl\"");
+    zr_metrics_free(&ser);
+    zr_error_clear();
+}
+
+int main(void)
+{
+    TEST_RUN(test_defaults);
+    TEST_RUN(test_full_json);
+    TEST_RUN(test_load_file_and_flags);
+    TEST_RUN(test_bad_input);
+    TEST_RUN(test_warnings_and_notes);
+    TEST_RUN(test_derivations);
+    TEST_RUN(test_print_json_help);
+    TEST_RUN(test_metrics);
+    return zr_test_finish();
+}
