@@ -6,7 +6,7 @@
 #   cluster.sh rate N RATE          reshape the links of a running cluster
 #   cluster.sh exec [--slots D] [--timeout S] -- CMD...
 #                                   run CMD (e.g. mpirun -np 4 zr ...) on node 0
-#   cluster.sh counters             one line per node: "NODE tx_bytes rx_bytes" of its eth0
+#   cluster.sh counters             per node: "NODE tx_bytes rx_bytes tx_packets rx_packets" of eth0
 #   cluster.sh down                 kill what runs in the nodes, delete everything
 #   cluster.sh run N RATE [--slots D] [--timeout S] -- CMD...
 #                                   up + exec + down; always tears down (trap), also on failure
@@ -168,7 +168,8 @@ cmd_counters() {
     n=$(cat "$STATE/nodes" 2>/dev/null) || die "no cluster is up"
     for ((i = 0; i < n; i++)); do
         s="/sys/class/net/eth0/statistics"
-        ip netns exec "$NODE_PREFIX$i" sh -c "echo $NODE_PREFIX$i \$(cat $s/tx_bytes) \$(cat $s/rx_bytes)" ||
+        ip netns exec "$NODE_PREFIX$i" sh -c \
+            "echo $NODE_PREFIX$i \$(cat $s/tx_bytes $s/rx_bytes $s/tx_packets $s/rx_packets)" ||
             die "cannot read counters of $NODE_PREFIX$i"
     done
 }

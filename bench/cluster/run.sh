@@ -6,6 +6,7 @@
 # usage: bench/cluster/run.sh [--quick] [--steps K] [--rates "1gbit 10gbit none"]
 #                             [--layouts "4x1 2x2"] [--out DIR] [--zr PATH]
 #        bench/cluster/run.sh --report DIR    (tables and chart again from DIR/rows.jsonl)
+# (~7 minutes with the defaults, ~2.5 with --quick)
 #
 # For each layout (N nodes x D ranks) one cluster is brought up, and for each
 # rate its links are reshaped; each mode (ZeRO-3 bf16, +qwZ, +hpZ, +qgZ, full
@@ -20,14 +21,17 @@
 # summed over ranks). Step times, tokens/s, compute/comm split and loss are
 # those of the K-step launch (median and min over K steps, max over ranks).
 #
-# Model: GPT L=4 C=512 (12.8 M parameters) with T=32, B=1 per rank: each
-# ZeRO-3 step moves ~153-230 MB (summed over ranks) across the links, ~0.5-0.6 s
-# at 1 Gbit/s, against ~0.1-0.3 s of compute on this 2-core machine, so the
-# baseline is link-bound at 1 Gbit/s. Communication and the per-parameter
-# work (casts, quantization) both grow with the parameter count and compute
-# with parameters x tokens, so a small T*B, not a large model, makes it
-# communication-bound; a larger model only makes the run longer.
-#
+# Model: GPT L=4 C=512 (12.8 M parameters) with T=32, B=1 per rank: a
+# ZeRO-3 step moves 153 MB (2x2) or 230 MB (4x1) across the links, summed over
+# ranks, i.e. 0.5-0.6 s per step at 1 Gbit/s per node link, against ~0.13-0.2 s
+# of compute when the links are unshaped: the baseline is link-bound at
+# 1 Gbit/s. At such a small T*B the forward/backward matmuls are bound by
+# reading the weights, so compute, like communication, grows with the
+# parameter count: measured on 4x1 unshaped, compute per step is 127 / 126 /
+# 156 ms at T = 8 / 16 / 32 (ZeRO-3), so a smaller T buys almost nothing and a
+# larger model only makes the run longer. T=32 keeps tokens/s meaningful.
+# K defaults to 16 steps (--quick: 4) because this 2-core machine is shared.
+
 # Output: DIR (default results/cluster/<timestamp>/) holds every launch's log,
 # rows.jsonl (one measurement per line), results.md, throughput.png and
 # summary.json; the same files (without logs) are copied to
@@ -37,7 +41,7 @@ set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 
-K=10
+K=16
 S1=2
 RATES="1gbit 10gbit none"
 LAYOUTS="4x1 2x2"
@@ -87,12 +91,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Sum of tx and rx bytes over all nodes' eth0.
+# Sums over all nodes' eth0: tx bytes, rx bytes, tx packets (mawk: %d would
+# saturate at 2^31, hence %.0f).
 link_bytes() {
-    "$CLUSTER" counters | awk '{ tx += $2; rx += $3 } END { printf "%.0f %.0f\n", tx, rx }'
+    "$CLUSTER" counters | awk '{ tx += $2; rx += $3; tp += $4 } END { printf "%.0f %.0f %.0f\n", tx, rx, tp }'
 }
 
-# launch N D MODE STEPS LOG -> prints "tx rx" link bytes of the launch; the
+# launch N D MODE STEPS LOG -> prints "tx rx txpackets" of the launch; the
 # bench's output goes to LOG. Fails when the launch fails or prints no JSON.
 launch() {
     local n=$1 d=$2 mode=$3 steps=$4 log=$5 b0 b1
@@ -102,7 +107,7 @@ launch() {
         echo "run.sh: launch failed ($mode, $steps steps): see $log" >&2; tail -5 "$log" >&2; return 1; }
     b1=$(link_bytes) || return 1
     tail -n 1 "$log" | jq -e .modes >/dev/null 2>&1 || { echo "run.sh: no JSON in $log" >&2; return 1; }
-    echo "$b0 $b1" | awk '{ printf "%.0f %.0f\n", $3 - $1, $4 - $2 }'
+    echo "$b0 $b1" | awk '{ printf "%.0f %.0f %.0f\n", $4 - $1, $5 - $2, $6 - $3 }'
 }
 
 t_start=$SECONDS
@@ -119,13 +124,14 @@ for layout in $LOOP; do
         "$CLUSTER" rate "$n" "$rate" || exit 1
         for mode in $MODES; do
             tag="$layout-$rate-$mode"
-            read -r txa rxa < <(launch "$n" "$d" "$mode" "$S1" "$OUT/logs/$tag-s$S1.log") || exit 1
+            read -r txa rxa pka < <(launch "$n" "$d" "$mode" "$S1" "$OUT/logs/$tag-s$S1.log") || exit 1
             [ -n "${txa:-}" ] || exit 1
-            read -r txb rxb < <(launch "$n" "$d" "$mode" "$K" "$OUT/logs/$tag-s$K.log") || exit 1
+            read -r txb rxb pkb < <(launch "$n" "$d" "$mode" "$K" "$OUT/logs/$tag-s$K.log") || exit 1
             [ -n "${txb:-}" ] || exit 1
             tail -n 1 "$OUT/logs/$tag-s$K.log" | jq -c --arg layout "$layout" --arg rate "$rate" \
                 --arg mode "$mode" --argjson k "$K" --argjson s1 "$S1" \
-                --argjson txa "$txa" --argjson rxa "$rxa" --argjson txb "$txb" --argjson rxb "$rxb" '
+                --argjson txa "$txa" --argjson rxa "$rxa" --argjson txb "$txb" --argjson rxb "$rxb" \
+                --argjson pka "$pka" --argjson pkb "$pkb" '
                 .modes[$mode] as $m
                 | (($txb - $txa) / ($k - $s1)) as $tx
                 | {layout: $layout, rate: $rate, mode: $mode, nodes: .nodes, ranks: .ranks,
@@ -135,6 +141,7 @@ for layout in $LOOP; do
                    mean_loss: $m.mean_loss, zr_inter_bytes: $m.inter_bytes,
                    zr_intra_bytes: $m.intra_bytes, link_tx_bytes: $tx,
                    link_rx_bytes: (($rxb - $rxa) / ($k - $s1)),
+                   link_tx_packets: (($pkb - $pka) / ($k - $s1)),
                    link_over_zr: (if $m.inter_bytes > 0 then $tx / $m.inter_bytes else null end),
                    fixed_link_bytes: ($txa - $s1 * $tx),
                    launch_tx_bytes: {short: $txa, long: $txb}}' >>"$ROWS" || exit 1
@@ -146,8 +153,15 @@ for layout in $LOOP; do
 done
 
 # --- report -------------------------------------------------------------------
+secs=$((SECONDS - t_start))
+[ $REPORT_ONLY = 1 ] && secs=$(jq '.seconds // 0' "$OUT/summary.json" 2>/dev/null || echo 0)
+# f(n): a number with n decimals as text ("-" for null); jq has no printf.
+JQ_FMT='def f(n): if . == null then "-" elif n == 0 then (round | tostring)
+    else ((. * pow(10; n)) | round | tostring) as $s
+    | (n + 1 - ($s | length)) as $pad | (if $pad > 0 then "0" * $pad else "" end) + $s
+    | .[0:length - n] + "." + .[length - n:] end; '
 jq -s --arg headline "$HEADLINE" --argjson k "$K" --argjson s1 "$S1" \
-    --arg model "${MODEL[*]}" --argjson secs $((SECONDS - t_start)) '
+    --arg model "${MODEL[*]}" --argjson secs "$secs" '
     . as $rows
     | def get($l; $r; $m): $rows | map(select(.layout == $l and .rate == $r and .mode == $m))[0];
       def ratio(a; b): if a == null or b == null or b == 0 then null else a / b end;
@@ -175,14 +189,14 @@ jq -s --arg headline "$HEADLINE" --argjson k "$K" --argjson s1 "$S1" \
     echo "link MB/step = eth0 tx bytes summed over nodes, (launch of $K steps - launch of $S1 steps) / $((K - S1));"
     echo "zr MB/step = zr's exact inter-node counter per step summed over ranks. $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores."
     echo
-    echo "| layout | link | mode | step ms (median) | min ms | tokens/s | vs ZeRO-3 | compute ms | comm ms | link MB/step | zr inter MB/step | link / zr | zr intra MB/step | mean loss |"
-    echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-    jq -r -s 'def r(x; n): (x * pow(10; n) | round) / pow(10; n);
+    echo "| layout | link | mode | step ms (median) | min ms | tokens/s | vs ZeRO-3 | compute ms | comm ms | link MB/step | link pkts/step | zr inter MB/step | link / zr | zr intra MB/step | mean loss |"
+    echo "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    jq -r -s "$JQ_FMT"'
         . as $all | .[] | . as $x
         | ($all | map(select(.layout == $x.layout and .rate == $x.rate and .mode == "zero3_bf16"))[0].tokens_per_s) as $base
-        | "| \(.layout) | \(.rate) | \(.mode) | \(r(.step_ms; 1)) | \(r(.min_step_ms; 1)) | \(r(.tokens_per_s; 0)) | \(if $base then r(.tokens_per_s / $base; 2) else "-" end)x | \(r(.compute_ms; 1)) | \(r(.comm_ms; 1)) | \(r(.link_tx_bytes / 1e6; 2)) | \(r(.zr_inter_bytes / 1e6; 2)) | \(if .link_over_zr then r(.link_over_zr; 3) else "-" end) | \(r(.zr_intra_bytes / 1e6; 2)) | \(r(.mean_loss; 4)) |"' "$ROWS"
+        | "| \(.layout) | \(.rate) | \(.mode) | \(.step_ms | f(1)) | \(.min_step_ms | f(1)) | \(.tokens_per_s | f(0)) | \(if $base then .tokens_per_s / $base | f(2) else null | f(0) end)x | \(.compute_ms | f(1)) | \(.comm_ms | f(1)) | \(.link_tx_bytes / 1e6 | f(3)) | \(.link_tx_packets // null | f(0)) | \(.zr_inter_bytes / 1e6 | f(3)) | \(.link_over_zr | f(4)) | \(.zr_intra_bytes / 1e6 | f(3)) | \(.mean_loss | f(4)) |"' "$ROWS"
     echo
-    jq -r '"Headline (\(.headline_layout)): speedup_zeropp_1gbit = \(.speedup_zeropp_1gbit), link_bytes_ratio_1gbit = \(.link_bytes_ratio_1gbit); by layout: speedup \(.speedup_zeropp_1gbit_by_layout), link ratio \(.link_bytes_ratio_1gbit_by_layout); link/zr in [\(.link_over_zr_min), \(.link_over_zr_max)]; \(.seconds) s."' "$OUT/summary.json"
+    jq -r "$JQ_FMT"'"Headline (\(.headline_layout)): speedup_zeropp_1gbit = \(.speedup_zeropp_1gbit | f(2)), link_bytes_ratio_1gbit = \(.link_bytes_ratio_1gbit | f(3)). By layout at 1 Gbit/s: speedup (median step) " + (.speedup_zeropp_1gbit_by_layout | to_entries | map("\(.key) \(.value | f(2))") | join(", ")) + "; speedup (min step) " + (.speedup_zeropp_1gbit_min_step_by_layout | to_entries | map("\(.key) \(.value | f(2))") | join(", ")) + "; link bytes ratio " + (.link_bytes_ratio_1gbit_by_layout | to_entries | map("\(.key) \(.value | f(3))") | join(", ")) + ". Link / zr counters over all rows: \(.link_over_zr_min | f(4)) .. \(.link_over_zr_max | f(4)). Benchmark time \(.seconds) s."' "$OUT/summary.json"
 } >"$OUT/results.md"
 
 # chart: tokens/s per mode per link rate, one panel per layout
