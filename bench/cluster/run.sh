@@ -31,7 +31,7 @@
 # 156 ms at T = 8 / 16 / 32 (ZeRO-3), so a smaller T buys almost nothing and a
 # larger model only makes the run longer. T=32 keeps tokens/s meaningful.
 # K defaults to 16 steps (--quick: 4) because this 2-core machine is shared.
-
+#
 # Output: DIR (default results/cluster/<timestamp>/) holds every launch's log,
 # rows.jsonl (one measurement per line), results.md, throughput.png and
 # summary.json; the same files (without logs) are copied to
@@ -223,7 +223,7 @@ if command -v gnuplot >/dev/null; then
         echo "set ylabel 'tokens/s'; set xlabel 'link rate'; set grid ytics; set key top left; set yrange [0:*]"
         for layout in $LAYOUTS; do
             n=${layout%x*}; d=${layout#*x}
-            echo "set title '$n nodes x $d ranks'"
+            echo "set title '$layout: $n node(s) x $d rank(s) per node'"
             printf "plot '%s' using 2:xtic(1) title columnheader(2)" "$OUT/plot-$layout.dat"
             i=3
             for _ in $(echo "$MODES" | cut -d' ' -f2-); do printf ", '' using %d title columnheader(%d)" $i $i; i=$((i + 1)); done
