@@ -7,9 +7,9 @@ set -eu
 
 # compilers and MPI (Open MPI is the default transport; MPICH is built too so
 # that zr never depends on one implementation by accident), BLAS, JSON, charts,
-# the default training corpus (fortunes), and iproute2 for the emulated cluster.
+# the default training corpus (fortunes), and iproute2 and jq for the emulated cluster.
 PKGS="make gcc pkg-config openmpi-bin libopenmpi-dev mpich libmpich-dev
-libopenblas-dev libcjson-dev gnuplot-nox fortunes iproute2 procps"
+libopenblas-dev libcjson-dev gnuplot-nox fortunes iproute2 procps jq"
 
 missing=""
 for p in $PKGS; do
