@@ -12,6 +12,8 @@
 #define _DEFAULT_SOURCE /* usleep, mkdtemp */
 #include "test.h"
 
+#include "zr/model.h"
+
 /* paths in this test are short; a truncated one would fail its check loudly */
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
@@ -196,6 +198,44 @@ typedef struct bad_case {
     const char *expect;
     int code;
 } bad_case;
+
+/* zr export and zr plot on a fresh run's checkpoint and metrics */
+static void test_export_and_plot(void)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, TINY " --steps 3 --ckpt-dir %s/exp", work);
+    TEST_EQ_INT(train(2, 2, cmd), 0);
+    TEST_EQ_INT(sh("%s export --checkpoint %s/exp --llmc %s/m.bin --safetensors %s/m.safetensors",
+                   zr_bin, work, work, work),
+                0);
+    /* the llm.c file: 256-int header + every parameter in fp32, readable by zr itself */
+    static const zr_gpt_config cfg = {32, 256, 256, 1, 2, 32};
+    char path[4400];
+    snprintf(path, sizeof path, "%s/m.bin", work);
+    struct stat sb;
+    TEST_CHECK(stat(path, &sb) == 0);
+    TEST_EQ_INT(sb.st_size, 256 * 4 + 4 * (long long)zr_gpt_config_param_count(&cfg));
+    zr_gpt_config back;
+    TEST_OK(zr_gpt_read_llmc_config(path, &back));
+    TEST_CHECK(memcmp(&back, &cfg, sizeof cfg) == 0);
+    snprintf(path, sizeof path, "%s/m.safetensors", work);
+    TEST_CHECK(stat(path, &sb) == 0 && sb.st_size > 4 * (long long)zr_gpt_config_param_count(&cfg));
+    /* a missing checkpoint is a clear error */
+    TEST_CHECK(sh("%s export --checkpoint %s/none --llmc %s/x.bin", zr_bin, work, work) != 0);
+    TEST_CHECKF(strstr(res.out, "none") != NULL, "%s", res.out);
+    /* the curves of two runs in one PNG */
+    TEST_EQ_INT(sh("%s plot -o %s/curves.png %s/exp/metrics.jsonl %s/good/metrics.jsonl", zr_bin,
+                   work, work, work),
+                0);
+    snprintf(path, sizeof path, "%s/curves.png", work);
+    unsigned char magic[8] = {0};
+    FILE *f = fopen(path, "rb");
+    TEST_CHECK(f != NULL && fread(magic, 1, 8, f) == 8);
+    if (f != NULL) {
+        fclose(f);
+    }
+    TEST_CHECK(memcmp(magic, "\x89PNG\r\n\x1a\n", 8) == 0);
+}
 
 static void test_bad_input(void)
 {
@@ -434,6 +474,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_resume_equals_uninterrupted);
     TEST_RUN(test_reshard);
     TEST_RUN(test_bad_input);
+    TEST_RUN(test_export_and_plot);
     TEST_RUN(test_sigkill);
     TEST_RUN(test_sigterm);
     if (zr_test_failed == 0) {
