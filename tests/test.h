@@ -167,6 +167,17 @@ static inline int zr_test_finish(void)
     return zr_test_failed == 0 ? 0 : 1;
 }
 
+/* Write bytes to a file (test fixtures); a failure is a failed check. */
+static inline void zr_test_write_file(const char *path, const void *data, size_t bytes)
+{
+    FILE *f = fopen(path, "wb");
+    TEST_CHECK(f != NULL);
+    if (f != NULL) {
+        TEST_CHECK(fwrite(data, 1, bytes, f) == bytes);
+        fclose(f);
+    }
+}
+
 /* Deterministic xorshift generator for test data; same sequence on every machine. */
 typedef struct zr_test_rng {
     uint64_t s;

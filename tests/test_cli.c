@@ -131,6 +131,30 @@ static void metrics_loss(const char *path, int step, char *out, size_t n)
     fclose(f);
 }
 
+/*
+ * Compare the per-step losses of two runs' metrics files (work/<a> and
+ * work/<b>) over steps 1..steps: every step must be present in both. Returns
+ * 1 if all are printed identically; *worst = largest relative difference.
+ */
+static int compare_runs(const char *a, const char *b, int steps, double *worst)
+{
+    int same = 1;
+    *worst = 0;
+    for (int s = 1; s <= steps; s++) {
+        char x[64], y[64], pa[4200], pb[4200];
+        snprintf(pa, sizeof pa, "%s/%s/metrics.jsonl", work, a);
+        snprintf(pb, sizeof pb, "%s/%s/metrics.jsonl", work, b);
+        metrics_loss(pa, s, x, sizeof x);
+        metrics_loss(pb, s, y, sizeof y);
+        TEST_CHECKF(x[0] != '\0' && y[0] != '\0', "step %d missing (%s: '%s', %s: '%s')", s, a, x,
+                    b, y);
+        same &= strcmp(x, y) == 0;
+        double d = x[0] && y[0] ? fabs(atof(x) - atof(y)) / fabs(atof(x)) : INFINITY;
+        *worst = d > *worst ? d : *worst;
+    }
+    return same;
+}
+
 static void test_resume_equals_uninterrupted(void)
 {
     /* the schedule is pinned to 12 steps so that the 6-step run is a true prefix */
@@ -143,17 +167,9 @@ static void test_resume_equals_uninterrupted(void)
     snprintf(b, sizeof b, "%s --steps 12 --ckpt-dir %s/part --resume", common, work);
     TEST_EQ_INT(train(4, 2, b), 0);
     TEST_CHECKF(strstr(res.out, "resumed from") != NULL, "%s", res.out);
-    int same = 1;
-    for (int s = 1; s <= 12; s++) {
-        char x[64], y[64], pa[4200], pb[4200];
-        snprintf(pa, sizeof pa, "%s/full/metrics.jsonl", work);
-        snprintf(pb, sizeof pb, "%s/part/metrics.jsonl", work);
-        metrics_loss(pa, s, x, sizeof x);
-        metrics_loss(pb, s, y, sizeof y);
-        TEST_CHECKF(x[0] != '\0' && strcmp(x, y) == 0, "step %d: uninterrupted %s, resumed %s", s,
-                    x, y);
-        same &= strcmp(x, y) == 0;
-    }
+    double worst;
+    int same = compare_runs("full", "part", 12, &worst);
+    TEST_CHECKF(same, "resumed run differs from the uninterrupted one (worst %.3g)", worst);
     printf("  resumed run %s the uninterrupted one at every step\n", same ? "equals" : "DIFFERS from");
 }
 
@@ -174,17 +190,8 @@ static void test_reshard(void)
     snprintf(a, sizeof a, "%s --steps 9 --ckpt-dir %s/rs --resume", common, work);
     TEST_EQ_INT(train(3, 3, a), 0);
     TEST_CHECKF(strstr(res.out, "saved at 2 ranks, now 3") != NULL, "%s", res.out);
-    double worst = 0;
-    for (int s = 1; s <= 9; s++) {
-        char x[64], y[64], pa[4200], pb[4200];
-        snprintf(pa, sizeof pa, "%s/r4/metrics.jsonl", work);
-        snprintf(pb, sizeof pb, "%s/rs/metrics.jsonl", work);
-        metrics_loss(pa, s, x, sizeof x);
-        metrics_loss(pb, s, y, sizeof y);
-        TEST_CHECKF(x[0] && y[0], "step %d missing", s);
-        double d = fabs(atof(x) - atof(y)) / atof(x);
-        worst = d > worst ? d : worst;
-    }
+    double worst;
+    compare_runs("r4", "rs", 9, &worst);
     /* the same global batches; only the summation order of the reductions differs */
     TEST_CHECKF(worst <= 1e-4, "resharded trajectory differs by %.3g", worst);
     printf("  4 -> 2 -> 3 ranks: worst relative loss difference vs 4 ranks throughout: %.2e\n",

@@ -17,16 +17,6 @@ static void tmp_path(char *out, size_t cap, const char *name)
     snprintf(out, cap, "%s/%s", dir, name);
 }
 
-static void write_raw(const char *path, const void *data, size_t bytes)
-{
-    FILE *f = fopen(path, "wb");
-    TEST_CHECK(f != NULL);
-    if (f != NULL) {
-        TEST_CHECK(fwrite(data, 1, bytes, f) == bytes);
-        fclose(f);
-    }
-}
-
 static void test_shard_roundtrip(void)
 {
     char path[512];
@@ -73,26 +63,26 @@ static void test_shard_corrupt(void)
     h[2] = 16; /* 16 tokens = 32 bytes after the header */
     uint16_t *t = NULL;
     size_t n;
-    write_raw(path, h, 1024 + 32);
+    zr_test_write_file(path, h, 1024 + 32);
     TEST_OK(zr_shard_read(path, &t, &n));
     zr_free(t);
-    write_raw(path, h, 1024 + 30);
+    zr_test_write_file(path, h, 1024 + 30);
     TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "bad.bin: token count 16");
     TEST_CHECK(t == NULL);
-    write_raw(path, h, 1024 + 34);
+    zr_test_write_file(path, h, 1024 + 34);
     TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "truncated or corrupt");
-    write_raw(path, h, 100);
+    zr_test_write_file(path, h, 100);
     TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "truncated token shard header");
     h[0] = 20240326; /* a model file is not a shard */
-    write_raw(path, h, 1024 + 32);
+    zr_test_write_file(path, h, 1024 + 32);
     TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "bad.bin: not a token shard: magic");
     h[0] = 20240520;
     h[1] = 2;
-    write_raw(path, h, 1024 + 32);
+    zr_test_write_file(path, h, 1024 + 32);
     TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "version 2");
     h[1] = 1;
     h[2] = -5;
-    write_raw(path, h, 1024 + 32);
+    zr_test_write_file(path, h, 1024 + 32);
     TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "token count -5");
     tmp_path(path, sizeof path, "missing.bin");
     TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_IO, "missing.bin: cannot open");
@@ -110,7 +100,7 @@ static void test_bytes_and_text(void)
     TEST_CHECK(strcmp(back, s) == 0);
     char path[512];
     tmp_path(path, sizeof path, "t.txt");
-    write_raw(path, s, strlen(s));
+    zr_test_write_file(path, s, strlen(s));
     zr_dataset ds;
     TEST_OK(zr_dataset_load_text(&ds, path));
     TEST_EQ_INT(ds.n, strlen(s));

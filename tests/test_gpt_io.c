@@ -59,16 +59,6 @@ static long read_file(const char *path, unsigned char **out)
     return n;
 }
 
-static void write_raw(const char *path, const void *data, size_t bytes)
-{
-    FILE *f = fopen(path, "wb");
-    TEST_CHECK(f != NULL);
-    if (f != NULL) {
-        TEST_CHECK(fwrite(data, 1, bytes, f) == bytes);
-        fclose(f);
-    }
-}
-
 static void test_llmc_roundtrip(void)
 {
     char p1[512], p2[512];
@@ -112,25 +102,25 @@ static void test_llmc_roundtrip(void)
     /* corrupt and truncated files */
     char p3[512];
     snprintf(p3, sizeof p3, "%s/bad.bin", dir);
-    write_raw(p3, x, (size_t)nx - 4);
+    zr_test_write_file(p3, x, (size_t)nx - 4);
     TEST_FAILS(zr_gpt_read_llmc(p3, &cfg, b.p), ZR_ERR_FORMAT, "bad.bin: file has");
-    write_raw(p3, x, 1000);
+    zr_test_write_file(p3, x, 1000);
     TEST_FAILS(zr_gpt_read_llmc_config(p3, &rc), ZR_ERR_FORMAT, "bad.bin: truncated model header");
     int32_t *hm = (int32_t *)x;
     hm[0] = 20240520;
-    write_raw(p3, x, (size_t)nx);
+    zr_test_write_file(p3, x, (size_t)nx);
     TEST_FAILS(zr_gpt_read_llmc(p3, &cfg, b.p), ZR_ERR_FORMAT, "not an llm.c GPT-2 model file");
     hm[0] = 20240326;
     hm[1] = 5;
-    write_raw(p3, x, (size_t)nx);
+    zr_test_write_file(p3, x, (size_t)nx);
     TEST_FAILS(zr_gpt_read_llmc(p3, &cfg, b.p), ZR_ERR_FORMAT, "version 5 (bf16)");
     hm[1] = 3;
     hm[5] = 3; /* C = 8 not divisible by 3 heads */
-    write_raw(p3, x, (size_t)nx);
+    zr_test_write_file(p3, x, (size_t)nx);
     TEST_FAILS(zr_gpt_read_llmc(p3, &cfg, b.p), ZR_ERR_FORMAT, "bad model header");
     hm[5] = 2;
     hm[4] = 3; /* 3 layers: size no longer matches */
-    write_raw(p3, x, (size_t)nx);
+    zr_test_write_file(p3, x, (size_t)nx);
     TEST_FAILS(zr_gpt_read_llmc(p3, &cfg, b.p), ZR_ERR_FORMAT, "truncated or corrupt");
     zr_gpt_config other = cfg;
     other.max_t = 8;
