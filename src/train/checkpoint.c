@@ -81,17 +81,25 @@ static zr_status write_all(FILE *f, const void *p, size_t n, const char *path, u
     return ZR_OK;
 }
 
-/* Write bytes to path through "<path>.tmp", fsync, rename. */
-static zr_status write_file_atomic(const char *path, const void *data, size_t n)
+/* Open "<path>.tmp" for writing; its name goes to tmp. */
+static zr_status open_tmp(const char *path, char *tmp, size_t cap, FILE **f)
 {
-    char tmp[4096];
-    ZR_CHECK(pathf(tmp, sizeof tmp, "%s.tmp", path));
-    FILE *f = fopen(tmp, "wb");
-    if (f == NULL) {
+    ZR_CHECK(pathf(tmp, cap, "%s.tmp", path));
+    *f = fopen(tmp, "wb");
+    if (*f == NULL) {
         ZR_FAIL(ZR_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
     }
-    zr_status st = write_all(f, data, n, tmp, NULL);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
+    return ZR_OK;
+}
+
+/*
+ * Finish a file opened by open_tmp: flush, fsync, close and rename it to path
+ * when st (the status of the writes) is ZR_OK; otherwise, or on any failure
+ * here, remove the temporary file. Returns the first failure.
+ */
+static zr_status commit_tmp(FILE *f, const char *tmp, const char *path, zr_status st)
+{
+    if (st == ZR_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0)) {
         st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot flush %s: %s", tmp,
                          strerror(errno));
     }
@@ -107,6 +115,15 @@ static zr_status write_file_atomic(const char *path, const void *data, size_t n)
         unlink(tmp);
     }
     return st;
+}
+
+/* Write bytes to path through "<path>.tmp", fsync, rename. */
+static zr_status write_file_atomic(const char *path, const void *data, size_t n)
+{
+    char tmp[4096];
+    FILE *f;
+    ZR_CHECK(open_tmp(path, tmp, sizeof tmp, &f));
+    return commit_tmp(f, tmp, path, write_all(f, data, n, tmp, NULL));
 }
 
 static zr_status read_file(const char *path, char **out, size_t *n)
@@ -216,11 +233,8 @@ static zr_status write_rank_file(zr_engine *e, const char *dir, int rank, int64_
 {
     char path[4096], tmp[4200];
     ZR_CHECK(pathf(path, sizeof path, "%s/rank_%05d.bin", dir, rank));
-    ZR_CHECK(pathf(tmp, sizeof tmp, "%s.tmp", path));
-    FILE *f = fopen(tmp, "wb");
-    if (f == NULL) {
-        ZR_FAIL(ZR_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    }
+    FILE *f;
+    ZR_CHECK(open_tmp(path, tmp, sizeof tmp, &f));
     rank_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, RANK_MAGIC, 8);
@@ -245,22 +259,7 @@ static zr_status write_rank_file(zr_engine *e, const char *dir, int rank, int64_
         st = write_all(f, &crc, sizeof crc, tmp, NULL);
         bytes += sizeof crc;
     }
-    if (st == ZR_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0)) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot flush %s: %s", tmp,
-                         strerror(errno));
-    }
-    if (fclose(f) != 0 && st == ZR_OK) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot close %s: %s", tmp,
-                         strerror(errno));
-    }
-    if (st == ZR_OK && rename(tmp, path) != 0) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot rename %s: %s", tmp,
-                         strerror(errno));
-    }
-    if (st != ZR_OK) {
-        unlink(tmp);
-        return st;
-    }
+    ZR_CHECK(commit_tmp(f, tmp, path, st));
     *crc_out = crc;
     *bytes_out = bytes;
     return ZR_OK;
