@@ -236,13 +236,11 @@ static zr_status resume(trainer *t, int *start)
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     ZR_CHECK(zr_ckpt_load(&t->comm, &t->engine, path, &meta));
+    /* the loader counts global micro-batches, whose size may differ after resharding;
+       the token count places it at the same point of the data either way */
     uint64_t global_tokens = (uint64_t)t->world * t->cfg.train_micro_batch_size_per_gpu *
                              t->cfg.seq_len;
-    uint64_t pos = meta.data_position * (uint64_t)t->cfg.gradient_accumulation_steps;
-    if (meta.world != t->world) {
-        pos = meta.tokens / global_tokens; /* resharded: same place in the data */
-    }
-    zr_loader_seek(&t->train, pos);
+    zr_loader_seek(&t->train, meta.tokens / global_tokens);
     *start = (int)meta.step;
     if (t->rank == 0) {
         printf("zr train: resumed from %s (step %lld, saved at %d ranks, now %d)\n", path,
