@@ -325,6 +325,47 @@ static void test_hpz_fresh(void)
     engine_down(&e2, &m2, &s2);
 }
 
+/*
+ * A forward-only pass between steps (validation) must not change the
+ * training trajectory: its releases cut hpZ secondaries from a qwZ gather,
+ * and if those stayed valid the next step's forward would read them instead
+ * of gathering from the primary shards. A run that validates and a run that
+ * does not (a resumed run, say) must train bit for bit the same.
+ */
+static void test_eval_boundary(void)
+{
+    zr_engine_config c = exact_config(3);
+    c.param_wire.type = ZR_WIRE_BF16;
+    c.qwz = 1;
+    c.hpz = 1;
+    zr_engine e1, e2;
+    zr_gpt m1, m2;
+    zr_gpt_specs s1, s2;
+    engine_up(&e1, &m1, &s1, &c, 11);
+    engine_up(&e2, &m2, &s2, &c, 11);
+    int *in = malloc(sizeof(int) * W * B * T), *tg = malloc(sizeof(int) * W * B * T);
+    int same = 1;
+    zr_step_stats st;
+    for (int s = 0; s < 5; s++) {
+        global_batch(s, in, tg);
+        if (s % 2 == 1) {
+            float vloss = NAN;
+            TEST_OK(zr_gpt_engine_eval(&m1, &e1, in + (size_t)R * B * T, tg + (size_t)R * B * T,
+                                       &vloss));
+            TEST_CHECK(isfinite(vloss));
+        }
+        float a = engine_step(&e1, &m1, in, tg, &st);
+        float b = engine_step(&e2, &m2, in, tg, &st);
+        same &= a == b;
+    }
+    TEST_CHECKF(same, "validation between steps changed the training losses");
+    TEST_CHECK(engine_checksum(&e1, &m1) == engine_checksum(&e2, &m2));
+    free(in);
+    free(tg);
+    engine_down(&e1, &m1, &s1);
+    engine_down(&e2, &m2, &s2);
+}
+
 /* Model-state bytes per rank against the plan's formula (P = unpadded parameters). */
 static void test_memory(void)
 {
@@ -430,6 +471,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_stage3);
     TEST_RUN(test_bf16_ranks_agree);
     TEST_RUN(test_hpz_fresh);
+    TEST_RUN(test_eval_boundary);
     TEST_RUN(test_memory);
     TEST_RUN(test_nonfinite_skips);
     TEST_RUN(test_bad_config);

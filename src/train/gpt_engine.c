@@ -117,5 +117,12 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
     ZR_CHECK(forward(m, e, inputs, targets, &p_last, &p0));
     *loss = zr_gpt_loss(m);
     ZR_CHECK(zr_engine_release(e, zr_gpt_unit_count(m) - 1));
-    return zr_engine_release(e, 0);
+    ZR_CHECK(zr_engine_release(e, 0));
+    /* The releases above cut hpZ secondaries from this forward's gathers. A
+     * training step starts by gathering from the primary shards; if these
+     * secondaries stayed valid it would read them instead (a qwZ gather cut
+     * to bf16 is not the primary's value), and a run that validates would
+     * train differently from one that does not, or from its own resume. */
+    zr_engine_invalidate_secondary(e);
+    return ZR_OK;
 }
