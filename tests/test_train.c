@@ -7,6 +7,7 @@
 #include "zr/data.h"
 #include "zr/model.h"
 #include "zr/optim.h"
+#include "zr/schedule.h"
 
 enum { B = 8, T = 64, STEPS = 600, VAL_BATCHES = 8 };
 
@@ -48,6 +49,13 @@ static void test_train_fortunes(void)
     TEST_OK(zr_loader_init(&tr, &ds, ZR_SPLIT_TRAIN, B, T, 0, 1));
     float before = val_loss(&m, &ds, p);
     zr_adamw h = zr_adamw_default();
+    /* linear warm-up over 20 steps to 3e-3, cosine down to a tenth of it */
+    zr_lr_schedule sched = {.kind = ZR_LR_WARMUP_COSINE,
+                            .warmup = ZR_WARMUP_LINEAR,
+                            .lr = 3e-3,
+                            .warmup_num_steps = 20,
+                            .total_num_steps = STEPS,
+                            .cos_min_ratio = 0.1};
     int in[B * T], tg[B * T];
     float loss = 0;
     for (int step = 0; step < STEPS; step++) {
@@ -69,7 +77,7 @@ static void test_train_fortunes(void)
             ss += zr_sumsq(g[u], zr_gpt_unit_numel(&m, u));
         }
         float scale = zr_clip_scale(sqrt(ss), 1.0f);
-        float lr = zr_lr_at(ZR_LR_COSINE, 3e-3f, 3e-4f, 20, STEPS, step);
+        float lr = (float)zr_lr_at(&sched, step);
         for (int u = 0; u < nu; u++) {
             const zr_tensor_desc *d;
             int nt = zr_gpt_unit_tensors(&m, u, &d);

@@ -1,5 +1,5 @@
 /*
- * zr/optim.h - AdamW, learning-rate schedules and gradient-clipping helpers
+ * zr/optim.h - AdamW and gradient-clipping helpers (schedules: zr/schedule.h)
  * on flat fp32 ranges.
  *
  * This layer sits below the ZeRO engine and knows nothing about ranks: the
@@ -35,19 +35,6 @@ zr_adamw zr_adamw_default(void);
  */
 void zr_adamw_update(const zr_adamw *h, float lr, int t, float grad_scale, int decay,
                      float *param, const float *grad, float *m, float *v, size_t n);
-
-typedef enum zr_lr_schedule { ZR_LR_CONSTANT, ZR_LR_COSINE, ZR_LR_LINEAR } zr_lr_schedule;
-
-/* Parses "constant", "cosine" or "linear"; ZR_ERR_INVALID names the bad value. */
-zr_status zr_lr_schedule_parse(const char *name, zr_lr_schedule *out);
-
-/*
- * Learning rate at step (0-based): linear warmup lr_max * (step + 1) / warmup
- * for step < warmup_steps, then from lr_max down to lr_min at total_steps
- * (cosine or linear; constant stays at lr_max); lr_min after total_steps.
- */
-float zr_lr_at(zr_lr_schedule s, float lr_max, float lr_min, int warmup_steps, int total_steps,
-               int step);
 
 /* min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables clipping (returns 1). */
 float zr_clip_scale(double grad_norm, float max_norm);

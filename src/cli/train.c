@@ -17,6 +17,7 @@
 #include "zr/data.h"
 #include "zr/gpt_engine.h"
 #include "zr/optim.h"
+#include "zr/schedule.h"
 
 #include <math.h>
 #include <signal.h>
@@ -109,54 +110,22 @@ static zr_engine_config engine_config(const zr_train_config *c)
     return e;
 }
 
-/*
- * DeepSpeed's schedulers with DeepSpeed's formulas (step counts from 0):
- * warm-up gamma is log(step+1)/log(warmup) ("log", DeepSpeed's default) or
- * step/warmup ("linear"); WarmupLR then stays at the peak, WarmupDecayLR
- * decays linearly to 0 at total_num_steps, WarmupCosineLR follows a cosine
- * from the peak to cos_min_ratio * lr.
- */
-static double warmup_gamma(const zr_train_config *c, int step)
-{
-    int warm = c->warmup_num_steps;
-    if (warm <= 1) {
-        return 1.0;
-    }
-    if (strcmp(c->warmup_type, "linear") == 0) {
-        return (double)step / warm;
-    }
-    return log((double)step + 1.0) / log((double)warm);
-}
-
+/* The scheduler section as a schedule (src/optim/schedule.c has the formulas). */
 static float lr_at(const zr_train_config *c, int step)
 {
-    double lr = c->lr;
-    int warm = c->warmup_num_steps, total = c->total_num_steps;
-    if (strcmp(c->scheduler_type, "WarmupLR") == 0 ||
-        strcmp(c->scheduler_type, "WarmupDecayLR") == 0) {
-        double max_lr = c->warmup_max_lr > 0 ? c->warmup_max_lr : lr;
-        double gamma = 1.0;
-        if (step < warm) {
-            gamma = warmup_gamma(c, step);
-        } else if (strcmp(c->scheduler_type, "WarmupDecayLR") == 0) {
-            gamma = total > warm ? (double)(total - step) / (total - warm) : 0.0;
-            gamma = gamma < 0.0 ? 0.0 : gamma;
-        }
-        return (float)(c->warmup_min_lr + (max_lr - c->warmup_min_lr) * gamma);
-    }
-    if (strcmp(c->scheduler_type, "WarmupCosineLR") == 0) {
-        double ratio;
-        if (step < warm) {
-            ratio = c->warmup_min_ratio + (1.0 - c->warmup_min_ratio) * warmup_gamma(c, step);
-        } else {
-            double done = step - warm + 1, span = total - warm;
-            double cosv = span > 0 ? (1.0 + cos(3.14159265358979323846 * done / span)) / 2.0 : 0.0;
-            ratio = c->cos_min_ratio + (1.0 - c->cos_min_ratio) * cosv;
-            ratio = ratio < 0.0 ? 0.0 : ratio;
-        }
-        return (float)(lr * ratio);
-    }
-    return (float)lr;
+    zr_lr_schedule s;
+    memset(&s, 0, sizeof s);
+    /* the configuration reader accepted only these names */
+    ZR_ASSERT(zr_lr_kind_parse(c->scheduler_type, &s.kind) == ZR_OK);
+    ZR_ASSERT(zr_lr_warmup_parse(c->warmup_type, &s.warmup) == ZR_OK);
+    s.lr = c->lr;
+    s.warmup_min_lr = c->warmup_min_lr;
+    s.warmup_max_lr = c->warmup_max_lr;
+    s.warmup_num_steps = c->warmup_num_steps;
+    s.total_num_steps = c->total_num_steps;
+    s.warmup_min_ratio = c->warmup_min_ratio;
+    s.cos_min_ratio = c->cos_min_ratio;
+    return (float)zr_lr_at(&s, step);
 }
 
 static zr_status load_data(trainer *t)

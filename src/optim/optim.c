@@ -1,5 +1,5 @@
 /*
- * optim.c - AdamW, learning-rate schedules, clipping and norm helpers.
+ * optim.c - AdamW, clipping and norm helpers.
  *
  * The update runs in chunks: an auto-vectorized pass for the moments, a
  * square root through intrinsics (gcc will not vectorize sqrtf while errno
@@ -69,36 +69,6 @@ void zr_adamw_update(const zr_adamw *h, float lr, int t, float grad_scale, int d
             p[i] -= lr * upd;
         }
     }
-}
-
-zr_status zr_lr_schedule_parse(const char *name, zr_lr_schedule *out)
-{
-    static const char *names[] = {"constant", "cosine", "linear"};
-    for (int i = 0; i < 3; i++) {
-        if (name != NULL && strcmp(name, names[i]) == 0) {
-            *out = (zr_lr_schedule)i;
-            return ZR_OK;
-        }
-    }
-    ZR_FAIL(ZR_ERR_INVALID, "unknown learning-rate schedule '%s' (constant, cosine or linear)",
-            name != NULL ? name : "(null)");
-}
-
-float zr_lr_at(zr_lr_schedule s, float lr_max, float lr_min, int warmup_steps, int total_steps,
-               int step)
-{
-    if (step < warmup_steps) {
-        return lr_max * (float)(step + 1) / (float)warmup_steps;
-    }
-    if (s == ZR_LR_CONSTANT) {
-        return lr_max;
-    }
-    if (step >= total_steps || total_steps <= warmup_steps) {
-        return lr_min;
-    }
-    double frac = (double)(step - warmup_steps) / (double)(total_steps - warmup_steps);
-    double k = s == ZR_LR_COSINE ? 0.5 * (1.0 + cos(3.14159265358979323846 * frac)) : 1.0 - frac;
-    return (float)(lr_min + k * ((double)lr_max - lr_min));
 }
 
 float zr_clip_scale(double grad_norm, float max_norm)
