@@ -3,7 +3,8 @@
  *
  *   zr selfcheck         communicator self-check (layout, groups, traffic)
  *   zr bench <name>      benchmarks from bench/ (quant, comm, model, train)
- *   zr train             (the trainer; see README)
+ *   zr train             sharded training from a DeepSpeed-style config and flags
+ *   zr export            llm.c and safetensors files from a checkpoint
  *   zr plot              loss and throughput curves of runs' metrics files (gnuplot)
  *
  * Each subcommand is a function taking (argc, argv) after the subcommand name
