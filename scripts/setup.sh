@@ -6,9 +6,11 @@
 set -eu
 
 # compilers and MPI (Open MPI is the default transport; MPICH is built too so
-# that zr never depends on one implementation by accident), BLAS, JSON, charts,
-# the default training corpus (fortunes), and iproute2 and jq for the emulated cluster.
-PKGS="make gcc pkg-config openmpi-bin libopenmpi-dev mpich libmpich-dev
+# that zr never depends on one implementation by accident; clang compiles the
+# tree in make test's matrix so a warning only one compiler sees fails on every
+# machine), BLAS, JSON, charts, the default training corpus (fortunes), and
+# iproute2 and jq for the emulated cluster.
+PKGS="make gcc clang pkg-config openmpi-bin libopenmpi-dev mpich libmpich-dev
 libopenblas-dev libcjson-dev gnuplot-nox fortunes iproute2 procps jq"
 
 missing=""
