@@ -12,6 +12,7 @@
 #define _DEFAULT_SOURCE /* usleep, mkdtemp */
 #include "test.h"
 
+#include "zr/data.h"
 #include "zr/model.h"
 
 /* paths in this test are short; a truncated one would fail its check loudly
@@ -219,7 +220,8 @@ static void test_export_and_plot(void)
                    zr_bin, work, work, work),
                 0);
     /* the llm.c file: 256-int header + every parameter in fp32, readable by zr itself */
-    static const zr_gpt_config cfg = {32, 256, 256, 1, 2, 32};
+    /* GPT-2 shaped: 1024 positions (zr.model.max_seq_len), whatever seq_len was trained */
+    static const zr_gpt_config cfg = {1024, 256, 256, 1, 2, 32};
     char path[4400];
     snprintf(path, sizeof path, "%s/m.bin", work);
     struct stat sb;
@@ -322,6 +324,226 @@ static void test_bad_input(void)
         TEST_CHECKF(tree_crc(p) == before, "%s: the existing checkpoint changed", cases[i].name);
     }
     printf("  %d bad-input cases: clear message, exit code, checkpoints untouched\n", n);
+}
+
+/* Runs "zr train" (2 ranks) for each case, expecting the exit code and text of an error. */
+static void expect_errors(const bad_case *cases, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char args[8192], full[8400];
+        snprintf(args, sizeof args, cases[i].args, work, work, work);
+        snprintf(full, sizeof full, TINY " --steps 1 %s", args);
+        int code = train(cases[i].np, 2, full);
+        TEST_CHECKF(code == cases[i].code, "%s: exit %d, expected %d\n%s", cases[i].name, code,
+                    cases[i].code, res.out);
+        TEST_CHECKF(strstr(res.out, cases[i].expect) != NULL && strstr(res.out, "error") != NULL,
+                    "%s: output lacks \"%s\":\n%s", cases[i].name, cases[i].expect, res.out);
+        TEST_CHECKF(strstr(res.out, "MPI_ABORT") == NULL, "%s: aborted instead of exiting:\n%s",
+                    cases[i].name, res.out);
+    }
+}
+
+/* Writes work/name as a shard of kind with n tokens, token i = (i * mul) % mod. */
+static void write_shard(const char *name, zr_data_kind kind, size_t n, uint32_t mul, uint32_t mod)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", work, name);
+    uint32_t *t32 = calloc(n, sizeof *t32);
+    uint16_t *t16 = calloc(n, sizeof *t16);
+    TEST_CHECK(t32 != NULL && t16 != NULL);
+    if (t32 != NULL && t16 != NULL) {
+        for (size_t i = 0; i < n; i++) {
+            t32[i] = (uint32_t)((i * mul) % mod);
+            t16[i] = (uint16_t)t32[i];
+        }
+        TEST_OK(zr_shard_write_kind(path, kind, kind == ZR_DATA_LLAMA3 ? (void *)t32 : (void *)t16,
+                                    n));
+    }
+    free(t32);
+    free(t16);
+}
+
+/* llm.c shards of both kinds train with their kind's vocabulary; everything else is refused. */
+static void test_data_files(void)
+{
+    write_shard("gpt2.bin", ZR_DATA_GPT2, 20000, 7919, 50257);
+    write_shard("llama3.bin", ZR_DATA_LLAMA3, 20000, 104729, 128256);
+    write_shard("small.bin", ZR_DATA_GPT2, 20000, 1, 300); /* largest token 299 */
+    write_shard("big.bin", ZR_DATA_GPT2, 20000, 7, 60001); /* tokens up to 60000 */
+    char cmd[8192];
+    static const struct {
+        const char *file, *extra, *vocab;
+    } ok[] = {
+        {"gpt2.bin", "", "V=50257 "},
+        {"llama3.bin", "", "V=128256 "},
+        {"small.bin", "", "V=50257 "}, /* the kind's vocabulary, not the largest token's */
+        {"big.bin", "--vocab-size 60001", "V=60001 "},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        snprintf(cmd, sizeof cmd, TINY " --steps 2 --data %s/%s %s", work, ok[i].file, ok[i].extra);
+        TEST_EQ_INT(train(2, 2, cmd), 0);
+        TEST_CHECKF(strstr(res.out, ok[i].vocab) != NULL && strstr(res.out, "done: 2 steps"),
+                    "%s: no %s in\n%s", ok[i].file, ok[i].vocab, res.out);
+    }
+    /* damaged and foreign files, and paths that are not regular files */
+    sh("cd %s && mkfifo fifo && mkdir -p adir"
+       " && head -c 1024 gpt2.bin > header_only.bin"
+       " && head -c 5000 gpt2.bin > truncated.bin"
+       " && cp llama3.bin badversion.bin && printf '\\003' | dd of=badversion.bin bs=1 seek=4"
+       " conv=notrunc 2>/dev/null"
+       " && cp llama3.bin badcount.bin && printf '\\001' | dd of=badcount.bin bs=1 seek=8"
+       " conv=notrunc 2>/dev/null"
+       " && printf 'text\\0with a NUL' > nul.txt && printf 'caf\\351 latin-1' > latin1.txt",
+       work);
+    TEST_EQ_INT(res.code, 0);
+    static const bad_case bad[] = {
+        {"FIFO", 2, "--data %s/fifo", "is a FIFO", 2},
+        {"directory", 2, "--data %s/adir", "is a directory", 2},
+        {"character device", 2, "--data /dev/null", "character device", 2},
+        {"unknown llama-3 version", 2, "--data %s/badversion.bin",
+         "llm.c llama-3 token shard version 3 is not known", 2},
+        {"damaged count", 2, "--data %s/badcount.bin", "truncated or damaged", 2},
+        {"truncated", 2, "--data %s/truncated.bin", "GPT-2 token shard with a token count", 2},
+        {"header only", 2, "--data %s/header_only.bin", "truncated or damaged", 2},
+        {"NUL byte", 2, "--data %s/nul.txt", "is a NUL byte", 2},
+        {"not UTF-8", 2, "--data %s/latin1.txt", "is not valid UTF-8", 2},
+        {"token beyond GPT-2", 2, "--data %s/big.bin", "zr.model.vocab_size", 2},
+        {"vocab_size too small", 2, "--data %s/small.bin --vocab-size 299", "at least 300", 2},
+        {"vocab_size out of range", 2, "--vocab-size 16777217", "zr.model.vocab_size", 2},
+    };
+    expect_errors(bad, (int)(sizeof bad / sizeof bad[0]));
+    printf("  GPT-2 and llama-3 shards train; %d damaged, foreign or non-regular files refused\n",
+           (int)(sizeof bad / sizeof bad[0]));
+}
+
+/* Mean loss of the llm.c model at path on the first global batch (B x T) of the bundled corpus. */
+static double model_loss(const char *path, int B, int T)
+{
+    zr_gpt_config cfg;
+    TEST_OK(zr_gpt_read_llmc_config(path, &cfg));
+    int n = zr_gpt_config_unit_count(&cfg);
+    float **units = calloc((size_t)n, sizeof *units);
+    double loss = NAN;
+    zr_dataset ds;
+    memset(&ds, 0, sizeof ds);
+    zr_gpt m;
+    memset(&m, 0, sizeof m);
+    int *in = calloc((size_t)B * T, sizeof *in), *tg = calloc((size_t)B * T, sizeof *tg);
+    TEST_CHECK(units != NULL && in != NULL && tg != NULL);
+    if (units == NULL || in == NULL || tg == NULL) {
+        goto done;
+    }
+    for (int u = 0; u < n; u++) {
+        units[u] = calloc(zr_gpt_config_unit_numel(&cfg, u), sizeof(float));
+        TEST_CHECK(units[u] != NULL);
+        if (units[u] == NULL) {
+            goto done;
+        }
+    }
+    TEST_OK(zr_gpt_read_llmc(path, &cfg, units));
+    TEST_OK(zr_dataset_load_fortunes(&ds, NULL));
+    zr_loader l;
+    TEST_OK(zr_loader_init(&l, &ds, ZR_SPLIT_TRAIN, B, T, 0, 1));
+    zr_loader_next(&l, in, tg);
+    TEST_OK(zr_gpt_init(&m, &cfg, B, T));
+    TEST_OK(zr_gpt_forward_begin(&m, in, tg));
+    for (int u = 0; u < n; u++) {
+        TEST_OK(zr_gpt_forward_unit(&m, u, units[u], u == n - 1 ? units[0] : NULL));
+    }
+    loss = zr_gpt_loss(&m);
+done:
+    zr_gpt_free(&m);
+    zr_dataset_free(&ds);
+    for (int u = 0; units != NULL && u < n; u++) {
+        free(units[u]);
+    }
+    free(units);
+    free(in);
+    free(tg);
+    return loss;
+}
+
+/* zr train --init: start from an exported llm.c file; the first loss is that model's loss. */
+static void test_init_from_llmc(void)
+{
+    char cmd[8192], path[4400];
+    write_shard("init_gpt2.bin", ZR_DATA_GPT2, 5000, 7919, 50257);
+    snprintf(cmd, sizeof cmd, TINY " --steps 3 --ckpt-dir %s/init_a", work);
+    TEST_EQ_INT(train(2, 2, cmd), 0);
+    TEST_EQ_INT(sh("%s export --checkpoint %s/init_a --llmc %s/init.bin", zr_bin, work, work), 0);
+    snprintf(path, sizeof path, "%s/init.bin", work);
+    zr_gpt_config fc;
+    TEST_OK(zr_gpt_read_llmc_config(path, &fc));
+    TEST_EQ_INT(fc.max_t, 1024); /* GPT-2's positions, though it trained on 32 */
+    TEST_EQ_INT(fc.layers, 1);
+    /* the shape comes from the file: the other model keys are left at their defaults */
+    snprintf(cmd, sizeof cmd,
+             "--seq-len 32 --micro-batch 2 --val-every 0 --steps 1 --init %s --stage 1"
+             " --communication_data_type fp32 --ckpt-dir %s/init_b",
+             path, work);
+    TEST_EQ_INT(train(2, 2, cmd), 0);
+    TEST_CHECKF(strstr(res.out, "(L=1 NH=2 C=32 V=256 max_seq_len=1024) from ") != NULL, "%s",
+                res.out);
+    char got[64], mp[4400];
+    snprintf(mp, sizeof mp, "%s/init_b/metrics.jsonl", work);
+    metrics_loss(mp, 1, got, sizeof got);
+    TEST_CHECKF(got[0] != '\0', "no step 1 in %s", mp);
+    /* 2 ranks x 2 sequences = the first 4 sequences of the data */
+    double want = model_loss(path, 4, 32);
+    TEST_NEAR(atof(got), want, 2e-6 + 1e-6 * fabs(want));
+    /* and not the random initialisation's loss on the same batch */
+    char fresh[64];
+    snprintf(mp, sizeof mp, "%s/init_a/metrics.jsonl", work);
+    metrics_loss(mp, 1, fresh, sizeof fresh);
+    TEST_CHECKF(fresh[0] != '\0' && fabs(atof(fresh) - want) > 1e-3, "random init %s, file %.6f",
+                fresh, want);
+    printf("  first loss from --init %s, the exported model's own loss %.6f\n", got, want);
+    /* the run's checkpoint holds the file's shape and resumes */
+    snprintf(cmd, sizeof cmd,
+             "--seq-len 32 --micro-batch 2 --val-every 0 --steps 2 --init %s --stage 1"
+             " --communication_data_type fp32 --ckpt-dir %s/init_b --resume",
+             path, work);
+    TEST_EQ_INT(train(2, 2, cmd), 0);
+    TEST_CHECKF(strstr(res.out, "resumed from") != NULL, "%s", res.out);
+    static const bad_case bad[] = {
+        {"layers differ", 2, "--init %s/init.bin --layers 2",
+         "zr.model.layers is 2, but the model file", 2},
+        {"max_seq_len differs", 2, "--init %s/init.bin --max-seq-len 512",
+         "zr.model.max_seq_len is 512", 2},
+        {"seq_len beyond the file", 2, "--init %s/init.bin --seq-len 2048",
+         "must be at most the 1024 positions", 2},
+        {"vocabulary differs", 2, "--init %s/init.bin --data %s/init_gpt2.bin",
+         "vocabulary of 50257 tokens, but the model file", 2},
+        {"vocab_size differs", 2, "--init %s/init.bin --vocab-size 300",
+         "zr.model.vocab_size is 300", 2},
+        {"not a model file", 2, "--init %s/init_gpt2.bin", "not an llm.c GPT-2 model file", 2},
+        {"missing model file", 2, "--init %s/none.bin", "none.bin", 1},
+        {"model file as data", 2, "--data %s/init.bin", "--init", 2},
+        {"seq_len beyond max_seq_len", 2, "--max-seq-len 16", "zr.model.max_seq_len (16)", 2},
+        {"resume with other positions", 2, "--ckpt-dir %s/init_a --resume --max-seq-len 512",
+         "max_seq_len=1024", 2},
+    };
+    expect_errors(bad, (int)(sizeof bad / sizeof bad[0]));
+}
+
+/* zr export at a depth beyond the old limit of 64 layers. */
+static void test_export_depth(void)
+{
+    char cmd[8192], path[4400];
+    snprintf(cmd, sizeof cmd,
+             "--layers 70 --channels 8 --heads 1 --seq-len 8 --max-seq-len 8 --micro-batch 1"
+             " --val-every 0 --steps 1 --ckpt-dir %s/deep",
+             work);
+    TEST_EQ_INT(train(1, 1, cmd), 0);
+    TEST_EQ_INT(sh("%s export --checkpoint %s/deep --llmc %s/deep.bin --safetensors "
+                   "%s/deep.safetensors",
+                   zr_bin, work, work, work),
+                0);
+    snprintf(path, sizeof path, "%s/deep.bin", work);
+    zr_gpt_config fc;
+    TEST_OK(zr_gpt_read_llmc_config(path, &fc));
+    TEST_EQ_INT(fc.layers, 70);
+    TEST_EQ_INT(fc.max_t, 8);
 }
 
 /* Start a training run in the background; returns the shell's pid. */
@@ -485,6 +707,9 @@ int main(int argc, char **argv)
     TEST_RUN(test_reshard);
     TEST_RUN(test_bad_input);
     TEST_RUN(test_export_and_plot);
+    TEST_RUN(test_data_files);
+    TEST_RUN(test_init_from_llmc);
+    TEST_RUN(test_export_depth);
     TEST_RUN(test_sigkill);
     TEST_RUN(test_sigterm);
     if (zr_test_failed == 0) {

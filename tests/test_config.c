@@ -8,6 +8,7 @@
 #include "test.h"
 
 #include "zr/config.h"
+#include "zr/model.h"
 #include "zr/metrics.h"
 
 #include <unistd.h>
@@ -519,6 +520,59 @@ static void test_derivations(void)
     TEST_OK(zr_config_finalize(&c, 6));
 }
 
+/* The model's positions apart from the trained length, and a shape taken from an llm.c file. */
+static void test_model_shape(void)
+{
+    zr_train_config c;
+    TEST_OK(parse(&c, "{}", NULL));
+    TEST_EQ_INT(c.max_seq_len, 1024);
+    TEST_EQ_INT(c.vocab_size, 0);
+    TEST_OK(parse(&c, "{\"zr\": {\"model\": {\"seq_len\": 1024}}}", NULL));
+    TEST_OK(zr_config_finalize(&c, 1));
+    TEST_OK(parse(&c, "{\"zr\": {\"model\": {\"seq_len\": 1025}}}", NULL));
+    TEST_FAILS(zr_config_finalize(&c, 1), ZR_ERR_INVALID,
+               "zr.model.seq_len (1025) must be at most zr.model.max_seq_len (1024)");
+    TEST_OK(parse(&c, "{\"zr\": {\"model\": {\"seq_len\": 2048, \"max_seq_len\": 2048}}}",
+                  NULL));
+    TEST_OK(zr_config_finalize(&c, 1));
+    TEST_FAILS(parse(&c, "{\"zr\": {\"model\": {\"vocab_size\": 16777217}}}", NULL),
+               ZR_ERR_INVALID, "zr.model.vocab_size");
+    /* zr.model.init: keys left out take the file's values, keys given must agree */
+    const zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768};
+    char *a1[] = {"--init", "gpt2_124M.bin", "--seq-len", "2048"};
+    TEST_OK(flags(&c, 4, a1));
+    TEST_OK(zr_config_finalize(&c, 1)); /* max_seq_len is the file's, not yet known */
+    TEST_FAILS(zr_config_adopt_model(&c, &gpt2, "gpt2_124M.bin"), ZR_ERR_INVALID,
+               "zr.model.seq_len (2048) must be at most the 1024 positions of the model file "
+               "gpt2_124M.bin");
+    char *a2[] = {"--init", "gpt2_124M.bin"};
+    TEST_OK(flags(&c, 2, a2));
+    TEST_OK(zr_config_adopt_model(&c, &gpt2, "gpt2_124M.bin"));
+    TEST_EQ_INT(c.layers, 12);
+    TEST_EQ_INT(c.heads, 12);
+    TEST_EQ_INT(c.channels, 768);
+    TEST_EQ_INT(c.max_seq_len, 1024);
+    TEST_EQ_INT(c.vocab_size, 50257);
+    char *a3[] = {"--init", "g.bin", "--layers", "12", "--channels", "768", "--heads", "12",
+                  "--max-seq-len", "1024", "--vocab-size", "50257"};
+    TEST_OK(flags(&c, 12, a3));
+    TEST_OK(zr_config_adopt_model(&c, &gpt2, "g.bin"));
+    static const struct {
+        const char *flag, *value, *expect;
+    } bad[] = {
+        {"--layers", "2", "zr.model.layers is 2, but the model file g.bin (zr.model.init) has 12"},
+        {"--heads", "4", "zr.model.heads is 4"},
+        {"--channels", "128", "zr.model.channels is 128"},
+        {"--max-seq-len", "512", "zr.model.max_seq_len is 512"},
+        {"--vocab-size", "256", "zr.model.vocab_size is 256"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *a[] = {"--init", "g.bin", (char *)bad[i].flag, (char *)bad[i].value};
+        TEST_OK(flags(&c, 4, a));
+        TEST_FAILS(zr_config_adopt_model(&c, &gpt2, "g.bin"), ZR_ERR_INVALID, bad[i].expect);
+    }
+}
+
 static void test_print_json_help(void)
 {
     zr_train_config c, d;
@@ -643,6 +697,7 @@ int main(void)
     TEST_RUN(test_bad_input);
     TEST_RUN(test_warnings_and_notes);
     TEST_RUN(test_derivations);
+    TEST_RUN(test_model_shape);
     TEST_RUN(test_print_json_help);
     TEST_RUN(test_metrics);
     return zr_test_finish();

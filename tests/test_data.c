@@ -1,13 +1,19 @@
 /*
- * test_data.c - token shards (round trip, corrupt and truncated files), the
- * byte tokenizer, the fortunes corpus, and the loader's distributed sampling,
- * train/val split and resume position.
+ * test_data.c - llm.c token shards of both kinds (GPT-2 uint16, llama-3
+ * uint32: round trip, recognition by header, every refusal: unknown version,
+ * damaged header, truncated, other llm.c files), what counts as text, paths
+ * that are not regular files (FIFO, directory, device), the vocabulary of a
+ * shard (its kind or zr.model.vocab_size, never its largest token), the
+ * fortunes corpus, and the loader's distributed sampling, train/val split
+ * and resume position.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "test.h"
 #include "zr/data.h"
+#include "zr/file.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -17,43 +23,117 @@ static void tmp_path(char *out, size_t cap, const char *name)
     snprintf(out, cap, "%s/%s", dir, name);
 }
 
+static void read_header(const char *path, int32_t *h)
+{
+    FILE *f = fopen(path, "rb");
+    TEST_CHECK(f != NULL && fread(h, sizeof(int32_t), 256, f) == 256);
+    if (f != NULL) {
+        fclose(f);
+    }
+}
+
 static void test_shard_roundtrip(void)
 {
     char path[512];
     tmp_path(path, sizeof path, "a.bin");
     uint16_t toks[1000];
     for (int i = 0; i < 1000; i++) {
-        toks[i] = (uint16_t)(i * 7919u);
+        toks[i] = (uint16_t)(i * 7919u % ZR_GPT2_VOCAB);
     }
     TEST_OK(zr_shard_write(path, toks, 1000));
-    uint16_t *back = NULL;
-    size_t n = 0;
-    TEST_OK(zr_shard_read(path, &back, &n));
-    TEST_EQ_INT(n, 1000);
-    TEST_CHECK(back != NULL && memcmp(back, toks, sizeof toks) == 0);
-    zr_free(back);
+    zr_dataset ds;
+    TEST_OK(zr_dataset_load_shard(&ds, path));
+    TEST_EQ_INT(ds.n, 1000);
+    TEST_EQ_INT(ds.kind, ZR_DATA_GPT2);
+    TEST_EQ_INT(ds.token_bytes, 2);
+    TEST_CHECK(ds.tokens != NULL && memcmp(ds.tokens, toks, sizeof toks) == 0);
+    zr_dataset_free(&ds);
     /* no temporary left behind */
     char tmp[600];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     TEST_CHECK(access(tmp, F_OK) != 0);
     /* the exact llm.c layout */
-    FILE *f = fopen(path, "rb");
     int32_t h[256];
-    TEST_CHECK(f != NULL && fread(h, sizeof h, 1, f) == 1);
-    if (f != NULL) {
-        fclose(f);
-    }
+    read_header(path, h);
     TEST_EQ_INT(h[0], 20240520);
     TEST_EQ_INT(h[1], 1);
     TEST_EQ_INT(h[2], 1000);
+    /* llama-3: uint32 tokens, beyond what 16 bits hold */
+    uint32_t big[500];
+    for (int i = 0; i < 500; i++) {
+        big[i] = (uint32_t)(i * 104729u % ZR_LLAMA3_VOCAB);
+    }
+    tmp_path(path, sizeof path, "l3.bin");
+    TEST_OK(zr_shard_write_kind(path, ZR_DATA_LLAMA3, big, 500));
+    read_header(path, h);
+    TEST_EQ_INT(h[0], 20240801);
+    TEST_EQ_INT(h[1], 7);
+    TEST_EQ_INT(h[2], 500);
+    struct stat sb;
+    TEST_CHECK(stat(path, &sb) == 0 && sb.st_size == 1024 + 500 * 4);
+    TEST_OK(zr_dataset_load_shard(&ds, path));
+    TEST_EQ_INT(ds.kind, ZR_DATA_LLAMA3);
+    TEST_EQ_INT(ds.token_bytes, 4);
+    TEST_EQ_INT(ds.n, 500);
+    TEST_CHECK(memcmp(ds.tokens, big, sizeof big) == 0);
+    TEST_CHECK(ds.max_token > 65535);
+    zr_dataset_free(&ds);
     /* empty shard */
+    tmp_path(path, sizeof path, "a.bin");
     TEST_OK(zr_shard_write(path, toks, 0));
-    TEST_OK(zr_shard_read(path, &back, &n));
-    TEST_EQ_INT(n, 0);
-    zr_free(back);
+    TEST_OK(zr_dataset_load_shard(&ds, path));
+    TEST_EQ_INT(ds.n, 0);
+    zr_dataset_free(&ds);
+    TEST_FAILS(zr_shard_write_kind(path, ZR_DATA_TEXT, toks, 1), ZR_ERR_INVALID, "not text");
 }
 
-static void test_shard_corrupt(void)
+/* Every kind is recognised by its header, with the kind's vocabulary. */
+static void test_kinds(void)
+{
+    char path[512];
+    zr_dataset ds;
+    uint16_t small[300];
+    for (int i = 0; i < 300; i++) {
+        small[i] = (uint16_t)(i % 11); /* the largest token is 10 ... */
+    }
+    tmp_path(path, sizeof path, "g.bin");
+    TEST_OK(zr_shard_write(path, small, 300));
+    TEST_OK(zr_dataset_load(&ds, path, 0));
+    TEST_EQ_INT(ds.kind, ZR_DATA_GPT2);
+    TEST_EQ_INT(ds.vocab, 50257); /* ... but the vocabulary is GPT-2's */
+    TEST_EQ_INT(ds.max_token, 10);
+    zr_dataset_free(&ds);
+    uint32_t l3[300];
+    for (int i = 0; i < 300; i++) {
+        l3[i] = 128255u - (uint32_t)i;
+    }
+    tmp_path(path, sizeof path, "l.bin");
+    TEST_OK(zr_shard_write_kind(path, ZR_DATA_LLAMA3, l3, 300));
+    TEST_OK(zr_dataset_load(&ds, path, 0));
+    TEST_EQ_INT(ds.kind, ZR_DATA_LLAMA3);
+    TEST_EQ_INT(ds.vocab, 128256);
+    TEST_EQ_INT(zr_dataset_token(&ds, 0), 128255);
+    /* the loader hands out the 32-bit tokens unchanged */
+    zr_loader l;
+    TEST_OK(zr_loader_init(&l, &ds, ZR_SPLIT_TRAIN, 2, 8, 0, 1));
+    int in[16], tg[16];
+    zr_loader_next(&l, in, tg);
+    TEST_EQ_INT(in[0], 128255);
+    TEST_EQ_INT(tg[0], 128254);
+    TEST_EQ_INT(in[15], 128240);
+    zr_dataset_free(&ds);
+    const char *text = "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n";
+    tmp_path(path, sizeof path, "t.txt");
+    zr_test_write_file(path, text, strlen(text));
+    TEST_OK(zr_dataset_load(&ds, path, 0));
+    TEST_EQ_INT(ds.kind, ZR_DATA_TEXT);
+    TEST_EQ_INT(ds.vocab, 256);
+    TEST_EQ_INT(ds.n, strlen(text));
+    zr_dataset_free(&ds);
+    TEST_CHECK(strcmp(zr_data_kind_name(ZR_DATA_LLAMA3), "llm.c llama-3 token shard") == 0);
+}
+
+static void test_shard_refused(void)
 {
     char path[512];
     tmp_path(path, sizeof path, "bad.bin");
@@ -61,35 +141,101 @@ static void test_shard_corrupt(void)
     h[0] = 20240520;
     h[1] = 1;
     h[2] = 16; /* 16 tokens = 32 bytes after the header */
-    uint16_t *t = NULL;
-    size_t n;
+    zr_dataset ds;
     zr_test_write_file(path, h, 1024 + 32);
-    TEST_OK(zr_shard_read(path, &t, &n));
-    zr_free(t);
+    TEST_OK(zr_dataset_load(&ds, path, 0));
+    zr_dataset_free(&ds);
+    /* truncated and oversized */
     zr_test_write_file(path, h, 1024 + 30);
-    TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "bad.bin: token count 16");
-    TEST_CHECK(t == NULL);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT,
+               "bad.bin: llm.c GPT-2 token shard with a token count of 16");
+    TEST_CHECK(ds.tokens == NULL);
     zr_test_write_file(path, h, 1024 + 34);
-    TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "truncated or corrupt");
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT, "truncated or damaged");
     zr_test_write_file(path, h, 100);
-    TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "truncated token shard header");
-    h[0] = 20240326; /* a model file is not a shard */
-    zr_test_write_file(path, h, 1024 + 32);
-    TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "bad.bin: not a token shard: magic");
-    h[0] = 20240520;
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT,
+               "truncated llm.c GPT-2 token shard header");
+    /* unknown versions of known magics, named */
     h[1] = 2;
     zr_test_write_file(path, h, 1024 + 32);
-    TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "version 2");
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT,
+               "llm.c GPT-2 token shard version 2 is not known");
+    h[0] = 20240801;
+    h[1] = 1;
+    zr_test_write_file(path, h, 1024 + 64);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT,
+               "llm.c llama-3 token shard version 1 is not known");
+    /* a llama-3 header on GPT-2-sized data: the size gives it away */
+    h[1] = 7;
+    zr_test_write_file(path, h, 1024 + 32);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT, "llama-3 token shard with a token");
+    h[0] = 20240520;
     h[1] = 1;
     h[2] = -5;
     zr_test_write_file(path, h, 1024 + 32);
-    TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_FORMAT, "token count -5");
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT, "token count of -5");
+    /* other llm.c files are named, never read as text */
+    h[0] = 20240326;
+    zr_test_write_file(path, h, 1024 + 32);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT, "llm.c GPT-2 model file");
+    h[0] = 20240522;
+    zr_test_write_file(path, h, 1024 + 32);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT, "evaluation file");
+    /* a damaged magic: not a shard any more, and not text either */
+    h[0] = 20240520 ^ 0x100;
+    h[1] = 1;
+    h[2] = 16;
+    zr_test_write_file(path, h, 1024 + 32);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT, "is neither text nor");
+    /* the kind-specific loaders refuse the other kind */
+    TEST_FAILS(zr_dataset_load_shard(&ds, path), ZR_ERR_FORMAT, "not an llm.c token shard");
+    h[0] = 20240520;
+    zr_test_write_file(path, h, 1024 + 32);
+    TEST_FAILS(zr_dataset_load_text(&ds, path), ZR_ERR_FORMAT, "not text");
     tmp_path(path, sizeof path, "missing.bin");
-    TEST_FAILS(zr_shard_read(path, &t, &n), ZR_ERR_IO, "missing.bin: cannot open");
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_IO, "missing.bin");
 }
 
-static void test_bytes_and_text(void)
+static void test_not_regular(void)
 {
+    char path[512];
+    zr_dataset ds;
+    /* a FIFO nobody writes to would block an open for reading forever */
+    tmp_path(path, sizeof path, "fifo");
+    TEST_CHECK(mkfifo(path, 0600) == 0);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_INVALID, "is a FIFO");
+    unlink(path);
+    TEST_FAILS(zr_dataset_load(&ds, dir, 0), ZR_ERR_INVALID, "is a directory");
+    TEST_FAILS(zr_dataset_load(&ds, "/dev/null", 0), ZR_ERR_INVALID, "character device");
+    TEST_FAILS(zr_dataset_load_shard(&ds, "/dev/zero"), ZR_ERR_INVALID, "character device");
+    TEST_CHECK(ds.tokens == NULL && ds.n == 0);
+}
+
+static void test_text(void)
+{
+    static const struct {
+        const char *s;
+        size_t n;
+        long long bad;
+    } cases[] = {
+        {"plain ascii\n\t\r", 14, -1},
+        {"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xef\xbb\xbf", 12, -1}, /* 2, 3, 4 bytes, BOM */
+        {"\xf4\x8f\xbf\xbf", 4, -1},                               /* U+10FFFF */
+        {"ab\0cd", 5, 2},                                          /* NUL */
+        {"a\x80", 2, 1},                                           /* lone continuation */
+        {"\xc0\x80", 2, 0},                                        /* overlong NUL */
+        {"\xe0\x80\x80", 3, 0},                                    /* overlong */
+        {"\xed\xa0\x80", 3, 0},                                    /* surrogate */
+        {"\xf4\x90\x80\x80", 4, 0},                                /* > U+10FFFF */
+        {"\xf5\x80\x80\x80", 4, 0},
+        {"\xff", 1, 0},
+        {"xy\xe2\x82", 4, 2}, /* cut at the end */
+        {"\xc3(", 2, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        long long got = zr_text_check(cases[i].s, cases[i].n);
+        TEST_CHECKF(got == cases[i].bad, "case %zu: %lld, expected %lld", i, got, cases[i].bad);
+    }
     const char *s = "h\xc3\xa9llo\n"; /* UTF-8 passes through byte by byte */
     uint16_t t[16];
     zr_bytes_encode(s, strlen(s), t);
@@ -105,8 +251,58 @@ static void test_bytes_and_text(void)
     TEST_OK(zr_dataset_load_text(&ds, path));
     TEST_EQ_INT(ds.n, strlen(s));
     TEST_EQ_INT(ds.vocab, 256);
-    TEST_EQ_INT(ds.tokens[6], '\n');
+    TEST_EQ_INT(zr_dataset_token(&ds, 6), '\n');
     zr_dataset_free(&ds);
+    /* binary that is not text: refused with the offset of the first bad byte */
+    unsigned char bin[64];
+    for (int i = 0; i < 64; i++) {
+        bin[i] = (unsigned char)(i < 40 ? 'a' : 0xfe);
+    }
+    tmp_path(path, sizeof path, "noise.bin");
+    zr_test_write_file(path, bin, sizeof bin);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT, "byte 40 (0xfe) is not valid UTF-8");
+    bin[10] = 0;
+    zr_test_write_file(path, bin, sizeof bin);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT, "byte 10 (0x00) is a NUL byte");
+    /* short files that are not shards are judged as text too */
+    zr_test_write_file(path, "\x88\xd8", 2);
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_FORMAT, "is neither text nor");
+}
+
+/* The vocabulary: the kind's, or zr.model.vocab_size; never the largest token. */
+static void test_vocab(void)
+{
+    char path[512];
+    tmp_path(path, sizeof path, "v.bin");
+    uint16_t toks[400];
+    for (int i = 0; i < 400; i++) {
+        toks[i] = (uint16_t)(i * 13 % 300);
+    }
+    toks[123] = 60000; /* not a GPT-2 token: another tokenizer wrote this shard */
+    TEST_OK(zr_shard_write(path, toks, 400));
+    zr_dataset ds;
+    TEST_FAILS(zr_dataset_load(&ds, path, 0), ZR_ERR_INVALID,
+               "token 60000 at position 123 is outside the vocabulary of its kind (llm.c GPT-2 "
+               "token shard: 50257 tokens)");
+    TEST_CHECK(strstr(zr_error_message(), "zr.model.vocab_size") != NULL);
+    TEST_CHECK(ds.tokens == NULL);
+    TEST_FAILS(zr_dataset_load(&ds, path, 60000), ZR_ERR_INVALID, "needs at least 60001");
+    TEST_OK(zr_dataset_load(&ds, path, 60001));
+    TEST_EQ_INT(ds.vocab, 60001);
+    TEST_FAILS(zr_dataset_set_vocab(&ds, path, ZR_VOCAB_MAX + 1), ZR_ERR_INVALID,
+               "zr.model.vocab_size 16777217 is out of range");
+    TEST_FAILS(zr_dataset_set_vocab(&ds, path, -1), ZR_ERR_INVALID, "out of range");
+    TEST_EQ_INT(ds.vocab, 60001);
+    TEST_OK(zr_dataset_set_vocab(&ds, path, ZR_VOCAB_MAX));
+    TEST_EQ_INT(ds.vocab, ZR_VOCAB_MAX);
+    zr_dataset_free(&ds);
+    /* text takes an explicit vocabulary as well (it must hold the bytes used) */
+    tmp_path(path, sizeof path, "v.txt");
+    zr_test_write_file(path, "zzzz", 4);
+    TEST_OK(zr_dataset_load(&ds, path, 1000));
+    TEST_EQ_INT(ds.vocab, 1000);
+    zr_dataset_free(&ds);
+    TEST_FAILS(zr_dataset_load(&ds, path, 100), ZR_ERR_INVALID, "token 122 at position 0");
 }
 
 static void test_fortunes(void)
@@ -118,6 +314,8 @@ static void test_fortunes(void)
     zr_dataset again;
     TEST_OK(zr_dataset_load_fortunes(&again, NULL));
     TEST_CHECK(again.n == ds.n && memcmp(again.tokens, ds.tokens, ds.n * 2) == 0);
+    TEST_EQ_INT(ds.kind, ZR_DATA_TEXT);
+    TEST_CHECK(ds.max_token < 256);
     zr_dataset_free(&again);
     zr_dataset_free(&ds);
     TEST_FAILS(zr_dataset_load_fortunes(&ds, "/nonexistent/fortunes"), ZR_ERR_IO, "make setup");
@@ -188,19 +386,26 @@ static void test_loader_distributed(void)
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/zr_test_data_%d", (int)getpid());
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "cannot create %s\n", dir);
+    if (zr_file_mkdir_p(dir) != ZR_OK) {
+        fprintf(stderr, "cannot create %s: %s\n", dir, zr_error_message());
         return 1;
     }
     TEST_RUN(test_shard_roundtrip);
-    TEST_RUN(test_shard_corrupt);
-    TEST_RUN(test_bytes_and_text);
+    TEST_RUN(test_kinds);
+    TEST_RUN(test_shard_refused);
+    TEST_RUN(test_not_regular);
+    TEST_RUN(test_text);
+    TEST_RUN(test_vocab);
     TEST_RUN(test_fortunes);
     TEST_RUN(test_loader_distributed);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) {
+    static const char *const files[] = {"a.bin", "l3.bin", "g.bin", "l.bin", "t.txt", "bad.bin",
+                                        "noise.bin", "v.bin", "v.txt", "fifo"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[512];
+        tmp_path(path, sizeof path, files[i]);
+        unlink(path);
+    }
+    if (rmdir(dir) != 0) {
         fprintf(stderr, "cannot remove %s\n", dir);
     }
     return zr_test_finish();

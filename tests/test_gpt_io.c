@@ -135,6 +135,41 @@ static void test_llmc_roundtrip(void)
     free_units(&b);
 }
 
+/* One unit at a time (zr train --init): the same values as the whole-model read. */
+static void test_llmc_unit(void)
+{
+    char p1[512], p3[512];
+    snprintf(p1, sizeof p1, "%s/u.bin", dir);
+    snprintf(p3, sizeof p3, "%s/hostile.bin", dir);
+    model_units a;
+    alloc_units(&a, 4);
+    TEST_OK(zr_gpt_write_llmc(p1, &cfg, a.p));
+    for (int u = 0; u < a.n; u++) {
+        size_t n = zr_gpt_config_unit_numel(&cfg, u);
+        float *buf = calloc(n, sizeof *buf);
+        TEST_CHECK(buf != NULL);
+        if (buf == NULL) {
+            break;
+        }
+        TEST_OK(zr_gpt_read_llmc_unit(p1, &cfg, u, buf));
+        TEST_CHECKF(memcmp(buf, a.p[u], n * 4) == 0, "unit %d differs", u);
+        free(buf);
+    }
+    float one;
+    TEST_FAILS(zr_gpt_read_llmc_unit(p1, &cfg, a.n, &one), ZR_ERR_INVALID, "unit 4 does not exist");
+    zr_gpt_config other = cfg;
+    other.layers = 3;
+    TEST_FAILS(zr_gpt_read_llmc_unit(p1, &other, 0, &one), ZR_ERR_FORMAT, "expected maxT=16");
+    /* not a regular file: refused before it is opened */
+    zr_gpt_config rc;
+    TEST_FAILS(zr_gpt_read_llmc_config(dir, &rc), ZR_ERR_INVALID, "is a directory");
+    /* a header whose size would wrap around 64 bits is refused, not read */
+    int32_t h[256] = {20240326, 3, 1 << 24, 1 << 24, 1 << 24, 1, 1 << 24, 1 << 24};
+    zr_test_write_file(p3, h, sizeof h);
+    TEST_FAILS(zr_gpt_read_llmc_config(p3, &rc), ZR_ERR_FORMAT, "larger than any file");
+    free_units(&a);
+}
+
 /* Checks one safetensors entry; returns its data or NULL. */
 static const float *st_entry(cJSON *root, const unsigned char *data, const char *name, int d0,
                              int d1)
@@ -248,6 +283,7 @@ int main(void)
         return 1;
     }
     TEST_RUN(test_llmc_roundtrip);
+    TEST_RUN(test_llmc_unit);
     TEST_RUN(test_safetensors);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) {

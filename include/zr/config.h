@@ -60,6 +60,9 @@ typedef struct zr_train_config {
     /* ---- zr's own section: "zr": {...} ---- */
     /* zr.model */
     int layers, heads, channels, seq_len;
+    int max_seq_len;                    /* positions the model has (rows of wpe; GPT-2: 1024), >= seq_len */
+    int vocab_size;                     /* 0 = from the data's kind (text 256, GPT-2 50257, llama-3 128256) */
+    char init_path[ZR_CFG_STR];         /* "" = random init; else an llm.c GPT-2 model file to start from */
     /* zr.data */
     char data_path[ZR_CFG_STR];         /* "" = the bundled corpus (Debian's fortunes); text file or llm.c .bin shard */
     int val_every;                      /* steps between validation passes; 0 = never */
@@ -97,6 +100,11 @@ typedef struct zr_train_config {
 #define ZR_GIVEN_QWZ          (1u << 3)
 #define ZR_GIVEN_HPZ          (1u << 4)
 #define ZR_GIVEN_QGZ          (1u << 5)
+/* the model's shape: with zr.model.init the file decides, and a key given must agree with it */
+#define ZR_GIVEN_LAYERS       (1u << 6)
+#define ZR_GIVEN_HEADS        (1u << 7)
+#define ZR_GIVEN_CHANNELS     (1u << 8)
+#define ZR_GIVEN_MAX_SEQ_LEN  (1u << 9)
 
 /* Defaults (the demo's small GPT with ZeRO++ on). */
 void zr_config_defaults(zr_train_config *c);
@@ -135,6 +143,18 @@ zr_status zr_config_from_args(zr_train_config *c, int argc, char **argv, int *he
  * naming the keys involved.
  */
 zr_status zr_config_finalize(zr_train_config *c, int world);
+
+struct zr_gpt_config;
+
+/*
+ * zr.model.init: take the model's shape from the llm.c file at path (whose
+ * header is file). Keys given explicitly (layers, heads, channels,
+ * max_seq_len, vocab_size) must equal the file's, and seq_len must fit its
+ * max_seq_len; otherwise ZR_ERR_INVALID naming the key, both values and the
+ * file. On success c holds the file's shape.
+ */
+zr_status zr_config_adopt_model(zr_train_config *c, const struct zr_gpt_config *file,
+                                const char *path);
 
 /* --help: every key with its type, default and meaning, grouped by section. */
 void zr_config_print_help(FILE *f);

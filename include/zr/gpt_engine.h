@@ -38,6 +38,12 @@ void zr_gpt_specs_free(zr_gpt_specs *s);
 zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt *m, uint64_t seed);
 
 /*
+ * Parameters from an llm.c model file of m's shape (zr train --init), read
+ * one unit at a time so that no rank ever holds the whole model.
+ */
+zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt *m, const char *path);
+
+/*
  * One micro-batch (B x T tokens of this rank): forward, backward, gradient
  * reductions started. *loss = this rank's mean loss. Call zr_engine_step
  * after the last micro-batch of a step.

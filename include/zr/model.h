@@ -34,7 +34,7 @@
 #include <stdint.h>
 
 typedef struct zr_gpt_config {
-    int max_t;        /* maximum sequence length (rows of wpe) */
+    int max_t;        /* maximum sequence length (rows of wpe; GPT-2: 1024), >= the T trained on */
     int vocab;        /* real vocabulary size V */
     int padded_vocab; /* Vp >= V: rows of wte, a multiple of 64 or 128 in practice */
     int layers;       /* L */
@@ -180,6 +180,12 @@ zr_status zr_gpt_read_llmc_config(const char *path, zr_gpt_config *cfg);
  * A truncated, oversized or foreign file gives ZR_ERR_FORMAT naming the file.
  */
 zr_status zr_gpt_read_llmc(const char *path, const zr_gpt_config *cfg, float *const *units);
+/*
+ * Reads only unit u (zr_gpt_config_unit_numel(cfg, u) floats into out), so
+ * that a run starting from the file (zr train --init) holds one unit at a
+ * time rather than the whole model. Same checks as zr_gpt_read_llmc.
+ */
+zr_status zr_gpt_read_llmc_unit(const char *path, const zr_gpt_config *cfg, int u, float *out);
 
 /*
  * Consolidated safetensors file with Hugging Face GPT-2 names (wte.weight

@@ -13,9 +13,10 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: zr export --checkpoint DIR [--llmc OUT.bin] [--safetensors OUT.safetensors]\n"
-               "  DIR is one checkpoint (ckpt/step_00000200) or a checkpoint directory, in which\n"
-               "  case the newest complete checkpoint is used. At least one output is required.\n");
+    fprintf(f,
+            "usage: zr export --checkpoint DIR [--llmc OUT.bin] [--safetensors OUT.safetensors]\n"
+            "  DIR is one checkpoint (ckpt/step_00000200) or a checkpoint directory, in which\n"
+            "  case the newest complete checkpoint is used. At least one output is required.\n");
 }
 
 static zr_status run(const char *ckpt, const char *llmc, const char *st_path)
@@ -33,15 +34,15 @@ static zr_status run(const char *ckpt, const char *llmc, const char *st_path)
         }
         ZR_CHECK(zr_ckpt_read_meta(path, &meta));
     }
+    /* every depth a run can train (zr.model.layers) can be exported: one buffer per unit */
     int n = zr_gpt_config_unit_count(&meta.model);
-    float *units[64 + 2] = {0};
-    if (n > (int)(sizeof units / sizeof units[0])) {
-        ZR_FAIL(ZR_ERR_INVALID, "model with %d layers is too deep for export", meta.model.layers);
-    }
+    float **units;
+    ZR_ALLOC(units, (size_t)n);
     zr_status st = ZR_OK;
     for (int u = 0; u < n && st == ZR_OK; u++) {
-        st = zr_alloc_at((void **)&units[u], zr_gpt_config_unit_numel(&meta.model, u) * sizeof(float),
-                         __FILE__, __LINE__);
+        st = zr_alloc_at((void **)&units[u],
+                         zr_gpt_config_unit_numel(&meta.model, u) * sizeof(float), __FILE__,
+                         __LINE__);
         if (st == ZR_OK) {
             st = zr_ckpt_read_unit(path, &meta, u, units[u]);
         }
@@ -61,6 +62,7 @@ static zr_status run(const char *ckpt, const char *llmc, const char *st_path)
     for (int u = 0; u < n; u++) {
         zr_free(units[u]);
     }
+    zr_free(units);
     return st;
 }
 
@@ -77,8 +79,8 @@ int zr_cli_export(int argc, char **argv)
             return 0;
         }
         if (dst == NULL || i + 1 >= argc) {
-            fprintf(stderr, "zr export: %s '%s'\n", dst == NULL ? "unknown option" : "missing value for",
-                    argv[i]);
+            fprintf(stderr, "zr export: %s '%s'\n",
+                    dst == NULL ? "unknown option" : "missing value for", argv[i]);
             usage(stderr);
             return 2;
         }

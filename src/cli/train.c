@@ -130,37 +130,56 @@ static float lr_at(const zr_train_config *c, int step)
 
 static zr_status load_data(trainer *t)
 {
-    zr_status st;
-    if (t->cfg.data_path[0] == '\0') {
-        st = zr_dataset_load_fortunes(&t->data, ZR_FORTUNES_DIR);
-    } else {
-        /* an llm.c shard announces itself by its magic; anything else is text */
-        FILE *f = fopen(t->cfg.data_path, "rb");
-        int32_t magic = 0;
-        if (f != NULL) {
-            if (fread(&magic, sizeof magic, 1, f) != 1) {
-                magic = 0;
-            }
-            fclose(f);
-        }
-        st = magic == ZR_SHARD_MAGIC ? zr_dataset_load_shard(&t->data, t->cfg.data_path)
-                                     : zr_dataset_load_text(&t->data, t->cfg.data_path);
+    const zr_train_config *c = &t->cfg;
+    if (c->data_path[0] == '\0') {
+        ZR_CHECK(zr_dataset_load_fortunes(&t->data, ZR_FORTUNES_DIR));
+        return zr_dataset_set_vocab(&t->data, "the bundled corpus", c->vocab_size);
     }
-    return st;
+    /* what the file is (llm.c shard of either kind, or text) comes from its content */
+    return zr_dataset_load(&t->data, c->data_path, c->vocab_size);
+}
+
+/*
+ * The model's shape: from the configuration, or from the llm.c model file of
+ * zr.model.init, whose shape the keys given must match and whose vocabulary
+ * the data must have been tokenised for.
+ */
+static zr_status model_shape(trainer *t)
+{
+    zr_train_config *c = &t->cfg;
+    int V = t->data.vocab;
+    if (c->init_path[0] == '\0') {
+        t->mcfg = (zr_gpt_config){c->max_seq_len, V, (int)zr_round_up((size_t)V, 128), c->layers,
+                                  c->heads, c->channels};
+        return ZR_OK;
+    }
+    zr_gpt_config fc;
+    ZR_CHECK(zr_gpt_read_llmc_config(c->init_path, &fc));
+    ZR_CHECK(zr_config_adopt_model(c, &fc, c->init_path));
+    if (V != fc.vocab) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s (zr.data.path) is %s with a vocabulary of %d tokens, but the model file %s "
+                "(zr.model.init) has %d; train it on data tokenised for it (an llm.c GPT-2 token "
+                "shard for GPT-2 weights), or set zr.model.vocab_size to %d if these tokens are "
+                "meant for it",
+                c->data_path[0] ? c->data_path : "the bundled corpus",
+                zr_data_kind_name(t->data.kind), V, c->init_path, fc.vocab, fc.vocab);
+    }
+    t->mcfg = fc;
+    return ZR_OK;
 }
 
 static zr_status setup(trainer *t)
 {
     zr_train_config *c = &t->cfg;
     ZR_CHECK(zr_comm_agree(&t->comm, load_data(t)));
+    ZR_CHECK(zr_comm_agree(&t->comm, model_shape(t)));
     int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
     zr_status st = zr_loader_init(&t->train, &t->data, ZR_SPLIT_TRAIN, B, T, t->rank, t->world);
     if (st == ZR_OK) {
         st = zr_loader_init(&t->val, &t->data, ZR_SPLIT_VAL, B, T, t->rank, t->world);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
-    t->mcfg = (zr_gpt_config){T, t->data.vocab, (int)zr_round_up((size_t)t->data.vocab, 128),
-                              c->layers, c->heads, c->channels};
     st = zr_gpt_init(&t->model, &t->mcfg, B, T);
     if (st == ZR_OK) {
         st = zr_gpt_specs_init(&t->specs, &t->mcfg);
@@ -197,8 +216,8 @@ static zr_status resume(trainer *t, int *start)
     st = zr_ckpt_read_meta(path, &meta);
     if (st == ZR_OK && memcmp(&meta.model, &t->mcfg, sizeof meta.model) != 0) {
         st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                         "checkpoint %s is for another model shape (L=%d NH=%d C=%d V=%d T=%d); "
-                         "this run has L=%d NH=%d C=%d V=%d T=%d",
+                         "checkpoint %s is for another model shape (L=%d NH=%d C=%d V=%d "
+                         "max_seq_len=%d); this run has L=%d NH=%d C=%d V=%d max_seq_len=%d",
                          path, meta.model.layers, meta.model.heads, meta.model.channels,
                          meta.model.vocab, meta.model.max_t, t->mcfg.layers, t->mcfg.heads,
                          t->mcfg.channels, t->mcfg.vocab, t->mcfg.max_t);
@@ -527,7 +546,13 @@ int zr_cli_train(int argc, char **argv)
         st = setup(&t);
     }
     if (st == ZR_OK) {
-        st = zr_comm_agree(&t.comm, zr_gpt_engine_init_params(&t.engine, &t.model, t.cfg.seed));
+        /* the manifest records the shape zr.model.init gave, not the defaults it replaced */
+        free(t.config_json);
+        t.config_json = zr_config_to_json(&t.cfg);
+        st = t.cfg.init_path[0] != '\0'
+                 ? zr_gpt_engine_load_llmc(&t.engine, &t.model, t.cfg.init_path)
+                 : zr_gpt_engine_init_params(&t.engine, &t.model, t.cfg.seed);
+        st = zr_comm_agree(&t.comm, st);
     }
     int start = 0;
     if (st == ZR_OK && !t.cfg.resume && t.cfg.checkpoint_dir[0] != '\0') {
@@ -557,9 +582,11 @@ int zr_cli_train(int argc, char **argv)
     if (st == ZR_OK && t.rank == 0) {
         size_t params = zr_gpt_config_param_count(&t.mcfg);
         zr_memory mem = zr_engine_memory(&t.engine);
-        printf("model: %zu parameters (L=%d NH=%d C=%d V=%d T=%d); model state per rank %.2f MB "
+        printf("model: %zu parameters (L=%d NH=%d C=%d V=%d max_seq_len=%d)%s%s; model state "
+               "per rank %.2f MB "
                "(optimizer %.2f, grads %.2f, params %.2f, hpZ secondary %.2f)\n",
                params, t.mcfg.layers, t.mcfg.heads, t.mcfg.channels, t.mcfg.vocab, t.mcfg.max_t,
+               t.cfg.init_path[0] ? " from " : "", t.cfg.init_path,
                (mem.optim + mem.grads + mem.params + mem.secondary) / 1e6, mem.optim / 1e6,
                mem.grads / 1e6, mem.params / 1e6, mem.secondary / 1e6);
         fflush(stdout);

@@ -1,14 +1,19 @@
 /*
  * data.c - token shards, the byte tokenizer, datasets and the batch loader.
  *
- * Shard files follow llm.c (a 256 x int32 header with magic 20240520,
- * version 1 and the token count, then uint16 tokens) so that data prepared
- * by llm.c's scripts trains here unchanged. Files are validated completely
- * before use: a wrong size is reported, not read as garbage tokens.
+ * Shard files follow llm.c (a 256 x int32 header with magic, version and the
+ * token count, then uint16 GPT-2 or uint32 llama-3 tokens) so that data
+ * prepared by llm.c's scripts trains here unchanged. What a file is comes
+ * from its content, never from a guess that fails open: a file that carries
+ * an llm.c magic is read as that file or refused, and a file is read as text
+ * only if it is text, so a damaged shard or a foreign binary never trains as
+ * 256-token "text". Files are validated completely before use: a wrong size
+ * is reported, not read as garbage tokens.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "zr/data.h"
+#include "zr/file.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,136 +21,83 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-/* ---- file helpers ----------------------------------------------------------- */
+/* ---- kinds ------------------------------------------------------------------ */
 
-/* Size of an open file in bytes. */
-static zr_status file_size(FILE *f, const char *path, size_t *out)
+typedef struct shard_kind {
+    zr_data_kind kind;
+    int32_t magic, version;
+    int token_bytes, vocab;
+    const char *name;
+} shard_kind;
+
+static const shard_kind shard_kinds[] = {
+    {ZR_DATA_GPT2, ZR_SHARD_MAGIC, ZR_SHARD_VERSION, 2, ZR_GPT2_VOCAB, "llm.c GPT-2 token shard"},
+    {ZR_DATA_LLAMA3, ZR_SHARD_LLAMA3_MAGIC, ZR_SHARD_LLAMA3_VERSION, 4, ZR_LLAMA3_VOCAB,
+     "llm.c llama-3 token shard"},
+};
+
+/* llm.c files that are not training tokens, refused by name rather than read as text. */
+static const struct {
+    int32_t magic;
+    const char *what;
+} other_llmc[] = {
+    {20240326, "an llm.c GPT-2 model file; start training from it with zr.model.init (--init)"},
+    {20240328, "an llm.c tokenizer file, not training tokens"},
+    {20240522, "an llm.c evaluation file (HellaSwag/MMLU examples), not training tokens"},
+};
+
+static const shard_kind *kind_of(zr_data_kind kind)
 {
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0) {
-        ZR_FAIL(ZR_ERR_IO, "%s: stat failed: %s", path, strerror(errno));
+    for (size_t i = 0; i < sizeof shard_kinds / sizeof shard_kinds[0]; i++) {
+        if (shard_kinds[i].kind == kind) {
+            return &shard_kinds[i];
+        }
     }
-    *out = (size_t)sb.st_size;
-    return ZR_OK;
+    return NULL;
 }
 
-static zr_status write_all(FILE *f, const char *path, const void *data, size_t bytes)
+const char *zr_data_kind_name(zr_data_kind kind)
 {
-    if (bytes > 0 && fwrite(data, 1, bytes, f) != bytes) {
-        ZR_FAIL(ZR_ERR_IO, "%s: write of %zu bytes failed: %s", path, bytes, strerror(errno));
-    }
-    return ZR_OK;
+    const shard_kind *k = kind_of(kind);
+    return k != NULL ? k->name : "text";
 }
 
-/* Flush, fsync and close f (written as tmp), then rename tmp to path. */
-static zr_status commit_file(FILE *f, const char *tmp, const char *path)
+static int kind_vocab(zr_data_kind kind)
 {
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        int e = errno;
-        fclose(f);
-        remove(tmp);
-        ZR_FAIL(ZR_ERR_IO, "%s: flush/fsync failed: %s", tmp, strerror(e));
-    }
-    if (fclose(f) != 0) {
-        int e = errno;
-        remove(tmp);
-        ZR_FAIL(ZR_ERR_IO, "%s: close failed: %s", tmp, strerror(e));
-    }
-    if (rename(tmp, path) != 0) {
-        int e = errno;
-        remove(tmp);
-        ZR_FAIL(ZR_ERR_IO, "rename %s -> %s failed: %s", tmp, path, strerror(e));
-    }
-    return ZR_OK;
+    const shard_kind *k = kind_of(kind);
+    return k != NULL ? k->vocab : ZR_BYTE_VOCAB;
 }
 
 /* ---- shards ----------------------------------------------------------------- */
 
-zr_status zr_shard_write(const char *path, const uint16_t *tokens, size_t n)
+zr_status zr_shard_write_kind(const char *path, zr_data_kind kind, const void *tokens, size_t n)
 {
+    const shard_kind *k = kind_of(kind);
+    if (k == NULL) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: a token shard is GPT-2 or llama-3, not %s", path,
+                zr_data_kind_name(kind));
+    }
     if (n > INT32_MAX) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: %zu tokens do not fit the shard header's int32 count", path,
                 n);
     }
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        ZR_FAIL(ZR_ERR_INVALID, "%s: path too long", path);
-    }
     int32_t header[ZR_SHARD_HEADER_INTS] = {0};
-    header[0] = ZR_SHARD_MAGIC;
-    header[1] = ZR_SHARD_VERSION;
+    header[0] = k->magic;
+    header[1] = k->version;
     header[2] = (int32_t)n;
-    FILE *f = fopen(tmp, "wb");
-    if (f == NULL) {
-        ZR_FAIL(ZR_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    }
-    zr_status st = write_all(f, tmp, header, sizeof header);
+    zr_file_tmp t;
+    ZR_CHECK(zr_file_tmp_open(&t, path));
+    zr_status st = zr_file_tmp_write(&t, header, sizeof header);
     if (st == ZR_OK) {
-        st = write_all(f, tmp, tokens, n * sizeof *tokens);
+        st = zr_file_tmp_write(&t, tokens, n * (size_t)k->token_bytes);
     }
-    if (st != ZR_OK) {
-        fclose(f);
-        remove(tmp);
-        return st;
-    }
-    return commit_file(f, tmp, path);
+    return zr_file_tmp_commit(&t, st);
 }
 
-zr_status zr_shard_read(const char *path, uint16_t **tokens, size_t *n)
+zr_status zr_shard_write(const char *path, const uint16_t *tokens, size_t n)
 {
-    *tokens = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        ZR_FAIL(ZR_ERR_IO, "%s: cannot open token shard: %s", path, strerror(errno));
-    }
-    zr_status st = ZR_OK;
-    uint16_t *buf = NULL;
-    size_t size = 0;
-    int32_t header[ZR_SHARD_HEADER_INTS];
-    ZR_CHECK_GOTO(file_size(f, path, &size), st, done);
-    if (size < sizeof header || fread(header, sizeof header, 1, f) != 1) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: truncated token shard header (%zu bytes, need %zu)", path, size,
-                         sizeof header);
-        goto done;
-    }
-    if (header[0] != ZR_SHARD_MAGIC) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: not a token shard: magic %d, expected %d", path, header[0],
-                         ZR_SHARD_MAGIC);
-        goto done;
-    }
-    if (header[1] != ZR_SHARD_VERSION) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: token shard version %d, expected %d", path, header[1],
-                         ZR_SHARD_VERSION);
-        goto done;
-    }
-    if (header[2] < 0 || size != sizeof header + (size_t)header[2] * sizeof(uint16_t)) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: token count %d in the header needs %zu bytes, file has %zu "
-                         "(truncated or corrupt)",
-                         path, header[2],
-                         sizeof header + (size_t)(header[2] < 0 ? 0 : header[2]) * 2, size);
-        goto done;
-    }
-    size_t count = (size_t)header[2];
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&buf, count * sizeof *buf, __FILE__, __LINE__), st, done);
-    if (count > 0 && fread(buf, sizeof *buf, count, f) != count) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "%s: read of %zu tokens failed", path,
-                         count);
-        goto done;
-    }
-    *tokens = buf;
-    *n = count;
-    buf = NULL;
-done:
-    zr_free(buf);
-    fclose(f);
-    return st;
+    return zr_shard_write_kind(path, ZR_DATA_GPT2, tokens, n);
 }
 
 /* ---- tokenizer -------------------------------------------------------------- */
@@ -165,6 +117,45 @@ void zr_bytes_decode(const uint16_t *tokens, size_t n, char *text)
     }
 }
 
+long long zr_text_check(const void *bytes, size_t n)
+{
+    const unsigned char *s = bytes;
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        if (c >= 0x01 && c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t cp, min;
+        if (c >= 0xc2 && c <= 0xdf) {
+            len = 2, cp = c & 0x1f, min = 0x80;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            len = 3, cp = c & 0x0f, min = 0x800;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            len = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return (long long)i; /* NUL, a continuation byte, or a byte UTF-8 never uses */
+        }
+        if (n - i < len) {
+            return (long long)i;
+        }
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80) {
+                return (long long)i;
+            }
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        /* overlong forms, UTF-16 surrogates and code points past Unicode are not text */
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+            return (long long)i;
+        }
+        i += len;
+    }
+    return -1;
+}
+
 /* ---- datasets --------------------------------------------------------------- */
 
 void zr_dataset_free(zr_dataset *ds)
@@ -175,43 +166,131 @@ void zr_dataset_free(zr_dataset *ds)
     }
 }
 
+static void find_max(zr_dataset *ds)
+{
+    uint32_t mx = 0;
+    for (size_t i = 0; i < ds->n; i++) {
+        uint32_t t = zr_dataset_token(ds, i);
+        mx = t > mx ? t : mx;
+    }
+    ds->max_token = mx;
+}
+
 zr_status zr_dataset_from_tokens(zr_dataset *ds, const uint16_t *tokens, size_t n, int vocab)
 {
     memset(ds, 0, sizeof *ds);
-    ZR_ALLOC(ds->tokens, n);
-    memcpy(ds->tokens, tokens, n * sizeof *tokens);
+    uint16_t *copy;
+    ZR_ALLOC(copy, n);
+    memcpy(copy, tokens, n * sizeof *tokens);
+    ds->tokens = copy;
+    ds->token_bytes = 2;
     ds->n = n;
+    ds->kind = vocab <= ZR_BYTE_VOCAB ? ZR_DATA_TEXT : ZR_DATA_GPT2;
     ds->vocab = vocab;
+    find_max(ds);
     return ZR_OK;
 }
 
-zr_status zr_dataset_load_shard(zr_dataset *ds, const char *path)
+zr_status zr_dataset_set_vocab(zr_dataset *ds, const char *name, int vocab_size)
 {
-    memset(ds, 0, sizeof *ds);
-    ZR_CHECK(zr_shard_read(path, &ds->tokens, &ds->n));
-    int mx = 0;
-    for (size_t i = 0; i < ds->n; i++) {
-        mx = ds->tokens[i] > mx ? ds->tokens[i] : mx;
+    if (vocab_size < 0 || vocab_size > ZR_VOCAB_MAX) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "zr.model.vocab_size %d is out of range (0 = from the data, else 1 .. %d)",
+                vocab_size, ZR_VOCAB_MAX);
     }
-    ds->vocab = mx + 1;
+    int v = vocab_size > 0 ? vocab_size : kind_vocab(ds->kind);
+    if (ds->n > 0 && ds->max_token >= (uint32_t)v) {
+        size_t at = 0;
+        while (zr_dataset_token(ds, at) < (uint32_t)v) {
+            at++;
+        }
+        if (vocab_size > 0) {
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "%s: token %u at position %zu does not fit zr.model.vocab_size %d; the data "
+                    "needs at least %u",
+                    name, zr_dataset_token(ds, at), at, vocab_size, ds->max_token + 1);
+        }
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s: token %u at position %zu is outside the vocabulary of its kind (%s: %d "
+                "tokens); if the data comes from another tokenizer, set zr.model.vocab_size to "
+                "its vocabulary size (at least %u)",
+                name, zr_dataset_token(ds, at), at, zr_data_kind_name(ds->kind), v,
+                ds->max_token + 1);
+    }
+    ds->vocab = v;
     return ZR_OK;
 }
 
-/* Appends the bytes of path to *buf (capacity *cap, length *len) as tokens. */
-static zr_status append_file(const char *path, uint16_t **buf, size_t *len, size_t *cap)
+/* Size of an open regular file. */
+static zr_status open_size(FILE *f, const char *path, size_t *out)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        ZR_FAIL(ZR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0) {
+        ZR_FAIL(ZR_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
     }
+    if ((uint64_t)sb.st_size >= (uint64_t)SIZE_MAX / 4) {
+        ZR_FAIL(ZR_ERR_NOMEM, "%s is too large to load (%lld bytes)", path, (long long)sb.st_size);
+    }
+    *out = (size_t)sb.st_size;
+    return ZR_OK;
+}
+
+static zr_status read_exact(FILE *f, const char *path, void *buf, size_t bytes)
+{
+    if (bytes > 0 && fread(buf, 1, bytes, f) != bytes) {
+        ZR_FAIL(ZR_ERR_IO, "cannot read %s: %s", path,
+                ferror(f) ? strerror(errno) : "the file shrank while it was read");
+    }
+    return ZR_OK;
+}
+
+/*
+ * The tokens of a shard of kind k whose header h (ZR_SHARD_HEADER_INTS) has
+ * been read from f (size bytes); f is positioned after the header.
+ */
+static zr_status read_shard(zr_dataset *ds, FILE *f, const char *path, size_t size,
+                            const int32_t *h, const shard_kind *k)
+{
+    if (h[1] != k->version) {
+        ZR_FAIL(ZR_ERR_FORMAT,
+                "%s: %s version %d is not known (zr reads version %d); the file is damaged or "
+                "was written by a newer llm.c",
+                path, k->name, h[1], k->version);
+    }
+    size_t hdr = ZR_SHARD_HEADER_INTS * sizeof(int32_t);
+    size_t count = h[2] < 0 ? 0 : (size_t)h[2];
+    if (h[2] < 0 || size != hdr + count * (size_t)k->token_bytes) {
+        ZR_FAIL(ZR_ERR_FORMAT,
+                "%s: %s with a token count of %d in its header needs %zu bytes, the file has %zu "
+                "(truncated or damaged)",
+                path, k->name, h[2], hdr + count * (size_t)k->token_bytes, size);
+    }
+    void *buf;
+    ZR_CHECK(zr_alloc_at(&buf, count * (size_t)k->token_bytes, __FILE__, __LINE__));
+    zr_status st = read_exact(f, path, buf, count * (size_t)k->token_bytes);
+    if (st != ZR_OK) {
+        zr_free(buf);
+        return st;
+    }
+    ds->tokens = buf;
+    ds->token_bytes = k->token_bytes;
+    ds->n = count;
+    ds->kind = k->kind;
+    ds->vocab = k->vocab;
+    find_max(ds);
+    return ZR_OK;
+}
+
+/* Appends the bytes of the text file f (size bytes) to *buf as tokens. */
+static zr_status append_text(FILE *f, const char *path, size_t size, uint16_t **buf, size_t *len,
+                             size_t *cap)
+{
     zr_status st = ZR_OK;
     unsigned char *bytes = NULL;
-    size_t size = 0;
-    ZR_CHECK_GOTO(file_size(f, path, &size), st, done);
     if (*len + size > *cap) {
         size_t ncap = (*len + size) * 2 + 4096;
         uint16_t *nb;
-        ZR_CHECK_GOTO(zr_alloc_at((void **)&nb, ncap * sizeof *nb, __FILE__, __LINE__), st, done);
+        ZR_CHECK(zr_alloc_at((void **)&nb, ncap * sizeof *nb, __FILE__, __LINE__));
         if (*len > 0) {
             memcpy(nb, *buf, *len * sizeof *nb);
         }
@@ -220,30 +299,108 @@ static zr_status append_file(const char *path, uint16_t **buf, size_t *len, size
         *cap = ncap;
     }
     ZR_CHECK_GOTO(zr_alloc_at((void **)&bytes, size, __FILE__, __LINE__), st, done);
-    if (size > 0 && fread(bytes, 1, size, f) != size) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "%s: read of %zu bytes failed", path,
-                         size);
+    ZR_CHECK_GOTO(read_exact(f, path, bytes, size), st, done);
+    long long bad = zr_text_check(bytes, size);
+    if (bad >= 0) {
+        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
+                         "%s is neither text nor an llm.c token shard: byte %lld (0x%02x) %s; zr "
+                         "trains on UTF-8 text and on llm.c token shards (GPT-2: magic %d, "
+                         "llama-3: magic %d)",
+                         path, bad, bytes[bad],
+                         bytes[bad] == 0 ? "is a NUL byte" : "is not valid UTF-8", ZR_SHARD_MAGIC,
+                         ZR_SHARD_LLAMA3_MAGIC);
         goto done;
     }
     zr_bytes_encode(bytes, size, *buf + *len);
     *len += size;
 done:
     zr_free(bytes);
-    fclose(f);
     return st;
+}
+
+typedef enum want { WANT_ANY, WANT_SHARD, WANT_TEXT } want;
+
+static zr_status load_file(zr_dataset *ds, const char *path, want w)
+{
+    memset(ds, 0, sizeof *ds);
+    FILE *f;
+    ZR_CHECK(zr_file_open_read(path, &f));
+    zr_status st = ZR_OK;
+    size_t size = 0, cap = 0;
+    int32_t h[ZR_SHARD_HEADER_INTS] = {0};
+    ZR_CHECK_GOTO(open_size(f, path, &size), st, done);
+    size_t head = size < sizeof h ? size : sizeof h;
+    ZR_CHECK_GOTO(read_exact(f, path, h, head), st, done);
+    const shard_kind *k = NULL;
+    for (size_t i = 0; head >= 4 && i < sizeof shard_kinds / sizeof shard_kinds[0]; i++) {
+        k = h[0] == shard_kinds[i].magic ? &shard_kinds[i] : k;
+    }
+    for (size_t i = 0; head >= 4 && k == NULL && i < sizeof other_llmc / sizeof other_llmc[0];
+         i++) {
+        if (h[0] == other_llmc[i].magic) {
+            st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "%s is %s (magic %d)", path,
+                             other_llmc[i].what, h[0]);
+            goto done;
+        }
+    }
+    if (k != NULL && w == WANT_TEXT) {
+        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "%s is an %s (magic %d), not text",
+                         path, k->name, h[0]);
+        goto done;
+    }
+    if (k != NULL) {
+        if (size < sizeof h) {
+            st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
+                             "%s: truncated %s header (%zu bytes, the header alone needs %zu)",
+                             path, k->name, size, sizeof h);
+            goto done;
+        }
+        st = read_shard(ds, f, path, size, h, k);
+        goto done;
+    }
+    if (w == WANT_SHARD) {
+        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
+                         "%s is not an llm.c token shard: magic %d (GPT-2 shards have %d, llama-3 "
+                         "shards %d)",
+                         path, head >= 4 ? h[0] : 0, ZR_SHARD_MAGIC, ZR_SHARD_LLAMA3_MAGIC);
+        goto done;
+    }
+    rewind(f);
+    uint16_t *buf = NULL;
+    st = append_text(f, path, size, &buf, &ds->n, &cap);
+    ds->tokens = buf;
+    if (st == ZR_OK) {
+        ds->token_bytes = 2;
+        ds->kind = ZR_DATA_TEXT;
+        ds->vocab = ZR_BYTE_VOCAB;
+        find_max(ds);
+    }
+done:
+    fclose(f);
+    if (st != ZR_OK) {
+        zr_dataset_free(ds);
+    }
+    return st;
+}
+
+zr_status zr_dataset_load(zr_dataset *ds, const char *path, int vocab_size)
+{
+    ZR_CHECK(load_file(ds, path, WANT_ANY));
+    zr_status st = zr_dataset_set_vocab(ds, path, vocab_size);
+    if (st != ZR_OK) {
+        zr_dataset_free(ds);
+    }
+    return st;
+}
+
+zr_status zr_dataset_load_shard(zr_dataset *ds, const char *path)
+{
+    return load_file(ds, path, WANT_SHARD);
 }
 
 zr_status zr_dataset_load_text(zr_dataset *ds, const char *path)
 {
-    memset(ds, 0, sizeof *ds);
-    size_t cap = 0;
-    zr_status st = append_file(path, &ds->tokens, &ds->n, &cap);
-    if (st != ZR_OK) {
-        zr_dataset_free(ds);
-        return st;
-    }
-    ds->vocab = ZR_BYTE_VOCAB;
-    return ZR_OK;
+    return load_file(ds, path, WANT_TEXT);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -255,6 +412,20 @@ static int has_suffix(const char *s, const char *suffix)
 {
     size_t ls = strlen(s), lx = strlen(suffix);
     return ls >= lx && strcmp(s + ls - lx, suffix) == 0;
+}
+
+/* Appends the text file at path to the corpus being built. */
+static zr_status append_file(const char *path, uint16_t **buf, size_t *len, size_t *cap)
+{
+    FILE *f;
+    ZR_CHECK(zr_file_open_read(path, &f));
+    size_t size = 0;
+    zr_status st = open_size(f, path, &size);
+    if (st == ZR_OK) {
+        st = append_text(f, path, size, buf, len, cap);
+    }
+    fclose(f);
+    return st;
 }
 
 zr_status zr_dataset_load_fortunes(zr_dataset *ds, const char *dir)
@@ -272,8 +443,9 @@ zr_status zr_dataset_load_fortunes(zr_dataset *ds, const char *dir)
     }
     zr_status st = ZR_OK;
     char **names = NULL;
+    uint16_t *buf = NULL;
     size_t count = 0, cap = 0, tcap = 0;
-    char path[4096];
+    char path[ZR_PATH_MAX];
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         const char *nm = e->d_name;
@@ -311,10 +483,13 @@ zr_status zr_dataset_load_fortunes(zr_dataset *ds, const char *dir)
     qsort(names, count, sizeof *names, cmp_str);
     for (size_t i = 0; i < count; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        ZR_CHECK_GOTO(append_file(path, &ds->tokens, &ds->n, &tcap), st, done);
+        ZR_CHECK_GOTO(append_file(path, &buf, &ds->n, &tcap), st, done);
     }
+    ds->token_bytes = 2;
+    ds->kind = ZR_DATA_TEXT;
     ds->vocab = ZR_BYTE_VOCAB;
 done:
+    ds->tokens = buf;
     for (size_t i = 0; i < count; i++) {
         zr_free(names[i]);
     }
@@ -322,14 +497,16 @@ done:
     closedir(d);
     if (st != ZR_OK) {
         zr_dataset_free(ds);
+    } else {
+        find_max(ds);
     }
     return st;
 }
 
 /* ---- loader ----------------------------------------------------------------- */
 
-zr_status zr_loader_init(zr_loader *l, const zr_dataset *ds, zr_split split, int B, int T,
-                         int rank, int world)
+zr_status zr_loader_init(zr_loader *l, const zr_dataset *ds, zr_split split, int B, int T, int rank,
+                         int world)
 {
     memset(l, 0, sizeof *l);
     if (B <= 0 || T <= 0 || world <= 0 || rank < 0 || rank >= world) {
@@ -339,6 +516,7 @@ zr_status zr_loader_init(zr_loader *l, const zr_dataset *ds, zr_split split, int
     size_t val = ds->n * ZR_VAL_PERCENT / 100;
     size_t train_end = ds->n - val;
     l->tokens = ds->tokens;
+    l->token_bytes = ds->token_bytes;
     l->begin = split == ZR_SPLIT_TRAIN ? 0 : train_end;
     l->end = split == ZR_SPLIT_TRAIN ? train_end : ds->n;
     l->B = B;
@@ -361,12 +539,21 @@ void zr_loader_next(zr_loader *l, int *inputs, int *targets)
 {
     size_t global = (size_t)l->world * l->B * l->T;
     size_t local = (size_t)l->B * l->T;
-    size_t start = l->begin + (size_t)(l->position % l->batches_per_epoch) * global +
-                   (size_t)l->rank * local;
-    const uint16_t *t = l->tokens + start;
-    for (size_t i = 0; i < local; i++) {
-        inputs[i] = t[i];
-        targets[i] = t[i + 1];
+    size_t start =
+        l->begin + (size_t)(l->position % l->batches_per_epoch) * global + (size_t)l->rank * local;
+    /* tokens are below the vocabulary (at most ZR_VOCAB_MAX), so they fit an int */
+    if (l->token_bytes == 4) {
+        const uint32_t *t = (const uint32_t *)l->tokens + start;
+        for (size_t i = 0; i < local; i++) {
+            inputs[i] = (int)t[i];
+            targets[i] = (int)t[i + 1];
+        }
+    } else {
+        const uint16_t *t = (const uint16_t *)l->tokens + start;
+        for (size_t i = 0; i < local; i++) {
+            inputs[i] = t[i];
+            targets[i] = t[i + 1];
+        }
     }
     l->position++;
 }

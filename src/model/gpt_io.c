@@ -4,13 +4,15 @@
  *
  * Both formats are whole-model files assembled from the per-unit buffers,
  * so a ZeRO run can hand over its gathered units without ever building one
- * flat parameter array. Files are written to "<path>.tmp", fsynced and
- * renamed: a crash leaves either the old file or the new one, never a torn
- * one.
+ * flat parameter array, and a run can start from one unit at a time of an
+ * llm.c file without ever holding the whole model. Files are written through
+ * zr/file.h (temporary name, fsync, rename): a crash leaves either the old
+ * file or the new one, never a torn one.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "zr/model.h"
+#include "zr/file.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -18,52 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
+#include <sys/types.h>
 
 #define ZR_LLMC_HEADER_INTS 256
-
-/* ---- file helpers ----------------------------------------------------------- */
-
-static zr_status open_tmp(const char *path, char *tmp, size_t cap, FILE **f)
-{
-    if (snprintf(tmp, cap, "%s.tmp", path) >= (int)cap) {
-        ZR_FAIL(ZR_ERR_INVALID, "%s: path too long", path);
-    }
-    *f = fopen(tmp, "wb");
-    if (*f == NULL) {
-        ZR_FAIL(ZR_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    }
-    return ZR_OK;
-}
-
-static zr_status write_all(FILE *f, const char *path, const void *data, size_t bytes)
-{
-    if (bytes > 0 && fwrite(data, 1, bytes, f) != bytes) {
-        ZR_FAIL(ZR_ERR_IO, "%s: write of %zu bytes failed: %s", path, bytes, strerror(errno));
-    }
-    return ZR_OK;
-}
-
-/* Finish a temporary file: on success fsync + rename, else remove it. */
-static zr_status finish_tmp(FILE *f, const char *tmp, const char *path, zr_status st)
-{
-    if (st == ZR_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0)) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "%s: flush/fsync failed: %s", tmp,
-                         strerror(errno));
-    }
-    if (fclose(f) != 0 && st == ZR_OK) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "%s: close failed: %s", tmp,
-                         strerror(errno));
-    }
-    if (st == ZR_OK && rename(tmp, path) != 0) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "rename %s -> %s failed: %s", tmp, path,
-                         strerror(errno));
-    }
-    if (st != ZR_OK) {
-        remove(tmp);
-    }
-    return st;
-}
 
 /* ---- llm.c model file ---------------------------------------------------- */
 
@@ -82,47 +41,62 @@ static void llmc_header(const zr_gpt_config *cfg, int32_t *h)
 
 /*
  * Visits every tensor in llm.c's file order (wte, wpe, then each block
- * tensor stacked over layers, then lnfw, lnfb), calling fn on its range.
+ * tensor stacked over layers, then lnfw, lnfb), calling fn with the unit it
+ * belongs to, its offset in that unit and its size (floats).
  */
-typedef zr_status (*tensor_fn)(void *ctx, float *data, size_t numel);
+typedef zr_status (*tensor_fn)(void *ctx, int u, size_t offset, size_t numel);
 
-static zr_status llmc_walk(const zr_gpt_config *cfg, float *const *units, tensor_fn fn,
-                           void *ctx)
+static zr_status llmc_walk(const zr_gpt_config *cfg, tensor_fn fn, void *ctx)
 {
     zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
     int L = cfg->layers;
     int n = zr_gpt_config_unit_tensors(cfg, 0, d);
     for (int i = 0; i < n; i++) {
-        ZR_CHECK(fn(ctx, units[0] + d[i].offset, d[i].numel));
+        ZR_CHECK(fn(ctx, 0, d[i].offset, d[i].numel));
     }
     n = zr_gpt_config_unit_tensors(cfg, 1, d);
     for (int i = 0; i < n; i++) {
         for (int l = 0; l < L; l++) {
-            ZR_CHECK(fn(ctx, units[1 + l] + d[i].offset, d[i].numel));
+            ZR_CHECK(fn(ctx, 1 + l, d[i].offset, d[i].numel));
         }
     }
     n = zr_gpt_config_unit_tensors(cfg, L + 1, d);
     for (int i = 0; i < n; i++) {
-        ZR_CHECK(fn(ctx, units[L + 1] + d[i].offset, d[i].numel));
+        ZR_CHECK(fn(ctx, L + 1, d[i].offset, d[i].numel));
     }
     return ZR_OK;
 }
 
 typedef struct io_ctx {
-    FILE *f;
+    zr_file_tmp *out; /* writing */
+    FILE *in;         /* reading */
     const char *path;
+    float *const *units; /* every unit (write, read all) */
+    int only;            /* read only this unit (-1: all) */
+    float *dst;          /* its buffer */
+    long long pos;       /* file offset of the tensor being visited */
 } io_ctx;
 
-static zr_status write_tensor(void *ctx, float *data, size_t numel)
+static zr_status write_tensor(void *ctx, int u, size_t offset, size_t numel)
 {
     io_ctx *c = ctx;
-    return write_all(c->f, c->path, data, numel * sizeof *data);
+    return zr_file_tmp_write(c->out, c->units[u] + offset, numel * sizeof(float));
 }
 
-static zr_status read_tensor(void *ctx, float *data, size_t numel)
+static zr_status read_tensor(void *ctx, int u, size_t offset, size_t numel)
 {
     io_ctx *c = ctx;
-    if (numel > 0 && fread(data, sizeof *data, numel, c->f) != numel) {
+    long long at = c->pos;
+    c->pos += (long long)(numel * sizeof(float));
+    if (c->only >= 0 && u != c->only) {
+        return ZR_OK;
+    }
+    float *dst = c->only >= 0 ? c->dst + offset : c->units[u] + offset;
+    /* reading one unit skips the other units' tensors, which lie in between */
+    if (c->only >= 0 && fseeko(c->in, (off_t)at, SEEK_SET) != 0) {
+        ZR_FAIL(ZR_ERR_IO, "cannot seek in %s: %s", c->path, strerror(errno));
+    }
+    if (numel > 0 && fread(dst, sizeof *dst, numel, c->in) != numel) {
         ZR_FAIL(ZR_ERR_FORMAT, "%s: truncated while reading parameters", c->path);
     }
     return ZR_OK;
@@ -131,39 +105,50 @@ static zr_status read_tensor(void *ctx, float *data, size_t numel)
 zr_status zr_gpt_write_llmc(const char *path, const zr_gpt_config *cfg, float *const *units)
 {
     ZR_CHECK(zr_gpt_config_check(cfg));
-    char tmp[4096];
-    FILE *f;
-    ZR_CHECK(open_tmp(path, tmp, sizeof tmp, &f));
+    zr_file_tmp t;
+    ZR_CHECK(zr_file_tmp_open(&t, path));
     int32_t h[ZR_LLMC_HEADER_INTS];
     llmc_header(cfg, h);
-    zr_status st = write_all(f, tmp, h, sizeof h);
+    zr_status st = zr_file_tmp_write(&t, h, sizeof h);
     if (st == ZR_OK) {
-        io_ctx c = {f, tmp};
-        st = llmc_walk(cfg, units, write_tensor, &c);
+        io_ctx c = {.out = &t, .path = t.tmp, .units = units, .only = -1};
+        st = llmc_walk(cfg, write_tensor, &c);
     }
-    return finish_tmp(f, tmp, path, st);
+    return zr_file_tmp_commit(&t, st);
+}
+
+/*
+ * Bytes of a model file for header values that passed zr_gpt_config_check
+ * (each up to 2^24, so the products are computed in double first: a hostile
+ * header must not wrap around to the file's real size). 0 if absurd.
+ */
+static size_t llmc_bytes(const zr_gpt_config *c)
+{
+    double C = c->channels, L = c->layers;
+    double n = ((double)c->padded_vocab + c->max_t) * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    if (n * sizeof(float) > 1e18) {
+        return 0;
+    }
+    return ZR_LLMC_HEADER_INTS * sizeof(int32_t) + zr_gpt_config_param_count(c) * sizeof(float);
 }
 
 /* Opens path and validates header and size; on success *f is positioned at the parameters. */
 static zr_status llmc_open(const char *path, zr_gpt_config *cfg, FILE **out)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        ZR_FAIL(ZR_ERR_IO, "%s: cannot open model file: %s", path, strerror(errno));
-    }
+    FILE *f;
+    ZR_CHECK(zr_file_open_read(path, &f));
     zr_status st = ZR_OK;
     struct stat sb;
     int32_t h[ZR_LLMC_HEADER_INTS];
     if (fstat(fileno(f), &sb) != 0) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "%s: stat failed: %s", path,
-                         strerror(errno));
+        st =
+            zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot stat %s: %s", path, strerror(errno));
         goto fail;
     }
     size_t size = (size_t)sb.st_size;
     if (size < sizeof h || fread(h, sizeof h, 1, f) != 1) {
         st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: truncated model header (%zu bytes, need %zu)", path, size,
-                         sizeof h);
+                         "%s: truncated model header (%zu bytes, need %zu)", path, size, sizeof h);
         goto fail;
     }
     if (h[0] != ZR_LLMC_MODEL_MAGIC) {
@@ -174,8 +159,8 @@ static zr_status llmc_open(const char *path, zr_gpt_config *cfg, FILE **out)
     }
     if (h[1] != ZR_LLMC_MODEL_VERSION_FP32) {
         st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: model file version %d%s; only version %d (fp32) is supported",
-                         path, h[1], h[1] == 5 ? " (bf16)" : "", ZR_LLMC_MODEL_VERSION_FP32);
+                         "%s: model file version %d%s; only version %d (fp32) is supported", path,
+                         h[1], h[1] == 5 ? " (bf16)" : "", ZR_LLMC_MODEL_VERSION_FP32);
         goto fail;
     }
     zr_gpt_config c = {.max_t = h[2],
@@ -189,7 +174,14 @@ static zr_status llmc_open(const char *path, zr_gpt_config *cfg, FILE **out)
                          zr_error_message());
         goto fail;
     }
-    size_t want = sizeof h + zr_gpt_config_param_count(&c) * sizeof(float);
+    size_t want = llmc_bytes(&c);
+    if (want == 0) {
+        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
+                         "%s: bad model header: L=%d C=%d Vp=%d maxT=%d describe a model larger "
+                         "than any file",
+                         path, c.layers, c.channels, c.padded_vocab, c.max_t);
+        goto fail;
+    }
     if (size != want) {
         st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
                          "%s: file has %zu bytes, the header (L=%d C=%d Vp=%d maxT=%d) needs %zu "
@@ -213,22 +205,47 @@ zr_status zr_gpt_read_llmc_config(const char *path, zr_gpt_config *cfg)
     return ZR_OK;
 }
 
-zr_status zr_gpt_read_llmc(const char *path, const zr_gpt_config *cfg, float *const *units)
+/* Opens path, whose header must match cfg. */
+static zr_status llmc_open_as(const char *path, const zr_gpt_config *cfg, FILE **f)
 {
     zr_gpt_config fc;
-    FILE *f;
-    ZR_CHECK(llmc_open(path, &fc, &f));
+    ZR_CHECK(llmc_open(path, &fc, f));
     if (memcmp(&fc, cfg, sizeof fc) != 0) {
-        fclose(f);
+        fclose(*f);
+        *f = NULL;
         ZR_FAIL(ZR_ERR_FORMAT,
                 "%s: model is maxT=%d V=%d Vp=%d L=%d NH=%d C=%d, expected maxT=%d V=%d Vp=%d "
                 "L=%d NH=%d C=%d",
                 path, fc.max_t, fc.vocab, fc.padded_vocab, fc.layers, fc.heads, fc.channels,
-                cfg->max_t, cfg->vocab, cfg->padded_vocab, cfg->layers, cfg->heads,
-                cfg->channels);
+                cfg->max_t, cfg->vocab, cfg->padded_vocab, cfg->layers, cfg->heads, cfg->channels);
     }
-    io_ctx c = {f, path};
-    zr_status st = llmc_walk(cfg, units, read_tensor, &c);
+    return ZR_OK;
+}
+
+zr_status zr_gpt_read_llmc(const char *path, const zr_gpt_config *cfg, float *const *units)
+{
+    FILE *f;
+    ZR_CHECK(llmc_open_as(path, cfg, &f));
+    io_ctx c = {.in = f, .path = path, .units = units, .only = -1};
+    zr_status st = llmc_walk(cfg, read_tensor, &c);
+    fclose(f);
+    return st;
+}
+
+zr_status zr_gpt_read_llmc_unit(const char *path, const zr_gpt_config *cfg, int u, float *out)
+{
+    if (u < 0 || u >= zr_gpt_config_unit_count(cfg)) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: unit %d does not exist (the model has %d)", path, u,
+                zr_gpt_config_unit_count(cfg));
+    }
+    FILE *f;
+    ZR_CHECK(llmc_open_as(path, cfg, &f));
+    io_ctx c = {.in = f,
+                .path = path,
+                .only = u,
+                .dst = out,
+                .pos = ZR_LLMC_HEADER_INTS * (long long)sizeof(int32_t)};
+    zr_status st = llmc_walk(cfg, read_tensor, &c);
     fclose(f);
     return st;
 }
@@ -237,9 +254,9 @@ zr_status zr_gpt_read_llmc(const char *path, const zr_gpt_config *cfg, float *co
 
 /* Hugging Face name of block tensor i (llm.c order) and whether it is a Conv1D weight. */
 static const char *const hf_block_names[ZR_GPT_BLOCK_TENSORS] = {
-    "ln_1.weight",      "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
     "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-    "mlp.c_fc.weight",  "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
 
 typedef struct st_tensor {
     char name[64];
@@ -323,8 +340,7 @@ static zr_status st_header(const st_tensor *t, int n, char **out)
     return ZR_OK;
 }
 
-zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg,
-                                   float *const *units)
+zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg, float *const *units)
 {
     ZR_CHECK(zr_gpt_config_check(cfg));
     int count = 4 + ZR_GPT_BLOCK_TENSORS * cfg->layers;
@@ -335,8 +351,7 @@ zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg,
     zr_status st = ZR_OK;
     char *json = NULL;
     float *buf = NULL;
-    FILE *f = NULL;
-    char tmp[4096];
+    zr_file_tmp f;
     ZR_CHECK_GOTO(st_header(t, n, &json), st, done);
     size_t jlen = strlen(json);
     /* pad the header with spaces so the data starts 8-byte aligned */
@@ -348,16 +363,15 @@ zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg,
             maxnumel = st_numel(&t[i]);
         }
     }
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&buf, maxnumel * sizeof *buf, __FILE__, __LINE__), st,
-                  done);
-    ZR_CHECK_GOTO(open_tmp(path, tmp, sizeof tmp, &f), st, done);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&buf, maxnumel * sizeof *buf, __FILE__, __LINE__), st, done);
+    ZR_CHECK_GOTO(zr_file_tmp_open(&f, path), st, done);
     /* safetensors is little-endian; so are the machines zr runs on */
-    st = write_all(f, tmp, &hlen64, sizeof hlen64);
+    st = zr_file_tmp_write(&f, &hlen64, sizeof hlen64);
     if (st == ZR_OK) {
-        st = write_all(f, tmp, json, jlen);
+        st = zr_file_tmp_write(&f, json, jlen);
     }
     for (size_t k = jlen; st == ZR_OK && k < hlen; k++) {
-        st = write_all(f, tmp, " ", 1);
+        st = zr_file_tmp_write(&f, " ", 1);
     }
     for (int i = 0; st == ZR_OK && i < n; i++) {
         const float *src = t[i].data;
@@ -370,9 +384,9 @@ zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg,
             }
             src = buf;
         }
-        st = write_all(f, tmp, src, st_numel(&t[i]) * sizeof(float));
+        st = zr_file_tmp_write(&f, src, st_numel(&t[i]) * sizeof(float));
     }
-    st = finish_tmp(f, tmp, path, st);
+    st = zr_file_tmp_commit(&f, st);
 done:
     cJSON_free(json);
     zr_free(buf);

@@ -20,6 +20,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "zr/config.h"
+#include "zr/model.h"
 
 #include <cJSON.h>
 
@@ -250,12 +251,19 @@ static const cfg_key keys[] = {
     NOEFFECT("zero_optimization.leaf_module", "zr fetches one unit (layer) at a time"),
 
     /* ---- zr's own section ---- */
-    INT("zr.model.layers", layers, 2, 1, 1024, "layers", "transformer blocks"),
-    INT("zr.model.heads", heads, 4, 1, 1024, "heads", "attention heads (must divide channels)"),
-    INT("zr.model.channels", channels, 128, 1, 1 << 16, "channels", "embedding width"),
-    INT("zr.model.seq_len", seq_len, 64, 1, 1 << 20, "seq-len", "tokens per sequence"),
+    INTG("zr.model.layers", layers, 2, 1, 1024, "layers", ZR_GIVEN_LAYERS, "transformer blocks"),
+    INTG("zr.model.heads", heads, 4, 1, 1024, "heads", ZR_GIVEN_HEADS, "attention heads (must divide channels)"),
+    INTG("zr.model.channels", channels, 128, 1, 1 << 16, "channels", ZR_GIVEN_CHANNELS, "embedding width"),
+    INT("zr.model.seq_len", seq_len, 64, 1, 1 << 20, "seq-len", "tokens per training sequence (at most zr.model.max_seq_len)"),
+    INTG("zr.model.max_seq_len", max_seq_len, 1024, 1, 1 << 20, "max-seq-len", ZR_GIVEN_MAX_SEQ_LEN,
+         "positions the model has (rows of wpe; GPT-2: 1024); with zr.model.init: the file's"),
+    INT("zr.model.vocab_size", vocab_size, 0, 0, 1 << 24, "vocab-size",
+        "vocabulary; 0 = the data's (text 256, llm.c GPT-2 shard 50257, llama-3 shard 128256); must exceed every token"),
+    STR("zr.model.init", init_path, "", "init",
+        "llm.c GPT-2 model file (e.g. gpt2_124M.bin) to start from instead of a random init; "
+        "its shape is the model's (zr.model.* keys given must match it)"),
     STR("zr.data.path", data_path, "", "data",
-        "training text file or llm.c .bin token shard; \"\" = the bundled corpus"),
+        "UTF-8 text file or llm.c token shard (GPT-2 or llama-3, recognised by its header); \"\" = the bundled corpus"),
     INT("zr.data.val_every", val_every, 50, 0, IMAX, "val-every", "steps between validation passes; 0 = never"),
     INT("zr.data.val_batches", val_batches, 4, 1, IMAX, NULL, "micro-batches per validation pass"),
     INT("zr.train.train_steps", train_steps, 200, 1, IMAX, "steps", "optimizer steps to run"),
@@ -1434,6 +1442,14 @@ zr_status zr_config_finalize(zr_train_config *c, int world)
         ZR_FAIL(ZR_ERR_INVALID, "zr.model.channels (%d) must be a multiple of zr.model.heads (%d)",
                 c->channels, c->heads);
     }
+    /* with zr.model.init and no explicit max_seq_len the file decides (zr_config_adopt_model) */
+    int own_max = c->init_path[0] == '\0' || (c->given & ZR_GIVEN_MAX_SEQ_LEN);
+    if (own_max && c->seq_len > c->max_seq_len) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "zr.model.seq_len (%d) must be at most zr.model.max_seq_len (%d), the positions "
+                "the model has; raise zr.model.max_seq_len or train on shorter sequences",
+                c->seq_len, c->max_seq_len);
+    }
     if (c->communication_data_type[0] == '\0') {
         snprintf(c->communication_data_type, sizeof c->communication_data_type, "%s",
                  c->bf16_enabled ? "bf16" : "fp32");
@@ -1452,6 +1468,42 @@ zr_status zr_config_finalize(zr_train_config *c, int world)
                     "characters); set zr.train.metrics_path",
                     c->checkpoint_dir, sizeof c->metrics_path - 1);
         }
+    }
+    return ZR_OK;
+}
+
+/* One shape key against the file: a value given explicitly must be the file's. */
+static zr_status adopt_int(int *field, int given, int file_value, const char *key,
+                           const char *what, const char *path)
+{
+    if (given && *field != file_value) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s is %d, but the model file %s (zr.model.init) has %d %s; leave %s out to "
+                "take the file's value, or start from a file of that shape",
+                key, *field, path, file_value, what, key);
+    }
+    *field = file_value;
+    return ZR_OK;
+}
+
+zr_status zr_config_adopt_model(zr_train_config *c, const struct zr_gpt_config *file,
+                                const char *path)
+{
+    ZR_CHECK(adopt_int(&c->layers, (c->given & ZR_GIVEN_LAYERS) != 0, file->layers,
+                       "zr.model.layers", "layers", path));
+    ZR_CHECK(adopt_int(&c->heads, (c->given & ZR_GIVEN_HEADS) != 0, file->heads,
+                       "zr.model.heads", "heads", path));
+    ZR_CHECK(adopt_int(&c->channels, (c->given & ZR_GIVEN_CHANNELS) != 0, file->channels,
+                       "zr.model.channels", "channels", path));
+    ZR_CHECK(adopt_int(&c->max_seq_len, (c->given & ZR_GIVEN_MAX_SEQ_LEN) != 0, file->max_t,
+                       "zr.model.max_seq_len", "positions", path));
+    ZR_CHECK(adopt_int(&c->vocab_size, c->vocab_size != 0, file->vocab, "zr.model.vocab_size",
+                       "tokens in its vocabulary", path));
+    if (c->seq_len > c->max_seq_len) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "zr.model.seq_len (%d) must be at most the %d positions of the model file %s "
+                "(zr.model.init)",
+                c->seq_len, c->max_seq_len, path);
     }
     return ZR_OK;
 }

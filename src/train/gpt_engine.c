@@ -126,3 +126,20 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
     zr_engine_invalidate_secondary(e);
     return ZR_OK;
 }
+
+zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt *m, const char *path)
+{
+    int n = zr_gpt_unit_count(m);
+    ZR_ASSERT(n == e->nunits);
+    for (int u = 0; u < n; u++) {
+        float *full;
+        ZR_ALLOC(full, zr_gpt_unit_numel(m, u));
+        zr_status st = zr_gpt_read_llmc_unit(path, &m->cfg, u, full);
+        if (st == ZR_OK) {
+            st = zr_engine_set_params(e, u, full);
+        }
+        zr_free(full);
+        ZR_CHECK(st);
+    }
+    return ZR_OK;
+}
