@@ -11,18 +11,35 @@
  *     rank_00000.bin     rank r's slice [r*S, (r+1)*S) of every unit's fp32
  *     rank_00001.bin     master weights, Adam m and v, then a CRC-32C trailer
  *     ...
- *     COMPLETE           written last, only after every rank succeeded
+ *     COMPLETE           the manifest's CRC-32C, written last
  *
- * Writing: every file goes to a temporary name in "step_N.partial", is
- * fsynced and renamed; ranks agree on success; rank 0 writes the manifest,
- * renames the directory to "step_N", writes COMPLETE and fsyncs the parent.
- * A crash at any point leaves either an ignored ".partial" directory or a
- * complete checkpoint; an existing checkpoint is never overwritten.
+ * Writing: the whole checkpoint is built in "step_N.partial": every rank
+ * writes its file through a temporary name (fsync, rename); the ranks agree
+ * on success; rank 0 writes the manifest, then COMPLETE, fsyncs the folder
+ * and renames it to "step_N" (the single commit point), then fsyncs the
+ * parent. Old checkpoints beyond keep are renamed to "step_M.deleting"
+ * before their files go, so a listed checkpoint is never half removed. A
+ * crash at any point leaves complete checkpoints and at most leftovers with
+ * a suffix, which zr_ckpt_recover clears; an existing checkpoint is never
+ * overwritten.
  *
- * Loading verifies the manifest, COMPLETE and the CRC of every rank file it
- * reads. Slices are canonical (the same at every stage), so a checkpoint
- * saved at W ranks loads at W' ranks: each new rank reads the pieces of the
- * old slices that cover its new slice.
+ * Fault injection: ZR_FAULT_SAVE=k (any save) or k@N (the save of step N)
+ * makes world rank 0 SIGKILL itself at stage k of the save, to test that a
+ * crash anywhere resumes:
+ *   1 step_N.partial created, empty      6 renamed to step_N, parent not fsynced
+ *   2 rank 0's file still rank_*.tmp     7 the oldest renamed to step_M.deleting
+ *   3 every rank file in place           8 one file of step_M.deleting removed
+ *   4 manifest.json in place             9 rank 0 done, ranks not yet agreed
+ *   5 COMPLETE in place, not renamed
+ *
+ * Loading trusts nothing it can check: every manifest field is checked for
+ * its JSON type and range (counts are 64-bit, exact up to 2^53), unknown or
+ * repeated keys are refused, the units must be the model's, and every rank
+ * file must have the manifest's size and a header naming its rank, world,
+ * unit count and step; the CRC of every rank file read is verified. Slices
+ * are canonical (the same at every stage), so a checkpoint saved at W ranks
+ * loads at W' ranks: each new rank reads the pieces of the old slices that
+ * cover its new slice.
  */
 #ifndef ZR_CHECKPOINT_H
 #define ZR_CHECKPOINT_H
@@ -58,6 +75,52 @@ zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_
  * none; a missing dir is "none".
  */
 zr_status zr_ckpt_find_latest(const char *dir, char *path, size_t len, int *found);
+
+/*
+ * Newest checkpoint under dir older than step before (any step if before < 0)
+ * that passes zr_ckpt_verify; *found = 0 when there is none. For the message
+ * that names the checkpoint to fall back on when the newest is damaged.
+ */
+zr_status zr_ckpt_find_intact(const char *dir, int64_t before, char *path, size_t len,
+                              int *found);
+
+/* Validate a checkpoint completely: manifest, rank file headers and every CRC (no MPI). */
+zr_status zr_ckpt_verify(const char *path);
+
+/* Receives each warning of the functions below; NULL = print it with ZR_WARN. */
+typedef void (*zr_ckpt_warn_fn)(void *ctx, const char *msg);
+
+/*
+ * Clear what crashed saves left in dir, with a warning for each: an
+ * unfinished "step_N.partial" or "step_M.deleting" is removed, a "step_N"
+ * without COMPLETE (only older zr versions left those) is moved aside to
+ * "step_N.incomplete". Call on one rank while holding the directory's lock.
+ */
+zr_status zr_ckpt_recover(const char *dir, zr_ckpt_warn_fn warn, void *ctx);
+
+/*
+ * Move every complete checkpoint in dir newer than step aside to
+ * "step_N.set-aside" (nothing is deleted), so that a run resumed from an
+ * older checkpoint can save its own step_N. One rank, lock held.
+ */
+zr_status zr_ckpt_set_aside_after(const char *dir, int64_t step, zr_ckpt_warn_fn warn, void *ctx);
+
+/* The lock file inside a checkpoint dir; it holds "pid P on host H, started T". */
+#define ZR_CKPT_LOCK_FILE "zr.lock"
+
+typedef struct zr_ckpt_dir_lock {
+    int fd; /* -1: not held */
+} zr_ckpt_dir_lock;
+
+/*
+ * Take an exclusive, non-blocking flock on dir/zr.lock (creating dir) for as
+ * long as the process lives or until zr_ckpt_unlock, and write who holds it
+ * into the file. If another process holds it, fails with ZR_ERR_INVALID and
+ * a message naming the holder. On a file system without locks: a warning,
+ * ZR_OK, lk->fd = -1. Take it on one rank.
+ */
+zr_status zr_ckpt_lock(const char *dir, zr_ckpt_dir_lock *lk);
+void zr_ckpt_unlock(zr_ckpt_dir_lock *lk);
 
 /* Read and validate a checkpoint's manifest (no MPI needed). */
 zr_status zr_ckpt_read_meta(const char *path, zr_ckpt_meta *meta);

@@ -77,6 +77,7 @@ typedef struct zr_train_config {
     int checkpoint_every;               /* steps; 0 = only at the end */
     int keep_checkpoints;               /* newest complete checkpoints kept; 0 = all */
     int resume;                         /* continue from the newest complete checkpoint */
+    char resume_from[ZR_CFG_STR];       /* "" = none; else continue from this checkpoint */
     /* zr.quant */
     int qwz_bits, qwz_group;
     int qgz_bits, qgz_group;

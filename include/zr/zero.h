@@ -45,6 +45,17 @@
 /* Shards are multiples of this many elements (64 bytes of fp32: aligned). */
 #define ZR_ZERO_PAD 16
 
+/*
+ * Elements of a unit of numel elements once padded for W ranks: a multiple of
+ * W * ZR_ZERO_PAD, at least one element so that every rank owns a shard. The
+ * engine lays its buffers out by this rule and checkpoints find the slices in
+ * their rank files by it, so it exists once.
+ */
+static inline size_t zr_zero_padded(size_t numel, int world)
+{
+    return zr_round_up(numel == 0 ? 1 : numel, (size_t)world * ZR_ZERO_PAD);
+}
+
 /* Where a piece of training state lives. */
 typedef enum zr_placement {
     ZR_REPLICATED = 0, /* full copy on every rank */

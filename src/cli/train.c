@@ -15,10 +15,12 @@
 #include "zr/checkpoint.h"
 #include "zr/config.h"
 #include "zr/data.h"
+#include "zr/file.h"
 #include "zr/gpt_engine.h"
 #include "zr/optim.h"
 #include "zr/schedule.h"
 
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -49,6 +51,7 @@ typedef struct trainer {
     zr_engine engine;
     int engine_up;
     FILE *metrics;
+    zr_ckpt_dir_lock lock; /* rank 0: exclusive use of the checkpoint dir */
     int *inputs, *targets;
     char *config_json;
 } trainer;
@@ -197,13 +200,79 @@ static zr_status setup(trainer *t)
     return ZR_OK;
 }
 
-/* Restore from the newest complete checkpoint; *start = first step to run. */
+/*
+ * The newest checkpoint failed to load (st): point at the newest intact one
+ * before it and at the flag that resumes from it. Rank 0 searches (it reads
+ * every file of the candidates); the result is broadcast so that every rank
+ * holds the same message, without agreeing twice on one error.
+ */
+static zr_status damaged_hint(trainer *t, const char *bad, int64_t bad_step, zr_status st)
+{
+    char alt[ZR_PATH_MAX + 8] = "";
+    if (t->rank == 0) {
+        char msg[1100];
+        snprintf(msg, sizeof msg, "%s", zr_error_message());
+        int found = 0;
+        if (zr_ckpt_find_intact(t->cfg.checkpoint_dir, bad_step, alt + 1, sizeof alt - 1,
+                                &found) != ZR_OK ||
+            !found) {
+            alt[1] = '\0';
+        }
+        alt[0] = 1; /* the buffer is valid */
+        zr_error_set_message(msg);
+    }
+    if (zr_comm_bcast(&t->comm, alt, sizeof alt, 0) != ZR_OK) {
+        return st;
+    }
+    char msg[1100 + 2 * sizeof alt];
+    if (alt[1] != '\0') {
+        snprintf(msg, sizeof msg,
+                 "%s\n  the newest intact checkpoint is %s: continue from it with --resume-from "
+                 "%s (newer checkpoints are moved aside, not deleted)",
+                 zr_error_message(), alt + 1, alt + 1);
+    } else {
+        snprintf(msg, sizeof msg, "%s\n  %s holds no intact checkpoint older than %s",
+                 zr_error_message(), t->cfg.checkpoint_dir, bad);
+    }
+    zr_error_set_message(msg);
+    return st;
+}
+
+/* Step number of a checkpoint path ("<dir>/step_00000040" -> 40), -1 if unknown. */
+static int64_t step_of(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    long long s = -1;
+    char tail;
+    if (sscanf(base != NULL ? base + 1 : path, "step_%lld%c", &s, &tail) != 1) {
+        return -1;
+    }
+    return s;
+}
+
+/* Rank 0's warnings about leftovers and set-aside checkpoints. */
+static void warn_ckpt(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, "zr train: warning: %s\n", msg);
+}
+
+/*
+ * Restore from --resume-from or the newest complete checkpoint; *start =
+ * first step to run.
+ */
 static zr_status resume(trainer *t, int *start)
 {
-    char path[4096];
-    int found = 0;
+    char path[ZR_PATH_MAX];
+    int found = 0, explicit = t->cfg.resume_from[0] != '\0';
     *start = 0;
-    zr_status st = zr_ckpt_find_latest(t->cfg.checkpoint_dir, path, sizeof path, &found);
+    zr_status st = ZR_OK;
+    if (explicit) {
+        snprintf(path, sizeof path, "%s", t->cfg.resume_from);
+        found = 1;
+    } else {
+        st = zr_ckpt_find_latest(t->cfg.checkpoint_dir, path, sizeof path, &found);
+    }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     if (!found) {
         if (t->rank == 0) {
@@ -222,8 +291,27 @@ static zr_status resume(trainer *t, int *start)
                          meta.model.vocab, meta.model.max_t, t->mcfg.layers, t->mcfg.heads,
                          t->mcfg.channels, t->mcfg.vocab, t->mcfg.max_t);
     }
-    ZR_CHECK(zr_comm_agree(&t->comm, st));
-    ZR_CHECK(zr_ckpt_load(&t->comm, &t->engine, path, &meta));
+    if (st == ZR_OK && meta.step > INT_MAX) {
+        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
+                         "checkpoint %s is at step %lld, beyond the last step zr train can run "
+                         "(%d)",
+                         path, (long long)meta.step, INT_MAX);
+    }
+    st = zr_comm_agree(&t->comm, st);
+    if (st == ZR_OK) {
+        st = zr_ckpt_load(&t->comm, &t->engine, path, &meta);
+    }
+    if (st == ZR_ERR_FORMAT || st == ZR_ERR_IO) {
+        return explicit ? st : damaged_hint(t, path, step_of(path), st);
+    }
+    ZR_CHECK(st);
+    if (explicit && t->cfg.checkpoint_dir[0] != '\0') {
+        /* later checkpoints would collide with this run's saves */
+        st = t->rank == 0 ? zr_ckpt_set_aside_after(t->cfg.checkpoint_dir, meta.step, warn_ckpt,
+                                                    NULL)
+                          : ZR_OK;
+        ZR_CHECK(zr_comm_agree(&t->comm, st));
+    }
     /* the loader counts global micro-batches, whose size may differ after resharding;
        the token count places it at the same point of the data either way */
     uint64_t global_tokens = (uint64_t)t->world * t->cfg.train_micro_batch_size_per_gpu *
@@ -233,6 +321,11 @@ static zr_status resume(trainer *t, int *start)
     if (t->rank == 0) {
         printf("zr train: resumed from %s (step %lld, saved at %d ranks, now %d)\n", path,
                (long long)meta.step, meta.world, t->world);
+        if (meta.step >= t->cfg.train_steps) {
+            printf("zr train: the checkpoint is at or past zr.train.train_steps (%d); nothing to "
+                   "train\n",
+                   t->cfg.train_steps);
+        }
     }
     return ZR_OK;
 }
@@ -455,6 +548,7 @@ static void cleanup(trainer *t)
     zr_free(t->inputs);
     zr_free(t->targets);
     free(t->config_json);
+    zr_ckpt_unlock(&t->lock);
     if (t->metrics != NULL) {
         fclose(t->metrics);
     }
@@ -484,7 +578,8 @@ static zr_status open_metrics(trainer *t)
             }
         }
         /* resuming appends to the same curve; a fresh run starts a new file */
-        t->metrics = st == ZR_OK ? fopen(c->metrics_path, c->resume ? "a" : "w") : NULL;
+        int append = c->resume || c->resume_from[0] != '\0';
+        t->metrics = st == ZR_OK ? fopen(c->metrics_path, append ? "a" : "w") : NULL;
         if (st == ZR_OK && t->metrics == NULL) {
             st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot open metrics file %s",
                              c->metrics_path);
@@ -497,6 +592,7 @@ int zr_cli_train(int argc, char **argv)
 {
     trainer t;
     memset(&t, 0, sizeof t);
+    t.lock.fd = -1;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &t.world);
@@ -555,7 +651,17 @@ int zr_cli_train(int argc, char **argv)
         st = zr_comm_agree(&t.comm, st);
     }
     int start = 0;
-    if (st == ZR_OK && !t.cfg.resume && t.cfg.checkpoint_dir[0] != '\0') {
+    int resuming = t.cfg.resume || t.cfg.resume_from[0] != '\0';
+    if (st == ZR_OK && t.cfg.checkpoint_dir[0] != '\0') {
+        /* one run per checkpoint dir, for the whole run; then clear what a
+           crashed save left, so that it never blocks this run */
+        st = t.rank == 0 ? zr_ckpt_lock(t.cfg.checkpoint_dir, &t.lock) : ZR_OK;
+        if (st == ZR_OK && t.rank == 0) {
+            st = zr_ckpt_recover(t.cfg.checkpoint_dir, warn_ckpt, NULL);
+        }
+        st = zr_comm_agree(&t.comm, st);
+    }
+    if (st == ZR_OK && !resuming && t.cfg.checkpoint_dir[0] != '\0') {
         /* a fresh run must not mix its checkpoints and metrics with another run's */
         char found_path[4096];
         int found = 0;
@@ -568,8 +674,8 @@ int zr_cli_train(int argc, char **argv)
         }
         st = zr_comm_agree(&t.comm, st);
     }
-    if (st == ZR_OK && t.cfg.resume) {
-        if (t.cfg.checkpoint_dir[0] == '\0') {
+    if (st == ZR_OK && resuming) {
+        if (t.cfg.checkpoint_dir[0] == '\0' && t.cfg.resume_from[0] == '\0') {
             st = zr_comm_agree(&t.comm, zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
                                                     "--resume needs zr.checkpoint.dir (--ckpt-dir)"));
         } else {

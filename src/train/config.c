@@ -275,6 +275,8 @@ static const cfg_key keys[] = {
     INT("zr.checkpoint.every", checkpoint_every, 0, 0, IMAX, "ckpt-every", "steps between checkpoints; 0 = only at the end"),
     INT("zr.checkpoint.keep", keep_checkpoints, 2, 0, IMAX, NULL, "newest complete checkpoints kept; 0 = all"),
     BOOL("zr.checkpoint.resume", resume, 0, "resume", "continue from the newest complete checkpoint in zr.checkpoint.dir"),
+    STR("zr.checkpoint.resume_from", resume_from, "", "resume-from",
+        "continue from this checkpoint (a step_N folder), e.g. the newest intact one when the newest is damaged; newer checkpoints in zr.checkpoint.dir are moved aside, not deleted"),
     INTC("zr.quant.qwz_bits", qwz_bits, 8, "4|8", "qwZ weight bits"),
     INTM("zr.quant.qwz_group", qwz_group, 1024, 32, 65536, 8, "qwZ elements per quantization group"),
     INTC("zr.quant.qgz_bits", qgz_bits, 4, "4|8", "qgZ gradient bits"),

@@ -168,7 +168,7 @@ static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *
 {
     int W = world(e);
     s->numel = spec->numel;
-    s->padded = zr_round_up(spec->numel == 0 ? 1 : spec->numel, (size_t)W * ZR_ZERO_PAD);
+    s->padded = zr_zero_padded(spec->numel, W);
     s->shard = s->padded / (size_t)W;
     s->nranges = spec->nranges;
     s->ranges = spec->ranges;
