@@ -286,10 +286,14 @@ static zr_status resume(trainer *t, int *start)
     if (st == ZR_OK && memcmp(&meta.model, &t->mcfg, sizeof meta.model) != 0) {
         st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
                          "checkpoint %s is for another model shape (L=%d NH=%d C=%d V=%d "
-                         "max_seq_len=%d); this run has L=%d NH=%d C=%d V=%d max_seq_len=%d",
+                         "max_seq_len=%d); this run has L=%d NH=%d C=%d V=%d max_seq_len=%d; "
+                         "resume with the checkpoint's values (e.g. --layers %d --heads %d "
+                         "--channels %d --max-seq-len %d; checkpoints written before "
+                         "zr.model.max_seq_len existed have max_seq_len = seq_len)",
                          path, meta.model.layers, meta.model.heads, meta.model.channels,
                          meta.model.vocab, meta.model.max_t, t->mcfg.layers, t->mcfg.heads,
-                         t->mcfg.channels, t->mcfg.vocab, t->mcfg.max_t);
+                         t->mcfg.channels, t->mcfg.vocab, t->mcfg.max_t, meta.model.layers,
+                         meta.model.heads, meta.model.channels, meta.model.max_t);
     }
     if (st == ZR_OK && meta.step > INT_MAX) {
         st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
