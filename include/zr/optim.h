@@ -45,6 +45,25 @@ float zr_clip_scale(double grad_norm, float max_norm);
  */
 double zr_sumsq(const float *x, size_t n);
 
+/*
+ * Which kernels zr_adamw_update and zr_sumsq run. AUTO (the default) is the
+ * widest this CPU supports, chosen at first use; every choice gives the same
+ * bits as SCALAR, the reference. Forcing one is for tests and benchmarks.
+ */
+typedef enum zr_optim_impl {
+    ZR_OPTIM_IMPL_AUTO = 0,
+    ZR_OPTIM_IMPL_SCALAR,
+    ZR_OPTIM_IMPL_SSE2, /* x86-64 baseline */
+    ZR_OPTIM_IMPL_AVX2,
+    ZR_OPTIM_IMPL_AVX512,
+} zr_optim_impl;
+
+/* ZR_ERR_INVALID for an unknown value or one this CPU cannot run (named). */
+zr_status zr_optim_set_impl(zr_optim_impl impl);
+/* The implementation in use (never AUTO). */
+zr_optim_impl zr_optim_get_impl(void);
+const char *zr_optim_impl_name(zr_optim_impl impl);
+
 /* 1 if every element is finite, else 0 (vectorized). */
 int zr_all_finite(const float *x, size_t n);
 
