@@ -15,7 +15,9 @@
 #include "test.h"
 
 #include "zr/checkpoint.h"
+#include "zr/config.h"
 #include "zr/data.h"
+#include "zr/metrics.h"
 #include "zr/model.h"
 
 /* paths in this test are short; a truncated one would fail its check loudly
@@ -964,6 +966,316 @@ static int selected(const char *name)
     return n_names == 0;
 }
 
+/* ---- paths, metrics, divergence, extremes ---------------------------------------------- */
+
+/* s as one single-quoted shell word (a quote inside becomes '\''). */
+static void shell_word(const char *s, char *out, size_t n)
+{
+    size_t k = 0;
+    out[k++] = '\'';
+    for (; *s != '\0' && k + 5 < n; s++) {
+        if (*s == '\'') {
+            memcpy(out + k, "'\\''", 4);
+            k += 4;
+        } else {
+            out[k++] = *s;
+        }
+    }
+    out[k++] = '\'';
+    out[k] = '\0';
+}
+
+static int is_dir(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static int is_file(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Lines of a metrics file whose "step" is s, and the loss text of the last one. */
+static int step_lines(const char *path, int s, char *loss, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    int count = 0;
+    loss[0] = '\0';
+    if (f == NULL) {
+        return 0;
+    }
+    char line[4096], key[64];
+    snprintf(key, sizeof key, "{\"step\": %d, ", s);
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, key, strlen(key)) == 0) {
+            count++;
+            const char *v = strstr(line, "\"loss\": ");
+            if (v != NULL) {
+                v += 8;
+                snprintf(loss, n, "%.*s", (int)strcspn(v, ","), v);
+            }
+        }
+    }
+    fclose(f);
+    return count;
+}
+
+/*
+ * Item 3: names that a shell would interpret are only bytes to zr: quotes,
+ * spaces, a newline, $(), backquotes, "; cmd;" and non-ASCII in the
+ * checkpoint folder and the metrics path. The runs happen in a folder where
+ * an injected "touch" would leave its file; nothing may appear there, and
+ * every file must be where its name says.
+ */
+static void test_hostile_paths(void)
+{
+    static const char *const names[] = {
+        "bob's run; touch PWNED1; echo '",
+        "two words\nnew line $(touch PWNED2) `touch PWNED3`",
+        "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac \" && touch PWNED4 #",
+    };
+    char cwd[4400];
+    snprintf(cwd, sizeof cwd, "%s/hostile", work);
+    TEST_CHECK(mkdir(cwd, 0755) == 0);
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char dir[4400], word[9000], metrics[4600], mword[9400], cmd[20000];
+        snprintf(dir, sizeof dir, "%s/%s", cwd, names[i]);
+        shell_word(dir, word, sizeof word);
+        /* the metrics file of the first run goes to new nested folders with hostile names too */
+        snprintf(metrics, sizeof metrics, "%s/m '$(touch PWNED5)'/%s/metrics.jsonl", cwd,
+                 names[i]);
+        shell_word(metrics, mword, sizeof mword);
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && timeout -k 5 120 mpirun.openmpi -np 2 -x ZR_RANKS_PER_NODE=2 %s train "
+                 TINY " --steps 2 --ckpt-dir %s%s%s",
+                 cwd, zr_bin, word, i == 0 ? " --metrics " : "", i == 0 ? mword : "");
+        TEST_EQ_INT(sh("%s", cmd), 0);
+        char p[4700];
+        snprintf(p, sizeof p, "%s/step_00000002", dir);
+        TEST_CHECKF(is_dir(p), "no checkpoint at %s\n%s", p, res.out);
+        snprintf(p, sizeof p, "%s/metrics.jsonl", i == 0 ? "" : dir);
+        TEST_CHECKF(is_file(i == 0 ? metrics : p), "no metrics file for %s", names[i]);
+    }
+    /* nothing ran: no PWNED file in the folder the commands ran in, nor here */
+    int pwned = sh("ls %s/PWNED* PWNED* 2>/dev/null | wc -l", cwd) == 0 ? atoi(res.out) : -1;
+    TEST_CHECKF(pwned == 0, "a name was run as a command (%d PWNED files)", pwned);
+    sh("rm -rf %s", cwd);
+}
+
+/* Item 3: no system() or popen() in zr's sources (the tests may use them to drive zr). */
+static void test_no_shell_in_sources(void)
+{
+    char root[4096];
+    snprintf(root, sizeof root, "%s", zr_bin);
+    for (int up = 0; up < 3; up++) { /* <root>/build/<variant>/zr -> <root> */
+        char *slash = strrchr(root, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+        }
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/src/cli/train.c", root);
+    if (!is_file(probe)) {
+        snprintf(root, sizeof root, "."); /* BUILD elsewhere: tests/run.sh runs from the root */
+        snprintf(probe, sizeof probe, "./src/cli/train.c");
+    }
+    TEST_CHECKF(is_file(probe), "cannot find zr's sources from %s", zr_bin);
+    int rc = sh("grep -rnE '(^|[^A-Za-z0-9_])(system|popen)[[:space:]]*\\(' %s/src %s/bench "
+                "--include='*.c' --include='*.h'",
+                root, root);
+    TEST_CHECKF(rc == 1, "system()/popen() in zr's sources (grep exit %d):\n%s", rc, res.out);
+}
+
+/* Item 5: a full disk under the metrics file is a clear error and a non-zero exit. */
+static void test_metrics_full_disk(void)
+{
+    char link[4400];
+    snprintf(link, sizeof link, "%s/full.jsonl", work);
+    TEST_CHECK(symlink("/dev/full", link) == 0);
+    char args[8192];
+    snprintf(args, sizeof args, TINY " --steps 4 --metrics %s", link);
+    int code = train(2, 2, args);
+    TEST_CHECKF(code == 1, "exit %d\n%s", code, res.out);
+    TEST_CHECKF(strstr(res.out, "cannot write metrics file") != NULL &&
+                    strstr(res.out, "No space left on device") != NULL,
+                "%s", res.out);
+    TEST_CHECKF(strstr(res.out, "MPI_ABORT") == NULL, "%s", res.out);
+    TEST_CHECKF(strstr(res.out, "rank 0: rank") == NULL, "doubled prefix:\n%s", res.out);
+    TEST_CHECKF(strstr(res.out, "done:") == NULL, "the run claimed success:\n%s", res.out);
+}
+
+/*
+ * Item 5: a resume rewrites the metrics file to the checkpoint's step. The
+ * first run trains 6 steps with a checkpoint at 4; its step-6 checkpoint is
+ * removed and a cut-off line appended, as a kill after step 6 but before the
+ * save would leave it; the lines of steps 5 and 6 are marked (loss 99). After
+ * the resume every step 1..8 appears exactly once, steps 1-4 as they were,
+ * 5-8 from the resumed run, which equals an uninterrupted 8-step run.
+ */
+static void test_metrics_resume(void)
+{
+    const char *common = TINY " --scheduler.params.total_num_steps 8 --ckpt-every 4 --zr.checkpoint.keep 0";
+    char a[8192], m[4400], full[4400];
+    snprintf(a, sizeof a, "%s --steps 8 --ckpt-dir %s/mfull", common, work);
+    TEST_EQ_INT(train(2, 2, a), 0);
+    snprintf(a, sizeof a, "%s --steps 6 --ckpt-dir %s/mres", common, work);
+    TEST_EQ_INT(train(2, 2, a), 0);
+    snprintf(m, sizeof m, "%s/mres/metrics.jsonl", work);
+    snprintf(full, sizeof full, "%s/mfull/metrics.jsonl", work);
+    TEST_EQ_INT(sh("cd %s/mres && rm -rf step_00000006 && sed -i -E "
+                   "'s/^(\\{\"step\": [56], \"loss\": )[^,]*/\\199/' metrics.jsonl && "
+                   "printf '{\"step\": 7, \"lo' >> metrics.jsonl",
+                   work),
+                0);
+    char before[4][64];
+    for (int s = 1; s <= 4; s++) {
+        step_lines(m, s, before[s - 1], sizeof before[0]);
+    }
+    char loss[64];
+    step_lines(m, 5, loss, sizeof loss);
+    TEST_CHECKF(strcmp(loss, "99") == 0, "the marking did not take: %s", loss);
+    snprintf(a, sizeof a, "%s --steps 8 --ckpt-dir %s/mres --resume", common, work);
+    TEST_EQ_INT(train(2, 2, a), 0);
+    TEST_CHECKF(strstr(res.out, "dropped 3 lines after step 4") != NULL, "%s", res.out);
+    for (int s = 1; s <= 8; s++) {
+        char want[64];
+        TEST_CHECKF(step_lines(m, s, loss, sizeof loss) == 1, "step %d appears %d times", s,
+                    step_lines(m, s, loss, sizeof loss));
+        step_lines(full, s, want, sizeof want);
+        TEST_CHECKF(strcmp(loss, want) == 0, "step %d: loss %s, uninterrupted run %s", s, loss,
+                    want);
+        if (s <= 4) {
+            TEST_CHECKF(strcmp(loss, before[s - 1]) == 0, "step %d changed", s);
+        }
+    }
+    /* round-trip digits: a loss has 9 significant digits, not 6 decimals */
+    TEST_CHECKF(strlen(loss) >= 9, "loss printed as %s", loss);
+    zr_metrics_series ser;
+    TEST_OK(zr_metrics_read(m, &ser));
+    TEST_EQ_INT(ser.count, 8);
+    zr_metrics_free(&ser);
+}
+
+/*
+ * Item 13: lr 1e30 diverges; the run stops after zr.train.max_nonfinite_steps
+ * (3) non-finite steps with a clear error and exit 1, saves nothing from them,
+ * and its metrics (nulls where values were not finite) still plot. With the
+ * key at 0 the same run goes on to its last step.
+ */
+static void test_divergence(void)
+{
+    char args[8192], m[4400];
+    snprintf(args, sizeof args, TINY " --steps 40 --lr 1e30 --ckpt-dir %s/div", work);
+    int code = train(2, 2, args);
+    TEST_CHECKF(code == 1, "exit %d\n%s", code, res.out);
+    TEST_CHECKF(strstr(res.out, "training diverged") != NULL &&
+                    strstr(res.out, "for 3 consecutive steps") != NULL &&
+                    strstr(res.out, "zr.train.max_nonfinite_steps") != NULL,
+                "%s", res.out);
+    TEST_CHECKF(strstr(res.out, "rank 0: rank") == NULL, "doubled prefix:\n%s", res.out);
+    TEST_CHECK(sh("ls %s/div | grep -c step_", work) == 1); /* grep finds none */
+    snprintf(m, sizeof m, "%s/div/metrics.jsonl", work);
+    TEST_CHECKF(sh("grep -c null %s", m) == 0 && atoi(res.out) >= 3, "%s", res.out);
+    TEST_CHECK(sh("grep -ci nan %s", m) == 1);
+    zr_metrics_series ser;
+    TEST_OK(zr_metrics_read(m, &ser));
+    TEST_CHECK(ser.count >= 3 && ser.count < 40);
+    zr_metrics_free(&ser);
+    TEST_EQ_INT(sh("%s plot -o %s/div.png %s", zr_bin, work, m), 0);
+    snprintf(args, sizeof args,
+             TINY " --steps 6 --lr 1e30 --zr.train.max_nonfinite_steps 0 --metrics %s/div0.jsonl",
+             work);
+    TEST_EQ_INT(train(2, 2, args), 0);
+}
+
+/*
+ * Item 12: every integer key at INT_MAX, INT64_MAX, -1 and 0: refused up
+ * front with the key named, or run to the end. Values the configuration
+ * refuses are checked in this process (the flags and finalize of zr train,
+ * test_config covers them in depth); every value it accepts runs for real
+ * (one rank, a tiny model), where zr train may still refuse it with exit 2
+ * naming the key (sizes checked against the data and the memory), or must
+ * finish. A run still going after a while gets SIGTERM, which a run that
+ * costs nothing until used answers by stopping cleanly after its step (only
+ * the 2^31-step run should need it); a run stuck before its first step, or
+ * in a step that never ends, cannot answer and fails.
+ */
+static void test_integer_extremes(void)
+{
+    static const char *const values[] = {"2147483647", "9223372036854775807", "-1", "0"};
+    const char *path, *flag;
+    zr_config_kind kind;
+    int runs = 0, refused = 0, runs_refused = 0, stopped = 0;
+    for (size_t i = 0; zr_config_key_info(i, &path, &flag, &kind); i++) {
+        if (kind != ZR_CFG_INTEGER) {
+            continue;
+        }
+        for (size_t j = 0; j < sizeof values / sizeof values[0]; j++) {
+            zr_train_config cfg;
+            zr_config_defaults(&cfg);
+            char name[160];
+            snprintf(name, sizeof name, "--%s", path);
+            char *argv[] = {name, (char *)values[j]};
+            int help = 0;
+            zr_status st = zr_config_from_args(&cfg, 2, argv, &help, NULL, NULL);
+            if (st == ZR_OK) {
+                st = zr_config_finalize(&cfg, 1);
+            }
+            if (st != ZR_OK) {
+                refused++;
+                TEST_CHECKF(strstr(zr_error_message(), path) != NULL, "--%s %s: %s", path,
+                            values[j], zr_error_message());
+                continue;
+            }
+            char cmd[9000];
+            snprintf(cmd, sizeof cmd,
+                     "cd %s && timeout --preserve-status -s TERM -k 60 20 %s train --layers 1 --channels 32 "
+                     "--heads 2 --seq-len 32 --micro-batch 2 --steps 2 --warmup 2 "
+                     "--steps_per_print 1000000000 --ckpt-dir %s/ext_%zu_%zu --%s %s",
+                     work, zr_bin, work, i, j, path, values[j]);
+            int code = sh("%s", cmd);
+            runs++;
+            if (code == 2) {
+                refused++;
+                runs_refused++;
+                TEST_CHECKF(strstr(res.out, path) != NULL, "--%s %s: exit 2 without the key:\n%s",
+                            path, values[j], res.out);
+            } else {
+                TEST_CHECKF(code == 0, "--%s %s: exit %d\n%s", path, values[j], code, res.out);
+                TEST_CHECKF(strstr(res.out, "done:") != NULL ||
+                                strstr(res.out, "stop requested") != NULL,
+                            "--%s %s:\n%s", path, values[j], res.out);
+                stopped += strstr(res.out, "stop requested") != NULL;
+            }
+        }
+    }
+    zr_error_clear();
+    printf("  %d values refused by the configuration naming the key; %d runs: %d refused naming "
+           "the key, %d ran (%d stopped by SIGTERM)\n",
+           refused - runs_refused, runs, runs_refused, runs - runs_refused, stopped);
+}
+
+/* Item 12: a positional argument, a --no- flag with a value, a bad number, end to end. */
+static void test_argument_errors(void)
+{
+    struct {
+        const char *args, *expect;
+    } cases[] = {
+        {"my.txt --steps 2", "unexpected argument \"my.txt\""},
+        {"--steps 2 my.txt", "unexpected argument \"my.txt\""},
+        {"--no-qwz=true", "flag --no-qwz takes no value"},
+        {"--lr 1e999", "1e999 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int code = train(2, 2, cases[i].args);
+        TEST_CHECKF(code == 2 && strstr(res.out, cases[i].expect) != NULL &&
+                        strstr(res.out, "rank 0: rank") == NULL,
+                    "zr train %s: exit %d\n%s", cases[i].args, code, res.out);
+    }
+}
+
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
         if (selected(#fn)) {                                                                       \
@@ -1011,6 +1323,13 @@ int main(int argc, char **argv)
     RUN(test_save_fault_every_stage);
     RUN(test_lock);
     RUN(test_damaged_newest);
+    RUN(test_hostile_paths);
+    RUN(test_no_shell_in_sources);
+    RUN(test_metrics_full_disk);
+    RUN(test_metrics_resume);
+    RUN(test_divergence);
+    RUN(test_argument_errors);
+    RUN(test_integer_extremes);
     if (zr_test_failed == 0) {
         sh("rm -rf %s", work);
     } else {

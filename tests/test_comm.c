@@ -297,6 +297,17 @@ static void test_agree(void)
     st = zr_comm_agree(&c, R % 2 == 1 || W == 1 ? fail_on(R, R) : ZR_OK);
     TEST_EQ_INT(st, ZR_ERR_IO);
     TEST_CHECK(same_everywhere(zr_error_message()));
+    /* agreeing again on an agreed error (every layer on the way up may) adds no second prefix */
+    st = zr_comm_agree(&c, st);
+    TEST_EQ_INT(st, ZR_ERR_IO);
+    const char *msg = zr_error_message();
+    if (W > 1) {
+        TEST_CHECKF(strncmp(msg, "rank ", 5) == 0 && strstr(msg + 5, "rank ") == NULL,
+                    "doubled prefix: %s", msg);
+    } else {
+        TEST_CHECKF(strstr(msg, "rank ") == NULL, "prefix at one rank: %s", msg);
+    }
+    TEST_CHECK(same_everywhere(msg));
     zr_comm_free(&c);
 }
 

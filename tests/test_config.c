@@ -11,6 +11,8 @@
 #include "zr/model.h"
 #include "zr/metrics.h"
 
+#include <cJSON.h>
+
 #include <unistd.h>
 
 /* Collects what the config reader reports through its warn callback. */
@@ -234,7 +236,7 @@ static void test_load_file_and_flags(void)
     write_temp(path, sizeof path, full_json);
     zr_train_config c;
     /* flags win over the file whatever their order */
-    char *argv[] = {"train",  "--stage",           "2", "--zr.model.layers=3", "--config", path,
+    char *argv[] = {"--stage",           "2", "--zr.model.layers=3", "--config", path,
                     "--lr",   "0.01",              "--no-resume", "--qgz", "--micro-batch", "8",
                     "--optimizer.params.betas", "0.7,0.9"};
     TEST_OK(flags(&c, (int)(sizeof argv / sizeof argv[0]), argv));
@@ -254,9 +256,9 @@ static void test_load_file_and_flags(void)
     TEST_FAILS(flags(&c, 5, argv2), ZR_ERR_INVALID, "--world-is-not-a-flag");
     char *argv3[] = {"--config=", "--stage", "3"};
     TEST_FAILS(flags(&c, 3, argv3), ZR_ERR_IO, "cannot open config file");
-    char *argv4[] = {"train", "--config", path, "--micro-batch", "8", "--resume=true",
+    char *argv4[] = {"--config", path, "--micro-batch", "8", "--resume=true",
                      "--zero_optimization.zero_quantized_weights", "off", "--hpz", "1"};
-    TEST_OK(flags(&c, 10, argv4));
+    TEST_OK(flags(&c, 9, argv4));
     TEST_EQ_INT(c.resume, 1);
     TEST_EQ_INT(c.zero_quantized_weights, 0);
     TEST_OK(zr_config_finalize(&c, 2));
@@ -359,8 +361,8 @@ static void test_bad_input(void)
     TEST_FAILS(zr_config_load_json(&c, "/nonexistent/zr.json", collect, NULL), ZR_ERR_IO,
                "cannot open config file \"/nonexistent/zr.json\"");
     /* 22: unknown flag, with a suggestion */
-    char *a1[] = {"train", "--stgae", "3"};
-    TEST_FAILS(flags(&c, 3, a1), ZR_ERR_INVALID, "unknown flag --stgae (did you mean --stage?)");
+    char *a1[] = {"--stgae", "3"};
+    TEST_FAILS(flags(&c, 2, a1), ZR_ERR_INVALID, "unknown flag --stgae (did you mean --stage?)");
     /* 23: a flag missing its value, at the end and before another flag */
     char *a2[] = {"--steps"};
     TEST_FAILS(flags(&c, 1, a2), ZR_ERR_INVALID, "flag --steps (zr.train.train_steps) needs a value");
@@ -389,9 +391,13 @@ static void test_bad_input(void)
     snprintf(longpath, sizeof longpath, "{\"zr\": {\"data\": {\"path\": \"%0300d\"}}}", 0);
     TEST_FAILS(parse(&c, longpath, NULL), ZR_ERR_INVALID,
                "\"zr.data.path\" must be a string of at most 255 characters");
-    /* 31: a stray positional argument */
-    char *a5[] = {"train", "config.json"};
-    TEST_FAILS(flags(&c, 2, a5), ZR_ERR_INVALID, "unexpected argument \"config.json\"");
+    /* 31: a stray positional argument, first (zr train my.txt), last or between flags */
+    char *a5[] = {"my.txt"};
+    TEST_FAILS(flags(&c, 1, a5), ZR_ERR_INVALID, "unexpected argument \"my.txt\"");
+    char *a5b[] = {"--steps", "3", "config.json"};
+    TEST_FAILS(flags(&c, 3, a5b), ZR_ERR_INVALID, "unexpected argument \"config.json\"");
+    char *a5c[] = {"train", "--steps", "3"};
+    TEST_FAILS(flags(&c, 3, a5c), ZR_ERR_INVALID, "unexpected argument \"train\"");
     /* 32: Adam without decoupled weight decay */
     TEST_FAILS(parse(&c, "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}",
                      NULL),
@@ -615,6 +621,250 @@ static void test_print_json_help(void)
     free(buf);
 }
 
+/* ---- every key at its extremes ------------------------------------------ */
+
+/* The value of a dotted key in the JSON dump of c ("" when absent). */
+static void json_value(const zr_train_config *c, const char *path, char *out, size_t n)
+{
+    char *text = zr_config_to_json(c);
+    out[0] = '\0';
+    cJSON *root = text != NULL ? cJSON_Parse(text) : NULL;
+    cJSON *v = root;
+    char comp[128];
+    for (const char *p = path; v != NULL && *p != '\0';) {
+        size_t len = strcspn(p, ".");
+        snprintf(comp, sizeof comp, "%.*s", (int)len, p);
+        v = cJSON_GetObjectItemCaseSensitive(v, comp);
+        p += len + (p[len] == '.');
+    }
+    char *s = v != NULL ? cJSON_PrintUnformatted(v) : NULL;
+    if (s != NULL) {
+        snprintf(out, n, "%s", s);
+        free(s);
+    }
+    cJSON_Delete(root);
+    free(text);
+}
+
+/*
+ * Every integer key at INT_MAX, INT64_MAX, -1 and 0, as a flag and in a file:
+ * either refused with a message that names the key, or accepted with the
+ * value read exactly (whether it is then cheap is test_cli's business). A
+ * number beyond a double (1e999, 5000 digits) is reported as written.
+ */
+static void test_integer_extremes(void)
+{
+    static const char *const values[] = {"2147483647", "9223372036854775807", "-1", "0"};
+    const char *path, *flag;
+    zr_config_kind kind;
+    int keys = 0, refused = 0, accepted = 0;
+    for (size_t i = 0; zr_config_key_info(i, &path, &flag, &kind); i++) {
+        if (kind != ZR_CFG_INTEGER) {
+            continue;
+        }
+        keys++;
+        for (size_t j = 0; j < sizeof values / sizeof values[0]; j++) {
+            zr_train_config c;
+            char name[160], json[400];
+            snprintf(name, sizeof name, "--%s", path);
+            char *argv[] = {name, (char *)values[j]};
+            zr_error_clear();
+            zr_status st = flags(&c, 2, argv);
+            if (st == ZR_OK) {
+                st = zr_config_finalize(&c, 1);
+            }
+            if (st != ZR_OK) {
+                refused++;
+                TEST_CHECKF(strstr(zr_error_message(), path) != NULL,
+                            "%s %s: message does not name the key: %s", path, values[j],
+                            zr_error_message());
+            } else {
+                accepted++;
+                char got[64];
+                json_value(&c, path, got, sizeof got);
+                /* 0 may be derived into another value (0 = derived / ranks per node) */
+                TEST_CHECKF(strcmp(got, values[j]) == 0 || strcmp(values[j], "0") == 0,
+                            "%s %s read back as %s", path, values[j], got);
+            }
+            /* the same value from a file: same verdict, the key named */
+            char *dot = strrchr(path, '.');
+            if (dot == NULL) {
+                snprintf(json, sizeof json, "{\"%s\": %s}", path, values[j]);
+            } else {
+                /* nest a.b.c as {"a": {"b": {"c": v}}} */
+                int depth = 0, w = 0;
+                for (const char *p = path; *p != '\0'; depth++) {
+                    size_t len = strcspn(p, ".");
+                    w += snprintf(json + w, sizeof json - (size_t)w, "{\"%.*s\": ", (int)len, p);
+                    p += len + (p[len] == '.');
+                }
+                w += snprintf(json + w, sizeof json - (size_t)w, "%s", values[j]);
+                for (int d = 0; d < depth; d++) {
+                    w += snprintf(json + w, sizeof json - (size_t)w, "}");
+                }
+            }
+            zr_error_clear();
+            zr_status st2 = parse(&c, json, NULL);
+            if (st2 == ZR_OK) {
+                st2 = zr_config_finalize(&c, 1);
+            }
+            TEST_CHECKF((st2 == ZR_OK) == (st == ZR_OK), "%s: flag and file disagree on %s", path,
+                        values[j]);
+            if (st2 != ZR_OK) {
+                TEST_CHECKF(strstr(zr_error_message(), path) != NULL, "%s: %s", json,
+                            zr_error_message());
+            }
+        }
+    }
+    TEST_CHECK(keys >= 20);
+    printf("  %d integer keys x 4 extremes: %d refused naming the key, %d accepted exactly\n",
+           keys, refused, accepted);
+
+    /* numbers a double cannot hold are shown as written, not as "null" or "inf" */
+    zr_train_config c;
+    char *a1[] = {"--lr", "1e999"};
+    TEST_FAILS(flags(&c, 2, a1), ZR_ERR_INVALID,
+               "flag --lr (optimizer.params.lr): 1e999 is out of range: it must be a number > 0");
+    char digits[5001];
+    memset(digits, '7', 5000);
+    digits[5000] = '\0';
+    char *a2[] = {"--stage", digits};
+    TEST_FAILS(flags(&c, 2, a2), ZR_ERR_INVALID,
+               "flag --stage (zero_optimization.stage): 777777777777777777777777... (5000 "
+               "characters) is out of range");
+    TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"lr\": 1e999}}}", NULL), ZR_ERR_INVALID,
+               "cfg.json:1:33: \"optimizer.params.lr\": 1e999 is out of range: it must be a "
+               "number > 0");
+    char *big = malloc(5100);
+    snprintf(big, 5100, "{\"zero_optimization\":\n {\"stage\": %s}}", digits);
+    TEST_FAILS(parse(&c, big, NULL), ZR_ERR_INVALID,
+               "cfg.json:2:12: \"zero_optimization.stage\": 777777777777777777777777... (5000 "
+               "characters) is out of range: it must be an integer in [0, 3]");
+    free(big);
+    TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"betas\": [0.9, -1e400]}}}", NULL),
+               ZR_ERR_INVALID, "\"optimizer.params.betas\": -1e400 is out of range");
+    TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"eps\": 1e-400}}}", NULL),
+               ZR_ERR_INVALID, "\"optimizer.params.eps\": 1e-400 is out of range");
+    /* a number inside a string is text */
+    TEST_OK(parse(&c, "{\"zr\": {\"data\": {\"path\": \"1e999\"}}}", NULL));
+    /* a derived micro-batch obeys its key's bound */
+    TEST_FAILS(parse_final("{\"train_batch_size\": 2147483647, \"gradient_accumulation_steps\": 1}", 1),
+               ZR_ERR_INVALID, "train_batch_size (2147483647) at 1 rank gives "
+                               "train_micro_batch_size_per_gpu 2147483647");
+    zr_error_clear();
+}
+
+/*
+ * One grammar for every boolean flag: --KEY, --KEY=WORD, --KEY WORD and
+ * --no-KEY, under its dotted name and its short alias; --no-KEY takes no
+ * value and says so naming itself; --no- of a non-boolean names the key.
+ */
+static void test_boolean_flags(void)
+{
+    const char *path, *flag;
+    zr_config_kind kind;
+    int tested = 0;
+    for (size_t i = 0; zr_config_key_info(i, &path, &flag, &kind); i++) {
+        if (kind != ZR_CFG_BOOLEAN) {
+            continue;
+        }
+        const char *names[2] = {path, flag};
+        for (int n = 0; n < 2 && names[n] != NULL; n++) {
+            char key[160], eq_t[170], eq_f[170], no[170], no_eq[180];
+            snprintf(key, sizeof key, "--%s", names[n]);
+            snprintf(eq_t, sizeof eq_t, "--%s=on", names[n]);
+            snprintf(eq_f, sizeof eq_f, "--%s=false", names[n]);
+            snprintf(no, sizeof no, "--no-%s", names[n]);
+            snprintf(no_eq, sizeof no_eq, "--no-%s=true", names[n]);
+            struct {
+                int argc;
+                char *argv[3];
+                const char *want;
+            } forms[] = {
+                {1, {key}, "true"},           {1, {eq_t}, "true"},
+                {1, {eq_f}, "false"},         {2, {key, "0"}, "false"},
+                {2, {key, "yes"}, "true"},    {1, {no}, "false"},
+                {3, {no, key, "1"}, "true"},  {3, {key, "off", no}, "false"},
+            };
+            for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
+                zr_train_config c;
+                TEST_OK(flags(&c, forms[f].argc, forms[f].argv));
+                char got[16];
+                json_value(&c, path, got, sizeof got);
+                TEST_CHECKF(strcmp(got, forms[f].want) == 0, "%s %s: got %s, want %s",
+                            forms[f].argv[0], forms[f].argc > 1 ? forms[f].argv[1] : "", got,
+                            forms[f].want);
+            }
+            zr_train_config c;
+            char *bad1[] = {no_eq};
+            TEST_FAILS(flags(&c, 1, bad1), ZR_ERR_INVALID, "takes no value");
+            TEST_CHECKF(strstr(zr_error_message(), no) != NULL && strstr(zr_error_message(), path),
+                        "%s", zr_error_message());
+            char *bad2[] = {no, "false"};
+            TEST_FAILS(flags(&c, 2, bad2), ZR_ERR_INVALID, "takes no value (got \"false\")");
+            char *bad3[] = {key, "maybe"};
+            TEST_FAILS(flags(&c, 2, bad3), ZR_ERR_INVALID, "unexpected argument \"maybe\"");
+            char bad_eq[180];
+            snprintf(bad_eq, sizeof bad_eq, "--%s=maybe", names[n]);
+            char *bad4[] = {bad_eq};
+            TEST_FAILS(flags(&c, 1, bad4), ZR_ERR_INVALID, "must be true or false, got \"maybe\"");
+            tested++;
+        }
+    }
+    TEST_CHECK(tested >= 8);
+    zr_train_config c;
+    char *a[] = {"--no-steps"};
+    TEST_FAILS(flags(&c, 1, a), ZR_ERR_INVALID,
+               "flag --no-steps: --no- applies to true/false keys only, and zr.train.train_steps");
+    printf("  %d boolean flag names x 12 spellings\n", tested);
+    zr_error_clear();
+}
+
+/* ---- the live progress bar ---------------------------------------------- */
+
+/*
+ * The bar is for a person at a terminal: on for a terminal with a TERM,
+ * off under every launcher (whose ranks may sit on a pseudo-terminal that
+ * ends in a log file), under CI and for TERM dumb or unset, unless
+ * ZR_PROGRESS forces it either way.
+ */
+static void test_progress_decision(void)
+{
+    struct {
+        const char *env[4];
+        int tty, want;
+    } cases[] = {
+        {{"TERM=xterm"}, 1, 1},
+        {{"TERM=xterm"}, 0, 0},
+        {{NULL}, 1, 0},
+        {{"TERM=dumb"}, 1, 0},
+        {{"TERM=xterm", "CI=true"}, 1, 0},
+        {{"TERM=xterm", "CI="}, 1, 1},
+        {{"TERM=xterm", "OMPI_COMM_WORLD_SIZE=4", "OMPI_COMM_WORLD_RANK=0"}, 1, 0},
+        {{"TERM=xterm", "OMPI_COMM_WORLD_RANK=0"}, 1, 0},
+        {{"TERM=xterm", "PMIX_RANK=0"}, 1, 0},
+        {{"TERM=xterm", "PMI_RANK=0", "PMI_SIZE=2"}, 1, 0},
+        {{"TERM=xterm", "PMI_SIZE=2"}, 1, 0},
+        {{"TERM=xterm", "SLURM_PROCID=0"}, 1, 0},
+        {{"TERM=xterm", "SLURM_JOB_ID=123"}, 1, 0},
+        {{"TERM=xterm", "OMPI_COMM_WORLD_SIZE=4", "ZR_PROGRESS=1"}, 1, 1},
+        {{"SLURM_JOB_ID=1", "ZR_PROGRESS=1"}, 0, 1},
+        {{"TERM=xterm", "ZR_PROGRESS=0"}, 1, 0},
+        {{"TERM=xterm", "ZR_PROGRESS="}, 1, 1},
+        {{"TERM=xterm", "SLURM_JOB_ID_X=1", "XPMI_RANK=1"}, 1, 1}, /* names must match exactly */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *envp[5] = {NULL};
+        for (int k = 0; k < 4 && cases[i].env[k] != NULL; k++) {
+            envp[k] = (char *)cases[i].env[k];
+        }
+        TEST_CHECKF(zr_progress_bar_wanted(envp, cases[i].tty) == cases[i].want,
+                    "case %zu (%s %s %s, tty %d): want %d", i, envp[0] ? envp[0] : "",
+                    envp[1] ? envp[1] : "", envp[2] ? envp[2] : "", cases[i].tty, cases[i].want);
+    }
+    TEST_EQ_INT(zr_progress_bar_wanted(NULL, 1), 0);
+}
+
 /* ---- metrics ------------------------------------------------------------ */
 
 static void test_metrics(void)
@@ -689,6 +939,98 @@ static void test_metrics(void)
     zr_error_clear();
 }
 
+/*
+ * The trainer's writer: non-finite values as null, floats and doubles that
+ * read back bit for bit, a resume that cuts the file back to the
+ * checkpoint's step atomically, and a write to a full disk that fails.
+ */
+static void test_metrics_writer(void)
+{
+    zr_metrics_line l;
+    zr_metrics_line_begin(&l, 7);
+    float f = 0.1f + 1e-8f;
+    double d = 1.0 / 3.0;
+    zr_metrics_line_f32(&l, "loss", f);
+    zr_metrics_line_f64(&l, "tokens_per_s", d);
+    zr_metrics_line_f64(&l, "grad_norm", NAN);
+    zr_metrics_line_f32(&l, "val_loss", -INFINITY);
+    zr_metrics_line_f64(&l, "lr", INFINITY);
+    zr_metrics_line_i64(&l, "bytes", 9007199254740993LL);
+    const char *text = zr_metrics_line_end(&l);
+    TEST_CHECKF(strstr(text, "\"grad_norm\": null") && strstr(text, "\"val_loss\": null") &&
+                    strstr(text, "\"lr\": null") && strstr(text, "9007199254740993}\n"),
+                "%s", text);
+    cJSON *obj = cJSON_Parse(text);
+    TEST_CHECKF(obj != NULL, "not JSON: %s", text);
+    cJSON_Delete(obj);
+    zr_metrics_point p;
+    TEST_OK(zr_metrics_parse_line(text, "m", 1, &p));
+    TEST_CHECK((float)p.loss == f);
+    TEST_CHECK(p.tokens_per_s == d);
+    TEST_CHECK(isnan(p.val_loss) && isnan(p.lr));
+
+    /* resume: steps 1..6 written, a cut-off 7; the checkpoint is at step 4 */
+    char dir[64] = "/tmp/zr_test_metrics_XXXXXX", path[128], tmp[160];
+    TEST_CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/sub dir/metrics.jsonl", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    zr_metrics_file m;
+    size_t dropped = 99;
+    TEST_OK(zr_metrics_open(&m, path, 0, 0, &dropped)); /* fresh: makes "sub dir" */
+    TEST_EQ_INT(dropped, 0);
+    for (int s = 1; s <= 6; s++) {
+        zr_metrics_line_begin(&l, s);
+        zr_metrics_line_f32(&l, "loss", 10.0f - s);
+        zr_metrics_line_f64(&l, "tokens_per_s", 100);
+        TEST_OK(zr_metrics_append(&m, zr_metrics_line_end(&l)));
+    }
+    TEST_OK(zr_metrics_append(&m, "not json\n\n{\"step\": 7, \"lo"));
+    TEST_OK(zr_metrics_close(&m));
+    TEST_OK(zr_metrics_open(&m, path, 1, 4, &dropped));
+    TEST_EQ_INT(dropped, 4); /* steps 5 and 6, the foreign line and the cut-off one */
+    TEST_CHECK(access(tmp, F_OK) != 0);
+    for (int s = 5; s <= 8; s++) {
+        zr_metrics_line_begin(&l, s);
+        zr_metrics_line_f32(&l, "loss", 1.0f);
+        zr_metrics_line_f64(&l, "tokens_per_s", 100);
+        TEST_OK(zr_metrics_append(&m, zr_metrics_line_end(&l)));
+    }
+    TEST_OK(zr_metrics_close(&m));
+    TEST_OK(zr_metrics_close(&m)); /* closing twice is harmless */
+    zr_metrics_series ser;
+    TEST_OK(zr_metrics_read(path, &ser));
+    TEST_EQ_INT(ser.count, 8);
+    for (size_t i = 0; i < ser.count && i < 8; i++) {
+        TEST_EQ_INT(ser.points[i].step, (long long)i + 1);
+        TEST_NEAR(ser.points[i].loss, i < 4 ? 9.0 - i : 1.0, 0);
+    }
+    zr_metrics_free(&ser);
+    /* resuming from step 0 (no checkpoint found) empties it; a missing file is fine */
+    TEST_OK(zr_metrics_keep_through(path, 0, &dropped));
+    TEST_EQ_INT(dropped, 8);
+    unlink(path);
+    TEST_OK(zr_metrics_keep_through(path, 3, &dropped));
+    TEST_EQ_INT(dropped, 0);
+    /* a full disk: the write fails naming the file, it never passes silently */
+    char full[128];
+    snprintf(full, sizeof full, "%s/full.jsonl", dir);
+    TEST_CHECK(symlink("/dev/full", full) == 0);
+    TEST_OK(zr_metrics_open(&m, full, 0, 0, &dropped));
+    zr_metrics_line_begin(&l, 1);
+    TEST_FAILS(zr_metrics_append(&m, zr_metrics_line_end(&l)), ZR_ERR_IO,
+               "cannot write metrics file");
+    TEST_CHECK(strstr(zr_error_message(), "full.jsonl") != NULL);
+    zr_metrics_close(&m);
+    /* a resume over something that is not a regular file is refused, not rewritten */
+    TEST_FAILS(zr_metrics_open(&m, full, 1, 3, &dropped), ZR_ERR_INVALID, "not a regular file");
+    unlink(full);
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s/sub dir", dir);
+    rmdir(sub);
+    TEST_CHECK(rmdir(dir) == 0);
+    zr_error_clear();
+}
+
 int main(void)
 {
     TEST_RUN(test_defaults);
@@ -699,6 +1041,10 @@ int main(void)
     TEST_RUN(test_derivations);
     TEST_RUN(test_model_shape);
     TEST_RUN(test_print_json_help);
+    TEST_RUN(test_integer_extremes);
+    TEST_RUN(test_boolean_flags);
+    TEST_RUN(test_progress_decision);
     TEST_RUN(test_metrics);
+    TEST_RUN(test_metrics_writer);
     return zr_test_finish();
 }

@@ -8,6 +8,8 @@
 #include "zr/model.h"
 #include "zr/optim.h"
 
+#include "../src/model/ops.h" /* zr_op_exp: internal to src/model */
+
 /* All units of one model, each in its own allocation unless told otherwise. */
 typedef struct units {
     int n;
@@ -465,9 +467,73 @@ static void test_loss_falls(void)
     zr_gpt_free(&m);
 }
 
+/*
+ * The exp behind softmax and GELU over the whole float range: a sample of
+ * every 251st bit pattern (both signs, subnormals, infinities, NaNs) plus
+ * the edges. NaN stays NaN; everything else is finite and positive, within
+ * a few ulp of exp on [-87, 88] and the clamped value outside. Under the
+ * asan suite UBSan also sees that no input shifts a negative value.
+ */
+static void test_exp_range(void)
+{
+    enum { CHUNK = 4096 };
+    static float in[CHUNK], out[CHUNK];
+    const float lo_clamp = -87.0f, hi_clamp = 88.0f;
+    float edge_in[2] = {lo_clamp, hi_clamp}, edge_out[2];
+    zr_op_exp(edge_out, edge_in, 2);
+    double worst = 0;
+    long bad_nan = 0, bad_range = 0, bad_clamp = 0, count = 0;
+    uint64_t u = 0;
+    static const uint32_t specials[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
+                                        0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x00000001u,
+                                        0x80000001u, 0x7f7fffffu, 0xff7fffffu, 0x42ae0000u,
+                                        0xc2ae0000u, 0x42b00000u, 0xc2b00000u, 0x42b17218u};
+    size_t nspecial = sizeof specials / sizeof specials[0];
+    while (u <= 0xffffffffull) {
+        int n = 0;
+        for (; n < CHUNK && u <= 0xffffffffull; n++) {
+            uint32_t bits;
+            if (count + n < (long)nspecial) {
+                bits = specials[count + n];
+            } else {
+                bits = (uint32_t)u;
+                u += 251;
+            }
+            memcpy(&in[n], &bits, sizeof bits);
+        }
+        zr_op_exp(out, in, (size_t)n);
+        for (int i = 0; i < n; i++) {
+            float x = in[i], y = out[i];
+            if (isnan(x)) {
+                bad_nan += !isnan(y);
+                continue;
+            }
+            if (!(isfinite(y) && y > 0.0f)) {
+                bad_range++;
+                continue;
+            }
+            if (x < lo_clamp || x > hi_clamp) {
+                bad_clamp += y != edge_out[x > 0];
+                continue;
+            }
+            double want = exp((double)x);
+            double rel = fabs((double)y - want) / want;
+            worst = rel > worst ? rel : worst;
+        }
+        count += n;
+    }
+    TEST_CHECKF(bad_nan == 0, "%ld NaN inputs did not give NaN", bad_nan);
+    TEST_CHECKF(bad_range == 0, "%ld inputs gave a non-finite or non-positive exp", bad_range);
+    TEST_CHECKF(bad_clamp == 0, "%ld inputs outside [-87, 88] were not clamped", bad_clamp);
+    /* 2 ulp of a float is 2^-22 relative at worst */
+    TEST_CHECKF(worst < 2.4e-7, "worst relative error %.3g", worst);
+    printf("  exp over %ld inputs: worst relative error %.3g on [-87, 88]\n", count, worst);
+}
+
 int main(void)
 {
     zr_gpt_set_threads(1);
+    TEST_RUN(test_exp_range);
     TEST_RUN(test_layout);
     TEST_RUN(test_init);
     TEST_RUN(test_gradcheck_small);

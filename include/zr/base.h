@@ -46,6 +46,17 @@ const char *zr_error_message(void);
 /* Replace the recorded message (used when ranks agree on one error). */
 void zr_error_set_message(const char *msg);
 
+/*
+ * An agreed message: one that every rank holds and that already names the
+ * rank it came from ("rank 3: ..."). zr_comm_agree records its result with
+ * zr_error_set_agreed and, when asked to agree on an error whose message is
+ * agreed already, passes it on unchanged, so a message never gains a second
+ * "rank R: " however many layers agree on it. A new failure (zr_error_at,
+ * zr_error_set_message, zr_error_clear) resets the mark.
+ */
+void zr_error_set_agreed(const char *msg);
+int zr_error_agreed(void);
+
 /* Clear the recorded message (tests that provoke errors on purpose). */
 void zr_error_clear(void);
 

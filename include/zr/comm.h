@@ -201,7 +201,8 @@ zr_status zr_comm_bcast(zr_comm *c, void *buf, size_t bytes, int root);
  * message, prefixed "rank R: ", so the error and the exit are identical
  * everywhere and nobody waits forever on a peer that gave up. Call it at
  * set-up points (config, file opens, checkpoint loads) where a failure might
- * be visible on some ranks only.
+ * be visible on some ranks only. An error agreed on before keeps its one
+ * "rank R: " (zr_error_agreed), so layers may agree on a status again freely.
  */
 zr_status zr_comm_agree(zr_comm *c, zr_status local);
 

@@ -72,6 +72,7 @@ typedef struct zr_train_config {
     unsigned long long seed;
     int threads;                        /* BLAS threads per rank */
     char metrics_path[ZR_CFG_STR];      /* JSON lines, one per step; "" = <checkpoint_dir>/metrics.jsonl or none */
+    int max_nonfinite_steps;            /* stop after this many consecutive non-finite steps; 0 = never */
     /* zr.checkpoint */
     char checkpoint_dir[ZR_CFG_STR];    /* "" = no checkpoints */
     int checkpoint_every;               /* steps; 0 = only at the end */
@@ -165,5 +166,15 @@ void zr_config_print(FILE *f, const zr_train_config *c);
 
 /* The effective configuration as one JSON object (stored in checkpoint manifests). */
 char *zr_config_to_json(const zr_train_config *c); /* malloc'd; caller frees */
+
+/* What a key holds, for tools and tests that walk every key. */
+typedef enum zr_config_kind { ZR_CFG_INTEGER, ZR_CFG_BOOLEAN, ZR_CFG_OTHER } zr_config_kind;
+
+/*
+ * The i-th key (from 0) that sets a field, in table order: its dotted path,
+ * its short flag without "--" (NULL if none) and its kind. Returns 0 when i
+ * is past the last key.
+ */
+int zr_config_key_info(size_t i, const char **path, const char **flag, zr_config_kind *kind);
 
 #endif /* ZR_CONFIG_H */

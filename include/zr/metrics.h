@@ -12,6 +12,7 @@
 #define ZR_METRICS_H
 
 #include "zr/base.h"
+#include "zr/file.h"
 
 #include <stdio.h>
 
@@ -52,7 +53,68 @@ void zr_metrics_free(zr_metrics_series *s);
 /* The label of a run from its metrics path: "runs/a/metrics.jsonl" -> "a". */
 void zr_metrics_label(const char *path, char *buf, size_t n);
 
+/*
+ * One metrics line being built: {"step": N, "key": value, ...}. Floats are
+ * written with enough digits to read back exactly (%.9g for a float, %.17g
+ * for a double) and non-finite values as null, so every line is JSON.
+ */
+typedef struct zr_metrics_line {
+    char text[2048];
+    size_t len;
+} zr_metrics_line;
+
+void zr_metrics_line_begin(zr_metrics_line *l, long long step);
+void zr_metrics_line_i64(zr_metrics_line *l, const char *key, long long v);
+void zr_metrics_line_f32(zr_metrics_line *l, const char *key, float v);
+void zr_metrics_line_f64(zr_metrics_line *l, const char *key, double v);
+/* Close the object and add the newline; returns the text. */
+const char *zr_metrics_line_end(zr_metrics_line *l);
+
 /* Write one point as a line that zr_metrics_parse_line reads back (NaN as null). */
 zr_status zr_metrics_write(FILE *f, const zr_metrics_point *p);
+
+/* The metrics file of a running job. */
+typedef struct zr_metrics_file {
+    FILE *f;
+    char path[ZR_PATH_MAX];
+} zr_metrics_file;
+
+/*
+ * Open path for a run, creating its folder (mkdir(2), no shell). A fresh run
+ * starts an empty file. A resumed run first rewrites the file atomically
+ * (zr_metrics_keep_through) so that it ends at last_step, the step of the
+ * checkpoint it resumes from, then appends: every step appears once, with the
+ * values of the run that produced the checkpoint and then of the resumed run.
+ * *dropped counts the lines removed. ZR_ERR_IO naming the path on failure.
+ */
+zr_status zr_metrics_open(zr_metrics_file *m, const char *path, int resume, long long last_step,
+                          size_t *dropped);
+
+/* Append one line (from zr_metrics_line_end) and flush; a short write (full disk) is ZR_ERR_IO. */
+zr_status zr_metrics_append(zr_metrics_file *m, const char *line);
+
+/* Close; a write error that only the close sees is ZR_ERR_IO. Safe on a closed file. */
+zr_status zr_metrics_close(zr_metrics_file *m);
+
+/*
+ * Rewrite the metrics file at path atomically keeping only the complete lines
+ * whose "step" is at most last_step, in their order; *dropped counts the
+ * others (later steps, a cut-off last line, lines that are not zr's). A
+ * missing file is fine (nothing to keep).
+ */
+zr_status zr_metrics_keep_through(const char *path, long long last_step, size_t *dropped);
+
+/*
+ * Whether "zr train" draws its live progress bar (a line redrawn with \r
+ * between the periodic progress lines, which are printed either way), from
+ * the environment envp ("NAME=value" strings, NULL-terminated; pass environ)
+ * read before MPI_Init, and whether stdout is a terminal. ZR_PROGRESS=1 (any
+ * non-empty value but 0) forces it on, ZR_PROGRESS=0 off. Otherwise it is off
+ * under a launcher (Open MPI: OMPI_COMM_WORLD_SIZE/RANK, PMIx: PMIX_RANK,
+ * MPICH/Hydra: PMI_RANK/PMI_SIZE, Slurm: SLURM_PROCID/SLURM_JOB_ID), since
+ * a rank cannot tell whether its output ends in a log; off under CI (CI set)
+ * or TERM unset or dumb; on for a terminal.
+ */
+int zr_progress_bar_wanted(char *const *envp, int stdout_is_tty);
 
 #endif /* ZR_METRICS_H */

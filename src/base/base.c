@@ -17,6 +17,7 @@
 #include <time.h>
 
 static char err_msg[1024];
+static int err_agreed; /* err_msg already names the rank it came from (zr_comm_agree) */
 static int log_rank = -1;
 static int log_level = -1; /* -1: not read from the environment yet */
 static void (*abort_hook)(int exit_code);
@@ -49,11 +50,24 @@ const char *zr_error_message(void)
 void zr_error_set_message(const char *msg)
 {
     snprintf(err_msg, sizeof err_msg, "%s", msg ? msg : "");
+    err_agreed = 0;
+}
+
+void zr_error_set_agreed(const char *msg)
+{
+    zr_error_set_message(msg);
+    err_agreed = 1;
+}
+
+int zr_error_agreed(void)
+{
+    return err_agreed;
 }
 
 void zr_error_clear(void)
 {
     err_msg[0] = '\0';
+    err_agreed = 0;
 }
 
 /* Strip the directories so messages stay short: "src/comm/comm.c" -> "comm/comm.c". */
@@ -72,6 +86,7 @@ zr_status zr_error_at(zr_status st, const char *file, int line, const char *fmt,
     va_end(ap);
     /* The message is what the user reads; the location is for us. */
     snprintf(err_msg, sizeof err_msg, "%s", body);
+    err_agreed = 0;
     zr_log_at(ZR_LOG_DEBUG, file, line, "error (%s): %s", zr_status_str(st), body);
     return st;
 }

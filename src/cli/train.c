@@ -17,6 +17,7 @@
 #include "zr/data.h"
 #include "zr/file.h"
 #include "zr/gpt_engine.h"
+#include "zr/metrics.h"
 #include "zr/optim.h"
 #include "zr/schedule.h"
 
@@ -26,7 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
+
+extern char **environ; /* POSIX; unistd.h declares it only for _GNU_SOURCE */
 
 /* Exit codes: 0 done (or stopped cleanly by a signal), 1 runtime failure, 2 bad input. */
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_INPUT = 2 };
@@ -50,8 +54,11 @@ typedef struct trainer {
     zr_gpt_specs specs;
     zr_engine engine;
     int engine_up;
-    FILE *metrics;
     zr_ckpt_dir_lock lock; /* rank 0: exclusive use of the checkpoint dir */
+    zr_metrics_file metrics; /* rank 0 only; metrics.f == NULL when there is no metrics file */
+    zr_status metrics_st;    /* rank 0: first failed metrics write, agreed on by metrics_agree */
+    char metrics_err[1024];
+    int progress_bar;        /* decided before MPI_Init, from the launcher's environment */
     int *inputs, *targets;
     char *config_json;
 } trainer;
@@ -172,6 +179,62 @@ static zr_status model_shape(trainer *t)
     return ZR_OK;
 }
 
+/*
+ * Sizes that are valid one by one but would cost hours, or more memory than
+ * the node has, before the first step could report anything are refused
+ * here, naming their keys (every key at its extreme either fails here or
+ * costs nothing until used).
+ */
+static zr_status check_sizes(trainer *t)
+{
+    const zr_train_config *c = &t->cfg;
+    size_t train_batches = zr_loader_batches_per_epoch(&t->train);
+    size_t val_batches = zr_loader_batches_per_epoch(&t->val);
+    double global = (double)t->world * c->train_micro_batch_size_per_gpu * c->seq_len;
+    if (c->val_every > 0 && (size_t)c->val_batches > val_batches) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "zr.data.val_batches (%d) is more than the %zu batches of %.0f tokens (%d ranks x "
+                "train_micro_batch_size_per_gpu %d x zr.model.seq_len %d) that the validation split "
+                "holds; each pass would read the same tokens again: use at most %zu (or "
+                "zr.data.val_every 0 for no validation)",
+                c->val_batches, val_batches, global, t->world, c->train_micro_batch_size_per_gpu,
+                c->seq_len, val_batches);
+    }
+    if ((size_t)c->gradient_accumulation_steps > train_batches) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "one optimizer step (gradient_accumulation_steps %d x %.0f tokens) reads more than "
+                "the whole training split (%zu batches of %.0f tokens): lower "
+                "gradient_accumulation_steps or train_batch_size to at most %zu batches",
+                c->gradient_accumulation_steps, global, train_batches, global, train_batches);
+    }
+    /* a lower bound of what one rank allocates: activations (layout of src/model/gpt.c) and
+       the fp32 model state (master, gradient, Adam m and v, sharded; the full parameters
+       below stage 3) */
+    const zr_gpt_config *m = &t->mcfg;
+    double BT = (double)c->train_micro_batch_size_per_gpu * c->seq_len, C = m->channels;
+    double acts = 4.0 * (BT * (m->layers * (16.0 * C + 4.0 + (double)m->heads * c->seq_len) +
+                               10.0 * C + m->padded_vocab + 3.0) +
+                         128.0 * c->seq_len);
+    double params = (double)zr_gpt_config_param_count(m);
+    double state = 16.0 * params / t->world + (c->stage < 3 ? 4.0 * params : 0.0);
+    struct sysinfo si;
+    double have = sysinfo(&si) == 0 ? ((double)si.totalram + (double)si.totalswap) * si.mem_unit
+                                    : INFINITY;
+    int per_node = t->comm.ranks_per_node > 0 ? t->comm.ranks_per_node : 1;
+    if ((acts + state) * per_node > have) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "this run needs at least %.1f GB per node (%d rank%s x (%.1f GB of activations "
+                "for train_micro_batch_size_per_gpu %d x zr.model.seq_len %d with zr.model.layers "
+                "%d, zr.model.channels %d, zr.model.heads %d + %.1f GB of model state for %.0f "
+                "parameters)), more than the %.1f GB of memory and swap of this node: lower "
+                "those keys",
+                (acts + state) * per_node / 1e9, per_node, per_node == 1 ? "" : "s", acts / 1e9,
+                c->train_micro_batch_size_per_gpu, c->seq_len, m->layers, m->channels, m->heads,
+                state / 1e9, params, have / 1e9);
+    }
+    return ZR_OK;
+}
+
 static zr_status setup(trainer *t)
 {
     zr_train_config *c = &t->cfg;
@@ -182,7 +245,16 @@ static zr_status setup(trainer *t)
     if (st == ZR_OK) {
         st = zr_loader_init(&t->val, &t->data, ZR_SPLIT_VAL, B, T, t->rank, t->world);
     }
+    if (st != ZR_OK) {
+        /* the loader speaks of B and T; the user set them as keys */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zr_error_message());
+        st = zr_error_at(st, __FILE__, __LINE__,
+                         "%s: lower train_micro_batch_size_per_gpu (%d) or zr.model.seq_len (%d)",
+                         msg, B, T);
+    }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
+    ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
     st = zr_gpt_init(&t->model, &t->mcfg, B, T);
     if (st == ZR_OK) {
         st = zr_gpt_specs_init(&t->specs, &t->mcfg);
@@ -386,24 +458,6 @@ static uint64_t sum_bytes(const zr_traffic *t, int inter)
     return s;
 }
 
-/*
- * The live bar is for people at a terminal. Open MPI hands every rank a
- * pseudo-terminal even when mpirun's own output goes to a file, so isatty
- * alone cannot tell; CI and TERM=dumb turn it off, ZR_PROGRESS=0/1 decides.
- */
-static int progress_wanted(void)
-{
-    const char *force = getenv("ZR_PROGRESS");
-    if (force != NULL && force[0] != '\0') {
-        return strcmp(force, "0") != 0;
-    }
-    const char *term = getenv("TERM"), *ci = getenv("CI");
-    if ((ci != NULL && ci[0] != '\0') || term == NULL || strcmp(term, "dumb") == 0) {
-        return 0;
-    }
-    return isatty(STDOUT_FILENO);
-}
-
 static void progress_bar(int step, int total, float loss, double eta)
 {
     char e[32];
@@ -413,8 +467,48 @@ static void progress_bar(int step, int total, float loss, double eta)
     for (int i = 0; i < width; i++) {
         putchar(i < done ? '=' : (i == done ? '>' : ' '));
     }
-    printf("] %d/%d loss %.4f ETA %s   ", step, total, loss, e);
+    printf("] %d/%d loss %.9g ETA %s   ", step, total, loss, e);
     fflush(stdout);
+}
+
+/* Rank 0's first failed metrics write, made every rank's error (one collective). */
+static zr_status metrics_agree(trainer *t)
+{
+    zr_status st = t->metrics_st;
+    if (st != ZR_OK) {
+        zr_error_set_message(t->metrics_err);
+    }
+    return zr_comm_agree(&t->comm, st);
+}
+
+/* Rank 0: one metrics line; a failure is kept until the next collective reports it. */
+static void write_metrics(trainer *t, int done, float loss, float lr, const zr_step_stats *st,
+                          double tps, double compute, const double *v, int do_val, float val_loss)
+{
+    if (t->metrics.f == NULL || t->metrics_st != ZR_OK) {
+        return;
+    }
+    zr_metrics_line l;
+    zr_metrics_line_begin(&l, done);
+    zr_metrics_line_f32(&l, "loss", loss);
+    zr_metrics_line_f32(&l, "lr", lr);
+    zr_metrics_line_f64(&l, "grad_norm", st->grad_norm);
+    zr_metrics_line_f64(&l, "tokens_per_s", tps);
+    zr_metrics_line_f64(&l, "t_step", st->t_total);
+    zr_metrics_line_f64(&l, "t_compute", compute);
+    zr_metrics_line_f64(&l, "t_comm", st->t_comm);
+    zr_metrics_line_f64(&l, "t_optim", st->t_optim);
+    zr_metrics_line_i64(&l, "bytes_intra", (long long)v[1]);
+    zr_metrics_line_i64(&l, "bytes_inter", (long long)v[2]);
+    zr_metrics_line_i64(&l, "zero3_bytes_inter", (long long)v[3]);
+    zr_metrics_line_i64(&l, "skipped", st->skipped);
+    if (do_val) {
+        zr_metrics_line_f32(&l, "val_loss", val_loss);
+    }
+    t->metrics_st = zr_metrics_append(&t->metrics, zr_metrics_line_end(&l));
+    if (t->metrics_st != ZR_OK) {
+        snprintf(t->metrics_err, sizeof t->metrics_err, "%s", zr_error_message());
+    }
 }
 
 static zr_status loop(trainer *t, int start, int *stopped_at)
@@ -422,10 +516,11 @@ static zr_status loop(trainer *t, int start, int *stopped_at)
     zr_train_config *c = &t->cfg;
     int accum = c->gradient_accumulation_steps;
     double tokens_per_step = (double)t->world * accum * c->train_micro_batch_size_per_gpu * c->seq_len;
-    int tty = t->rank == 0 && progress_wanted();
+    int tty = t->rank == 0 && t->progress_bar;
     double t_run = zr_now();
     double inter_total = 0, intra_total = 0, zero3_total = 0;
     float first_loss = NAN, last_loss = NAN, val_loss = NAN;
+    int nonfinite = 0; /* consecutive steps with a non-finite loss or gradient */
     *stopped_at = -1;
     for (int step = start; step < c->train_steps; step++) {
         float lr = lr_at(c, step);
@@ -438,10 +533,15 @@ static zr_status loop(trainer *t, int start, int *stopped_at)
         }
         zr_step_stats st;
         ZR_CHECK(zr_engine_step(&t->engine, lr, &st));
-        /* one control all-reduce: loss, bytes, the ZeRO-3 shadow, and a stop request */
-        double v[5] = {local, (double)sum_bytes(&st.traffic, 0), (double)sum_bytes(&st.traffic, 1),
-                       (double)st.zero3_bytes_inter, (double)(stop_requested != 0)};
-        ZR_CHECK(zr_comm_allreduce_sum_f64(&t->comm, ZR_GROUP_WORLD, v, 5));
+        /* one control all-reduce: loss, bytes, the ZeRO-3 shadow, a stop request and a failed
+           metrics write of rank 0 (reported one step late rather than with a collective per step) */
+        double v[6] = {local, (double)sum_bytes(&st.traffic, 0), (double)sum_bytes(&st.traffic, 1),
+                       (double)st.zero3_bytes_inter, (double)(stop_requested != 0),
+                       (double)(t->metrics_st != ZR_OK)};
+        ZR_CHECK(zr_comm_allreduce_sum_f64(&t->comm, ZR_GROUP_WORLD, v, 6));
+        if (v[5] > 0) {
+            return metrics_agree(t);
+        }
         float loss = (float)(v[0] / ((double)t->world * accum));
         intra_total += v[1];
         inter_total += v[2];
@@ -459,29 +559,16 @@ static zr_status loop(trainer *t, int start, int *stopped_at)
         double tps = tokens_per_step / st.t_total;
         double eta = (zr_now() - t_run) / (done - start) * (c->train_steps - done);
         if (t->rank == 0) {
-            if (t->metrics != NULL) {
-                fprintf(t->metrics,
-                        "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6g, "
-                        "\"tokens_per_s\": %.1f, \"t_step\": %.6f, \"t_compute\": %.6f, "
-                        "\"t_comm\": %.6f, \"t_optim\": %.6f, \"bytes_intra\": %.0f, "
-                        "\"bytes_inter\": %.0f, \"zero3_bytes_inter\": %.0f, \"skipped\": %d",
-                        done, loss, lr, st.grad_norm, tps, st.t_total, compute, st.t_comm,
-                        st.t_optim, v[1], v[2], v[3], st.skipped);
-                if (do_val) {
-                    fprintf(t->metrics, ", \"val_loss\": %.6f", val_loss);
-                }
-                fprintf(t->metrics, "}\n");
-                fflush(t->metrics);
-            }
+            write_metrics(t, done, loss, lr, &st, tps, compute, v, do_val, val_loss);
             if (done % c->steps_per_print == 0 || done == c->train_steps || done == start + 1) {
                 char e[32];
                 fmt_eta(eta, e, sizeof e);
                 if (tty) {
                     printf("\r%*s\r", 80, "");
                 }
-                printf("step %5d/%d | loss %.4f", done, c->train_steps, loss);
+                printf("step %5d/%d | loss %.9g", done, c->train_steps, loss);
                 if (do_val) {
-                    printf(" (val %.4f)", val_loss);
+                    printf(" (val %.9g)", val_loss);
                 }
                 printf(" | lr %.2e | norm %6.3f | %7.0f tok/s | compute %5.1f comm %5.1f optim %4.1f ms"
                        " | intra %6.2f inter %6.2f MB | ETA %s\n",
@@ -492,10 +579,22 @@ static zr_status loop(trainer *t, int start, int *stopped_at)
             }
             fflush(stdout);
         }
+        /* the loss and the norm are global, so every rank counts the same steps */
+        nonfinite = isfinite(loss) && !st.skipped ? 0 : nonfinite + 1;
+        if (c->max_nonfinite_steps > 0 && nonfinite >= c->max_nonfinite_steps) {
+            ZR_FAIL(ZR_ERR_NONFINITE,
+                    "training diverged: the loss or the gradient norm was not finite for %d "
+                    "consecutive steps (steps %d to %d; last loss %g, gradient norm %g); nothing "
+                    "was saved from them. Lower optimizer.params.lr (now %g) or raise "
+                    "zr.train.max_nonfinite_steps (0 = never stop)",
+                    nonfinite, done - nonfinite + 1, done, (double)loss, st.grad_norm, c->lr);
+        }
         int ckpt_due = c->checkpoint_dir[0] != '\0' && c->checkpoint_every > 0 &&
                        done % c->checkpoint_every == 0 && done != c->train_steps;
         if (ckpt_due || v[4] > 0) {
             char path[4096] = "";
+            /* a checkpoint is never ahead of its metrics */
+            ZR_CHECK(metrics_agree(t));
             if (c->checkpoint_dir[0] != '\0') {
                 ZR_CHECK(save(t, done, path, sizeof path));
             }
@@ -515,6 +614,7 @@ static zr_status loop(trainer *t, int start, int *stopped_at)
             }
         }
     }
+    ZR_CHECK(metrics_agree(t));
     if (c->checkpoint_dir[0] != '\0' && start < c->train_steps) {
         char path[4096];
         ZR_CHECK(save(t, c->train_steps, path, sizeof path));
@@ -523,10 +623,10 @@ static zr_status loop(trainer *t, int start, int *stopped_at)
         }
     }
     if (t->rank == 0 && start < c->train_steps) {
-        printf("done: %d steps in %.1f s, loss %.4f -> %.4f", c->train_steps - start,
+        printf("done: %d steps in %.1f s, loss %.9g -> %.9g", c->train_steps - start,
                zr_now() - t_run, first_loss, last_loss);
         if (!isnan(val_loss)) {
-            printf(" (val %.4f)", val_loss);
+            printf(" (val %.9g)", val_loss);
         }
         printf("\ninter-node traffic: %.2f MB (intra-node %.2f MB)", inter_total / 1e6,
                intra_total / 1e6);
@@ -553,15 +653,14 @@ static void cleanup(trainer *t)
     zr_free(t->targets);
     free(t->config_json);
     zr_ckpt_unlock(&t->lock);
-    if (t->metrics != NULL) {
-        fclose(t->metrics);
-    }
+    zr_metrics_close(&t->metrics);
     if (t->comm_up) {
         zr_comm_free(&t->comm);
     }
 }
 
-static zr_status open_metrics(trainer *t)
+/* Rank 0 opens the metrics file; a resumed run first cuts it back to its checkpoint's step. */
+static zr_status open_metrics(trainer *t, int start)
 {
     const zr_train_config *c = &t->cfg;
     if (c->metrics_path[0] == '\0') {
@@ -569,24 +668,13 @@ static zr_status open_metrics(trainer *t)
     }
     zr_status st = ZR_OK;
     if (t->rank == 0) {
-        /* the metrics file usually lives in the checkpoint folder, which may not exist yet */
-        char dir[ZR_CFG_STR + 16];
-        snprintf(dir, sizeof dir, "%s", c->metrics_path);
-        char *slash = strrchr(dir, '/');
-        if (slash != NULL && slash != dir) {
-            *slash = '\0';
-            char mk[ZR_CFG_STR + 64];
-            snprintf(mk, sizeof mk, "mkdir -p -- '%s'", dir);
-            if (system(mk) != 0) {
-                st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot create directory %s", dir);
-            }
-        }
-        /* resuming appends to the same curve; a fresh run starts a new file */
-        int append = c->resume || c->resume_from[0] != '\0';
-        t->metrics = st == ZR_OK ? fopen(c->metrics_path, append ? "a" : "w") : NULL;
-        if (st == ZR_OK && t->metrics == NULL) {
-            st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot open metrics file %s",
-                             c->metrics_path);
+        size_t dropped = 0;
+        /* a resumed run continues the curve, cut back to the step it resumes from */
+        int resumed = c->resume || c->resume_from[0] != '\0';
+        st = zr_metrics_open(&t->metrics, c->metrics_path, resumed, start, &dropped);
+        if (st == ZR_OK && dropped > 0) {
+            printf("zr train: %s: dropped %zu line%s after step %d, the step resumed from\n",
+                   c->metrics_path, dropped, dropped == 1 ? "" : "s", start);
         }
     }
     return zr_comm_agree(&t->comm, st);
@@ -597,6 +685,8 @@ int zr_cli_train(int argc, char **argv)
     trainer t;
     memset(&t, 0, sizeof t);
     t.lock.fd = -1;
+    /* before MPI_Init: a singleton run must not look like one under a launcher */
+    t.progress_bar = zr_progress_bar_wanted(environ, isatty(STDOUT_FILENO));
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &t.world);
@@ -687,7 +777,7 @@ int zr_cli_train(int argc, char **argv)
         }
     }
     if (st == ZR_OK) {
-        st = open_metrics(&t);
+        st = open_metrics(&t, start);
     }
     if (st == ZR_OK && t.rank == 0) {
         size_t params = zr_gpt_config_param_count(&t.mcfg);

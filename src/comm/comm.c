@@ -466,21 +466,23 @@ zr_status zr_comm_agree(zr_comm *c, zr_status local)
     int root = (int)-key;
     struct {
         int32_t status;
+        int32_t agreed; /* the message names its rank already: an error agreed on before */
         char msg[1000];
     } m;
     memset(&m, 0, sizeof m);
     if (c->rank[ZR_GROUP_WORLD] == root) {
         m.status = (int32_t)local;
+        m.agreed = zr_error_agreed();
         snprintf(m.msg, sizeof m.msg, "%s", zr_error_message());
     }
     ZR_CHECK(zr_comm_bcast(c, &m, sizeof m, root));
     char full[1100];
-    if (size > 1) {
+    if (size > 1 && !m.agreed) {
         snprintf(full, sizeof full, "rank %d: %s", root, m.msg);
     } else {
         snprintf(full, sizeof full, "%s", m.msg);
     }
-    zr_error_set_message(full);
+    zr_error_set_agreed(full);
     return (zr_status)m.status;
 }
 

@@ -107,17 +107,23 @@ static float max_f(const float *x, int n)
 
 /*
  * exp(x) to about 1 ulp on [-87, 88] (Cephes expf reduction and
- * polynomial); inputs outside are clamped, so the result is always finite
- * and positive. Branch-free so that loops calling it vectorize.
+ * polynomial); finite inputs outside are clamped, so the result is finite
+ * and positive, and a NaN comes back as NaN (a diverged run must show up
+ * in the loss, not be hidden as a small probability). Branch-free (selects
+ * only) so that loops calling it vectorize.
+ * The clamp is written so that NaN fails both comparisons and takes the
+ * bound: the exponent k is then always in [-126, 127], k + 127 is positive,
+ * and the shift into the exponent field is done on an unsigned value, so no
+ * input can shift a negative number or convert an out-of-range float to int.
  */
 static inline float exp_approx(float x)
 {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
-    /* round x / ln2 to nearest with the 1.5 * 2^23 trick (no lrintf call) */
-    float kf = x * 1.44269504088896341f + 12582912.0f;
+    float xc = x > -87.0f ? x : -87.0f;
+    xc = xc < 88.0f ? xc : 88.0f;
+    /* round xc / ln2 to nearest with the 1.5 * 2^23 trick (no lrintf call) */
+    float kf = xc * 1.44269504088896341f + 12582912.0f;
     kf -= 12582912.0f;
-    float r = x - kf * 0.693359375f;
+    float r = xc - kf * 0.693359375f;
     r = r - kf * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
@@ -126,10 +132,17 @@ static inline float exp_approx(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)kf + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return x == x ? p * scale : x;
+}
+
+void zr_op_exp(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[i] = exp_approx(inp[i]);
+    }
 }
 
 /* ---- encoder -------------------------------------------------------------- */

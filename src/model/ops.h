@@ -47,6 +47,12 @@ void zr_op_gelu_fwd(float *out, const float *inp, size_t n);
 /* dinp = gelu'(inp) * dout; dinp may alias dout. */
 void zr_op_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
 
+/*
+ * out = exp(inp) elementwise, the approximation softmax and GELU use: about
+ * 1 ulp on [-87, 88], clamped outside (finite, positive), NaN for NaN.
+ */
+void zr_op_exp(float *out, const float *inp, size_t n);
+
 /* out = a + b, elementwise. */
 void zr_op_add(float *out, const float *a, const float *b, size_t n);
 

@@ -271,6 +271,9 @@ static const cfg_key keys[] = {
     INT("zr.train.threads", threads, 1, 1, 1024, "threads", "BLAS threads per rank"),
     STR("zr.train.metrics_path", metrics_path, "", "metrics",
         "JSON-lines metrics, one line per step; \"\" = <zr.checkpoint.dir>/metrics.jsonl, or none"),
+    INT("zr.train.max_nonfinite_steps", max_nonfinite_steps, 3, 0, IMAX, NULL,
+        "stop with an error after this many consecutive steps with a non-finite loss or gradient "
+        "norm (a diverged run); 0 = never stop"),
     STR("zr.checkpoint.dir", checkpoint_dir, "", "ckpt-dir", "checkpoint folder; \"\" = no checkpoints"),
     INT("zr.checkpoint.every", checkpoint_every, 0, 0, IMAX, "ckpt-every", "steps between checkpoints; 0 = only at the end"),
     INT("zr.checkpoint.keep", keep_checkpoints, 2, 0, IMAX, NULL, "newest complete checkpoints kept; 0 = all"),
@@ -761,6 +764,109 @@ static zr_status walk(zr_train_config *c, const cJSON *obj, const char *prefix, 
     return ZR_OK;
 }
 
+/*
+ * Does the number written as s[0..len) lie beyond what a double holds, so
+ * that reading it gives an infinity (1e999, a 5000-digit integer) or zero
+ * (1e-999)? Such a value would reach the checks as inf or 0 and be reported
+ * as something the user never wrote; it is reported as written instead.
+ */
+static int number_overflows(const char *s, size_t len)
+{
+    char buf[512];
+    char *copy = len < sizeof buf ? buf : malloc(len + 1);
+    if (copy == NULL) {
+        return 0;
+    }
+    memcpy(copy, s, len);
+    copy[len] = '\0';
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(copy, &end);
+    int over = end == copy + len && len > 0 && errno == ERANGE && (isinf(d) || d == 0.0);
+    if (copy != buf) {
+        free(copy);
+    }
+    return over;
+}
+
+/* A number's text for a message: as written, or its start and length when it is long. */
+static void show_number(const char *s, size_t len, char *buf, size_t n)
+{
+    if (len <= 40) {
+        snprintf(buf, n, "%.*s", (int)len, s);
+    } else {
+        snprintf(buf, n, "%.24s... (%zu characters)", s, len);
+    }
+}
+
+/*
+ * cJSON reads 1e999 as an infinity and prints it back as null, so a check of
+ * the parsed value could only say "got null". This pass over the text of a
+ * file that parsed finds each number whose value a double cannot hold and
+ * reports it as written, with its key and line:column. Strings are skipped
+ * (a number inside one is text); the path is kept as a stack of keys.
+ */
+static zr_status check_number_literals(const char *text, const char *name)
+{
+    enum { DEPTH = 32, KEYLEN = 96 };
+    char keys_at[DEPTH][KEYLEN];
+    int depth = 0, line = 1;
+    const char *bol = text, *str = NULL;
+    size_t slen = 0;
+    for (const char *p = text; *p != '\0'; p++) {
+        char ch = *p;
+        if (ch == '\n') {
+            line++;
+            bol = p + 1;
+        } else if (ch == '"') {
+            str = ++p;
+            while (*p != '\0' && *p != '"') {
+                p += *p == '\\' && p[1] != '\0' ? 2 : 1;
+            }
+            slen = (size_t)(p - str);
+            if (*p == '\0') {
+                break;
+            }
+        } else if (ch == '{' || ch == '[') {
+            if (depth < DEPTH) {
+                keys_at[depth][0] = '\0';
+            }
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            depth -= depth > 0;
+        } else if (ch == ':' && str != NULL && depth > 0 && depth <= DEPTH) {
+            snprintf(keys_at[depth - 1], KEYLEN, "%.*s", (int)(slen < KEYLEN ? slen : KEYLEN - 1),
+                     str);
+        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            const char *start = p;
+            while (p[1] != '\0' && strchr("0123456789+-.eE", p[1]) != NULL) {
+                p++;
+            }
+            size_t len = (size_t)(p - start) + 1;
+            if (number_overflows(start, len)) {
+                char path[DEPTH * KEYLEN] = "", shown[80], expect[200] = "";
+                size_t used = 0;
+                for (int d = 0; d < depth && d < DEPTH; d++) {
+                    if (keys_at[d][0] != '\0') {
+                        int w = snprintf(path + used, sizeof path - used, "%s%s",
+                                         used != 0 ? "." : "", keys_at[d]);
+                        used += w > 0 ? (size_t)w : 0;
+                    }
+                }
+                const cfg_key *k = resolve(find_key(path));
+                if (k != NULL) {
+                    describe_expect(k, expect, sizeof expect);
+                }
+                show_number(start, len, shown, sizeof shown);
+                ZR_FAIL(ZR_ERR_INVALID, "%s:%d:%d: \"%s\": %s is out of range%s%s", name, line,
+                        (int)(start - bol) + 1, path, shown, expect[0] ? ": it must be " : "",
+                        expect);
+            }
+        }
+    }
+    return ZR_OK;
+}
+
 zr_status zr_config_parse_json(zr_train_config *c, const char *text, const char *name,
                                void (*warn)(void *ctx, const char *msg), void *ctx)
 {
@@ -803,6 +909,9 @@ zr_status zr_config_parse_json(zr_train_config *c, const char *text, const char 
         st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
                          "%s: the top level must be a JSON object, got %s", name, json_kind(root));
     } else {
+        st = check_number_literals(text, name);
+    }
+    if (st == ZR_OK) {
         st = walk(c, root, "", name, warn, ctx);
     }
     cJSON_Delete(root);
@@ -912,6 +1021,13 @@ static cJSON *value_from_text(const cfg_key *k, const char *text)
 static zr_status apply_text(zr_train_config *c, const cfg_key *k, const char *text,
                             const char *where, warn_fn warn, void *ctx)
 {
+    int numeric = k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_DBL;
+    if (numeric && number_overflows(text, strlen(text))) {
+        char shown[80], expect[200];
+        show_number(text, strlen(text), shown, sizeof shown);
+        describe_expect(k, expect, sizeof expect);
+        ZR_FAIL(ZR_ERR_INVALID, "%s: %s is out of range: it must be %s", where, shown, expect);
+    }
     cJSON *v = value_from_text(k, text);
     if (v == NULL) {
         ZR_FAIL(ZR_ERR_NOMEM, "%s: out of memory", where);
@@ -934,12 +1050,15 @@ static int is_help(const char *a)
 static zr_status args_pass(zr_train_config *c, int argc, char **argv, int pass, warn_fn warn,
                            void *ctx)
 {
-    /* argv[0] is the command name as main passes it ("train"); skip it */
-    int i = argc > 0 && argv[0][0] != '-' ? 1 : 0;
-    for (; i < argc; i++) {
+    /* argv holds only what follows the command name, so every word is a flag or its value:
+       a stray word (zr train my.txt) is an error, never silently dropped */
+    for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
-            ZR_FAIL(ZR_ERR_INVALID, "unexpected argument \"%s\" (flags are --key value; see --help)",
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "unexpected argument \"%.200s\": zr train takes only flags (--key value or "
+                    "--key=value; a data file is --data FILE, a config file --config FILE.json; "
+                    "see --help)",
                     arg);
         }
         char name[256];
@@ -965,7 +1084,11 @@ static zr_status args_pass(zr_train_config *c, int argc, char **argv, int pass, 
             continue;
         }
 
-        /* --no-KEY for booleans */
+        /*
+         * Booleans: --KEY (true), --KEY=WORD or --KEY WORD (WORD one of true/false, 1/0,
+         * yes/no, on/off) and --no-KEY (false), which takes no value: --no-KEY=true would
+         * read as a double negative, so it is refused naming --no-KEY and the spelling to use.
+         */
         int negated = 0;
         const cfg_key *k = find_key(name);
         if (k == NULL) {
@@ -974,7 +1097,20 @@ static zr_status args_pass(zr_train_config *c, int argc, char **argv, int pass, 
         if (k == NULL && strncmp(name, "no-", 3) == 0) {
             const cfg_key *nk = find_key(name + 3);
             nk = resolve(nk != NULL ? nk : find_flag(name + 3));
-            if (nk != NULL && nk->type == K_BOOL && value == NULL) {
+            int b;
+            if (nk != NULL && nk->type != K_BOOL) {
+                ZR_FAIL(ZR_ERR_INVALID, "flag --%s: --no- applies to true/false keys only, and %s "
+                        "is not one; write --%s VALUE", name, nk->path, name + 3);
+            }
+            const char *extra = value != NULL                                      ? value
+                                : i + 1 < argc && bool_word(argv[i + 1], &b) ? argv[i + 1]
+                                                                             : NULL;
+            if (nk != NULL && extra != NULL) {
+                ZR_FAIL(ZR_ERR_INVALID, "flag --%s takes no value (got \"%.60s\"): write --%s "
+                        "alone to set %s to false, or --%s=true / --%s=false", name, extra, name,
+                        nk->path, name + 3, name + 3);
+            }
+            if (nk != NULL) {
                 k = nk;
                 negated = 1;
             }
@@ -1357,6 +1493,17 @@ static zr_status batch_sizes(zr_train_config *c, int world)
         }
         tb = mb * ga * w;
     }
+    /* a derived size obeys the bound of its own key, or train_batch_size INT_MAX would ask
+       for two billion sequences per rank and fail (or swap) only when allocated */
+    double mb_max = find_key("train_micro_batch_size_per_gpu")->hi;
+    double ga_max = find_key("gradient_accumulation_steps")->hi;
+    if ((double)mb > mb_max || (double)ga > ga_max) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "train_batch_size (%lld) at %lld rank%s gives train_micro_batch_size_per_gpu %lld "
+                "and gradient_accumulation_steps %lld, but each may be at most %.0f: lower "
+                "train_batch_size or give the other two",
+                tb, w, w == 1 ? "" : "s", mb, ga, mb_max > ga_max ? mb_max : ga_max);
+    }
     if (tb > INT_MAX || mb > INT_MAX || ga > INT_MAX) {
         ZR_FAIL(ZR_ERR_INVALID, "train_batch_size = %lld * %lld * %lld ranks is too large", mb, ga,
                 w);
@@ -1508,4 +1655,23 @@ zr_status zr_config_adopt_model(zr_train_config *c, const struct zr_gpt_config *
                 c->seq_len, c->max_seq_len, path);
     }
     return ZR_OK;
+}
+
+int zr_config_key_info(size_t i, const char **path, const char **flag, zr_config_kind *kind)
+{
+    for (size_t j = 0; j < NKEYS; j++) {
+        if (!listed(&keys[j])) {
+            continue;
+        }
+        if (i-- == 0) {
+            const cfg_key *k = &keys[j];
+            *path = k->path;
+            *flag = k->flag;
+            *kind = k->type == K_INT || k->type == K_I64 || k->type == K_U64 ? ZR_CFG_INTEGER
+                    : k->type == K_BOOL                                     ? ZR_CFG_BOOLEAN
+                                                                            : ZR_CFG_OTHER;
+            return 1;
+        }
+    }
+    return 0;
 }

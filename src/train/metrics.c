@@ -9,12 +9,16 @@
 
 #include "zr/metrics.h"
 
+#include "zr/file.h"
+
 #include <cJSON.h>
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* A numeric field: absent or null -> NaN (and *present = 0); wrong type -> error. */
 static zr_status get_number(const cJSON *obj, const char *key, const char *file, int lineno,
@@ -175,29 +179,238 @@ void zr_metrics_free(zr_metrics_series *s)
     memset(s, 0, sizeof *s);
 }
 
-static void put_number(FILE *f, const char *key, double v)
+/* ---- writing ------------------------------------------------------------ */
+
+void zr_metrics_line_begin(zr_metrics_line *l, long long step)
 {
+    l->len = 0;
+    l->text[0] = '\0';
+    zr_metrics_line_i64(l, "step", step);
+}
+
+/* Append printf text; a line longer than the buffer is a bug in the caller. */
+static void line_put(zr_metrics_line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void line_put(zr_metrics_line *l, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(l->text + l->len, sizeof l->text - l->len, fmt, ap);
+    va_end(ap);
+    ZR_ASSERT(w >= 0 && (size_t)w < sizeof l->text - l->len);
+    l->len += (size_t)w;
+}
+
+static void line_key(zr_metrics_line *l, const char *key)
+{
+    line_put(l, "%s\"%s\": ", l->len == 0 ? "{" : ", ", key);
+}
+
+void zr_metrics_line_i64(zr_metrics_line *l, const char *key, long long v)
+{
+    line_key(l, key);
+    line_put(l, "%lld", v);
+}
+
+/*
+ * JSON has no NaN or Infinity, and a reader that meets "nan" rejects the
+ * whole file, so a non-finite value is written as null (read back as NaN).
+ * %.9g and %.17g are the shortest fixed widths that read back to the same
+ * float and double.
+ */
+void zr_metrics_line_f32(zr_metrics_line *l, const char *key, float v)
+{
+    line_key(l, key);
     if (isfinite(v)) {
-        fprintf(f, ", \"%s\": %.9g", key, v);
+        line_put(l, "%.9g", (double)v);
     } else {
-        fprintf(f, ", \"%s\": null", key);
+        line_put(l, "null");
     }
+}
+
+void zr_metrics_line_f64(zr_metrics_line *l, const char *key, double v)
+{
+    line_key(l, key);
+    if (isfinite(v)) {
+        line_put(l, "%.17g", v);
+    } else {
+        line_put(l, "null");
+    }
+}
+
+const char *zr_metrics_line_end(zr_metrics_line *l)
+{
+    line_put(l, "}\n");
+    return l->text;
 }
 
 zr_status zr_metrics_write(FILE *f, const zr_metrics_point *p)
 {
-    fprintf(f, "{\"step\": %lld", p->step);
-    put_number(f, "loss", p->loss);
-    put_number(f, "tokens_per_s", p->tokens_per_s);
+    zr_metrics_line l;
+    zr_metrics_line_begin(&l, p->step);
+    zr_metrics_line_f64(&l, "loss", p->loss);
+    zr_metrics_line_f64(&l, "tokens_per_s", p->tokens_per_s);
     if (!isnan(p->val_loss)) {
-        put_number(f, "val_loss", p->val_loss);
+        zr_metrics_line_f64(&l, "val_loss", p->val_loss);
     }
     if (!isnan(p->lr)) {
-        put_number(f, "lr", p->lr);
+        zr_metrics_line_f64(&l, "lr", p->lr);
     }
-    fprintf(f, "}\n");
-    if (ferror(f)) {
+    zr_metrics_line_end(&l);
+    if (fwrite(l.text, 1, l.len, f) != l.len || ferror(f)) {
         ZR_FAIL(ZR_ERR_IO, "cannot write a metrics line: %s", strerror(errno));
     }
     return ZR_OK;
+}
+
+/* The "step" of a complete metrics line, or -1 if the line is not one zr wrote. */
+static long long line_step(const char *line)
+{
+    cJSON *obj = cJSON_Parse(line);
+    long long step = -1;
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(obj, "step");
+    if (cJSON_IsObject(obj) && cJSON_IsNumber(s) && s->valuedouble >= 0 &&
+        s->valuedouble <= 9.0e15 && s->valuedouble == floor(s->valuedouble)) {
+        step = (long long)s->valuedouble;
+    }
+    cJSON_Delete(obj);
+    return step;
+}
+
+zr_status zr_metrics_keep_through(const char *path, long long last_step, size_t *dropped)
+{
+    *dropped = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) {
+        return ZR_OK; /* nothing written yet: the resumed run starts the file */
+    }
+    char *text = NULL;
+    size_t n = 0;
+    ZR_CHECK(zr_file_read_all(path, &text, &n));
+    zr_file_tmp t;
+    zr_status st = zr_file_tmp_open(&t, path);
+    if (st != ZR_OK) {
+        zr_free(text);
+        return st;
+    }
+    /* complete lines only: a cut-off last line is what a killed run leaves */
+    char *line = text;
+    for (char *nl; st == ZR_OK && (nl = memchr(line, '\n', n - (size_t)(line - text))) != NULL;
+         line = nl + 1) {
+        *nl = '\0';
+        long long s = line_step(line);
+        if (s >= 0 && s <= last_step) {
+            *nl = '\n';
+            st = zr_file_tmp_write(&t, line, (size_t)(nl - line) + 1);
+        } else if (!blank(line)) {
+            (*dropped)++;
+        }
+    }
+    if (line < text + n && !blank(line)) {
+        (*dropped)++;
+    }
+    zr_free(text);
+    return zr_file_tmp_commit(&t, st);
+}
+
+zr_status zr_metrics_open(zr_metrics_file *m, const char *path, int resume, long long last_step,
+                          size_t *dropped)
+{
+    memset(m, 0, sizeof *m);
+    *dropped = 0;
+    if (strlen(path) >= sizeof m->path) {
+        ZR_FAIL(ZR_ERR_INVALID, "metrics path longer than %zu bytes: %.64s...", sizeof m->path - 1,
+                path);
+    }
+    snprintf(m->path, sizeof m->path, "%s", path);
+    /* the metrics file usually lives in the checkpoint folder, which may not exist yet */
+    char dir[ZR_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash != NULL && slash != dir) {
+        *slash = '\0';
+        ZR_CHECK(zr_file_mkdir_p(dir));
+    }
+    if (resume) {
+        ZR_CHECK(zr_metrics_keep_through(path, last_step, dropped));
+    }
+    /* a resumed run continues the curve it rewrote; a fresh run starts a new file */
+    m->f = fopen(path, resume ? "a" : "w");
+    if (m->f == NULL) {
+        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", path, strerror(errno));
+    }
+    return ZR_OK;
+}
+
+zr_status zr_metrics_append(zr_metrics_file *m, const char *line)
+{
+    size_t n = strlen(line);
+    /* flushed line by line so that zr plot can follow a running job */
+    if (fwrite(line, 1, n, m->f) != n || fflush(m->f) != 0 || ferror(m->f)) {
+        ZR_FAIL(ZR_ERR_IO, "cannot write metrics file %s: %s; the metrics of this run are "
+                "incomplete", m->path, strerror(errno));
+    }
+    return ZR_OK;
+}
+
+zr_status zr_metrics_close(zr_metrics_file *m)
+{
+    if (m->f == NULL) {
+        return ZR_OK;
+    }
+    int bad = ferror(m->f) != 0;
+    int err = errno;
+    if (fclose(m->f) != 0) {
+        bad = 1;
+        err = errno;
+    }
+    m->f = NULL;
+    if (bad) {
+        ZR_FAIL(ZR_ERR_IO, "cannot write metrics file %s: %s", m->path, strerror(err));
+    }
+    return ZR_OK;
+}
+
+/* ---- the live progress bar ---------------------------------------------- */
+
+/* The value of name in envp ("NAME=value" strings), or NULL. */
+static const char *env_get(char *const *envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (; envp != NULL && *envp != NULL; envp++) {
+        if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=') {
+            return *envp + n + 1;
+        }
+    }
+    return NULL;
+}
+
+int zr_progress_bar_wanted(char *const *envp, int stdout_is_tty)
+{
+    const char *force = env_get(envp, "ZR_PROGRESS");
+    if (force != NULL && force[0] != '\0') {
+        return strcmp(force, "0") != 0;
+    }
+    /*
+     * Under a launcher the rank's terminal says nothing about where the
+     * output goes: Open MPI gives every rank a pseudo-terminal even when
+     * mpirun's own output is a file, and a bar redrawn with \r fills such a
+     * log with one line per step. Each launcher announces itself by these.
+     */
+    static const char *const launcher[] = {
+        "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", /* Open MPI's mpirun */
+        "PMIX_RANK",                                    /* PMIx (Open MPI 5, prrte) */
+        "PMI_RANK", "PMI_SIZE",                         /* MPICH / Hydra, Intel MPI */
+        "SLURM_PROCID", "SLURM_JOB_ID",                 /* Slurm (srun, sbatch) */
+    };
+    for (size_t i = 0; i < sizeof launcher / sizeof launcher[0]; i++) {
+        if (env_get(envp, launcher[i]) != NULL) {
+            return 0;
+        }
+    }
+    const char *term = env_get(envp, "TERM"), *ci = env_get(envp, "CI");
+    if ((ci != NULL && ci[0] != '\0') || term == NULL || strcmp(term, "dumb") == 0) {
+        return 0;
+    }
+    return stdout_is_tty != 0;
 }
