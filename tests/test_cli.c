@@ -54,10 +54,26 @@ static int sanitizer_report(const char *text)
     return strstr(text, "Sanitizer") != NULL || strstr(text, "runtime error:") != NULL;
 }
 
+/* "rank R: rank S:": an agreed message agreed on again (issue 11 item 12). */
+static int doubled_prefix(const char *text)
+{
+    for (const char *p = strstr(text, "rank "); p != NULL; p = strstr(p + 1, "rank ")) {
+        const char *q = p + 5;
+        while (*q >= '0' && *q <= '9') {
+            q++;
+        }
+        if (q > p + 5 && strncmp(q, ": rank ", 7) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /*
  * Run a shell command, capturing stdout and stderr together (the first 64
- * KiB; all of it is read and scanned for sanitizer reports, which fail the
- * test that ran the command whatever its exit status).
+ * KiB; all of it is read and scanned for sanitizer reports and for a doubled
+ * "rank R: " prefix, which fail the test that ran the command whatever its
+ * exit status).
  */
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -84,6 +100,7 @@ static int sh(const char *fmt, ...)
             report = 1;
             TEST_CHECKF(0, "sanitizer report from: %.300s\n%s", cmd, line);
         }
+        TEST_CHECKF(!doubled_prefix(line), "doubled rank prefix from: %.300s\n%s", cmd, line);
         if (k > sizeof res.out - 1 - n) {
             k = sizeof res.out - 1 - n;
         }

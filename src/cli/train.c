@@ -306,7 +306,9 @@ static zr_status damaged_hint(trainer *t, const char *bad, int64_t bad_step, zr_
         snprintf(msg, sizeof msg, "%s\n  %s holds no intact checkpoint older than %s",
                  zr_error_message(), t->cfg.checkpoint_dir, bad);
     }
-    zr_error_set_message(msg);
+    /* the load's message was agreed on (it names its rank); so is the hint, so a later
+       agreement must not prefix it again */
+    zr_error_set_agreed(msg);
     return st;
 }
 
