@@ -16,6 +16,18 @@
 #include <strings.h>
 #include <time.h>
 
+/* ASan (gcc defines __SANITIZE_ADDRESS__, clang has __has_feature) */
+#if defined(__SANITIZE_ADDRESS__)
+#define ZR_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZR_ASAN 1
+#endif
+#endif
+#ifdef ZR_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 static char err_msg[1024];
 static int err_agreed; /* err_msg already names the rank it came from (zr_comm_agree) */
 static int log_rank = -1;
@@ -216,6 +228,11 @@ zr_status zr_alloc_at(void **out, size_t bytes, const char *file, int line)
         mem_peak = mem_current;
     }
     *out = (unsigned char *)raw + sizeof(alloc_header);
+#ifdef ZR_ASAN
+    /* the rounding is the allocator's, not the caller's: a read past the
+       bytes asked for is an overflow that ASan must report, as with malloc */
+    ASAN_POISON_MEMORY_REGION((unsigned char *)*out + bytes, rounded - bytes);
+#endif
     return ZR_OK;
 }
 
@@ -228,6 +245,9 @@ void zr_free(void *ptr)
     ZR_ASSERT(h->magic == ALLOC_MAGIC);
     h->magic = 0;
     mem_current -= h->bytes;
+#ifdef ZR_ASAN
+    ASAN_UNPOISON_MEMORY_REGION(ptr, h->bytes);
+#endif
     free(h);
 }
 
