@@ -963,6 +963,10 @@ static void test_damaged_newest(void)
     TEST_CHECKF(strstr(res.out, "resumed from") != NULL && strstr(res.out, "set-aside") != NULL,
                 "%s", res.out);
     TEST_EQ_INT(count_entries(dir, "step_00000006.set-aside"), 1);
+    /* zr export of the damaged one says why */
+    TEST_CHECK(sh("%s export --checkpoint %s/step_00000006.set-aside --llmc %s/dmg.bin", zr_bin,
+                  dir, work) != 0);
+    TEST_CHECKF(strstr(res.out, "checksum") != NULL, "%s", res.out);
     snprintf(a, sizeof a, "%s/step_00000008/COMPLETE", dir);
     TEST_CHECK(access(a, F_OK) == 0);
     TEST_EQ_INT(sh("%s train --help", zr_bin), 0);

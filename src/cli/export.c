@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f)
 {
@@ -24,7 +25,11 @@ static zr_status run(const char *ckpt, const char *llmc, const char *st_path)
     char path[4096];
     int found = 0;
     zr_ckpt_meta meta;
-    if (zr_ckpt_read_meta(ckpt, &meta) == ZR_OK) {
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/manifest.json", ckpt);
+    if (access(probe, F_OK) == 0) {
+        /* one checkpoint: why it cannot be read is the message, not "not a checkpoint" */
+        ZR_CHECK(zr_ckpt_read_meta(ckpt, &meta));
         snprintf(path, sizeof path, "%s", ckpt);
     } else {
         ZR_CHECK(zr_ckpt_find_latest(ckpt, path, sizeof path, &found));
