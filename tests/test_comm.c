@@ -2,11 +2,14 @@
  * test_comm.c - the communicator at any rank count and emulated layout:
  * group membership and sizes, layout errors (same message on every rank),
  * exchanges moving the right bytes, traffic counters against hand-computed
- * values, control all-reduces, and error agreement.
+ * values, control all-reduces, error agreement (the failing rank's message
+ * wins over the notices it sent), and ranks started with different
+ * ZR_RANKS_PER_NODE / ZR_TIMEOUT (a user error naming ranks and values).
  *
  * The layout under test comes from ZR_RANKS_PER_NODE (set by the runner) or,
  * without it, from real detection (one machine: one node).
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #define ZR_TEST_MPI
 #include "test.h"
 
@@ -311,6 +314,87 @@ static void test_agree(void)
     zr_comm_free(&c);
 }
 
+/* Set (or with NULL unset) an environment variable, remembering the old value in save. */
+static void env_swap(const char *name, const char *value, char *save, size_t n, int *had)
+{
+    const char *old = getenv(name);
+    *had = old != NULL;
+    snprintf(save, n, "%s", old != NULL ? old : "");
+    if (value != NULL) {
+        setenv(name, value, 1);
+    } else {
+        unsetenv(name);
+    }
+}
+
+static void env_restore(const char *name, const char *save, int had)
+{
+    if (had) {
+        setenv(name, save, 1);
+    } else {
+        unsetenv(name);
+    }
+}
+
+static void test_launch_env(void)
+{
+    zr_comm c;
+    char save[64], expect[128];
+    int had;
+    if (W > 1) {
+        /* the last rank gets another node size; rank 1 of 3+ has none at all */
+        char mine[16];
+        snprintf(mine, sizeof mine, "%d", R == W - 1 ? W : 1);
+        env_swap("ZR_RANKS_PER_NODE", R == 1 && W > 2 ? NULL : mine, save, sizeof save, &had);
+        TEST_FAILS(zr_comm_init(&c, MPI_COMM_WORLD, NULL), ZR_ERR_INVALID,
+                   "ranks were started with different ZR_RANKS_PER_NODE");
+        TEST_CHECK(same_everywhere(zr_error_message()));
+        snprintf(expect, sizeof expect, "'%d' on rank %d", W, W - 1);
+        TEST_CHECKF(strstr(zr_error_message(), expect) != NULL, "%s lacks %s",
+                    zr_error_message(), expect);
+        TEST_CHECKF(strstr(zr_error_message(), "'1' on rank") != NULL, "%s",
+                    zr_error_message());
+        if (W > 2) {
+            TEST_CHECKF(strstr(zr_error_message(), "unset on rank 1") != NULL, "%s",
+                        zr_error_message());
+        }
+        env_restore("ZR_RANKS_PER_NODE", save, had);
+
+        /* a config field overrides the environment, so only the field must agree */
+        zr_comm_config cfg = {R == 0 ? 1 : W, 1};
+        TEST_FAILS(zr_comm_init(&c, MPI_COMM_WORLD, &cfg), ZR_ERR_INVALID, "ranks_per_node");
+        TEST_CHECK(same_everywhere(zr_error_message()));
+    }
+    /* a malformed knob on one rank: the same error everywhere, naming that rank */
+    env_swap("ZR_TIMEOUT", R == W - 1 ? "soon" : "30", save, sizeof save, &had);
+    TEST_FAILS(zr_comm_init(&c, MPI_COMM_WORLD, NULL), ZR_ERR_INVALID, "ZR_TIMEOUT='soon'");
+    TEST_CHECK(same_everywhere(zr_error_message()));
+    env_restore("ZR_TIMEOUT", save, had);
+    env_swap("ZR_FAULT_STEP", "1:x", save, sizeof save, &had);
+    TEST_FAILS(zr_comm_init(&c, MPI_COMM_WORLD, NULL), ZR_ERR_INVALID, "ZR_FAULT_STEP");
+    env_restore("ZR_FAULT_STEP", save, had);
+    /* and a good timeout is taken */
+    env_swap("ZR_TIMEOUT", "12.5", save, sizeof save, &had);
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    TEST_NEAR(c.timeout_s, 12.5, 0);
+    zr_comm_free(&c);
+    env_restore("ZR_TIMEOUT", save, had);
+}
+
+static void test_format_ranks(void)
+{
+    char buf[200];
+    int cls[12] = {0, 1, 1, 0, 1, 1, 1, 0, 1, 0, 1, 0};
+    zr_comm_format_ranks(buf, sizeof buf, cls, 3, 0);
+    TEST_CHECKF(strcmp(buf, "rank 0") == 0, "%s", buf);
+    zr_comm_format_ranks(buf, sizeof buf, cls, 7, 1);
+    TEST_CHECKF(strcmp(buf, "ranks 1-2, 4-6") == 0, "%s", buf);
+    zr_comm_format_ranks(buf, sizeof buf, cls, 12, 1);
+    TEST_CHECKF(strcmp(buf, "ranks 1-2, 4-6, 8, 10") == 0, "%s", buf);
+    zr_comm_format_ranks(buf, sizeof buf, cls, 12, 0);
+    TEST_CHECKF(strcmp(buf, "ranks 0, 3, 7, 9 and 1 more") == 0, "%s", buf);
+}
+
 int main(int argc, char **argv)
 {
     zr_test_mpi_init(&argc, &argv);
@@ -324,5 +408,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_traffic);
     TEST_RUN(test_control);
     TEST_RUN(test_agree);
+    TEST_RUN(test_launch_env);
+    TEST_RUN(test_format_ranks);
     return zr_test_finish();
 }

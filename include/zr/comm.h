@@ -21,8 +21,10 @@
  * config field ranks_per_node, or else the environment variable
  * ZR_RANKS_PER_NODE, fakes nodes of that many consecutive ranks on one machine
  * (tests, demos). zr refuses a world that is not divisible by the ranks per
- * node or by h, nodes of different sizes, and nodes whose ranks are not
- * consecutive, with a message that is the same on every rank.
+ * node or by h, nodes of different sizes, nodes whose ranks are not
+ * consecutive, and ranks started with different ZR_RANKS_PER_NODE or hpZ
+ * sizes (naming the ranks and their values), with a message that is the same
+ * on every rank.
  *
  * Transport: collectives move bytes only through zr_comm_iexchange (each
  * rank sends a block to each peer of a group and receives one from each), so
@@ -77,14 +79,23 @@ typedef struct zr_traffic {
     zr_traffic_row kind[ZR_KIND_COUNT];
 } zr_traffic;
 
-/* One in-flight exchange. Caller-owned storage; zr_comm_wait releases its internals. */
+/*
+ * One in-flight exchange. Caller-owned storage; zr_comm_wait releases its
+ * internals. Zero-initialised storage is a valid idle request.
+ */
 typedef struct zr_request {
     MPI_Request *reqs; /* owned; freed by zr_comm_wait */
+    int *peer;         /* owned with reqs: 2 * count ints; peer[i] = world rank at the other end
+                          of reqs[i] (receives first, then sends), peer[count + i] = scratch */
     int count;
+    int nrecv; /* reqs[0 .. nrecv) are receives, the rest sends */
     int active;
+    zr_group group; /* what the watchdog names when the exchange does not complete */
+    zr_kind kind;
+    uint64_t seq; /* exchanges this rank had posted before this one */
 } zr_request;
 
-#define ZR_REQUEST_INIT {NULL, 0, 0}
+#define ZR_REQUEST_INIT {NULL, NULL, 0, 0, 0, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, 0}
 
 typedef struct zr_comm zr_comm;
 
@@ -114,6 +125,12 @@ typedef struct zr_comm_config {
     int hpz_size;       /* h; 0: ranks per node */
 } zr_comm_config;
 
+/* Default of the watchdog (zr.train.timeout_s, ZR_TIMEOUT): five minutes without progress. */
+#define ZR_COMM_TIMEOUT_DEFAULT 300.0
+
+/* Fault injection (ZR_FAULT_STEP=R:S[:stall]), for tests of the failure paths. */
+typedef enum zr_fault_mode { ZR_FAULT_NONE = 0, ZR_FAULT_FAIL, ZR_FAULT_STALL } zr_fault_mode;
+
 struct zr_comm {
     const zr_transport *transport;
     MPI_Comm mpi[ZR_GROUP_COUNT]; /* owned, except mpi[WORLD] (the caller's) */
@@ -126,6 +143,28 @@ struct zr_comm {
     int node;                     /* my node index, 0..N-1 */
     int emulated;                 /* 1 when nodes are emulated, 0 when detected */
     zr_traffic traffic;
+
+    /* ---- watchdog and abort notices (see "Bounded waits" below) ---- */
+    MPI_Comm ctl;       /* owned: a duplicate of world for agreements and notices, never data */
+    double timeout_s;   /* seconds a wait may go without progress; 0 = forever */
+    long long step;     /* training step named in messages; -1 = none */
+    uint64_t seq;       /* exchanges posted on this rank so far */
+    int inflight;       /* exchanges posted and not yet completed */
+    int fail_fast;      /* a failed collective notifies the other ranks at once */
+    int notified;       /* this rank has sent its failure notice */
+    int noticed;        /* a failure notice from another rank arrived ... */
+    int notice_from;    /* ... from this world rank */
+    int notice_status;  /* ... with this status */
+    int notice_got;     /* notices received since the last agreement */
+    int broken;         /* the last failed zr_comm_agree left exchanges in flight somewhere */
+    MPI_Request notice_req;      /* the posted receive of the next notice */
+    int32_t notice_buf[2];       /* its buffer: {world rank, status or -1 for a timeout} */
+    MPI_Request *notice_sends;   /* owned: world-size slots for this rank's notices */
+    int notice_nsend;            /* of which in flight */
+    int32_t notify_buf[2];       /* the notice this rank sends */
+    zr_fault_mode fault;
+    int fault_rank;
+    long long fault_step;
 };
 
 /*
@@ -189,6 +228,50 @@ zr_status zr_comm_alltoall(zr_comm *c, zr_group g, zr_kind kind, const void *sen
 zr_status zr_comm_allreduce_sum_f64(zr_comm *c, zr_group g, double *vals, int n);
 zr_status zr_comm_allreduce_max_i64(zr_comm *c, zr_group g, int64_t *vals, int n);
 
+/*
+ * Bounded waits. Every wait of zr (exchanges, control values, barriers,
+ * broadcasts, agreements) polls instead of blocking, and gives up when
+ * timeout_s seconds pass without any of its messages completing: the rank
+ * prints which collective it is in (kind, group, step, its exchange count)
+ * and which world ranks it still waits for, tells the other ranks, and after
+ * a short grace (so that they print what they wait for too) ends the job
+ * with MPI_Abort and exit status 1. A rank that stalls therefore costs one
+ * timeout, never a hung job. The timeout starts as ZR_TIMEOUT from the
+ * environment (seconds; default ZR_COMM_TIMEOUT_DEFAULT; 0 = wait forever);
+ * zr train sets it from zr.train.timeout_s.
+ *
+ * Abort notices. A rank that fails while the others may be waiting for it
+ * sends every other rank a small notice (zr_comm_notify, which a program
+ * calls where a failure is local to the rank, as zr train does for a failed
+ * step; and at the first failed collective in fail-fast mode). A rank
+ * waiting on an exchange that sees a notice stops waiting and returns
+ * ZR_ERR_REMOTE, so every rank reaches the next zr_comm_agree promptly and
+ * reports the failing rank's message there. Exchanges abandoned that way stay posted: zr_comm_broken
+ * then says so, and the program ends with zr_comm_abort instead of freeing
+ * buffers that MPI may still write into.
+ */
+void zr_comm_set_timeout(zr_comm *c, double seconds);
+/* The training step named in watchdog messages (and matched by ZR_FAULT_STEP); -1 = none. */
+void zr_comm_set_step(zr_comm *c, long long step);
+/* Programs in which any failure ends the job: the first failed collective notifies at once. */
+void zr_comm_set_fail_fast(zr_comm *c, int on);
+/* Send this rank's failure notice now (once per agreement; no-op at one rank). */
+void zr_comm_notify(zr_comm *c, zr_status st);
+/* After a failed zr_comm_agree: 1 if some rank still has exchanges in flight. */
+int zr_comm_broken(const zr_comm *c);
+/*
+ * End the job after an agreed failure left exchanges in flight: waits (bounded)
+ * until every rank is here, so the message printed before is out, then
+ * MPI_Abort with exit_code. Never returns.
+ */
+_Noreturn void zr_comm_abort(zr_comm *c, int exit_code);
+
+/*
+ * "rank 3", "ranks 0-2, 5" (at most a few ranges, then "and N more"): the
+ * world ranks r < n with cls[r] == k. For messages about ranks that differ.
+ */
+void zr_comm_format_ranks(char *buf, size_t len, const int *cls, int n, int k);
+
 /* Barrier over world (not accounted: it moves no payload). */
 zr_status zr_comm_barrier(zr_comm *c);
 
@@ -201,8 +284,12 @@ zr_status zr_comm_bcast(zr_comm *c, void *buf, size_t bytes, int root);
  * message, prefixed "rank R: ", so the error and the exit are identical
  * everywhere and nobody waits forever on a peer that gave up. Call it at
  * set-up points (config, file opens, checkpoint loads) where a failure might
- * be visible on some ranks only. An error agreed on before keeps its one
- * "rank R: " (zr_error_agreed), so layers may agree on a status again freely.
+ * be visible on some ranks only, and where a run ends. An error agreed on
+ * before keeps its one "rank R: " (zr_error_agreed), so layers may agree on
+ * a status again freely. ZR_ERR_REMOTE from a notice (see "Abort notices")
+ * never wins over the failure that caused it; notices sent are received
+ * here. Runs on the control communicator, so it is safe while exchanges are
+ * still in flight.
  */
 zr_status zr_comm_agree(zr_comm *c, zr_status local);
 

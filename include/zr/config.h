@@ -73,6 +73,7 @@ typedef struct zr_train_config {
     int threads;                        /* BLAS threads per rank */
     char metrics_path[ZR_CFG_STR];      /* JSON lines, one per step; "" = <checkpoint_dir>/metrics.jsonl or none */
     int max_nonfinite_steps;            /* stop after this many consecutive non-finite steps; 0 = never */
+    double timeout_s;                   /* watchdog: seconds a wait may go without progress; 0 = forever */
     /* zr.checkpoint */
     char checkpoint_dir[ZR_CFG_STR];    /* "" = no checkpoints */
     int checkpoint_every;               /* steps; 0 = only at the end */
@@ -163,6 +164,14 @@ void zr_config_print_help(FILE *f);
 
 /* The effective configuration, one "key = value" line each (rank 0 prints it). */
 void zr_config_print(FILE *f, const zr_train_config *c);
+
+/*
+ * The effective configuration key by key, for comparing ranks: entry i of
+ * zr_config_key_count() is a key with its dotted name returned and its value
+ * printed into buf, or not a key of the configuration (NULL, buf empty).
+ */
+size_t zr_config_key_count(void);
+const char *zr_config_key_value(const zr_train_config *c, size_t i, char *buf, size_t n);
 
 /* The effective configuration as one JSON object (stored in checkpoint manifests). */
 char *zr_config_to_json(const zr_train_config *c); /* malloc'd; caller frees */

@@ -18,6 +18,7 @@
 #include "zr/file.h"
 #include "zr/gpt_engine.h"
 #include "zr/metrics.h"
+#include "zr/launch.h"
 #include "zr/optim.h"
 #include "zr/schedule.h"
 
@@ -239,6 +240,7 @@ static zr_status setup(trainer *t)
 {
     zr_train_config *c = &t->cfg;
     ZR_CHECK(zr_comm_agree(&t->comm, load_data(t)));
+    ZR_CHECK(zr_launch_check_data(&t->comm, &t->data, t->cfg.data_path));
     ZR_CHECK(zr_comm_agree(&t->comm, model_shape(t)));
     int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
     zr_status st = zr_loader_init(&t->train, &t->data, ZR_SPLIT_TRAIN, B, T, t->rank, t->world);
@@ -525,6 +527,7 @@ static zr_status loop(trainer *t, int start, int *stopped_at)
     int nonfinite = 0; /* consecutive steps with a non-finite loss or gradient */
     *stopped_at = -1;
     for (int step = start; step < c->train_steps; step++) {
+        zr_comm_set_step(&t->comm, step + 1); /* as printed: steps count from 1 */
         float lr = lr_at(c, step);
         double local = 0.0;
         for (int k = 0; k < accum; k++) {
@@ -705,7 +708,16 @@ int zr_cli_train(int argc, char **argv)
     t.comm_up = 1;
     int help = 0;
     st = zr_config_from_args(&t.cfg, argc - 1, argv + 1, &help, warn_rank0, &t.rank);
-    if (help) {
+    if (st == ZR_OK && !help) {
+        st = zr_config_finalize(&t.cfg, t.world);
+    }
+    st = zr_comm_agree(&t.comm, st);
+    if (st == ZR_OK) {
+        /* ranks started with other arguments would issue other collectives and hang */
+        zr_comm_set_timeout(&t.comm, t.cfg.timeout_s);
+        st = zr_launch_check_config(&t.comm, &t.cfg, help);
+    }
+    if (st == ZR_OK && help) {
         if (t.rank == 0) {
             zr_config_print_help(stdout);
         }
@@ -714,16 +726,17 @@ int zr_cli_train(int argc, char **argv)
         return 0;
     }
     if (st == ZR_OK) {
-        st = zr_config_finalize(&t.cfg, t.world);
-    }
-    st = zr_comm_agree(&t.comm, st);
-    if (st == ZR_OK) {
         /* the real communicator, with the hpZ group the configuration asks for */
         zr_comm_free(&t.comm);
         t.comm_up = 0;
         zr_comm_config real = {0, t.cfg.zero_hpz_partition_size};
         st = zr_comm_init(&t.comm, MPI_COMM_WORLD, &real);
         t.comm_up = st == ZR_OK;
+    }
+    if (st == ZR_OK) {
+        /* every failure ends the run: the first one is announced to every rank at once */
+        zr_comm_set_timeout(&t.comm, t.cfg.timeout_s);
+        zr_comm_set_fail_fast(&t.comm, 1);
     }
     if (st == ZR_OK) {
         zr_gpt_set_threads(t.cfg.threads);
@@ -801,9 +814,21 @@ int zr_cli_train(int argc, char **argv)
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
         st = loop(&t, start, &stopped_at);
+        if (st != ZR_OK && st != ZR_ERR_REMOTE) {
+            /* mid-step: the others may be waiting for this rank's next exchange */
+            zr_comm_notify(&t.comm, st);
+        }
+    }
+    if (t.comm_up) {
+        /* every path ends agreed: a rank may have stopped waiting because another failed
+         * (ZR_ERR_REMOTE), and only the agreement names the failure that caused it */
         st = zr_comm_agree(&t.comm, st);
     }
     int code = st == ZR_OK ? EXIT_OK : fail(&t, st);
+    if (st != ZR_OK && t.comm_up && zr_comm_broken(&t.comm)) {
+        /* exchanges abandoned mid-step still own their buffers: no orderly shutdown */
+        zr_comm_abort(&t.comm, code);
+    }
     cleanup(&t);
     MPI_Finalize();
     return code;

@@ -107,6 +107,11 @@ void zr_coll_end(zr_coll_op *op)
 
 zr_status zr_coll_fail(zr_comm *c, zr_coll_op *op, zr_status st)
 {
+    /* where any failure ends the job, the other ranks hear of it before this
+     * rank drains: they may be waiting for an exchange it will never post */
+    if (c->fail_fast && st != ZR_ERR_REMOTE) {
+        zr_comm_notify(c, st);
+    }
     /* buffers of posted exchanges belong to MPI until they complete, so an op
      * that gives up still drains them before its workspace can be reused */
     for (int i = 0; i < 4; i++) {

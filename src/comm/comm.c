@@ -9,11 +9,23 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "zr/comm.h"
+#include "comm_impl.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Tags on the control communicator (ctl), which carries no data exchange. */
+#define CTL_TAG_GATHER 11
+#define CTL_TAG_BCAST 12
+#define CTL_TAG_NOTICE 13
+/* notice_buf[1] of a rank whose watchdog fired (otherwise: the failing status) */
+#define NOTICE_TIMEOUT (-1)
+/* after its own report, a timed-out rank lets the others print theirs this long */
+#define TIMEOUT_GRACE_S 1.0
 
 static const char *const kind_names[ZR_KIND_COUNT] = {
     [ZR_KIND_ALLGATHER] = "allgather",   [ZR_KIND_REDUCE_SCATTER] = "reduce_scatter",
@@ -59,6 +71,377 @@ static void abort_with_mpi(int code)
     exit(code);
 }
 
+/* ---- bounded waits ---------------------------------------------------------- */
+
+void zr_comm_format_ranks(char *buf, size_t len, const int *cls, int n, int k)
+{
+    int total = 0, ranges = 0, shown = 0;
+    for (int r = 0; r < n; r++) {
+        total += cls[r] == k;
+    }
+    size_t used = (size_t)snprintf(buf, len, "%s", total == 1 ? "rank " : "ranks ");
+    for (int r = 0; r < n && used < len; r++) {
+        if (cls[r] != k || (r > 0 && cls[r - 1] == k)) {
+            continue;
+        }
+        int e = r;
+        while (e + 1 < n && cls[e + 1] == k) {
+            e++;
+        }
+        if (ranges == 4) {
+            snprintf(buf + used, len - used, " and %d more", total - shown);
+            return;
+        }
+        if (e == r) {
+            used += (size_t)snprintf(buf + used, len - used, "%s%d", ranges ? ", " : "", r);
+        } else {
+            used += (size_t)snprintf(buf + used, len - used, "%s%d-%d", ranges ? ", " : "", r, e);
+        }
+        ranges++;
+        shown += e - r + 1;
+    }
+}
+
+/*
+ * What a wait is waiting for, in words: the collective, its group and step,
+ * and the world ranks whose messages have not completed.
+ */
+static void describe_wait(const zr_comm *c, MPI_Request *reqs, int n, const int *peer, int nrecv,
+                          const char *what, zr_group g, char *buf, size_t len)
+{
+    int W = c->size[ZR_GROUP_WORLD] > 0 ? c->size[ZR_GROUP_WORLD] : 1;
+    int *mark = calloc((size_t)W, sizeof *mark);
+    int unknown = 0, any_recv = 0, any_send = 0;
+    for (int i = 0; i < n; i++) {
+        int flag = 1;
+        if (reqs[i] != MPI_REQUEST_NULL) {
+            MPI_Request_get_status(reqs[i], &flag, MPI_STATUS_IGNORE);
+        }
+        if (flag) {
+            continue;
+        }
+        int p = peer != NULL ? peer[i] : -1;
+        if (p < 0 || p >= W || mark == NULL) {
+            unknown = 1;
+        } else if (i < nrecv) {
+            mark[p] = 1;
+            any_recv = 1;
+        } else if (mark[p] == 0) {
+            mark[p] = 2;
+            any_send = 1;
+        }
+    }
+    size_t used = (size_t)snprintf(buf, len, "%s (group %s of %d ranks", what, zr_group_name(g),
+                                   c->size[g] > 0 ? c->size[g] : W);
+    if (c->step >= 0 && used < len) {
+        used += (size_t)snprintf(buf + used, len - used, ", step %lld", c->step);
+    }
+    if (used < len) {
+        used += (size_t)snprintf(buf + used, len - used, ", after %llu exchanges on this rank)",
+                                 (unsigned long long)c->seq);
+    }
+    char ranks[200];
+    if (any_recv && used < len) {
+        zr_comm_format_ranks(ranks, sizeof ranks, mark, W, 1);
+        used += (size_t)snprintf(buf + used, len - used, "; waiting for data from %s", ranks);
+    }
+    if (any_send && used < len) {
+        zr_comm_format_ranks(ranks, sizeof ranks, mark, W, 2);
+        used += (size_t)snprintf(buf + used, len - used, "; %s %s not taken the data sent to %s",
+                                 ranks, strncmp(ranks, "ranks", 5) == 0 ? "have" : "has",
+                                 strncmp(ranks, "ranks", 5) == 0 ? "them" : "it");
+    }
+    if ((unknown || (!any_recv && !any_send)) && used < len) {
+        snprintf(buf + used, len - used, "; waiting for the other ranks of group %s",
+                 zr_group_name(g));
+    }
+    free(mark);
+}
+
+/*
+ * The watchdog fired: report, tell the other ranks (each then prints what it
+ * waits for), give them a moment, end the job.
+ */
+static _Noreturn void watchdog_fire(zr_comm *c, MPI_Request *reqs, int n, const int *peer,
+                                    int nrecv, const char *what, zr_group g, double waited)
+{
+    char desc[1024];
+    describe_wait(c, reqs, n, peer, nrecv, what, g, desc, sizeof desc);
+    int me = c->rank[ZR_GROUP_WORLD], W = c->size[ZR_GROUP_WORLD];
+    fflush(stdout);
+    fprintf(stderr,
+            "[zr rank %d] timeout: no progress for %.0f s in %s.\n"
+            "  hint: the job is aborted; every rank that is waiting reports what it waits for. "
+            "A rank that stopped (crashed, stalled, deadlocked, or started with other arguments) "
+            "is the usual cause; if a step really takes this long, raise zr.train.timeout_s "
+            "(--timeout; ZR_TIMEOUT for other programs; 0 = wait forever)\n",
+            me, waited, desc);
+    fflush(stderr);
+    static int32_t notice[2];
+    notice[0] = me;
+    notice[1] = NOTICE_TIMEOUT;
+    MPI_Request *sends = c->notice_sends;
+    int nsend = 0;
+    if (c->ctl != MPI_COMM_NULL && sends != NULL && !c->notified) {
+        for (int r = 0; r < W; r++) {
+            if (r != me && MPI_Isend(notice, 2, MPI_INT32_T, r, CTL_TAG_NOTICE, c->ctl,
+                                     &sends[nsend]) == MPI_SUCCESS) {
+                nsend++;
+            }
+        }
+    }
+    double t0 = zr_now();
+    while (zr_now() - t0 < TIMEOUT_GRACE_S) {
+        int done = 1;
+        if (nsend > 0) {
+            MPI_Testall(nsend, sends, &done, MPI_STATUSES_IGNORE);
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    MPI_Abort(c->mpi[ZR_GROUP_WORLD] != MPI_COMM_NULL ? c->mpi[ZR_GROUP_WORLD] : MPI_COMM_WORLD,
+              1);
+    _exit(1);
+}
+
+/*
+ * Has a notice arrived? 1: a failure (recorded in c), 2: another rank timed
+ * out (this rank then prints what it waits for, once), 0: none.
+ */
+static int notice_poll(zr_comm *c)
+{
+    if (c->noticed) {
+        return 1;
+    }
+    if (c->notice_req == MPI_REQUEST_NULL) {
+        return 0;
+    }
+    int flag = 0;
+    if (MPI_Test(&c->notice_req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) {
+        return 0;
+    }
+    c->notice_got++;
+    c->notice_from = c->notice_buf[0];
+    if (c->notice_buf[1] == NOTICE_TIMEOUT) {
+        return 2;
+    }
+    c->noticed = 1;
+    c->notice_status = c->notice_buf[1];
+    return 1;
+}
+
+zr_status zr_comm_poll(zr_comm *c, MPI_Request *reqs, int n, const int *peer, int nrecv,
+                       int *scratch, const char *what, zr_group g, int notices)
+{
+    if (n <= 0) {
+        return ZR_OK;
+    }
+    double last = zr_now();
+    long idle = 0;
+    for (;;) {
+        int done = 0, progressed = 0, rc;
+        if (scratch != NULL) {
+            int out = 0;
+            rc = MPI_Testsome(n, reqs, &out, scratch, MPI_STATUSES_IGNORE);
+            done = out == MPI_UNDEFINED;
+            progressed = out > 0;
+        } else {
+            rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        }
+        if (rc != MPI_SUCCESS) {
+            return zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Test");
+        }
+        if (done) {
+            return ZR_OK;
+        }
+        double now = zr_now();
+        if (progressed) {
+            last = now;
+            idle = 0;
+            continue;
+        }
+        if (notices) {
+            int k = notice_poll(c);
+            if (k == 1) {
+                /* what completed meanwhile is not abandoned: a notice may overtake it */
+                if (scratch != NULL) {
+                    int out = 0;
+                    rc = MPI_Testsome(n, reqs, &out, scratch, MPI_STATUSES_IGNORE);
+                    done = rc == MPI_SUCCESS && out == MPI_UNDEFINED;
+                } else {
+                    rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+                }
+                if (rc == MPI_SUCCESS && done) {
+                    return ZR_OK;
+                }
+                return zr_error_at(ZR_ERR_REMOTE, __FILE__, __LINE__,
+                                   "rank %d failed (%s) while this rank waited in %s",
+                                   c->notice_from, zr_status_str((zr_status)c->notice_status),
+                                   what);
+            }
+            if (k == 2) {
+                char desc[1024];
+                describe_wait(c, reqs, n, peer, nrecv, what, g, desc, sizeof desc);
+                fflush(stdout);
+                fprintf(stderr, "[zr rank %d] rank %d timed out; this rank waits in %s\n",
+                        c->rank[ZR_GROUP_WORLD], c->notice_from, desc);
+                fflush(stderr);
+            }
+        }
+        if (c->timeout_s > 0 && now - last > c->timeout_s) {
+            watchdog_fire(c, reqs, n, peer, nrecv, what, g, now - last);
+        }
+        /* an idle wait gives its core away: ranks may outnumber cores */
+        if (++idle > 1000) {
+            sched_yield();
+        }
+    }
+}
+
+/* ---- the control communicator ------------------------------------------------ */
+
+static void account_control(zr_comm *c, size_t bytes_to_each, int root)
+{
+    zr_traffic_row *row = &c->traffic.kind[ZR_KIND_CONTROL];
+    row->calls++;
+    int me = c->rank[ZR_GROUP_WORLD];
+    if (root >= 0 && root != me) {
+        return;
+    }
+    for (int p = 0; p < c->size[ZR_GROUP_WORLD]; p++) {
+        if (p == me) {
+            continue;
+        }
+        if (c->ranks_per_node > 0 && zr_comm_node_of(c, p) == c->node) {
+            row->bytes_intra += bytes_to_each;
+        } else {
+            row->bytes_inter += bytes_to_each;
+        }
+    }
+}
+
+/*
+ * Point-to-point on ctl, every rank with every other (all-gather: root < 0)
+ * or root to every other (broadcast), so that a wait that does not complete
+ * can name the ranks it misses. Small payloads only.
+ */
+static zr_status ctl_exchange(zr_comm *c, const void *mine, size_t bytes, void *all, int root,
+                              const char *what)
+{
+    int W = c->size[ZR_GROUP_WORLD], me = c->rank[ZR_GROUP_WORLD];
+    if (root < 0) {
+        memmove((char *)all + (size_t)me * bytes, mine, bytes);
+    }
+    if (W == 1) {
+        return ZR_OK;
+    }
+    int tag = root < 0 ? CTL_TAG_GATHER : CTL_TAG_BCAST;
+    MPI_Request *reqs = NULL;
+    int *peer = NULL;
+    ZR_ALLOC(reqs, 2 * (size_t)W);
+    zr_status st = zr_alloc_at((void **)&peer, sizeof(int) * 4 * (size_t)W, __FILE__, __LINE__);
+    int n = 0, nrecv = 0;
+    for (int r = 0; r < W && st == ZR_OK; r++) {
+        if (r == me || (root >= 0 && me != root && r != root) || (root >= 0 && me == root)) {
+            continue;
+        }
+        void *dst = root < 0 ? (char *)all + (size_t)r * bytes : all;
+        int rc = MPI_Irecv(dst, (int)bytes, MPI_BYTE, r, tag, c->ctl, &reqs[n]);
+        if (rc != MPI_SUCCESS) {
+            st = zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Irecv");
+            break;
+        }
+        peer[n++] = r;
+    }
+    nrecv = n;
+    for (int r = 0; r < W && st == ZR_OK; r++) {
+        if (r == me || (root >= 0 && me != root)) {
+            continue;
+        }
+        int rc = MPI_Isend(mine, (int)bytes, MPI_BYTE, r, tag, c->ctl, &reqs[n]);
+        if (rc != MPI_SUCCESS) {
+            st = zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Isend");
+            break;
+        }
+        peer[n++] = r;
+    }
+    if (st == ZR_OK) {
+        account_control(c, bytes, root);
+        st = zr_comm_poll(c, reqs, n, peer, nrecv, peer + 2 * W, what, ZR_GROUP_WORLD, 0);
+    } else {
+        for (int i = 0; i < n; i++) {
+            MPI_Cancel(&reqs[i]);
+            MPI_Request_free(&reqs[i]);
+        }
+    }
+    zr_free(peer);
+    zr_free(reqs);
+    return st;
+}
+
+static zr_status post_notice_recv(zr_comm *c)
+{
+    if (c->size[ZR_GROUP_WORLD] == 1 || c->notice_req != MPI_REQUEST_NULL) {
+        return ZR_OK;
+    }
+    ZR_MPI_CHECK(MPI_Irecv(c->notice_buf, 2, MPI_INT32_T, MPI_ANY_SOURCE, CTL_TAG_NOTICE, c->ctl,
+                           &c->notice_req));
+    return ZR_OK;
+}
+
+void zr_comm_notify(zr_comm *c, zr_status st)
+{
+    int W = c->size[ZR_GROUP_WORLD], me = c->rank[ZR_GROUP_WORLD];
+    if (W == 1 || c->notified || c->ctl == MPI_COMM_NULL || c->notice_sends == NULL) {
+        return;
+    }
+    c->notify_buf[0] = me;
+    c->notify_buf[1] = (int32_t)st;
+    int n = 0;
+    for (int r = 0; r < W; r++) {
+        if (r != me && MPI_Isend(c->notify_buf, 2, MPI_INT32_T, r, CTL_TAG_NOTICE, c->ctl,
+                                 &c->notice_sends[n]) == MPI_SUCCESS) {
+            n++;
+        }
+    }
+    c->notice_nsend = n;
+    c->notified = 1;
+}
+
+void zr_comm_set_timeout(zr_comm *c, double seconds)
+{
+    c->timeout_s = seconds > 0 ? seconds : 0;
+}
+
+void zr_comm_set_step(zr_comm *c, long long step)
+{
+    c->step = step;
+}
+
+void zr_comm_set_fail_fast(zr_comm *c, int on)
+{
+    c->fail_fast = on;
+}
+
+int zr_comm_broken(const zr_comm *c)
+{
+    return c->broken;
+}
+
+_Noreturn void zr_comm_abort(zr_comm *c, int exit_code)
+{
+    fflush(stdout);
+    fflush(stderr);
+    /* everyone is here, so the message printed before this call is out */
+    int32_t one = 1, *all = calloc((size_t)c->size[ZR_GROUP_WORLD], sizeof *all);
+    if (all != NULL && c->ctl != MPI_COMM_NULL) {
+        (void)ctl_exchange(c, &one, sizeof one, all, -1, "the final abort");
+    }
+    free(all);
+    MPI_Abort(c->mpi[ZR_GROUP_WORLD], exit_code);
+    _exit(exit_code);
+}
+
 /*
  * Parse ZR_RANKS_PER_NODE. Returns 0 when unset; -1 when set but not a
  * positive integer (every rank reads the same environment from mpirun, so the
@@ -76,6 +459,51 @@ static int env_ranks_per_node(void)
         return -1;
     }
     return (int)v;
+}
+
+/* ZR_TIMEOUT: seconds (>= 0, 0 = forever); -1 when set but not such a number. */
+static double env_timeout(void)
+{
+    const char *s = getenv("ZR_TIMEOUT");
+    if (s == NULL || s[0] == '\0') {
+        return ZR_COMM_TIMEOUT_DEFAULT;
+    }
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (*end != '\0' || !(v >= 0.0 && v <= 1e9)) {
+        return -1.0;
+    }
+    return v;
+}
+
+/* ZR_FAULT_STEP=R:S[:fail|:stall]; returns 0 when set but malformed. */
+static int env_fault(zr_comm *c)
+{
+    c->fault = ZR_FAULT_NONE;
+    const char *s = getenv("ZR_FAULT_STEP");
+    if (s == NULL || s[0] == '\0') {
+        return 1;
+    }
+    char *end = NULL;
+    long r = strtol(s, &end, 10);
+    if (end == s || *end != ':' || r < 0) {
+        return 0;
+    }
+    const char *p = end + 1;
+    long long step = strtoll(p, &end, 10);
+    if (end == p || step < 0) {
+        return 0;
+    }
+    zr_fault_mode mode = ZR_FAULT_FAIL;
+    if (strcmp(end, ":stall") == 0) {
+        mode = ZR_FAULT_STALL;
+    } else if (*end != '\0' && strcmp(end, ":fail") != 0) {
+        return 0;
+    }
+    c->fault = mode;
+    c->fault_rank = (int)r;
+    c->fault_step = step;
+    return 1;
 }
 
 int zr_comm_check_placement(const int *leader, const int *local_size, int size, char *why,
@@ -112,25 +540,31 @@ int zr_comm_check_placement(const int *leader, const int *local_size, int size, 
  * world rank. The verdict comes from all-gathered data, so it is the same on
  * every rank.
  */
-static zr_status detect_nodes(MPI_Comm world, int rank, int size, int *rpn, char *why, size_t n)
+static zr_status detect_nodes(zr_comm *c, MPI_Comm world, int rank, int size, int *rpn,
+                              char *why, size_t n)
 {
     MPI_Comm shm;
     ZR_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shm));
     int mine[2];
     MPI_Comm_size(shm, &mine[1]);
-    int rc = MPI_Allreduce(&rank, &mine[0], 1, MPI_INT, MPI_MIN, shm);
+    MPI_Request req = MPI_REQUEST_NULL;
+    int rc = MPI_Iallreduce(&rank, &mine[0], 1, MPI_INT, MPI_MIN, shm, &req);
+    zr_status st = rc == MPI_SUCCESS
+                       ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection", ZR_GROUP_NODE, 0)
+                       : zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Iallreduce");
     MPI_Comm_free(&shm);
-    if (rc != MPI_SUCCESS) {
-        return zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Allreduce");
-    }
+    ZR_CHECK(st);
     int *all = malloc(sizeof(int) * 2 * (size_t)size);
     if (all == NULL) {
         ZR_FAIL(ZR_ERR_NOMEM, "out of memory detecting nodes");
     }
-    rc = MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, world);
-    if (rc != MPI_SUCCESS) {
+    rc = MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, world, &req);
+    st = rc == MPI_SUCCESS
+             ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection", ZR_GROUP_WORLD, 0)
+             : zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Iallgather");
+    if (st != ZR_OK) {
         free(all);
-        return zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Allgather");
+        return st;
     }
     int *tmp = malloc(sizeof(int) * 2 * (size_t)size);
     if (tmp == NULL) {
@@ -155,12 +589,166 @@ static zr_status split(zr_comm *c, zr_group g, int color, int key)
     return ZR_OK;
 }
 
-zr_status zr_comm_init(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
+/*
+ * What must be the same on every rank before any group is built: the
+ * emulated node size (a config field or ZR_RANKS_PER_NODE, which MPMD
+ * launches and per-node environments can set differently) and the hpZ size.
+ * A difference used to surface as an assertion or a hang; here it is a user
+ * error naming the ranks and their values. Malformed zr environment knobs are
+ * reported at the same point, so that every rank returns the same error.
+ */
+typedef struct launch_rec {
+    int32_t cfg_rpn, hpz, bad_timeout, bad_fault;
+    char rpn[64], timeout[64], fault[64];
+} launch_rec;
+
+static void env_copy(char *dst, size_t n, const char *name)
 {
-    memset(c, 0, sizeof *c);
-    for (int g = 0; g < ZR_GROUP_COUNT; g++) {
-        c->mpi[g] = MPI_COMM_NULL;
+    const char *v = getenv(name);
+    snprintf(dst, n, "%s", v != NULL ? v : "");
+}
+
+static void rec_value(const launch_rec *r, int field, char *buf, size_t n)
+{
+    if (field == 0) {
+        snprintf(buf, n, "%s%s%s", r->rpn[0] ? "'" : "", r->rpn[0] ? r->rpn : "unset",
+                 r->rpn[0] ? "'" : "");
+    } else if (field == 1) {
+        snprintf(buf, n, "%d", (int)r->cfg_rpn);
+    } else {
+        snprintf(buf, n, "%d", (int)r->hpz);
     }
+}
+
+static int rec_same(const launch_rec *a, const launch_rec *b, int field)
+{
+    if (field == 0) {
+        return strcmp(a->rpn, b->rpn) == 0;
+    }
+    return field == 1 ? a->cfg_rpn == b->cfg_rpn : a->hpz == b->hpz;
+}
+
+static zr_status agree_launch(zr_comm *c, const zr_comm_config *cfg, int bad_timeout,
+                              int bad_fault)
+{
+    int W = c->size[ZR_GROUP_WORLD];
+    launch_rec mine;
+    memset(&mine, 0, sizeof mine);
+    mine.cfg_rpn = cfg->ranks_per_node;
+    mine.hpz = cfg->hpz_size;
+    mine.bad_timeout = bad_timeout;
+    mine.bad_fault = bad_fault;
+    env_copy(mine.rpn, sizeof mine.rpn, "ZR_RANKS_PER_NODE");
+    env_copy(mine.timeout, sizeof mine.timeout, "ZR_TIMEOUT");
+    env_copy(mine.fault, sizeof mine.fault, "ZR_FAULT_STEP");
+    launch_rec *all = NULL;
+    int *cls = NULL;
+    ZR_ALLOC(all, (size_t)W);
+    zr_status st = zr_alloc_at((void **)&cls, sizeof(int) * (size_t)W, __FILE__, __LINE__);
+    if (st == ZR_OK) {
+        st = ctl_exchange(c, &mine, sizeof mine, all, -1, "the start-up agreement");
+    }
+    for (int r = 0; r < W && st == ZR_OK; r++) {
+        const char *prefix = W > 1 ? "rank " : "";
+        char who[32] = "";
+        if (W > 1) {
+            snprintf(who, sizeof who, "%s%d: ", prefix, r);
+        }
+        if (all[r].bad_timeout) {
+            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                             "%sZR_TIMEOUT='%s' is not a number of seconds from 0 (wait forever) "
+                             "to 1e9",
+                             who, all[r].timeout);
+        } else if (all[r].bad_fault) {
+            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                             "%sZR_FAULT_STEP='%s' is not RANK:STEP, RANK:STEP:fail or "
+                             "RANK:STEP:stall",
+                             who, all[r].fault);
+        }
+    }
+    /* the environment matters only where no config field overrides it */
+    int env_used = 1;
+    for (int r = 0; r < W; r++) {
+        env_used &= st == ZR_OK && all[r].cfg_rpn == 0;
+    }
+    static const char *const names[3] = {"ZR_RANKS_PER_NODE", "ranks_per_node", "hpZ partition sizes"};
+    for (int field = env_used ? 0 : 1; field < 3 && st == ZR_OK; field++) {
+        int differ = 0, k = 0;
+        for (int r = 0; r < W; r++) {
+            cls[r] = -1;
+            for (int q = 0; q < r && cls[r] < 0; q++) {
+                if (rec_same(&all[q], &all[r], field)) {
+                    cls[r] = cls[q];
+                }
+            }
+            if (cls[r] < 0) {
+                cls[r] = k++;
+            }
+            differ |= cls[r] != 0;
+        }
+        if (!differ) {
+            continue;
+        }
+        char msg[900];
+        size_t used = (size_t)snprintf(msg, sizeof msg, "ranks were started with different %s:",
+                                       names[field]);
+        for (int v = 0; v < k && v < 4 && used < sizeof msg; v++) {
+            int first = 0;
+            while (cls[first] != v) {
+                first++;
+            }
+            char val[80], ranks[160];
+            rec_value(&all[first], field, val, sizeof val);
+            zr_comm_format_ranks(ranks, sizeof ranks, cls, W, v);
+            used += (size_t)snprintf(msg + used, sizeof msg - used, "%s %s on %s",
+                                     v ? "," : "", val, ranks);
+        }
+        if (field == 0) {
+            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                             "%s; give every rank the same value (Open MPI: mpirun -x "
+                             "ZR_RANKS_PER_NODE=N; MPICH: mpiexec -genv ZR_RANKS_PER_NODE N)",
+                             msg);
+        } else {
+            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                             "%s; every rank must build the same groups", msg);
+        }
+    }
+    zr_free(cls);
+    zr_free(all);
+    return st;
+}
+
+static void teardown(zr_comm *c)
+{
+    for (int g = 1; g < ZR_GROUP_COUNT; g++) {
+        if (c->mpi[g] != MPI_COMM_NULL) {
+            MPI_Comm_free(&c->mpi[g]);
+        }
+    }
+    if (c->notice_req != MPI_REQUEST_NULL) {
+        /* a notice that arrived after the last agreement is dropped with it */
+        MPI_Cancel(&c->notice_req);
+        MPI_Wait(&c->notice_req, MPI_STATUS_IGNORE);
+    }
+    if (c->notice_nsend > 0) {
+        for (int i = 0; i < c->notice_nsend; i++) {
+            MPI_Request_free(&c->notice_sends[i]);
+        }
+        c->notice_nsend = 0;
+    }
+    zr_free(c->notice_sends);
+    c->notice_sends = NULL;
+    if (c->ctl != MPI_COMM_NULL) {
+        MPI_Comm_free(&c->ctl);
+    }
+    if (abort_world == c->mpi[ZR_GROUP_WORLD]) {
+        abort_world = MPI_COMM_NULL;
+        zr_set_abort_hook(NULL);
+    }
+}
+
+static zr_status init_groups(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
+{
     c->transport = &zr_transport_mpi;
     c->mpi[ZR_GROUP_WORLD] = world;
     /* errors come back as return codes so that zr can report them itself */
@@ -168,6 +756,10 @@ zr_status zr_comm_init(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
     int rank, size;
     ZR_MPI_CHECK(MPI_Comm_rank(world, &rank));
     ZR_MPI_CHECK(MPI_Comm_size(world, &size));
+    c->rank[ZR_GROUP_WORLD] = rank;
+    c->size[ZR_GROUP_WORLD] = size;
+    c->first[ZR_GROUP_WORLD] = 0;
+    c->stride[ZR_GROUP_WORLD] = 1;
     zr_log_set_rank(rank);
     abort_world = world;
     zr_set_abort_hook(abort_with_mpi);
@@ -176,6 +768,18 @@ zr_status zr_comm_init(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
     if (cfg == NULL) {
         cfg = &none;
     }
+    double timeout = env_timeout();
+    c->timeout_s = timeout >= 0 ? timeout : ZR_COMM_TIMEOUT_DEFAULT;
+    int fault_ok = env_fault(c);
+    ZR_ALLOC(c->notice_sends, (size_t)size);
+    /* the control communicator first: from here on every wait is bounded */
+    MPI_Request req = MPI_REQUEST_NULL;
+    ZR_MPI_CHECK(MPI_Comm_idup(world, &c->ctl, &req));
+    ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "zr_comm_init", ZR_GROUP_WORLD, 0));
+    ZR_MPI_CHECK(MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN));
+    ZR_CHECK(agree_launch(c, cfg, timeout < 0, !fault_ok));
+    ZR_CHECK(post_notice_recv(c));
+
     char why[512] = "";
     int rpn = cfg->ranks_per_node;
     if (rpn == 0) {
@@ -188,7 +792,7 @@ zr_status zr_comm_init(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
     if (rpn > 0) {
         c->emulated = 1;
     } else {
-        ZR_CHECK(detect_nodes(world, rank, size, &rpn, why, sizeof why));
+        ZR_CHECK(detect_nodes(c, world, rank, size, &rpn, why, sizeof why));
         if (rpn == 0) {
             ZR_FAIL(ZR_ERR_INVALID, "cannot use this rank placement: %s", why);
         }
@@ -216,10 +820,6 @@ zr_status zr_comm_init(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
     c->n_nodes = size / rpn;
     c->node = rank / rpn;
 
-    c->rank[ZR_GROUP_WORLD] = rank;
-    c->size[ZR_GROUP_WORLD] = size;
-    c->first[ZR_GROUP_WORLD] = 0;
-    c->stride[ZR_GROUP_WORLD] = 1;
     ZR_CHECK(split(c, ZR_GROUP_NODE, rank / rpn, rank));
     c->first[ZR_GROUP_NODE] = rank / rpn * rpn;
     c->stride[ZR_GROUP_NODE] = 1;
@@ -237,17 +837,25 @@ zr_status zr_comm_init(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
     return ZR_OK;
 }
 
+zr_status zr_comm_init(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
+{
+    memset(c, 0, sizeof *c);
+    for (int g = 0; g < ZR_GROUP_COUNT; g++) {
+        c->mpi[g] = MPI_COMM_NULL;
+    }
+    c->ctl = MPI_COMM_NULL;
+    c->notice_req = MPI_REQUEST_NULL;
+    c->step = -1;
+    zr_status st = init_groups(c, world, cfg);
+    if (st != ZR_OK) {
+        teardown(c);
+    }
+    return st;
+}
+
 void zr_comm_free(zr_comm *c)
 {
-    for (int g = 1; g < ZR_GROUP_COUNT; g++) {
-        if (c->mpi[g] != MPI_COMM_NULL) {
-            MPI_Comm_free(&c->mpi[g]);
-        }
-    }
-    if (abort_world == c->mpi[ZR_GROUP_WORLD]) {
-        abort_world = MPI_COMM_NULL;
-        zr_set_abort_hook(NULL);
-    }
+    teardown(c);
     memset(c, 0, sizeof *c);
 }
 
@@ -271,19 +879,54 @@ static void account(zr_comm *c, zr_group g, zr_kind kind, const size_t *scount)
     }
 }
 
+/* ZR_FAULT_STEP fired on this rank: fail the exchange, or stall until the job is ended. */
+static zr_status inject_fault(zr_comm *c, zr_group g, zr_kind kind)
+{
+    if (c->fault == ZR_FAULT_STALL) {
+        fflush(stdout);
+        fprintf(stderr, "[zr rank %d] ZR_FAULT_STEP: stalling at step %lld before %s on group %s\n",
+                c->rank[ZR_GROUP_WORLD], c->step, zr_kind_name(kind), zr_group_name(g));
+        fflush(stderr);
+        for (;;) {
+            struct timespec ts = {1, 0};
+            nanosleep(&ts, NULL);
+        }
+    }
+    c->fault = ZR_FAULT_NONE; /* once */
+    ZR_FAIL(ZR_ERR_INTERNAL, "fault injected by ZR_FAULT_STEP at step %lld (%s on group %s)",
+            c->step, zr_kind_name(kind), zr_group_name(g));
+}
+
 zr_status zr_comm_iexchange(zr_comm *c, zr_group g, zr_kind kind, const void *send,
                             const size_t *scount, const size_t *sdisp, void *recv,
                             const size_t *rcount, const size_t *rdisp, zr_request *req)
 {
     ZR_ASSERT((unsigned)g < ZR_GROUP_COUNT && (unsigned)kind < ZR_KIND_COUNT);
     ZR_ASSERT(!req->active);
+    if (c->noticed) {
+        /* another rank has given up: nothing new is started */
+        ZR_FAIL(ZR_ERR_REMOTE, "rank %d failed (%s) before this rank started %s on group %s",
+                c->notice_from, zr_status_str((zr_status)c->notice_status), zr_kind_name(kind),
+                zr_group_name(g));
+    }
+    if (c->fault != ZR_FAULT_NONE && c->rank[ZR_GROUP_WORLD] == c->fault_rank &&
+        c->step == c->fault_step) {
+        ZR_CHECK(inject_fault(c, g, kind));
+    }
     int me = c->rank[g];
     if (scount[me] != 0 && rcount[me] != 0) {
         ZR_ASSERT(scount[me] == rcount[me]);
         memmove((char *)recv + rdisp[me], (const char *)send + sdisp[me], scount[me]);
     }
     account(c, g, kind, scount);
-    return c->transport->iexchange(c, g, send, scount, sdisp, recv, rcount, rdisp, req);
+    req->group = g;
+    req->kind = kind;
+    req->seq = c->seq++;
+    zr_status st = c->transport->iexchange(c, g, send, scount, sdisp, recv, rcount, rdisp, req);
+    if (req->active) {
+        c->inflight++;
+    }
+    return st;
 }
 
 /* Equal-block layouts need count/displacement arrays; groups are small, so a stack buffer. */
@@ -329,12 +972,27 @@ zr_status zr_comm_ialltoall(zr_comm *c, zr_group g, zr_kind kind, const void *se
     return equal_blocks(c, g, kind, send, bytes, 0, recv, req);
 }
 
+static zr_status remote_failure(const zr_comm *c, const zr_request *req)
+{
+    ZR_FAIL(ZR_ERR_REMOTE, "rank %d failed (%s) while this rank waited in %s on group %s",
+            c->notice_from, zr_status_str((zr_status)c->notice_status), zr_kind_name(req->kind),
+            zr_group_name(req->group));
+}
+
 zr_status zr_comm_wait(zr_comm *c, zr_request *req)
 {
     if (!req->active) {
         return ZR_OK;
     }
-    return c->transport->wait(c, req);
+    if (c->noticed) {
+        /* abandoned, still posted: zr_comm_agree reports the job as broken */
+        return remote_failure(c, req);
+    }
+    zr_status st = c->transport->wait(c, req);
+    if (!req->active) {
+        c->inflight--;
+    }
+    return st;
 }
 
 zr_status zr_comm_test(zr_comm *c, zr_request *req, int *done)
@@ -343,11 +1001,19 @@ zr_status zr_comm_test(zr_comm *c, zr_request *req, int *done)
         *done = 1;
         return ZR_OK;
     }
+    if (c->noticed) {
+        *done = 0;
+        return remote_failure(c, req);
+    }
     if (c->transport->test == NULL) {
         *done = 0;
         return ZR_OK;
     }
-    return c->transport->test(c, req, done);
+    zr_status st = c->transport->test(c, req, done);
+    if (!req->active) {
+        c->inflight--;
+    }
+    return st;
 }
 
 zr_status zr_comm_allgather(zr_comm *c, zr_group g, zr_kind kind, const void *send, size_t bytes,
@@ -422,8 +1088,9 @@ zr_status zr_comm_allreduce_max_i64(zr_comm *c, zr_group g, int64_t *vals, int n
 
 zr_status zr_comm_barrier(zr_comm *c)
 {
-    ZR_MPI_CHECK(MPI_Barrier(c->mpi[ZR_GROUP_WORLD]));
-    return ZR_OK;
+    MPI_Request req = MPI_REQUEST_NULL;
+    ZR_MPI_CHECK(MPI_Ibarrier(c->mpi[ZR_GROUP_WORLD], &req));
+    return zr_comm_poll(c, &req, 1, NULL, 0, NULL, "barrier", ZR_GROUP_WORLD, 1);
 }
 
 zr_status zr_comm_bcast(zr_comm *c, void *buf, size_t bytes, int root)
@@ -443,44 +1110,112 @@ zr_status zr_comm_bcast(zr_comm *c, void *buf, size_t bytes, int root)
             }
         }
     }
+    /* one nonblocking broadcast per GiB, all completed by one bounded wait */
+    enum { MAX_CHUNKS = 64 };
+    MPI_Request reqs[MAX_CHUNKS];
+    int peer[MAX_CHUNKS], scratch[MAX_CHUNKS];
     char *p = buf;
     size_t left = bytes;
     while (left > 0) {
-        int chunk = left > (size_t)1 << 30 ? 1 << 30 : (int)left;
-        ZR_MPI_CHECK(MPI_Bcast(p, chunk, MPI_BYTE, root, c->mpi[ZR_GROUP_WORLD]));
-        p += chunk;
-        left -= (size_t)chunk;
+        int n = 0;
+        for (; left > 0 && n < MAX_CHUNKS; n++) {
+            int chunk = left > (size_t)1 << 30 ? 1 << 30 : (int)left;
+            int rc = MPI_Ibcast(p, chunk, MPI_BYTE, root, c->mpi[ZR_GROUP_WORLD], &reqs[n]);
+            if (rc != MPI_SUCCESS) {
+                return zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Ibcast");
+            }
+            /* a receiver waits for the root; the root for everyone */
+            peer[n] = c->rank[ZR_GROUP_WORLD] == root ? -1 : root;
+            p += chunk;
+            left -= (size_t)chunk;
+        }
+        ZR_CHECK(zr_comm_poll(c, reqs, n, peer, n, scratch, "broadcast", ZR_GROUP_WORLD, 1));
     }
     return ZR_OK;
 }
 
+/* Receive the notices still addressed to this rank (expect of them in all), then reset. */
+static zr_status drain_notices(zr_comm *c, int expect)
+{
+    int need = expect - c->notice_got;
+    if (need > 0 && c->notice_req != MPI_REQUEST_NULL) {
+        ZR_CHECK(zr_comm_poll(c, &c->notice_req, 1, NULL, 0, NULL, "the failure notices",
+                              ZR_GROUP_WORLD, 0));
+        need--;
+    }
+    for (; need > 0; need--) {
+        int32_t buf[2];
+        MPI_Request req = MPI_REQUEST_NULL;
+        ZR_MPI_CHECK(
+            MPI_Irecv(buf, 2, MPI_INT32_T, MPI_ANY_SOURCE, CTL_TAG_NOTICE, c->ctl, &req));
+        ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "the failure notices", ZR_GROUP_WORLD,
+                              0));
+    }
+    if (c->notice_nsend > 0) {
+        ZR_CHECK(zr_comm_poll(c, c->notice_sends, c->notice_nsend, NULL, 0, NULL,
+                              "the failure notices", ZR_GROUP_WORLD, 0));
+    }
+    c->notice_nsend = 0;
+    c->notified = 0;
+    c->noticed = 0;
+    c->notice_got = 0;
+    return post_notice_recv(c);
+}
+
 zr_status zr_comm_agree(zr_comm *c, zr_status local)
 {
-    /* lowest failing rank wins, so the message is deterministic */
-    int size = c->size[ZR_GROUP_WORLD];
-    int64_t key = local != ZR_OK ? -(int64_t)c->rank[ZR_GROUP_WORLD] : -(int64_t)size;
-    ZR_CHECK(zr_comm_allreduce_max_i64(c, ZR_GROUP_WORLD, &key, 1));
-    if (key == -(int64_t)size) {
+    int size = c->size[ZR_GROUP_WORLD], me = c->rank[ZR_GROUP_WORLD];
+    c->broken = 0;
+    if (size == 1) {
+        if (local != ZR_OK) {
+            char copy[1024];
+            snprintf(copy, sizeof copy, "%s", zr_error_message());
+            zr_error_set_agreed(copy);
+        }
+        return local;
+    }
+    int32_t mine[4] = {(int32_t)local, c->notified, c->inflight > 0, 0};
+    int32_t *all = NULL;
+    ZR_ALLOC(all, 4 * (size_t)size);
+    zr_status st = ctl_exchange(c, mine, sizeof mine, all, -1, "an error agreement");
+    /* the failure that caused the others wins over their ZR_ERR_REMOTE; lowest rank first */
+    int root = -1, senders = 0;
+    for (int pass = 0; pass < 2 && st == ZR_OK && root < 0; pass++) {
+        for (int r = 0; r < size && root < 0; r++) {
+            zr_status s = (zr_status)all[4 * r];
+            if (s != ZR_OK && (pass == 1 || s != ZR_ERR_REMOTE)) {
+                root = r;
+            }
+        }
+    }
+    for (int r = 0; r < size && st == ZR_OK; r++) {
+        senders += r != me && all[4 * r + 1];
+        c->broken |= all[4 * r + 2] != 0;
+    }
+    zr_free(all);
+    ZR_CHECK(st);
+    ZR_CHECK(drain_notices(c, senders));
+    if (root < 0) {
+        c->broken = 0;
         return ZR_OK;
     }
-    int root = (int)-key;
     struct {
         int32_t status;
         int32_t agreed; /* the message names its rank already: an error agreed on before */
         char msg[1000];
     } m;
     memset(&m, 0, sizeof m);
-    if (c->rank[ZR_GROUP_WORLD] == root) {
+    if (me == root) {
         m.status = (int32_t)local;
         m.agreed = zr_error_agreed();
         snprintf(m.msg, sizeof m.msg, "%s", zr_error_message());
     }
-    ZR_CHECK(zr_comm_bcast(c, &m, sizeof m, root));
+    ZR_CHECK(ctl_exchange(c, &m, sizeof m, &m, root, "an error agreement"));
     char full[1100];
-    if (size > 1 && !m.agreed) {
-        snprintf(full, sizeof full, "rank %d: %s", root, m.msg);
-    } else {
+    if (m.agreed) {
         snprintf(full, sizeof full, "%s", m.msg);
+    } else {
+        snprintf(full, sizeof full, "rank %d: %s", root, m.msg);
     }
     zr_error_set_agreed(full);
     return (zr_status)m.status;
@@ -505,8 +1240,10 @@ zr_status zr_comm_traffic_total(zr_comm *c, zr_traffic *total)
         mine[3 * k + 1] = c->traffic.kind[k].bytes_intra;
         mine[3 * k + 2] = c->traffic.kind[k].bytes_inter;
     }
+    MPI_Request req = MPI_REQUEST_NULL;
     ZR_MPI_CHECK(
-        MPI_Allreduce(mine, sum, N, MPI_UINT64_T, MPI_SUM, c->mpi[ZR_GROUP_WORLD]));
+        MPI_Iallreduce(mine, sum, N, MPI_UINT64_T, MPI_SUM, c->mpi[ZR_GROUP_WORLD], &req));
+    ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "traffic total", ZR_GROUP_WORLD, 1));
     for (int k = 0; k < ZR_KIND_COUNT; k++) {
         total->kind[k].calls = sum[3 * k];
         total->kind[k].bytes_intra = sum[3 * k + 1];

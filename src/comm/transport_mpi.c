@@ -9,7 +9,7 @@
  * use one tag: MPI's non-overtaking rule matches concurrent exchanges in the
  * order every rank posts them, which is the same order on every rank.
  */
-#include "zr/comm.h"
+#include "comm_impl.h"
 
 #include <limits.h>
 
@@ -34,11 +34,20 @@ static zr_status mpi_iexchange(zr_comm *c, zr_group g, const void *send, const s
         }
     }
     req->count = 0;
+    req->nrecv = 0;
     req->reqs = NULL;
+    req->peer = NULL;
     if (total == 0) {
         return ZR_OK;
     }
     ZR_ALLOC(req->reqs, (size_t)total);
+    zr_status st = zr_alloc_at((void **)&req->peer, sizeof(int) * 2 * (size_t)total, __FILE__,
+                               __LINE__);
+    if (st != ZR_OK) {
+        zr_free(req->reqs);
+        req->reqs = NULL;
+        return st;
+    }
     req->active = 1;
     /* receives first, in rank order starting after me, so peers spread their load */
     for (int i = 1; i < n; i++) {
@@ -50,7 +59,9 @@ static zr_status mpi_iexchange(zr_comm *c, zr_group g, const void *send, const s
             if (rc != MPI_SUCCESS) {
                 return zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Irecv");
             }
+            req->peer[req->count] = zr_comm_world_rank(c, g, p);
             req->count++;
+            req->nrecv++;
         }
     }
     for (int i = 1; i < n; i++) {
@@ -62,6 +73,7 @@ static zr_status mpi_iexchange(zr_comm *c, zr_group g, const void *send, const s
             if (rc != MPI_SUCCESS) {
                 return zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Isend");
             }
+            req->peer[req->count] = zr_comm_world_rank(c, g, p);
             req->count++;
         }
     }
@@ -80,21 +92,25 @@ static zr_status mpi_iexchange(zr_comm *c, zr_group g, const void *send, const s
 static void release(zr_request *req)
 {
     zr_free(req->reqs);
+    zr_free(req->peer);
     req->reqs = NULL;
+    req->peer = NULL;
     req->count = 0;
+    req->nrecv = 0;
     req->active = 0;
 }
 
 static zr_status mpi_wait(zr_comm *c, zr_request *req)
 {
-    (void)c;
-    int rc = req->count > 0 ? MPI_Waitall(req->count, req->reqs, MPI_STATUSES_IGNORE)
-                            : MPI_SUCCESS;
-    release(req);
-    if (rc != MPI_SUCCESS) {
-        return zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Waitall");
+    zr_status st = zr_comm_poll(c, req->reqs, req->count, req->peer, req->nrecv,
+                                req->peer != NULL ? req->peer + req->count : NULL,
+                                zr_kind_name(req->kind), req->group, 1);
+    if (st == ZR_ERR_REMOTE) {
+        /* another rank gave up: the requests stay posted, their buffers MPI's */
+        return st;
     }
-    return ZR_OK;
+    release(req);
+    return st;
 }
 
 static zr_status mpi_test(zr_comm *c, zr_request *req, int *done)

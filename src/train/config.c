@@ -274,6 +274,9 @@ static const cfg_key keys[] = {
     INT("zr.train.max_nonfinite_steps", max_nonfinite_steps, 3, 0, IMAX, NULL,
         "stop with an error after this many consecutive steps with a non-finite loss or gradient "
         "norm (a diverged run); 0 = never stop"),
+    DBL("zr.train.timeout_s", timeout_s, 300, 0, 1e9, 0, "timeout",
+        "seconds a rank waits for the others without any progress before the job is aborted, "
+        "with a report of which collective waits for which ranks; 0 = wait forever"),
     STR("zr.checkpoint.dir", checkpoint_dir, "", "ckpt-dir", "checkpoint folder; \"\" = no checkpoints"),
     INT("zr.checkpoint.every", checkpoint_every, 0, 0, IMAX, "ckpt-every", "steps between checkpoints; 0 = only at the end"),
     INT("zr.checkpoint.keep", keep_checkpoints, 2, 0, IMAX, NULL, "newest complete checkpoints kept; 0 = all"),
@@ -1321,6 +1324,21 @@ void zr_config_print(FILE *f, const zr_train_config *c)
             fprintf(f, "%-46s = %s\n", keys[i].path, v);
         }
     }
+}
+
+size_t zr_config_key_count(void)
+{
+    return NKEYS;
+}
+
+const char *zr_config_key_value(const zr_train_config *c, size_t i, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    if (i >= NKEYS || !listed(&keys[i])) {
+        return NULL;
+    }
+    fmt_value(c, &keys[i], buf, n);
+    return keys[i].path;
 }
 
 /* The object at the dotted parent of path inside root, created as needed. */

@@ -1,0 +1,197 @@
+/*
+ * launch.c - ranks agree that they were started the same way (zr/launch.h).
+ *
+ * Two rounds, both collective over world: every rank all-gathers one 64-bit
+ * digest of all its values; only if the digests differ do ranks all-gather
+ * one hash per value and, for each differing value, broadcast the text of
+ * each distinct value from the first rank holding it. Every rank builds the
+ * message from the same gathered data, so it is identical everywhere.
+ */
+#include "zr/launch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MAX_KEYS_SHOWN   6
+#define MAX_VALUES_SHOWN 4
+#define VALUE_BYTES      320
+
+/* FNV-1a, 64 bits: a digest of short texts, not a defence against forgery. */
+static uint64_t hash_text(uint64_t h, const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++) {
+        h = (h ^ *p) * 1099511628211ull;
+    }
+    return (h ^ 0xff) * 1099511628211ull; /* a terminator, so "ab","c" != "a","bc" */
+}
+
+/* Append the values of item i to msg: "NAME is A on ranks 0-1, B on rank 2". */
+static zr_status explain(zr_comm *c, const char *name, const char *mine, const uint64_t *all, int n,
+                         int i, int *cls, char *msg, size_t len)
+{
+    int W = c->size[ZR_GROUP_WORLD];
+    int k = 0;
+    for (int r = 0; r < W; r++) {
+        cls[r] = -1;
+        for (int q = 0; q < r && cls[r] < 0; q++) {
+            if (all[(size_t)q * n + i] == all[(size_t)r * n + i]) {
+                cls[r] = cls[q];
+            }
+        }
+        if (cls[r] < 0) {
+            cls[r] = k++;
+        }
+    }
+    size_t used = strlen(msg);
+    used += (size_t)snprintf(msg + used, len - used, "%s%s is", used > 0 ? "; " : "", name);
+    for (int v = 0; v < k && v < MAX_VALUES_SHOWN; v++) {
+        int first = 0;
+        while (cls[first] != v) {
+            first++;
+        }
+        char text[VALUE_BYTES];
+        memset(text, 0, sizeof text);
+        if (c->rank[ZR_GROUP_WORLD] == first) {
+            snprintf(text, sizeof text, "%s", mine);
+        }
+        ZR_CHECK(zr_comm_bcast(c, text, sizeof text, first));
+        text[sizeof text - 1] = '\0';
+        char ranks[160];
+        zr_comm_format_ranks(ranks, sizeof ranks, cls, W, v);
+        if (used < len) {
+            used += (size_t)snprintf(msg + used, len - used, "%s %s on %s", v ? "," : "",
+                                     text[0] ? text : "(empty)", ranks);
+        }
+    }
+    if (k > MAX_VALUES_SHOWN && used < len) {
+        snprintf(msg + used, len - used, " and %d other values", k - MAX_VALUES_SHOWN);
+    }
+    return ZR_OK;
+}
+
+zr_status zr_launch_agree(zr_comm *c, int n, const char *const *names, const char *const *values,
+                          const char *what, const char *hint)
+{
+    int W = c->size[ZR_GROUP_WORLD];
+    if (W == 1) {
+        return ZR_OK;
+    }
+    uint64_t digest = 14695981039346656037ull, *all = NULL, *mine = NULL;
+    int *cls = NULL;
+    ZR_ALLOC(all, (size_t)W);
+    zr_status st = ZR_OK;
+    for (int i = 0; i < n; i++) {
+        digest = hash_text(hash_text(digest, names[i]), values[i]);
+    }
+    ZR_CHECK_GOTO(
+        zr_comm_allgather(c, ZR_GROUP_WORLD, ZR_KIND_CONTROL, &digest, sizeof digest, all), st,
+        fail);
+    int same = 1;
+    for (int r = 1; r < W; r++) {
+        same &= all[r] == all[0];
+    }
+    if (same) {
+        goto fail; /* nothing to explain: st is ZR_OK */
+    }
+    zr_free(all);
+    all = NULL;
+    ZR_CHECK_GOTO(
+        zr_alloc_at((void **)&all, sizeof(uint64_t) * (size_t)W * (size_t)n, __FILE__, __LINE__),
+        st, fail);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&mine, sizeof(uint64_t) * (size_t)n, __FILE__, __LINE__), st,
+                  fail);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&cls, sizeof(int) * (size_t)W, __FILE__, __LINE__), st,
+                  fail);
+    for (int i = 0; i < n; i++) {
+        mine[i] = hash_text(hash_text(14695981039346656037ull, names[i]), values[i]);
+    }
+    ZR_CHECK_GOTO(zr_comm_allgather(c, ZR_GROUP_WORLD, ZR_KIND_CONTROL, mine,
+                                    sizeof(uint64_t) * (size_t)n, all),
+                  st, fail);
+    char msg[1000] = "";
+    int shown = 0, more = 0;
+    for (int i = 0; i < n; i++) {
+        int differ = 0;
+        for (int r = 1; r < W; r++) {
+            differ |= all[(size_t)r * n + i] != all[i];
+        }
+        if (!differ) {
+            continue;
+        }
+        if (shown == MAX_KEYS_SHOWN) {
+            more++;
+            continue;
+        }
+        ZR_CHECK_GOTO(explain(c, names[i], values[i], all, n, i, cls, msg, sizeof msg), st, fail);
+        shown++;
+    }
+    if (shown == 0) {
+        /* the digests differ but no value does: a hash collision inside one rank's digest */
+        snprintf(msg, sizeof msg, "the digests differ but every value agrees");
+    }
+    st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__, "%s: %s%s%s%s%s", what, msg,
+                     more > 0 ? "; and " : "", more > 0 ? "other keys" : "",
+                     hint != NULL && hint[0] ? "; " : "", hint != NULL ? hint : "");
+fail:
+    zr_free(cls);
+    zr_free(mine);
+    zr_free(all);
+    return st;
+}
+
+zr_status zr_launch_check_config(zr_comm *c, const zr_train_config *cfg, int help)
+{
+    size_t nk = zr_config_key_count();
+    const char **names = NULL, **values = NULL;
+    char *text = NULL;
+    zr_status st = ZR_OK;
+    ZR_ALLOC(names, nk + 1);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&values, sizeof(char *) * (nk + 1), __FILE__, __LINE__), st,
+                  fail);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&text, (nk + 1) * VALUE_BYTES, __FILE__, __LINE__), st,
+                  fail);
+    int n = 0;
+    names[n] = "--help";
+    values[n++] = help ? "given" : "not given";
+    for (size_t i = 0; i < nk; i++) {
+        char *buf = text + (size_t)n * VALUE_BYTES;
+        const char *name = zr_config_key_value(cfg, i, buf, VALUE_BYTES);
+        if (name != NULL) {
+            names[n] = name;
+            values[n++] = buf;
+        }
+    }
+    st = zr_launch_agree(c, n, names, values, "ranks were started with different configurations",
+                         "start every rank with the same flags and config file");
+fail:
+    zr_free(text);
+    zr_free(values);
+    zr_free(names);
+    return st;
+}
+
+/* CRC-32C of the tokens' first and last MiB: cheap for any size, catches another file. */
+#define ENDS_BYTES ((size_t)1 << 20)
+
+zr_status zr_launch_check_data(zr_comm *c, const zr_dataset *d, const char *path)
+{
+    size_t bytes = d->n * (size_t)d->token_bytes;
+    size_t head = bytes < ENDS_BYTES ? bytes : ENDS_BYTES;
+    size_t tail = bytes - head < ENDS_BYTES ? bytes - head : ENDS_BYTES;
+    const unsigned char *p = (const unsigned char *)d->tokens;
+    uint32_t crc = bytes > 0 ? zr_crc32c(0, p, head) : 0;
+    crc = tail > 0 ? zr_crc32c(crc, p + bytes - tail, tail) : crc;
+    char count[32], vocab[32], sum[32];
+    snprintf(count, sizeof count, "%zu", d->n);
+    snprintf(vocab, sizeof vocab, "%d", d->vocab);
+    snprintf(sum, sizeof sum, "%08x", (unsigned)crc);
+    const char *names[4] = {"the kind", "the token count", "the vocabulary",
+                            "the CRC-32C of its first and last MiB"};
+    const char *values[4] = {zr_data_kind_name(d->kind), count, vocab, sum};
+    char what[400];
+    snprintf(what, sizeof what, "ranks read different training data from %s",
+             path != NULL && path[0] ? path : "the bundled corpus");
+    return zr_launch_agree(c, 4, names, values, what,
+                           "every rank must read the same file (zr.data.path); copy it to every "
+                           "node or put it on a shared file system");
+}
