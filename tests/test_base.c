@@ -57,6 +57,37 @@ static void test_alloc(void)
     TEST_CHECK(p == NULL || p != NULL); /* p untouched on failure is fine either way */
 }
 
+/* Large blocks (own mapping) are zeroed, counted and returned like small ones; sites name them. */
+static void test_alloc_large_and_sites(void)
+{
+    size_t before = zr_mem_current();
+    unsigned char *big = NULL;
+    int line = __LINE__ + 1;
+    TEST_OK(zr_alloc_at((void **)&big, (size_t)3 << 20, __FILE__, line));
+    TEST_EQ_INT((uintptr_t)big % ZR_ALIGN, 0);
+    int zero = 1;
+    for (size_t i = 0; i < ((size_t)3 << 20); i += 4096) {
+        zero &= big[i] == 0;
+        big[i] = 1;
+    }
+    TEST_CHECK(zero);
+    TEST_EQ_INT(zr_mem_current() - before, (size_t)3 << 20);
+    zr_mem_site top[4];
+    int n = zr_mem_sites(top, 4, 0);
+    TEST_CHECK(n >= 1);
+    TEST_CHECKF(n >= 1 && top[0].line == line && strstr(top[0].file, "test_base.c") != NULL &&
+                    top[0].bytes == ((size_t)3 << 20) && top[0].blocks == 1,
+                "largest site %s:%d", n >= 1 ? top[0].file : "-", n >= 1 ? top[0].line : 0);
+    zr_mem_reset_peak();
+    zr_free(big);
+    TEST_EQ_INT(zr_mem_current(), before);
+    /* the peak snapshot still has the block; the live table does not */
+    n = zr_mem_sites(top, 4, 1);
+    TEST_CHECK(n >= 1 && top[0].line == line);
+    n = zr_mem_sites(top, 4, 0);
+    TEST_CHECK(n == 0 || top[0].line != line);
+}
+
 static void test_crc32c(void)
 {
     /* the standard check value of CRC-32C */
@@ -81,6 +112,7 @@ int main(void)
 {
     TEST_RUN(test_status_and_messages);
     TEST_RUN(test_alloc);
+    TEST_RUN(test_alloc_large_and_sites);
     TEST_RUN(test_crc32c);
     TEST_RUN(test_helpers);
     return zr_test_finish();

@@ -160,7 +160,8 @@ void zr_set_abort_hook(void (*hook)(int exit_code));
  * Allocate bytes (rounded up to ZR_ALIGN) aligned to ZR_ALIGN and zero them.
  * On failure records a message naming file:line and the size, and returns
  * ZR_ERR_NOMEM with *out = NULL. A request of 0 bytes yields a valid pointer.
- * Free with zr_free. The caller owns the memory.
+ * Free with zr_free. The caller owns the memory. Blocks of 256 KB and more
+ * are mapped on their own and returned to the OS by zr_free (base.c says why).
  */
 zr_status zr_alloc_at(void **out, size_t bytes, const char *file, int line);
 void zr_free(void *ptr);
@@ -169,6 +170,20 @@ void zr_free(void *ptr);
 size_t zr_mem_current(void);
 size_t zr_mem_peak(void);
 void zr_mem_reset_peak(void);
+
+/*
+ * Bytes held per allocation site (file:line of the zr_alloc_at call), to see
+ * where memory goes. Fills out with up to max sites, largest first, holding
+ * bytes now (at_peak = 0) or at the moment of the peak (at_peak = 1); returns
+ * the count. Sites beyond the first 255 distinct ones are summed in one entry.
+ */
+typedef struct zr_mem_site {
+    const char *file; /* short name ("zero/engine.c") */
+    int line;
+    size_t bytes, blocks;
+    const void *key; /* private */
+} zr_mem_site;
+int zr_mem_sites(zr_mem_site *out, int max, int at_peak);
 
 /* ZR_ALLOC(p, n): p = zeroed array of n elements of *p, or return ZR_ERR_NOMEM. */
 #define ZR_ALLOC(ptr, count)                                                                       \

@@ -6,6 +6,7 @@
  * buffer and the allocation counters are plain process globals.
  */
 #define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
 
 #include "zr/base.h"
 
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <time.h>
 
 /* ASan (gcc defines __SANITIZE_ADDRESS__, clang has __has_feature) */
@@ -191,41 +193,105 @@ _Noreturn void zr_die(const char *file, int line, const char *hint, const char *
 
 /*
  * Every block carries a header in front of the aligned pointer holding its
- * size, so that zr_free can keep the accounting exact without a table.
+ * size and the call site that asked for it, so that zr_free can keep the
+ * accounting exact (in total and per site) without a table of blocks.
+ *
+ * Large blocks get their own anonymous mapping and go back to the kernel at
+ * zr_free. Through malloc they would not: glibc raises its mmap threshold to
+ * the size of every mapped block freed (up to 32 MB), after which blocks of
+ * that size come from the heap, and a freed heap block in the middle of the
+ * heap stays resident. The resident set would then keep the largest mix of
+ * gathered units and gradient buffers ever seen instead of what is live now.
+ * A fresh mapping is also zero already: its pages are touched (and counted by
+ * the OS) only when written. Under AddressSanitizer blocks stay with malloc,
+ * whose redzones catch overflows.
  */
 typedef struct alloc_header {
-    size_t bytes;
+    size_t bytes;    /* accounted bytes (rounded request) */
     uint64_t magic;
-    unsigned char pad[ZR_ALIGN - sizeof(size_t) - sizeof(uint64_t)];
+    size_t map_len;  /* length of the mapping that holds the block; 0: from malloc */
+    int site;        /* index into sites[] */
+    unsigned char pad[ZR_ALIGN - 3 * sizeof(size_t) - sizeof(int)];
 } alloc_header;
 
 _Static_assert(sizeof(alloc_header) == ZR_ALIGN, "allocation header must be one alignment unit");
 
 #define ALLOC_MAGIC 0x7a72616c6c6f6321ull /* "zrallocc!" */
 
+#ifdef ZR_ASAN
+#define ALLOC_MMAP 0
+#else
+#define ALLOC_MMAP 1
+#endif
+/* Blocks from this size on get their own mapping. */
+#define ALLOC_MMAP_MIN ((size_t)256 * 1024)
+
+/* Call sites, hashed by (file, line); the last slot collects the overflow. */
+#define MEM_SITES 256
+static zr_mem_site sites[MEM_SITES], sites_at_peak[MEM_SITES];
+static int sites_used, sites_at_peak_used;
 static size_t mem_current, mem_peak;
+
+static int site_index(const char *file, int line)
+{
+    uintptr_t h = ((uintptr_t)file >> 3) * 31u + (uintptr_t)line;
+    for (int probe = 0; probe < MEM_SITES - 1; probe++) {
+        int i = (int)((h + (uintptr_t)probe) % (MEM_SITES - 1));
+        if (sites[i].file == NULL) {
+            sites[i].file = short_file(file);
+            sites[i].line = line;
+            sites[i].key = file;
+            sites_used = i + 1 > sites_used ? i + 1 : sites_used;
+            return i;
+        }
+        if (sites[i].key == file && sites[i].line == line) {
+            return i;
+        }
+    }
+    sites[MEM_SITES - 1].file = "(other sites)";
+    sites_used = MEM_SITES;
+    return MEM_SITES - 1;
+}
 
 zr_status zr_alloc_at(void **out, size_t bytes, const char *file, int line)
 {
     *out = NULL;
-    size_t rounded = zr_round_up(bytes == 0 ? 1 : bytes, ZR_ALIGN);
-    if (bytes > SIZE_MAX - 2 * ZR_ALIGN) {
+    if (bytes > SIZE_MAX / 2) {
         return zr_error_at(ZR_ERR_NOMEM, file, line,
                            "allocation of an impossible size requested at %s:%d",
                            short_file(file), line);
     }
+    size_t rounded = zr_round_up(bytes == 0 ? 1 : bytes, ZR_ALIGN);
+    size_t total = rounded + sizeof(alloc_header);
     void *raw = NULL;
-    if (posix_memalign(&raw, ZR_ALIGN, rounded + sizeof(alloc_header)) != 0) {
+    size_t map_len = 0;
+    if (ALLOC_MMAP && total >= ALLOC_MMAP_MIN) {
+        map_len = total;
+        raw = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw == MAP_FAILED) {
+            raw = NULL;
+        }
+    } else if (posix_memalign(&raw, ZR_ALIGN, total) == 0) {
+        memset(raw, 0, total);
+    } else {
+        raw = NULL;
+    }
+    if (raw == NULL) {
         return zr_error_at(ZR_ERR_NOMEM, file, line, "out of memory allocating %zu bytes at %s:%d",
                            bytes, short_file(file), line);
     }
-    memset(raw, 0, rounded + sizeof(alloc_header));
     alloc_header *h = raw;
     h->bytes = rounded;
     h->magic = ALLOC_MAGIC;
+    h->map_len = map_len;
+    h->site = site_index(file, line);
+    sites[h->site].bytes += rounded;
+    sites[h->site].blocks++;
     mem_current += rounded;
     if (mem_current > mem_peak) {
         mem_peak = mem_current;
+        memcpy(sites_at_peak, sites, sizeof(zr_mem_site) * (size_t)sites_used);
+        sites_at_peak_used = sites_used;
     }
     *out = (unsigned char *)raw + sizeof(alloc_header);
 #ifdef ZR_ASAN
@@ -248,7 +314,13 @@ void zr_free(void *ptr)
 #ifdef ZR_ASAN
     ASAN_UNPOISON_MEMORY_REGION(ptr, h->bytes);
 #endif
-    free(h);
+    sites[h->site].bytes -= h->bytes;
+    sites[h->site].blocks--;
+    if (h->map_len != 0) {
+        munmap(h, h->map_len);
+    } else {
+        free(h);
+    }
 }
 
 size_t zr_mem_current(void)
@@ -264,6 +336,34 @@ size_t zr_mem_peak(void)
 void zr_mem_reset_peak(void)
 {
     mem_peak = mem_current;
+    memcpy(sites_at_peak, sites, sizeof(zr_mem_site) * (size_t)sites_used);
+    sites_at_peak_used = sites_used;
+}
+
+static int site_cmp(const void *a, const void *b)
+{
+    const zr_mem_site *x = a, *y = b;
+    return (x->bytes < y->bytes) - (x->bytes > y->bytes);
+}
+
+int zr_mem_sites(zr_mem_site *out, int max, int at_peak)
+{
+    const zr_mem_site *src = at_peak ? sites_at_peak : sites;
+    int used = at_peak ? sites_at_peak_used : sites_used, n = 0;
+    for (int i = 0; i < used && max > 0; i++) {
+        if (src[i].file == NULL || src[i].bytes == 0) {
+            continue;
+        }
+        if (n < max) {
+            out[n++] = src[i];
+        } else if (src[i].bytes > out[max - 1].bytes) {
+            out[max - 1] = src[i]; /* replace the smallest kept so far */
+        } else {
+            continue;
+        }
+        qsort(out, (size_t)n, sizeof *out, site_cmp);
+    }
+    return n;
 }
 
 /* ---- clock and checksum ------------------------------------------------- */
