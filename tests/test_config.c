@@ -104,7 +104,7 @@ static void test_defaults(void)
     TEST_EQ_INT(c.overlap_comm, 1);
     TEST_EQ_INT(c.stage3_max_live_parameters, 1000000000LL);
     TEST_EQ_INT(c.stage3_prefetch_bucket_size, 50000000LL);
-    TEST_EQ_INT(c.reduce_bucket_size, 500000000LL);
+    TEST_EQ_INT(c.reduce_bucket_size, 10000000LL);
     TEST_EQ_INT(c.layers, 2);
     TEST_EQ_INT(c.heads, 4);
     TEST_EQ_INT(c.channels, 128);
@@ -867,6 +867,28 @@ static void test_progress_decision(void)
 
 /* ---- metrics ------------------------------------------------------------ */
 
+/* DeepSpeed's activation_checkpointing section: partition_activations turns zr's on */
+static void test_activation_checkpointing(void)
+{
+    zr_train_config c;
+    notes n;
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c, "{}", &n));
+    TEST_EQ_INT(c.activation_checkpointing, 0);
+    TEST_OK(parse(&c,
+                  "{\"activation_checkpointing\": {\"partition_activations\": true, "
+                  "\"number_checkpoints\": 4}}",
+                  &n));
+    TEST_EQ_INT(c.activation_checkpointing, 1);
+    TEST_EQ_INT(n.warnings, 0);
+    TEST_EQ_INT(n.notes, 1); /* number_checkpoints: no effect */
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c, "{\"zr\": {\"model\": {\"activation_checkpointing\": true}}}", &n));
+    TEST_EQ_INT(c.activation_checkpointing, 1);
+    TEST_FAILS(parse(&c, "{\"activation_checkpointing\": {\"partition_activations\": 2}}", &n),
+               ZR_ERR_INVALID, "partition_activations");
+}
+
 static void test_metrics(void)
 {
     zr_metrics_point p;
@@ -1044,6 +1066,7 @@ int main(void)
     TEST_RUN(test_integer_extremes);
     TEST_RUN(test_boolean_flags);
     TEST_RUN(test_progress_decision);
+    TEST_RUN(test_activation_checkpointing);
     TEST_RUN(test_metrics);
     TEST_RUN(test_metrics_writer);
     return zr_test_finish();

@@ -52,7 +52,7 @@ typedef struct zr_train_config {
     int zero_quantized_weights;         /* qwZ */
     int zero_hpz_partition_size;        /* hpZ group size; 1 = off, 0 = ranks per node (resolved by the communicator) */
     int zero_quantized_gradients;       /* qgZ */
-    long long reduce_bucket_size;       /* accepted; zr reduces one unit at a time */
+    long long reduce_bucket_size;       /* elements of gradient reductions in flight */
     long long stage3_prefetch_bucket_size; /* elements prefetched ahead (budget) */
     long long stage3_max_live_parameters;  /* elements gathered at once */
     int overlap_comm;
@@ -63,6 +63,7 @@ typedef struct zr_train_config {
     int max_seq_len;                    /* positions the model has (rows of wpe; GPT-2: 1024), >= seq_len */
     int vocab_size;                     /* 0 = from the data's kind (text 256, GPT-2 50257, llama-3 128256) */
     char init_path[ZR_CFG_STR];         /* "" = random init; else an llm.c GPT-2 model file to start from */
+    int activation_checkpointing; /* recompute each block's forward in the backward */
     /* zr.data */
     char data_path[ZR_CFG_STR];         /* "" = the bundled corpus (Debian's fortunes); text file or llm.c .bin shard */
     int val_every;                      /* steps between validation passes; 0 = never */

@@ -12,9 +12,11 @@
  * wte, so the final unit also reads (forward) and accumulates into (backward)
  * unit 0. Only the first V rows of wte are used; the padded rows stay zero.
  *
- * A zr_gpt owns the activations of one B x T micro-batch for every layer (no
- * checkpointing), never parameters, so a unit's buffer need only be resident
- * while its forward_unit / backward_unit call runs. Calls must come in order:
+ * A zr_gpt owns the activations of one B x T micro-batch for every layer
+ * (with activation checkpointing, zr_gpt_init_ex: every block's output, and
+ * one block's worth recomputed in the backward), never parameters, so a
+ * unit's buffer need only be resident while its forward_unit /
+ * backward_unit call runs. Calls must come in order:
  *     forward_begin, forward_unit 0 .. L+1, [backward_begin,
  *     backward_unit L+1 .. 0]
  * and a wrong order fails with ZR_ERR_INVALID.
@@ -95,6 +97,8 @@ typedef struct zr_gpt {
     float *datt;  /* [attention row block, T] scratch */
     float *tmp;   /* [BT, C] projection output before the residual add */
 
+    int recompute;          /* activation checkpointing: blocks share one activation set */
+    int acts_layer;         /* the block whose activations the shared set holds (-1: none) */
     int fwd_next, bwd_next; /* call-order state */
     float *arena;           /* owns every buffer above */
     size_t arena_floats;
@@ -116,6 +120,18 @@ size_t zr_gpt_config_param_count(const zr_gpt_config *cfg);
 
 /* Allocates activations for B x T (T <= max_t). Free with zr_gpt_free. */
 zr_status zr_gpt_init(zr_gpt *m, const zr_gpt_config *cfg, int B, int T);
+/*
+ * Same, with activation checkpointing when recompute != 0: the backward of
+ * each block runs its forward again from the block's saved input. Outputs
+ * and gradients are bit-identical to recompute = 0 given the same
+ * parameters; about one more forward of the blocks in time, (L - 1) blocks'
+ * activations less in memory. Under ZeRO-3 the recomputation runs on the
+ * weights the backward gathers: with hpZ on a bf16 wire those are the
+ * secondary's rounded copy, not the forward's, so the result then differs.
+ */
+zr_status zr_gpt_init_ex(zr_gpt *m, const zr_gpt_config *cfg, int B, int T, int recompute);
+/* Bytes of activations (and token copies) m holds for its micro-batch. */
+size_t zr_gpt_activation_bytes(const zr_gpt *m);
 /* Safe on a zeroed struct and after a failed init. */
 void zr_gpt_free(zr_gpt *m);
 

@@ -103,6 +103,7 @@ typedef struct zr_engine_config {
     int overlap;             /* overlap communication with compute (prefetch, async reduction) */
     size_t max_live;         /* stage 3: elements of gathered parameters allowed at once (prefetch budget) */
     size_t prefetch_bucket;  /* stage 3: elements that may be in flight ahead of use; 0 = no prefetch */
+    size_t reduce_bucket;    /* elements of gradient reductions in flight (>= 1; one unit always may) */
     float beta1, beta2, eps, weight_decay; /* AdamW */
     float grad_clip;         /* global grad-norm clipping; <= 0 disables */
 } zr_engine_config;
@@ -124,6 +125,7 @@ typedef struct zr_step_stats {
 } zr_step_stats;
 
 typedef struct zr_unit_state zr_unit_state; /* private to the engine */
+typedef struct zr_engine_pool zr_engine_pool; /* private: reused transient buffers and ops */
 
 typedef struct zr_engine {
     zr_comm *comm;           /* not owned */
@@ -131,6 +133,10 @@ typedef struct zr_engine {
     zr_plan plan;
     int nunits;
     zr_unit_state *units;    /* owned */
+    zr_engine_pool *pool;    /* owned */
+    int *fifo;               /* owned; units whose reduction is in flight, oldest at fifo_head */
+    int fifo_head, nreducing;
+    size_t reducing;         /* padded elements of the reductions in flight */
     int step;                /* optimizer steps taken (AdamW's t) */
     int micro;               /* micro-batches since the last step */
     int safe;                /* ZR_SAFE=1: cross-check hpZ decisions */
@@ -177,9 +183,16 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats);
 /* Invalidate every hpZ secondary (after a load or any write to parameters). */
 void zr_engine_invalidate_secondary(zr_engine *e);
 
-/* Bytes of model state this rank holds now (params, grads, optimizer, secondaries). */
+/*
+ * Bytes this rank holds now: model state (params, grads, optimizer,
+ * secondaries), gathered parameters (stage 3), and the engine's pool of
+ * transient buffers (gathered units, gradients being reduced and their
+ * staging, collective workspaces; gathered is part of it) now and at its
+ * peak since zr_engine_init.
+ */
 typedef struct zr_memory {
     size_t params, grads, optim, secondary, gathered;
+    size_t pool, pool_peak;
 } zr_memory;
 zr_memory zr_engine_memory(const zr_engine *e);
 

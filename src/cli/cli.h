@@ -15,5 +15,6 @@ int zr_bench_quant(int argc, char **argv);
 int zr_bench_model(int argc, char **argv);
 int zr_bench_train(int argc, char **argv);
 int zr_bench_comm(int argc, char **argv);
+int zr_bench_memory(int argc, char **argv);
 
 #endif

@@ -113,6 +113,7 @@ static zr_engine_config engine_config(const zr_train_config *c)
     size_t live = (size_t)c->stage3_max_live_parameters;
     e.max_live = live > 0 ? live : (size_t)-1;
     e.prefetch_bucket = (size_t)c->stage3_prefetch_bucket_size;
+    e.reduce_bucket = (size_t)c->reduce_bucket_size;
     e.beta1 = (float)c->beta1;
     e.beta2 = (float)c->beta2;
     e.eps = (float)c->eps;
@@ -257,7 +258,7 @@ static zr_status setup(trainer *t)
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
-    st = zr_gpt_init(&t->model, &t->mcfg, B, T);
+    st = zr_gpt_init_ex(&t->model, &t->mcfg, B, T, c->activation_checkpointing);
     if (st == ZR_OK) {
         st = zr_gpt_specs_init(&t->specs, &t->mcfg);
     }

@@ -6,6 +6,15 @@
  * every function here takes the unit's flat buffer as an argument and keeps
  * no pointer to it after returning. Activations of all layers stay in one
  * arena owned by zr_gpt, allocated once in zr_gpt_init.
+ *
+ * Activation checkpointing (recompute): each block keeps only its output
+ * (res3, the next block's input); the block's other activations live in one
+ * set shared by all blocks, which the forward overwrites block by block and
+ * the backward refills by running the block's forward again from its saved
+ * input before differentiating it. The recomputation runs the same ops on
+ * the same inputs and parameters, so the gradients are bit-identical; the
+ * cost is one more block forward per block (except the last, whose
+ * activations are still in the shared set when the backward reaches it).
  */
 #include "zr/model.h"
 
@@ -155,6 +164,15 @@ static size_t layout_acts(zr_gpt *m, float *base)
         zr_gpt_layer_acts *a = base != NULL ? &m->layers[l] : NULL;
         float *dummy;
 #define CARVE_L(field, n) CARVE(*(a != NULL ? &a->field : &dummy), (n))
+        CARVE_L(res3, BT * C);
+        if (m->recompute && l > 0) {
+            if (a != NULL) {
+                float *res3 = a->res3;
+                *a = m->layers[0]; /* the shared set */
+                a->res3 = res3;
+            }
+            continue;
+        }
         CARVE_L(ln1, BT * C);
         CARVE_L(ln1_mean, BT);
         CARVE_L(ln1_rstd, BT);
@@ -167,7 +185,6 @@ static size_t layout_acts(zr_gpt *m, float *base)
         CARVE_L(ln2_rstd, BT);
         CARVE_L(fch, BT * 4 * C);
         CARVE_L(fch_gelu, BT * 4 * C);
-        CARVE_L(res3, BT * C);
 #undef CARVE_L
         (void)dummy;
     }
@@ -188,7 +205,13 @@ static size_t layout_acts(zr_gpt *m, float *base)
 
 zr_status zr_gpt_init(zr_gpt *m, const zr_gpt_config *cfg, int B, int T)
 {
+    return zr_gpt_init_ex(m, cfg, B, T, 0);
+}
+
+zr_status zr_gpt_init_ex(zr_gpt *m, const zr_gpt_config *cfg, int B, int T, int recompute)
+{
     memset(m, 0, sizeof *m);
+    m->recompute = recompute != 0;
     ZR_CHECK(zr_gpt_config_check(cfg));
     if (B <= 0 || T <= 0 || T > cfg->max_t) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT batch: B = %d, T = %d (need B >= 1, 1 <= T <= max_t = %d)",
@@ -218,6 +241,7 @@ zr_status zr_gpt_init(zr_gpt *m, const zr_gpt_config *cfg, int B, int T)
         zr_alloc_at((void **)&m->arena, m->arena_floats * sizeof(float), __FILE__, __LINE__), st,
         fail);
     layout_acts(m, m->arena);
+    m->acts_layer = -1;
     m->fwd_next = -1;
     m->bwd_next = -1;
     m->loss = NAN;
@@ -237,6 +261,11 @@ void zr_gpt_free(zr_gpt *m)
     zr_free(m->layers);
     zr_free(m->arena);
     memset(m, 0, sizeof *m);
+}
+
+size_t zr_gpt_activation_bytes(const zr_gpt *m)
+{
+    return m->arena_floats * sizeof(float) + 2 * (size_t)m->B * (size_t)m->T * sizeof(int);
 }
 
 void zr_gpt_set_threads(int threads)
@@ -359,9 +388,37 @@ static const float *block_input(const zr_gpt *m, int l)
     return l == 0 ? m->encoded : m->layers[l - 1].res3;
 }
 
+/* Forward of block l (unit l + 1): its activations from its input and parameters. */
+static void block_forward(zr_gpt *m, int l, const float *params)
+{
+    const int B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.heads;
+    const int BT = B * T;
+    const zr_tensor_desc *d = m->block_desc;
+    zr_gpt_layer_acts *a = &m->layers[l];
+    const float *inp = block_input(m, l);
+    zr_op_layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, inp, params + d[T_LN1W].offset,
+                        params + d[T_LN1B].offset, BT, C);
+    zr_op_matmul_fwd(a->qkv, a->ln1, params + d[T_QKVW].offset, params + d[T_QKVB].offset, BT, C,
+                     3 * C);
+    zr_op_attention_fwd(a->atty, a->att, a->qkv, B, T, C, NH);
+    zr_op_matmul_fwd(m->tmp, a->atty, params + d[T_ATTPROJW].offset,
+                     params + d[T_ATTPROJB].offset, BT, C, C);
+    zr_op_add(a->res2, inp, m->tmp, (size_t)BT * C);
+    zr_op_layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, params + d[T_LN2W].offset,
+                        params + d[T_LN2B].offset, BT, C);
+    zr_op_matmul_fwd(a->fch, a->ln2, params + d[T_FCW].offset, params + d[T_FCB].offset, BT, C,
+                     4 * C);
+    zr_op_gelu_fwd(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
+    zr_op_matmul_fwd(m->tmp, a->fch_gelu, params + d[T_FCPROJW].offset,
+                     params + d[T_FCPROJB].offset, BT, 4 * C, C);
+    /* recomputing writes the same bits into res3 again, harmless */
+    zr_op_add(a->res3, a->res2, m->tmp, (size_t)BT * C);
+    m->acts_layer = l;
+}
+
 zr_status zr_gpt_forward_unit(zr_gpt *m, int u, const float *params, const float *unit0_params)
 {
-    const int B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.heads, L = m->cfg.layers;
+    const int B = m->B, T = m->T, C = m->cfg.channels, L = m->cfg.layers;
     const int BT = B * T;
     if (m->fwd_next != u) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT forward: unit %d called, expected %d (call forward_begin, "
@@ -376,25 +433,7 @@ zr_status zr_gpt_forward_unit(zr_gpt *m, int u, const float *params, const float
         const float *wpe = params + m->unit0_desc[1].offset;
         zr_op_encoder_fwd(m->encoded, m->inputs, wte, wpe, B, T, C);
     } else if (u <= L) {
-        const zr_tensor_desc *d = m->block_desc;
-        zr_gpt_layer_acts *a = &m->layers[u - 1];
-        const float *inp = block_input(m, u - 1);
-        zr_op_layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, inp, params + d[T_LN1W].offset,
-                            params + d[T_LN1B].offset, BT, C);
-        zr_op_matmul_fwd(a->qkv, a->ln1, params + d[T_QKVW].offset, params + d[T_QKVB].offset,
-                         BT, C, 3 * C);
-        zr_op_attention_fwd(a->atty, a->att, a->qkv, B, T, C, NH);
-        zr_op_matmul_fwd(m->tmp, a->atty, params + d[T_ATTPROJW].offset,
-                         params + d[T_ATTPROJB].offset, BT, C, C);
-        zr_op_add(a->res2, inp, m->tmp, (size_t)BT * C);
-        zr_op_layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, params + d[T_LN2W].offset,
-                            params + d[T_LN2B].offset, BT, C);
-        zr_op_matmul_fwd(a->fch, a->ln2, params + d[T_FCW].offset, params + d[T_FCB].offset, BT,
-                         C, 4 * C);
-        zr_op_gelu_fwd(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
-        zr_op_matmul_fwd(m->tmp, a->fch_gelu, params + d[T_FCPROJW].offset,
-                         params + d[T_FCPROJB].offset, BT, 4 * C, C);
-        zr_op_add(a->res3, a->res2, m->tmp, (size_t)BT * C);
+        block_forward(m, u - 1, params);
     } else {
         const int V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
         const float *wte = unit0_params + m->unit0_desc[0].offset;
@@ -471,6 +510,9 @@ zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const floa
     } else if (u >= 1) {
         const zr_tensor_desc *d = m->block_desc;
         const zr_gpt_layer_acts *a = &m->layers[u - 1];
+        if (m->recompute && m->acts_layer != u - 1) {
+            block_forward(m, u - 1, params);
+        }
         const float *inp = block_input(m, u - 1);
         /* m->dres holds d(res3) and becomes d(inp) in place */
         zr_op_matmul_bwd(m->dbig, grads + d[T_FCPROJW].offset, grads + d[T_FCPROJB].offset,

@@ -14,8 +14,22 @@
  *               first release after a primary gather, dropped at every step
  *   grads       replicated: `grad_full` (P) accumulates all micro-batches.
  *               sharded: `grad_full` lives from zr_engine_grads until its
- *               reduce-scatter (or qgZ) completes; the result is added into
- *               `grad_shard` (S), which accumulates the micro-batches.
+ *               reduce-scatter (or qgZ) completes; the result lands in a
+ *               staging buffer `grad_tmp` (S) and is added into `grad_shard`
+ *               (S), which accumulates the micro-batches: one float per
+ *               shard element stays between reductions.
+ *
+ * Transient memory comes from one pool per engine: gathered units, gradient
+ * buffers and staging buffers being reduced, and the collective ops with
+ * their workspaces are taken from it and handed back, never freed during a
+ * run. A buffer is reused for a request of its size (or up to 1/8 smaller),
+ * so the pool holds, per size, the most buffers of that size ever in use at
+ * once: after the first step it stops growing, and it does not grow with
+ * the number of units. What is in use at once is bounded by the budgets:
+ * gathers by stage3_max_live_parameters / stage3_prefetch_bucket_size (plus
+ * what the caller holds), reductions in flight by reduce_bucket_size
+ * (elements; the oldest is finished before a new one would exceed it, and
+ * one is always allowed).
  *
  * Every decision that changes which collective runs (gather from primary or
  * secondary, prefetch or not) is a function of state that every rank
@@ -43,22 +57,175 @@ struct zr_unit_state {
     int inflight;      /* stage 3: a gather into full is in flight */
     int from_primary;  /* the gather in full came from the primary shards */
     int prefetched;    /* the gather was started ahead of use (counts in e->prefetched) */
-    zr_coll_op gather_op;
+    zr_coll_op *gop;   /* pooled; the gather in flight into full */
 
     void *secondary;   /* owned; hpZ slice, sec_count elements of sec_type */
     size_t sec_count;
     zr_dtype sec_type;
     int sec_valid;
 
-    float *grad_full;  /* owned */
+    float *grad_full;  /* owned (replicated grads) or pooled (sharded) */
     float *grad_shard; /* owned; sharded grads: S floats */
-    float *grad_tmp;   /* owned; reduce-scatter output, S floats */
+    float *grad_tmp;   /* reduce-scatter output, S floats: owned (stage 1) or pooled */
     int grad_inflight;
-    zr_coll_op grad_op;
+    zr_coll_op *rop;   /* pooled; the reduction in flight */
     zr_qgz_feedback fb;
 
     float *master, *m, *v; /* owned; S or P floats each */
 };
+
+/* ---- the pool of transient buffers and collective ops ------------------------ */
+
+typedef struct pool_buf {
+    float *ptr;
+    size_t cap; /* floats */
+    int busy;
+} pool_buf;
+
+typedef struct pool_op {
+    zr_coll_op op;
+    int busy;
+} pool_op;
+
+struct zr_engine_pool {
+    pool_buf *bufs;
+    int nbufs, cap_bufs;
+    pool_op **ops; /* ops do not move: the collective layer keeps pointers to them */
+    int nops, cap_ops;
+    size_t buf_bytes;       /* pooled buffers, busy or not */
+    size_t now, peak;       /* buffers + op workspaces */
+};
+
+/* Grow an array of elem-byte entries from *cap to at least need entries. */
+static zr_status grow_array(void **arr, int *cap, int need, size_t elem)
+{
+    if (need <= *cap) {
+        return ZR_OK;
+    }
+    int ncap = *cap < 8 ? 8 : *cap * 2;
+    while (ncap < need) {
+        ncap *= 2;
+    }
+    void *n;
+    ZR_CHECK(zr_alloc_at(&n, (size_t)ncap * elem, __FILE__, __LINE__));
+    if (*arr != NULL) {
+        memcpy(n, *arr, (size_t)*cap * elem);
+    }
+    zr_free(*arr);
+    *arr = n;
+    *cap = ncap;
+    return ZR_OK;
+}
+
+static void pool_account(zr_engine_pool *p)
+{
+    size_t now = p->buf_bytes;
+    for (int i = 0; i < p->nops; i++) {
+        now += p->ops[i]->op.work_cap;
+    }
+    p->now = now;
+    if (now > p->peak) {
+        p->peak = now;
+    }
+}
+
+/* A buffer of at least n floats, zeroed if asked; reused when one of close size is free. */
+static zr_status pool_get(zr_engine_pool *p, size_t n, int zero, float **out)
+{
+    int best = -1;
+    for (int i = 0; i < p->nbufs; i++) {
+        pool_buf *b = &p->bufs[i];
+        if (!b->busy && b->cap >= n && b->cap - n <= n / 8 &&
+            (best < 0 || b->cap < p->bufs[best].cap)) {
+            best = i;
+        }
+    }
+    if (best < 0) {
+        ZR_CHECK(grow_array((void **)&p->bufs, &p->cap_bufs, p->nbufs + 1, sizeof(pool_buf)));
+        pool_buf *b = &p->bufs[p->nbufs];
+        ZR_CHECK(zr_alloc_at((void **)&b->ptr, (n == 0 ? 1 : n) * sizeof(float), __FILE__,
+                             __LINE__));
+        b->cap = n;
+        b->busy = 0;
+        best = p->nbufs++;
+        p->buf_bytes += n * sizeof(float);
+        pool_account(p);
+        zero = 0; /* fresh allocations are zero */
+    }
+    pool_buf *b = &p->bufs[best];
+    b->busy = 1;
+    if (zero) {
+        memset(b->ptr, 0, n * sizeof(float));
+    }
+    *out = b->ptr;
+    return ZR_OK;
+}
+
+static void pool_put(zr_engine_pool *p, float *ptr)
+{
+    if (ptr == NULL) {
+        return;
+    }
+    for (int i = 0; i < p->nbufs; i++) {
+        if (p->bufs[i].ptr == ptr) {
+            ZR_ASSERT(p->bufs[i].busy);
+            p->bufs[i].busy = 0;
+            return;
+        }
+    }
+    ZR_ASSERT(!"buffer handed back to a pool that does not own it");
+}
+
+/* An idle collective op; the most recently used first (its workspace is warm). */
+static zr_status pool_get_op(zr_engine_pool *p, zr_coll_op **out)
+{
+    for (int i = p->nops - 1; i >= 0; i--) {
+        if (!p->ops[i]->busy) {
+            p->ops[i]->busy = 1;
+            *out = &p->ops[i]->op;
+            return ZR_OK;
+        }
+    }
+    ZR_CHECK(grow_array((void **)&p->ops, &p->cap_ops, p->nops + 1, sizeof(pool_op *)));
+    pool_op *o;
+    ZR_ALLOC(o, 1);
+    o->busy = 1;
+    p->ops[p->nops++] = o;
+    *out = &o->op;
+    return ZR_OK;
+}
+
+static void pool_put_op(zr_engine_pool *p, zr_coll_op *op)
+{
+    if (op == NULL) {
+        return;
+    }
+    pool_account(p); /* the op's workspace may have grown */
+    /* op is the first member of its pool_op */
+    pool_op *o = (pool_op *)(void *)op;
+    ZR_ASSERT(o->busy);
+    o->busy = 0;
+}
+
+static void pool_free(zr_comm *c, zr_engine_pool *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    for (int i = 0; i < p->nops; i++) {
+        if (c != NULL) {
+            (void)zr_coll_wait(c, &p->ops[i]->op); /* buffers go only after their exchanges */
+        }
+        zr_coll_op_free(&p->ops[i]->op);
+        zr_free(p->ops[i]);
+    }
+    for (int i = 0; i < p->nbufs; i++) {
+        zr_free(p->bufs[i].ptr);
+    }
+    zr_free(p->ops);
+    zr_free(p->bufs);
+    zr_free(p);
+}
 
 zr_plan zr_plan_preset(int stage, int hpz)
 {
@@ -89,6 +256,7 @@ zr_engine_config zr_engine_config_default(void)
     c.overlap = 1;
     c.max_live = (size_t)1 << 30;
     c.prefetch_bucket = 50000000; /* DeepSpeed's stage3_prefetch_bucket_size default */
+    c.reduce_bucket = 10000000; /* one GPT-2-small block; DeepSpeed's default is 5e8 */
     c.beta1 = 0.9f;
     c.beta2 = 0.95f;
     c.eps = 1e-8f;
@@ -127,6 +295,9 @@ static zr_status check_config(const zr_engine_config *cfg)
         ZR_FAIL(ZR_ERR_INVALID,
                 "zero_quantized_gradients (qgZ) needs zero_optimization.stage 2 or 3, got stage %d",
                 cfg->stage);
+    }
+    if (cfg->reduce_bucket < 1) {
+        ZR_FAIL(ZR_ERR_INVALID, "zero_optimization.reduce_bucket_size must be >= 1 element");
     }
     if (cfg->qwz) {
         ZR_CHECK(zr_qparams_check(&cfg->qwz_q));
@@ -187,8 +358,8 @@ static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *
     if (e->plan.grads == ZR_SHARDED) {
         ZR_ALLOC(s->grad_shard, s->shard);
     }
-    if (e->plan.optim == ZR_SHARDED) {
-        ZR_ALLOC(s->grad_tmp, s->shard);
+    if (e->plan.optim == ZR_SHARDED && e->plan.grads == ZR_REPLICATED) {
+        ZR_ALLOC(s->grad_tmp, s->shard); /* stage 1: the step reads it */
     }
     if (e->plan.secondary) {
         int h = e->comm->size[ZR_GROUP_HPZ];
@@ -236,6 +407,12 @@ zr_status zr_engine_init(zr_engine *e, zr_comm *comm, const zr_engine_config *cf
         st = zr_alloc_at((void **)&e->units, sizeof(zr_unit_state) * (size_t)nunits, __FILE__,
                          __LINE__);
     }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&e->pool, sizeof *e->pool, __FILE__, __LINE__);
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&e->fifo, sizeof(int) * (size_t)nunits, __FILE__, __LINE__);
+    }
     for (int u = 0; u < nunits && st == ZR_OK; u++) {
         st = unit_alloc(e, &e->units[u], &units[u]);
     }
@@ -249,24 +426,22 @@ zr_status zr_engine_init(zr_engine *e, zr_comm *comm, const zr_engine_config *cf
 
 void zr_engine_free(zr_engine *e)
 {
+    /* collectives still in flight finish (in pool_free) before any buffer goes */
+    pool_free(e->comm, e->pool);
+    zr_free(e->fifo);
     if (e->units != NULL) {
         for (int u = 0; u < e->nunits; u++) {
             zr_unit_state *s = &e->units[u];
-            /* a collective still in flight must finish before its buffers go */
-            if (e->comm != NULL) {
-                (void)zr_coll_wait(e->comm, &s->gather_op);
-                (void)zr_coll_wait(e->comm, &s->grad_op);
-            }
-            zr_coll_op_free(&s->gather_op);
-            zr_coll_op_free(&s->grad_op);
             zr_qgz_feedback_free(&s->fb);
-            if (!s->full_is_master) {
-                zr_free(s->full);
+            if (e->plan.params == ZR_REPLICATED && !s->full_is_master) {
+                zr_free(s->full); /* stage 3 gathers are pooled */
             }
             zr_free(s->secondary);
-            zr_free(s->grad_full);
+            if (e->plan.grads == ZR_REPLICATED) {
+                zr_free(s->grad_full);
+                zr_free(s->grad_tmp);
+            }
             zr_free(s->grad_shard);
-            zr_free(s->grad_tmp);
             zr_free(s->master);
             zr_free(s->m);
             zr_free(s->v);
@@ -322,10 +497,13 @@ static zr_status wait_op(zr_engine *e, zr_coll_op *op)
 /* Exact all-gather of this rank's slices of buf (padded elements) in place. */
 static zr_status gather_slices(zr_engine *e, zr_unit_state *s, float *buf, const zr_wire *wire)
 {
+    zr_coll_op *op;
+    ZR_CHECK(pool_get_op(e->pool, &op));
     double t0 = zr_now();
     zr_status st = zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wire, ZR_DTYPE_F32,
-                                buf + (size_t)my_rank(e) * s->shard, s->shard, buf, &s->gather_op);
+                                buf + (size_t)my_rank(e) * s->shard, s->shard, buf, op);
     e->t_comm += zr_now() - t0;
+    pool_put_op(e->pool, op);
     return st;
 }
 
@@ -362,14 +540,17 @@ zr_status zr_engine_get_params(zr_engine *e, int u, float *full)
         return ZR_OK;
     }
     float *tmp;
-    ZR_ALLOC(tmp, s->padded);
+    zr_coll_op *op;
+    ZR_CHECK(pool_get(e->pool, s->padded, 0, &tmp));
+    ZR_CHECK(pool_get_op(e->pool, &op));
     zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QSYM}};
     zr_status st = zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &exact, ZR_DTYPE_F32,
-                                s->master, s->shard, tmp, &s->gather_op);
+                                s->master, s->shard, tmp, op);
     if (st == ZR_OK) {
         memcpy(full, tmp, s->numel * sizeof(float));
     }
-    zr_free(tmp);
+    pool_put_op(e->pool, op);
+    pool_put(e->pool, tmp);
     return st;
 }
 
@@ -429,18 +610,19 @@ static zr_status start_gather(zr_engine *e, int u)
         ZR_CHECK(safe_check(e, u, use_secondary));
     }
     if (s->full == NULL) {
-        ZR_CHECK(zr_alloc_at((void **)&s->full, s->padded * sizeof(float), __FILE__, __LINE__));
+        ZR_CHECK(pool_get(e->pool, s->padded, 0, &s->full)); /* the gather writes every element */
     }
+    ZR_CHECK(pool_get_op(e->pool, &s->gop));
     zr_wire qwire = {ZR_WIRE_QUANT, e->cfg.qwz_q};
     const zr_wire *wire = e->cfg.qwz ? &qwire : &e->cfg.param_wire;
     if (use_secondary) {
         ZR_CHECK(zr_allgather_start(e->comm, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, s->sec_type,
-                                    s->secondary, s->sec_count, s->full, &s->gather_op));
+                                    s->secondary, s->sec_count, s->full, s->gop));
     } else {
         ZR_CHECK(zr_allgather_start(e->comm, ZR_GROUP_WORLD, e->cfg.qwz ? ZR_KIND_QWZ : ZR_KIND_ALLGATHER,
-                                    wire, ZR_DTYPE_F32, s->master, s->shard, s->full,
-                                    &s->gather_op));
+                                    wire, ZR_DTYPE_F32, s->master, s->shard, s->full, s->gop));
     }
+    pool_account(e->pool);
     s->from_primary = !use_secondary;
     s->inflight = 1;
     shadow_zero3(e, s);
@@ -476,6 +658,18 @@ zr_status zr_engine_prefetch(zr_engine *e, int u, zr_phase phase)
     return ZR_OK;
 }
 
+/* Complete the gather in flight into s->full and hand its op back. */
+static zr_status wait_gather(zr_engine *e, zr_unit_state *s)
+{
+    ZR_CHECK(wait_op(e, s->gop));
+    pool_put_op(e->pool, s->gop);
+    s->gop = NULL;
+    s->inflight = 0;
+    s->gathered = 1;
+    unprefetch(e, s);
+    return ZR_OK;
+}
+
 zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const float **params)
 {
     ZR_ASSERT(u >= 0 && u < e->nunits);
@@ -485,10 +679,7 @@ zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const float **par
         if (!s->inflight) {
             ZR_CHECK(start_gather(e, u));
         }
-        ZR_CHECK(wait_op(e, &s->gather_op));
-        s->inflight = 0;
-        s->gathered = 1;
-        unprefetch(e, s);
+        ZR_CHECK(wait_gather(e, s));
     }
     *params = s->full;
     return ZR_OK;
@@ -503,10 +694,7 @@ zr_status zr_engine_release(zr_engine *e, int u)
     }
     if (s->inflight) {
         /* prefetched but never used: the buffer is still being written */
-        ZR_CHECK(wait_op(e, &s->gather_op));
-        s->inflight = 0;
-        s->gathered = 1;
-        unprefetch(e, s);
+        ZR_CHECK(wait_gather(e, s));
     }
     if (!s->gathered) {
         return ZR_OK;
@@ -515,7 +703,7 @@ zr_status zr_engine_release(zr_engine *e, int u)
         ZR_CHECK(zr_hpz_cut(e->comm, s->full, s->sec_count, s->sec_type, s->secondary));
         s->sec_valid = 1;
     }
-    zr_free(s->full);
+    pool_put(e->pool, s->full);
     s->full = NULL;
     s->gathered = 0;
     e->live -= s->padded;
@@ -524,19 +712,58 @@ zr_status zr_engine_release(zr_engine *e, int u)
 
 /* ---- gradients -------------------------------------------------------------- */
 
-/* Complete unit u's gradient reduction and fold it into the gradient shard. */
+/*
+ * Complete the oldest reduction in flight. Sharded gradients: fold the
+ * staging buffer into the gradient shard and hand both buffers back.
+ */
+static zr_status finish_oldest(zr_engine *e)
+{
+    ZR_ASSERT(e->nreducing > 0);
+    zr_unit_state *s = &e->units[e->fifo[e->fifo_head]];
+    e->fifo_head = (e->fifo_head + 1) % e->nunits;
+    e->nreducing--;
+    e->reducing -= s->padded;
+    s->grad_inflight = 0;
+    zr_status st = wait_op(e, s->rop);
+    pool_put_op(e->pool, s->rop);
+    s->rop = NULL;
+    ZR_CHECK(st);
+    if (e->plan.grads == ZR_SHARDED) {
+        for (size_t i = 0; i < s->shard; i++) {
+            s->grad_shard[i] += s->grad_tmp[i];
+        }
+        pool_put(e->pool, s->grad_tmp);
+        pool_put(e->pool, s->grad_full);
+        s->grad_tmp = NULL;
+        s->grad_full = NULL;
+    }
+    return ZR_OK;
+}
+
+/* Complete unit s's reduction (and every older one: they finish in start order). */
 static zr_status finish_grad(zr_engine *e, zr_unit_state *s)
 {
-    if (!s->grad_inflight) {
-        return ZR_OK;
+    while (s->grad_inflight) {
+        ZR_CHECK(finish_oldest(e));
     }
-    ZR_CHECK(wait_op(e, &s->grad_op));
-    s->grad_inflight = 0;
-    for (size_t i = 0; i < s->shard; i++) {
-        s->grad_shard[i] += s->grad_tmp[i];
+    return ZR_OK;
+}
+
+/*
+ * Make room for a reduction of s: finish the oldest ones while the elements
+ * in flight would exceed reduce_bucket_size (one is always allowed), then
+ * take an op and record s as the newest in flight. The caller starts it.
+ */
+static zr_status reduce_begin(zr_engine *e, zr_unit_state *s)
+{
+    while (e->nreducing > 0 && e->reducing + s->padded > e->cfg.reduce_bucket) {
+        ZR_CHECK(finish_oldest(e));
     }
-    zr_free(s->grad_full);
-    s->grad_full = NULL;
+    ZR_CHECK(pool_get_op(e->pool, &s->rop));
+    e->fifo[(e->fifo_head + e->nreducing) % e->nunits] = (int)(s - e->units);
+    e->nreducing++;
+    e->reducing += s->padded;
+    s->grad_inflight = 1;
     return ZR_OK;
 }
 
@@ -560,8 +787,12 @@ zr_status zr_engine_grads(zr_engine *e, int u, float **grads)
     zr_unit_state *s = &e->units[u];
     ZR_CHECK(finish_grad(e, s));
     if (s->grad_full == NULL) {
-        ZR_CHECK(zr_alloc_at((void **)&s->grad_full, s->padded * sizeof(float), __FILE__,
-                             __LINE__));
+        if (e->plan.grads == ZR_SHARDED) {
+            ZR_CHECK(pool_get(e->pool, s->padded, 1, &s->grad_full));
+        } else {
+            ZR_CHECK(zr_alloc_at((void **)&s->grad_full, s->padded * sizeof(float), __FILE__,
+                                 __LINE__));
+        }
     }
     *grads = s->grad_full;
     return ZR_OK;
@@ -575,15 +806,17 @@ zr_status zr_engine_grads_done(zr_engine *e, int u)
     if (e->plan.grads != ZR_SHARDED) {
         return ZR_OK; /* replicated gradients are reduced once, at the step */
     }
+    ZR_CHECK(reduce_begin(e, s));
+    ZR_CHECK(pool_get(e->pool, s->shard, 0, &s->grad_tmp)); /* the reduction writes it whole */
     if (e->cfg.qgz) {
         ZR_CHECK(zr_qgz_start(e->comm, &e->cfg.qgz_cfg, ZR_DTYPE_F32, s->grad_full, s->shard,
                               s->grad_tmp, e->cfg.qgz_cfg.error_feedback ? &s->fb : NULL,
-                              &s->grad_op));
+                              s->rop));
     } else {
         ZR_CHECK(zr_reduce_scatter_start(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire, s->grad_full,
-                                         s->shard, s->grad_tmp, &s->grad_op));
+                                         s->shard, s->grad_tmp, s->rop));
     }
-    s->grad_inflight = 1;
+    pool_account(e->pool);
     shadow_zero3(e, s);
     if (!e->cfg.overlap) {
         ZR_CHECK(finish_grad(e, s));
@@ -605,7 +838,6 @@ static zr_status reduce_replicated_grads(zr_engine *e)
                         "zr_engine_grads_done",
                         u);
             }
-            ZR_CHECK(finish_grad(e, s));
             continue;
         }
         if (s->grad_full == NULL) {
@@ -613,16 +845,18 @@ static zr_status reduce_replicated_grads(zr_engine *e)
             ZR_CHECK(zr_alloc_at((void **)&s->grad_full, s->padded * sizeof(float), __FILE__,
                                  __LINE__));
         }
+        ZR_CHECK(reduce_begin(e, s));
         if (e->plan.optim == ZR_SHARDED) {
             ZR_CHECK(zr_reduce_scatter_start(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire,
-                                             s->grad_full, s->shard, s->grad_tmp, &s->grad_op));
+                                             s->grad_full, s->shard, s->grad_tmp, s->rop));
         } else {
             ZR_CHECK(zr_allreduce_start(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire, s->grad_full,
-                                        s->padded, &s->grad_op));
+                                        s->padded, s->rop));
         }
+        pool_account(e->pool);
     }
-    for (int u = 0; u < e->nunits; u++) {
-        ZR_CHECK(wait_op(e, &e->units[u].grad_op));
+    while (e->nreducing > 0) {
+        ZR_CHECK(finish_oldest(e));
     }
     return ZR_OK;
 }
@@ -719,10 +953,7 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
         if (s->grad_shard != NULL) {
             memset(s->grad_shard, 0, s->shard * sizeof(float));
         }
-        if (e->plan.grads == ZR_SHARDED) {
-            zr_free(s->grad_full);
-            s->grad_full = NULL;
-        } else if (s->grad_full != NULL) {
+        if (e->plan.grads == ZR_REPLICATED && s->grad_full != NULL) {
             memset(s->grad_full, 0, s->padded * sizeof(float));
         }
     }
@@ -749,7 +980,8 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
 
 zr_memory zr_engine_memory(const zr_engine *e)
 {
-    zr_memory mem = {0, 0, 0, 0, 0};
+    zr_memory mem;
+    memset(&mem, 0, sizeof mem);
     for (int u = 0; u < e->nunits; u++) {
         const zr_unit_state *s = &e->units[u];
         size_t optim_n = e->plan.optim == ZR_SHARDED ? s->shard : s->padded;
@@ -765,13 +997,17 @@ zr_memory zr_engine_memory(const zr_engine *e)
             mem.grads += s->shard * sizeof(float);
         } else {
             mem.grads += s->padded * sizeof(float);
-        }
-        if (e->plan.optim == ZR_SHARDED) {
-            mem.grads += s->shard * sizeof(float); /* the reduce-scatter landing buffer */
+            if (e->plan.optim == ZR_SHARDED) {
+                mem.grads += s->shard * sizeof(float); /* stage 1: the reduce-scatter's output */
+            }
         }
         if (e->plan.secondary) {
             mem.secondary += s->sec_count * zr_dtype_size(s->sec_type);
         }
+    }
+    if (e->pool != NULL) {
+        mem.pool = e->pool->now;
+        mem.pool_peak = e->pool->peak;
     }
     return mem;
 }
