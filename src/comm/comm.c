@@ -18,6 +18,15 @@
 #include <time.h>
 #include <unistd.h>
 
+/*
+ * MPICH defines MPI_STATUSES_IGNORE as the address 1, which GCC's access
+ * analysis reads as a zero-sized array being written; the standard says the
+ * library never touches it. (clang has no such warning and rejects its name.)
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+
 /* Tags on the control communicator (ctl), which carries no data exchange. */
 #define CTL_TAG_GATHER 11
 #define CTL_TAG_BCAST 12
