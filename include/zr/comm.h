@@ -85,7 +85,7 @@ typedef struct zr_traffic {
  */
 typedef struct zr_request {
     MPI_Request *reqs; /* owned; freed by zr_comm_wait */
-    int *peer;         /* owned with reqs: 2 * count ints; peer[i] = world rank at the other end
+    int *peer;         /* inside the reqs block: 2 * count ints; peer[i] = world rank at the other end
                           of reqs[i] (receives first, then sends), peer[count + i] = scratch */
     int count;
     int nrecv; /* reqs[0 .. nrecv) are receives, the rest sends */

@@ -40,14 +40,11 @@ static zr_status mpi_iexchange(zr_comm *c, zr_group g, const void *send, const s
     if (total == 0) {
         return ZR_OK;
     }
-    ZR_ALLOC(req->reqs, (size_t)total);
-    zr_status st = zr_alloc_at((void **)&req->peer, sizeof(int) * 2 * (size_t)total, __FILE__,
-                               __LINE__);
-    if (st != ZR_OK) {
-        zr_free(req->reqs);
-        req->reqs = NULL;
-        return st;
-    }
+    /* one block: the requests, then the peers and the wait's scratch */
+    ZR_CHECK(zr_alloc_at((void **)&req->reqs,
+                         (sizeof(MPI_Request) + 2 * sizeof(int)) * (size_t)total, __FILE__,
+                         __LINE__));
+    req->peer = (int *)(req->reqs + total);
     req->active = 1;
     /* receives first, in rank order starting after me, so peers spread their load */
     for (int i = 1; i < n; i++) {
@@ -91,8 +88,7 @@ static zr_status mpi_iexchange(zr_comm *c, zr_group g, const void *send, const s
 
 static void release(zr_request *req)
 {
-    zr_free(req->reqs);
-    zr_free(req->peer);
+    zr_free(req->reqs); /* peer lives in the same block */
     req->reqs = NULL;
     req->peer = NULL;
     req->count = 0;
