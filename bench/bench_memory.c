@@ -36,8 +36,9 @@
 
 /* Program text and libraries, MPI's shared-memory segments and OpenBLAS's
  * GEMM buffer: 17-20 MB per rank measured with a tiny model, up to ~25 MB more
- * with large matrices (bench/memory/README.md). */
-#define ALLOWANCE_BYTES ((size_t)64 << 20)
+ * with large matrices (bench/memory/README.md). The same figure as zr train's
+ * start-up prediction. */
+#define ALLOWANCE_BYTES ZR_MEM_ALLOWANCE
 
 typedef struct opts {
     int json, steps, layers, channels, heads, T, B, stage, hpz, qwz, qgz, overlap, recompute;
@@ -73,7 +74,7 @@ static uint64_t rng_next(uint64_t *s)
 }
 
 typedef struct result {
-    size_t state, acts, pool, zr_peak;
+    size_t state, acts, pool, zr_peak, predicted;
     double step_s;
 } result;
 
@@ -110,6 +111,9 @@ static zr_status run(zr_comm *c, const opts *o, const zr_gpt_config *cfg, result
     zr_memory mem = zr_engine_memory(&e);
     out->state = mem.optim + mem.grads + mem.params + mem.secondary;
     out->acts = zr_gpt_activation_bytes(&m);
+    zr_gpt_memory_prediction pr;
+    ZR_CHECK_GOTO(zr_gpt_engine_predict(cfg, o->B, o->T, o->recompute, &ec, c, &pr), st, done);
+    out->predicted = pr.total;
     uint64_t seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)(R + 1);
     double t_sum = 0;
     for (int s = 0; s < o->steps; s++) {
@@ -208,9 +212,9 @@ int zr_bench_memory(int argc, char **argv)
     ZR_TRY(run(&c, &o, &cfg, &r), "zr bench memory --help lists the options");
 
     /* every rank's numbers, reduced to the worst rank */
-    double v[6] = {(double)peak_rss_bytes(), (double)r.state,   (double)r.acts,
-                   (double)r.pool,           (double)r.zr_peak, r.step_s};
-    MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double v[7] = {(double)peak_rss_bytes(), (double)r.state, (double)r.acts,     (double)r.pool,
+                   (double)r.zr_peak,        r.step_s,        (double)r.predicted};
+    MPI_Allreduce(MPI_IN_PLACE, v, 7, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     zr_mem_site sites[64];
     int nsites = zr_mem_sites(sites, o.sites, 1);
     if (R == 0) {
@@ -229,6 +233,9 @@ int zr_bench_memory(int argc, char **argv)
                "activations %.1f + engine pool %.1f + allowance %.1f\n",
                formula / 1e6, v[1] / 1e6, v[2] / 1e6, v[3] / 1e6, (double)ALLOWANCE_BYTES / 1e6);
         printf("  rss / formula                          %10.3f\n", ratio);
+        printf("  predicted at start-up (zr train)       %10.1f MB (engine pool bounded from the "
+               "budgets)\n",
+               v[6] / 1e6);
         printf("  zr counted peak (max over ranks)       %10.1f MB; step %.2f s\n", v[4] / 1e6,
                v[5]);
         if (nsites > 0) {
@@ -245,10 +252,10 @@ int zr_bench_memory(int argc, char **argv)
                    "\"steps\": %d, \"rss_peak_bytes\": %.0f, \"state_bytes\": %.0f, "
                    "\"activation_bytes\": %.0f, \"pool_peak_bytes\": %.0f, "
                    "\"allowance_bytes\": %zu, \"formula_bytes\": %.0f, \"rss_over_formula\": %.4f, "
-                   "\"zr_peak_bytes\": %.0f, \"step_s\": %.4f}\n",
+                   "\"zr_peak_bytes\": %.0f, \"step_s\": %.4f, \"predicted_bytes\": %.0f}\n",
                    W, c.n_nodes, P, o.layers, o.channels, o.T, o.B, o.stage, o.hpz, o.qwz, o.qgz,
                    o.recompute, o.steps, v[0], v[1], v[2], v[3], ALLOWANCE_BYTES, formula, ratio,
-                   v[4], v[5]);
+                   v[4], v[5], v[6]);
         }
         fflush(stdout);
     }

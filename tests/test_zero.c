@@ -435,7 +435,15 @@ static uint32_t accum_run(const zr_engine_config *cfg, uint32_t *loss_bits, size
             *pool_after_2 = zr_engine_memory(&e).pool_peak;
         }
     }
-    *pool_peak = zr_engine_memory(&e).pool_peak;
+    zr_memory mem = zr_engine_memory(&e);
+    *pool_peak = mem.pool_peak;
+    /* the start-up prediction: model state exact, the pool bounded */
+    zr_gpt_memory_prediction pr;
+    TEST_OK(zr_gpt_engine_predict(&TINY, B, T, 0, cfg, &comm, &pr));
+    TEST_EQ_INT(pr.state, mem.optim + mem.grads + mem.params + mem.secondary);
+    TEST_CHECKF(pr.pool >= mem.pool_peak, "stage %d: predicted pool %zu < measured %zu",
+                cfg->stage, pr.pool, mem.pool_peak);
+    TEST_EQ_INT(pr.activations, zr_gpt_activation_bytes(&m));
     uint32_t crc = engine_checksum(&e, &m);
     free(in);
     free(tg);

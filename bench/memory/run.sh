@@ -24,7 +24,7 @@ ZR="$PWD/build/release/zr"
 JSON=0
 SIZES="85m 302m"
 OUT="bench/memory/results.json"
-CKPT_MODEL=(--layers 12 --channels 768 --heads 12)
+CKPT_MODEL=(--layers 6 --channels 384 --heads 6)
 while [ $# -gt 0 ]; do
     case "$1" in
         --json) JSON=1; shift ;;

@@ -51,6 +51,24 @@ zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt *m, const char *pat
 zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
                               float *loss);
 
+/*
+ * What one rank of GPT training holds at its peak, predicted before any of it
+ * is allocated: the engine's model state, the model's activations, a bound
+ * of the engine's pool for this schedule (which holds at most
+ * ZR_GPT_HELD_UNITS units gathered, and gradients, at once and prefetches one
+ * unit ahead), and a fixed
+ * allowance for the program, MPI and OpenBLAS. bench/memory/README.md
+ * compares it with the OS's count.
+ */
+#define ZR_GPT_HELD_UNITS 3
+#define ZR_MEM_ALLOWANCE ((size_t)64 << 20)
+typedef struct zr_gpt_memory_prediction {
+    size_t state, activations, pool, allowance, total;
+} zr_gpt_memory_prediction;
+zr_status zr_gpt_engine_predict(const zr_gpt_config *cfg, int B, int T, int recompute,
+                                const zr_engine_config *ecfg, const zr_comm *comm,
+                                zr_gpt_memory_prediction *out);
+
 /* Forward only (evaluation): *loss = this rank's mean loss. */
 zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
                              float *loss);

@@ -132,6 +132,8 @@ zr_status zr_gpt_init(zr_gpt *m, const zr_gpt_config *cfg, int B, int T);
 zr_status zr_gpt_init_ex(zr_gpt *m, const zr_gpt_config *cfg, int B, int T, int recompute);
 /* Bytes of activations (and token copies) m holds for its micro-batch. */
 size_t zr_gpt_activation_bytes(const zr_gpt *m);
+/* The same before any zr_gpt exists (cfg must pass zr_gpt_config_check). */
+size_t zr_gpt_config_activation_bytes(const zr_gpt_config *cfg, int B, int T, int recompute);
 /* Safe on a zeroed struct and after a failed init. */
 void zr_gpt_free(zr_gpt *m);
 

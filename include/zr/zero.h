@@ -196,6 +196,21 @@ typedef struct zr_memory {
 } zr_memory;
 zr_memory zr_engine_memory(const zr_engine *e);
 
+/*
+ * Memory an engine with this configuration would hold on each rank, known
+ * before anything is allocated (collective-free; comm gives the layout):
+ * state = the model state zr_engine_memory reports after init; pool = an
+ * upper bound of the engine's pool (zr_memory.pool_peak) when the caller
+ * holds at most `held` units gathered, or their gradients, at once and
+ * prefetches at most `ahead` units ahead of use, besides what the budgets let
+ * the engine keep (prefetches and reductions in flight).
+ */
+typedef struct zr_memory_plan {
+    size_t state, pool;
+} zr_memory_plan;
+zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm *comm, int nunits,
+                                     const zr_unit_spec *units, int held, int ahead);
+
 /* Sizes of the padded layout. */
 size_t zr_engine_numel(const zr_engine *e, int u);  /* elements of unit u before padding */
 size_t zr_engine_padded(const zr_engine *e, int u); /* padded elements of unit u */

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -237,6 +238,84 @@ static zr_status check_sizes(trainer *t)
     return ZR_OK;
 }
 
+/* The number after key in a /proc file ("MemAvailable:" in kB, or the first field of statm). */
+static int proc_number(const char *path, const char *key, double *out)
+{
+    FILE *f = NULL;
+    if (zr_file_open_read(path, &f) != ZR_OK) {
+        zr_error_clear();
+        return 0;
+    }
+    char line[256];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f) != NULL) {
+        size_t n = strlen(key);
+        if (strncmp(line, key, n) == 0) {
+            found = sscanf(line + n, "%lf", out) == 1;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/*
+ * The predicted peak per rank (zr_gpt_engine_predict), printed by rank 0 and
+ * checked before the model and the engine allocate anything: against this
+ * process's address-space limit (RLIMIT_AS, counting what is mapped already)
+ * and against this rank's share of the node's available memory. A run that
+ * cannot fit is refused up front, on every rank, instead of being killed by
+ * the OOM killer or failing an allocation mid-run.
+ */
+static zr_status check_memory(trainer *t)
+{
+    const zr_train_config *c = &t->cfg;
+    zr_engine_config ecfg = engine_config(c);
+    zr_gpt_memory_prediction p;
+    ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
+                                   c->activation_checkpointing, &ecfg, &t->comm, &p));
+    const double GB = 1e9;
+    if (t->rank == 0) {
+        printf("memory: predicted peak per rank %.2f GB = model state %.2f + activations %.2f + "
+               "engine buffers %.2f (bounded by the live-parameter, prefetch and reduce buckets) + "
+               "allowance %.2f\n",
+               p.total / GB, p.state / GB, p.activations / GB, p.pool / GB, p.allowance / GB);
+        fflush(stdout);
+    }
+    struct rlimit rl;
+    double mapped_pages = 0;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        proc_number("/proc/self/statm", "", &mapped_pages)) {
+        double mapped = mapped_pages * (double)sysconf(_SC_PAGESIZE);
+        /* what zr will map: everything but the allowance, which is mapped already */
+        double need = mapped + (double)(p.total - p.allowance);
+        if (need > (double)rl.rlim_cur) {
+            ZR_FAIL(ZR_ERR_NOMEM,
+                    "needs %.2f GB, limit %.2f GB (RLIMIT_AS; %.2f GB mapped before the "
+                    "model, predicted %.2f GB of model state for zero_optimization.stage %d over "
+                    "%d ranks, %.2f GB of activations, %.2f GB of engine buffers): use more ranks, "
+                    "a higher stage, activation checkpointing, or smaller reduce/prefetch buckets",
+                    need / GB, (double)rl.rlim_cur / GB, mapped / GB, p.state / GB,
+                    c->stage, t->world, p.activations / GB, p.pool / GB);
+        }
+    }
+    double avail_kb = 0;
+    if (proc_number("/proc/meminfo", "MemAvailable:", &avail_kb)) {
+        int per_node = t->comm.ranks_per_node > 0 ? t->comm.ranks_per_node : 1;
+        double share = avail_kb * 1024.0 / per_node;
+        if ((double)p.total > share) {
+            ZR_FAIL(ZR_ERR_NOMEM,
+                    "needs %.2f GB, limit %.2f GB (this node's available memory %.2f GB "
+                    "shared by %d rank%s; predicted %.2f GB of model state for "
+                    "zero_optimization.stage %d over %d ranks, %.2f GB of activations, %.2f GB of "
+                    "engine buffers): use more nodes, a higher stage, or activation checkpointing",
+                    (double)p.total / GB, share / GB, avail_kb * 1024.0 / GB, per_node,
+                    per_node == 1 ? "" : "s", p.state / GB, c->stage, t->world,
+                    p.activations / GB, p.pool / GB);
+        }
+    }
+    return ZR_OK;
+}
+
 static zr_status setup(trainer *t)
 {
     zr_train_config *c = &t->cfg;
@@ -258,6 +337,7 @@ static zr_status setup(trainer *t)
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
+    ZR_CHECK(zr_comm_agree(&t->comm, check_memory(t)));
     st = zr_gpt_init_ex(&t->model, &t->mcfg, B, T, c->activation_checkpointing);
     if (st == ZR_OK) {
         st = zr_gpt_specs_init(&t->specs, &t->mcfg);

@@ -268,6 +268,18 @@ size_t zr_gpt_activation_bytes(const zr_gpt *m)
     return m->arena_floats * sizeof(float) + 2 * (size_t)m->B * (size_t)m->T * sizeof(int);
 }
 
+size_t zr_gpt_config_activation_bytes(const zr_gpt_config *cfg, int B, int T, int recompute)
+{
+    zr_gpt m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *cfg;
+    m.B = B;
+    m.T = T;
+    m.recompute = recompute != 0;
+    m.arena_floats = layout_acts(&m, NULL);
+    return zr_gpt_activation_bytes(&m);
+}
+
 void zr_gpt_set_threads(int threads)
 {
     openblas_set_num_threads(threads > 0 ? threads : 1);

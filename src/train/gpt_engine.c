@@ -41,6 +41,23 @@ void zr_gpt_specs_free(zr_gpt_specs *s)
     memset(s, 0, sizeof *s);
 }
 
+zr_status zr_gpt_engine_predict(const zr_gpt_config *cfg, int B, int T, int recompute,
+                                const zr_engine_config *ecfg, const zr_comm *comm,
+                                zr_gpt_memory_prediction *out)
+{
+    memset(out, 0, sizeof *out);
+    zr_gpt_specs sp;
+    ZR_CHECK(zr_gpt_specs_init(&sp, cfg)); /* a few bytes per unit */
+    zr_memory_plan plan = zr_engine_plan_memory(ecfg, comm, sp.nunits, sp.units, ZR_GPT_HELD_UNITS, 1);
+    zr_gpt_specs_free(&sp);
+    out->state = plan.state;
+    out->pool = plan.pool;
+    out->activations = zr_gpt_config_activation_bytes(cfg, B, T, recompute);
+    out->allowance = ZR_MEM_ALLOWANCE;
+    out->total = out->state + out->activations + out->pool + out->allowance;
+    return ZR_OK;
+}
+
 zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt *m, uint64_t seed)
 {
     int n = zr_gpt_unit_count(m);

@@ -978,6 +978,53 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
     return ZR_OK;
 }
 
+zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm *comm, int nunits,
+                                     const zr_unit_spec *units, int held, int ahead)
+{
+    zr_plan plan = zr_plan_preset(cfg->stage, cfg->hpz);
+    size_t W = (size_t)comm->size[ZR_GROUP_WORLD], h = (size_t)comm->size[ZR_GROUP_HPZ];
+    double state = 0, total = 0, big = 0;
+    for (int u = 0; u < nunits; u++) {
+        size_t padded = zr_round_up(units[u].numel == 0 ? 1 : units[u].numel, W * ZR_ZERO_PAD);
+        double P = (double)padded, S = P / (double)W;
+        state += 3 * 4 * (plan.optim == ZR_SHARDED ? S : P); /* master, m, v */
+        if (plan.params == ZR_REPLICATED && plan.optim == ZR_SHARDED) {
+            state += 4 * P; /* working copy (stages 1-2) */
+        }
+        state += plan.grads == ZR_SHARDED ? 4 * S : 4 * P;
+        if (plan.grads == ZR_REPLICATED && plan.optim == ZR_SHARDED) {
+            state += 4 * S; /* stage 1: the reduce-scatter's output */
+        }
+        if (plan.secondary) {
+            state += P / (double)h * (cfg->param_wire.type == ZR_WIRE_F32 ? 4 : 2);
+        }
+        total += P;
+        big = P > big ? P : big;
+    }
+    /* Elements the pool may serve at once, each slot counted at the largest
+       unit: gathers (held + what prefetch may add), reductions in flight
+       (up to reduce_bucket, or one unit) and gradients being computed. */
+    double held_el = (double)held * big;
+    double gathered = 0, inflight, computing = 0;
+    if (plan.params == ZR_SHARDED) {
+        double pre = cfg->overlap ? fmin((double)cfg->prefetch_bucket, (double)cfg->max_live) : 0;
+        gathered = fmin(total, held_el + fmin(pre, (double)ahead * big));
+    }
+    inflight = fmin(total, fmax((double)cfg->reduce_bucket, big) + big);
+    if (plan.grads == ZR_SHARDED) {
+        computing = fmin(total, held_el);
+    }
+    /* bytes per element: a gathered buffer 4 + the gather's workspace (bf16:
+       2 + 2/W, qwZ less, fp32 none) <= 8; a reduction in flight: the full
+       gradient 4 + staging 4/W + the workspace (bf16 4, fp32 4/W + 4) <= 12
+       at stages 2-3, the workspace alone (<= 8) at stages 0-1, whose gradients
+       are model state; and a blocking gather for the stage 0-2 refresh */
+    double pool = 8 * gathered + 4 * computing +
+                  (plan.grads == ZR_SHARDED ? 12 : 8) * inflight + 4 * big + 4 * big;
+    zr_memory_plan out = {(size_t)state, (size_t)pool};
+    return out;
+}
+
 zr_memory zr_engine_memory(const zr_engine *e)
 {
     zr_memory mem;
