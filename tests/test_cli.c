@@ -726,6 +726,7 @@ static void test_sigkill(void)
         waitpid(job, &status, 0);
     }
     TEST_CHECK(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
+    sh("cat %s", log); /* scanned for sanitizer reports */
     printf("  rank killed with SIGKILL: job ended in %.1f s with status %d\n", took,
            WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
     /* the newest complete checkpoint still loads and training goes on */
