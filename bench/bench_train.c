@@ -10,8 +10,7 @@
  */
 #include "../src/cli/cli.h"
 
-#include "zr/data.h"
-#include "zr/gpt_engine.h"
+#include "zr/trainer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -54,72 +53,84 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static zr_status run_mode(zr_comm *c, const zr_dataset *data, const zr_gpt_config *cfg, int B,
-                          int steps, const mode *md, row *out)
+/* The shape every mode trains. */
+typedef struct shape {
+    int layers, channels, heads, T, B;
+} shape;
+
+/*
+ * One mode through the library's trainer (the loop zr train runs): steps + 1
+ * steps of which the first warms up (and has no hpZ secondaries yet).
+ */
+static zr_status run_mode(const shape *sh, int steps, const mode *md, row *out)
 {
-    int W = c->size[ZR_GROUP_WORLD], R = c->rank[ZR_GROUP_WORLD];
-    zr_engine_config ec = zr_engine_config_default();
-    ec.qwz = md->qwz;
-    ec.hpz = md->hpz;
-    ec.qgz = md->qgz;
-    zr_gpt m;
-    zr_gpt_specs sp;
-    zr_engine e;
-    zr_loader ld;
-    ZR_CHECK(zr_gpt_init(&m, cfg, B, cfg->max_t));
-    ZR_CHECK(zr_gpt_specs_init(&sp, cfg));
-    ZR_CHECK(zr_engine_init(&e, c, &ec, sp.nunits, sp.units));
-    ZR_CHECK(zr_gpt_engine_init_params(&e, &m, 1));
-    ZR_CHECK(zr_loader_init(&ld, data, ZR_SPLIT_TRAIN, B, cfg->max_t, R, W));
-    int *in = malloc(sizeof(int) * (size_t)B * cfg->max_t);
-    int *tg = malloc(sizeof(int) * (size_t)B * cfg->max_t);
-    double *t = malloc(sizeof(double) * (size_t)steps);
-    if (in == NULL || tg == NULL || t == NULL) {
-        ZR_FAIL(ZR_ERR_NOMEM, "out of memory");
+    int W;
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    static zr_train_config cfg;
+    zr_config_defaults(&cfg);
+    cfg.stage = 3;
+    cfg.layers = sh->layers;
+    cfg.channels = sh->channels;
+    cfg.heads = sh->heads;
+    cfg.seq_len = sh->T;
+    cfg.max_seq_len = sh->T;
+    cfg.train_micro_batch_size_per_gpu = sh->B;
+    cfg.gradient_accumulation_steps = 1;
+    cfg.train_batch_size = 0;
+    cfg.train_steps = steps + 1;
+    cfg.val_every = 0;
+    cfg.steps_per_print = cfg.train_steps;
+    cfg.scheduler_type[0] = '\0';
+    cfg.lr = 1e-3;
+    cfg.seed = 1;
+    cfg.threads = 1;
+    cfg.zero_quantized_weights = md->qwz;
+    cfg.zero_hpz_partition_size = md->hpz ? 0 : 1; /* 0: the node */
+    cfg.zero_quantized_gradients = md->qgz;
+    ZR_CHECK(zr_config_finalize(&cfg, W));
+    static zr_trainer t;
+    zr_status st = zr_trainer_init(&t, MPI_COMM_WORLD, &cfg, NULL, NULL);
+    double *times = NULL;
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&times, sizeof(double) * (size_t)steps, __FILE__, __LINE__);
     }
     double sum[6] = {0};
-    int counted = 0;
-    for (int s = -1; s < steps; s++) { /* step -1 warms up (and has no hpZ secondaries) */
-        float local;
-        zr_loader_next(&ld, in, tg);
-        ZR_CHECK(zr_comm_barrier(c));
-        ZR_CHECK(zr_gpt_engine_micro(&m, &e, in, tg, &local));
-        zr_step_stats st;
-        ZR_CHECK(zr_engine_step(&e, 1e-3f, &st));
-        /* the slowest rank sets the pace; bytes are summed over ranks */
-        double v[6] = {st.t_total - st.t_comm - st.t_optim, st.t_comm, st.t_optim, 0, 0, local};
-        for (int k = 0; k < ZR_KIND_COUNT; k++) {
-            v[3] += (double)st.traffic.kind[k].bytes_inter;
-            v[4] += (double)st.traffic.kind[k].bytes_intra;
+    for (int s = -1; s < steps && st == ZR_OK; s++) {
+        zr_step_record rec;
+        MPI_Barrier(MPI_COMM_WORLD);
+        st = zr_trainer_step(&t, &rec);
+        if (st != ZR_OK) {
+            break;
         }
-        double tmax = st.t_total;
+        /* the slowest rank sets the pace; the split is averaged over ranks */
+        double tmax = rec.t_step, split[3] = {rec.t_compute, rec.t_comm, rec.t_optim};
         MPI_Allreduce(MPI_IN_PLACE, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        ZR_CHECK(zr_comm_allreduce_sum_f64(c, ZR_GROUP_WORLD, v, 6));
+        MPI_Allreduce(MPI_IN_PLACE, split, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         if (s >= 0) {
-            t[s] = tmax;
+            times[s] = tmax;
+            double v[6] = {split[0] / W, split[1] / W, split[2] / W, rec.bytes_inter,
+                           rec.bytes_intra, rec.loss};
             for (int k = 0; k < 6; k++) {
                 sum[k] += v[k];
             }
-            counted++;
         }
     }
-    qsort(t, (size_t)steps, sizeof(double), cmp_double);
-    out->t_med = t[steps / 2];
-    out->t_min = t[0];
-    out->compute = sum[0] / W / counted;
-    out->comm = sum[1] / W / counted;
-    out->optim = sum[2] / W / counted;
-    out->inter = sum[3] / counted;
-    out->intra = sum[4] / counted;
-    out->loss = sum[5] / W / counted;
-    out->tok_s = (double)W * B * cfg->max_t / out->t_med;
-    free(in);
-    free(tg);
-    free(t);
-    zr_engine_free(&e);
-    zr_gpt_specs_free(&sp);
-    zr_gpt_free(&m);
-    return ZR_OK;
+    if (st == ZR_OK) {
+        qsort(times, (size_t)steps, sizeof(double), cmp_double);
+        out->t_med = times[steps / 2];
+        out->t_min = times[0];
+        out->compute = sum[0] / steps;
+        out->comm = sum[1] / steps;
+        out->optim = sum[2] / steps;
+        out->inter = sum[3] / steps;
+        out->intra = sum[4] / steps;
+        out->loss = sum[5] / steps;
+        out->tok_s = (double)W * sh->B * sh->T / out->t_med;
+    }
+    zr_free(times);
+    st = zr_trainer_conclude(&t, st);
+    zr_trainer_free(&t, st == ZR_OK ? 0 : 1);
+    return st;
 }
 
 int zr_bench_train(int argc, char **argv)
@@ -156,17 +167,15 @@ int zr_bench_train(int argc, char **argv)
     MPI_Init(&argc, &argv);
     zr_comm c;
     ZR_TRY(zr_comm_init(&c, MPI_COMM_WORLD, NULL), "check ZR_RANKS_PER_NODE");
-    zr_gpt_set_threads(1);
-    zr_dataset data;
-    ZR_TRY(zr_comm_agree(&c, zr_dataset_load_fortunes(&data, NULL)), "run make setup");
-    zr_gpt_config cfg = {T, data.vocab, (int)zr_round_up((size_t)data.vocab, 128), layers, heads,
-                         channels};
+    shape sh = {layers, channels, heads, T, B};
+    /* for the header's parameter count: the bundled corpus is byte text (V = 256) */
+    zr_gpt_config cfg = {T, 256, 256, layers, heads, channels};
     int R = c.rank[ZR_GROUP_WORLD];
     char desc[256];
     zr_comm_describe(&c, desc, sizeof desc);
     if (R == 0) {
         printf("zr bench train: %s; GPT L=%d C=%d T=%d, %zu parameters, micro-batch %d per rank, "
-               "%d steps per mode (median)\n\n",
+               "%d steps per mode (median), through zr's trainer\n\n",
                desc, layers, channels, T, zr_gpt_config_param_count(&cfg), B, steps);
         printf("%-11s %9s %9s %9s %9s %8s %8s %11s %11s %9s\n", "mode", "step ms", "min ms",
                "tok/s", "compute", "comm", "optim", "inter MB", "intra MB", "mean loss");
@@ -178,7 +187,7 @@ int zr_bench_train(int argc, char **argv)
             continue;
         }
         ran[i] = 1;
-        ZR_TRY(run_mode(&c, &data, &cfg, B, steps, &modes[i], &rows[i]), "");
+        ZR_TRY(run_mode(&sh, steps, &modes[i], &rows[i]), "");
         row *r = &rows[i];
         if (R == 0) {
             printf("%-11s %9.1f %9.1f %9.0f %9.1f %8.1f %8.1f %11.3f %11.3f %9.4f\n", modes[i].name,
@@ -221,7 +230,6 @@ int zr_bench_train(int argc, char **argv)
             printf("}}\n");
         }
     }
-    zr_dataset_free(&data);
     zr_comm_free(&c);
     MPI_Finalize();
     return 0;

@@ -357,7 +357,7 @@ static void test_bad_input(void)
        " && printf '{\"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}' > qwz2.json"
        " && printf '{\"train_batch_size\": 8' > truncated.json"
        " && printf 'ZRNOTDATA' > empty.bin && head -c 100 /dev/urandom > noise.bin"
-       " && printf '\\x88\\xd8\\x34\\x01\\x01\\x00\\x00\\x00' > shard.bin"
+       " && printf '\\210\\330\\064\\001\\001\\000\\000\\000' > shard.bin"
        " && cp -r good/step_00000002 tamper && cp -r good/step_00000002 trunc"
        " && cp -r good/step_00000002 manif && mkdir -p tamperdir truncdir manifdir"
        " && mv tamper tamperdir/step_00000002 && mv trunc truncdir/step_00000002"

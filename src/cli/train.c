@@ -1,35 +1,21 @@
 /*
- * train.c - "zr train": the main job. A GPT trained across MPI ranks with
- * the ZeRO engine, configured like DeepSpeed, with progress, metrics,
- * checkpoints, resume, resharding and signal handling.
- *
- * Every decision that could differ between ranks (a file that one node
- * cannot read, a signal that reached one rank) is agreed on collectively, so
- * an error ends every rank with the same message and a stop request stops
- * every rank after the same step.
+ * train.c - "zr train": arguments in, progress out. The loop itself is the
+ * library's (src/train/trainer.c); this file reads the configuration from
+ * the command line, makes every rank agree on it, and prints what the
+ * trainer reports: the start-up lines, each step's line or the live bar,
+ * checkpoints, the summary, and an agreed error with a hint.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "cli.h"
 
-#include "zr/checkpoint.h"
-#include "zr/config.h"
-#include "zr/data.h"
-#include "zr/file.h"
-#include "zr/gpt_engine.h"
-#include "zr/metrics.h"
 #include "zr/launch.h"
-#include "zr/optim.h"
-#include "zr/schedule.h"
+#include "zr/trainer.h"
 
-#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/sysinfo.h>
 #include <unistd.h>
 
 extern char **environ; /* POSIX; unistd.h declares it only for _GNU_SOURCE */
@@ -37,33 +23,15 @@ extern char **environ; /* POSIX; unistd.h declares it only for _GNU_SOURCE */
 /* Exit codes: 0 done (or stopped cleanly by a signal), 1 runtime failure, 2 bad input. */
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_INPUT = 2 };
 
-static volatile sig_atomic_t stop_requested;
+static zr_trainer *signal_target; /* the run a SIGINT/SIGTERM asks to stop */
 
 static void on_signal(int sig)
 {
-    stop_requested = sig;
+    (void)sig;
+    if (signal_target != NULL) {
+        zr_trainer_request_stop(signal_target);
+    }
 }
-
-typedef struct trainer {
-    int rank, world;
-    zr_train_config cfg;
-    zr_comm comm;
-    int comm_up;
-    zr_dataset data;
-    zr_loader train, val;
-    zr_gpt_config mcfg;
-    zr_gpt model;
-    zr_gpt_specs specs;
-    zr_engine engine;
-    int engine_up;
-    zr_ckpt_dir_lock lock; /* rank 0: exclusive use of the checkpoint dir */
-    zr_metrics_file metrics; /* rank 0 only; metrics.f == NULL when there is no metrics file */
-    zr_status metrics_st;    /* rank 0: first failed metrics write, agreed on by metrics_agree */
-    char metrics_err[1024];
-    int progress_bar;        /* decided before MPI_Init, from the launcher's environment */
-    int *inputs, *targets;
-    char *config_json;
-} trainer;
 
 /* Unknown-key warnings and notes: collected on every rank, printed by rank 0. */
 static void warn_rank0(void *ctx, const char *msg)
@@ -73,20 +41,36 @@ static void warn_rank0(void *ctx, const char *msg)
     }
 }
 
+/* The trainer's notices (rank 0 only). */
+static void print_note(void *ctx, zr_log_level level, const char *msg)
+{
+    (void)ctx;
+    if (level <= ZR_LOG_WARN) {
+        fprintf(stderr, "zr train: warning: %s\n", msg);
+    } else {
+        printf("zr train: %s\n", msg);
+        fflush(stdout);
+    }
+}
+
 static const char *hint_for(zr_status st)
 {
     switch (st) {
-    case ZR_ERR_INVALID: return "zr train --help lists every key with its default";
-    case ZR_ERR_FORMAT: return "the file is damaged or is not what zr expects; nothing was overwritten";
-    case ZR_ERR_IO: return "check the path and permissions; nothing was overwritten";
-    default: return "";
+    case ZR_ERR_INVALID:
+        return "zr train --help lists every key with its default";
+    case ZR_ERR_FORMAT:
+        return "the file is damaged or is not what zr expects; nothing was overwritten";
+    case ZR_ERR_IO:
+        return "check the path and permissions; nothing was overwritten";
+    default:
+        return "";
     }
 }
 
 /* Report an agreed error on rank 0 and return the exit code every rank uses. */
-static int fail(const trainer *t, zr_status st)
+static int fail(int rank, zr_status st)
 {
-    if (t->rank == 0) {
+    if (rank == 0) {
         fprintf(stderr, "zr train: error: %s\n", zr_error_message());
         const char *hint = hint_for(st);
         if (hint[0] != '\0') {
@@ -94,433 +78,6 @@ static int fail(const trainer *t, zr_status st)
         }
     }
     return st == ZR_ERR_INVALID || st == ZR_ERR_FORMAT ? EXIT_INPUT : EXIT_RUNTIME;
-}
-
-static zr_engine_config engine_config(const zr_train_config *c)
-{
-    zr_engine_config e = zr_engine_config_default();
-    e.stage = c->stage;
-    zr_wire_type wire = strcmp(c->communication_data_type, "fp32") == 0 ? ZR_WIRE_F32 : ZR_WIRE_BF16;
-    e.param_wire.type = wire;
-    e.grad_wire.type = wire;
-    e.qwz = c->zero_quantized_weights;
-    e.qwz_q = (zr_qparams){c->qwz_bits, c->qwz_group, ZR_QSYM};
-    e.hpz = c->zero_hpz_partition_size != 1;
-    e.qgz = c->zero_quantized_gradients;
-    e.qgz_cfg.q = (zr_qparams){c->qgz_bits, c->qgz_group, ZR_QSYM};
-    e.qgz_cfg.chunks = c->qgz_chunks;
-    e.qgz_cfg.error_feedback = c->qgz_error_feedback;
-    e.overlap = c->overlap_comm;
-    size_t live = (size_t)c->stage3_max_live_parameters;
-    e.max_live = live > 0 ? live : (size_t)-1;
-    e.prefetch_bucket = (size_t)c->stage3_prefetch_bucket_size;
-    e.reduce_bucket = (size_t)c->reduce_bucket_size;
-    e.beta1 = (float)c->beta1;
-    e.beta2 = (float)c->beta2;
-    e.eps = (float)c->eps;
-    e.weight_decay = (float)c->weight_decay;
-    e.grad_clip = (float)c->gradient_clipping;
-    return e;
-}
-
-/* The scheduler section as a schedule (src/optim/schedule.c has the formulas). */
-static float lr_at(const zr_train_config *c, int step)
-{
-    zr_lr_schedule s;
-    memset(&s, 0, sizeof s);
-    /* the configuration reader accepted only these names */
-    ZR_ASSERT(zr_lr_kind_parse(c->scheduler_type, &s.kind) == ZR_OK);
-    ZR_ASSERT(zr_lr_warmup_parse(c->warmup_type, &s.warmup) == ZR_OK);
-    s.lr = c->lr;
-    s.warmup_min_lr = c->warmup_min_lr;
-    s.warmup_max_lr = c->warmup_max_lr;
-    s.warmup_num_steps = c->warmup_num_steps;
-    s.total_num_steps = c->total_num_steps;
-    s.warmup_min_ratio = c->warmup_min_ratio;
-    s.cos_min_ratio = c->cos_min_ratio;
-    return (float)zr_lr_at(&s, step);
-}
-
-static zr_status load_data(trainer *t)
-{
-    const zr_train_config *c = &t->cfg;
-    if (c->data_path[0] == '\0') {
-        ZR_CHECK(zr_dataset_load_fortunes(&t->data, ZR_FORTUNES_DIR));
-        return zr_dataset_set_vocab(&t->data, "the bundled corpus", c->vocab_size);
-    }
-    /* what the file is (llm.c shard of either kind, or text) comes from its content */
-    return zr_dataset_load(&t->data, c->data_path, c->vocab_size);
-}
-
-/*
- * The model's shape: from the configuration, or from the llm.c model file of
- * zr.model.init, whose shape the keys given must match and whose vocabulary
- * the data must have been tokenised for.
- */
-static zr_status model_shape(trainer *t)
-{
-    zr_train_config *c = &t->cfg;
-    int V = t->data.vocab;
-    if (c->init_path[0] == '\0') {
-        t->mcfg = (zr_gpt_config){c->max_seq_len, V, (int)zr_round_up((size_t)V, 128), c->layers,
-                                  c->heads, c->channels};
-        return ZR_OK;
-    }
-    zr_gpt_config fc;
-    ZR_CHECK(zr_gpt_read_llmc_config(c->init_path, &fc));
-    ZR_CHECK(zr_config_adopt_model(c, &fc, c->init_path));
-    if (V != fc.vocab) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "%s (zr.data.path) is %s with a vocabulary of %d tokens, but the model file %s "
-                "(zr.model.init) has %d; train it on data tokenised for it (an llm.c GPT-2 token "
-                "shard for GPT-2 weights), or set zr.model.vocab_size to %d if these tokens are "
-                "meant for it",
-                c->data_path[0] ? c->data_path : "the bundled corpus",
-                zr_data_kind_name(t->data.kind), V, c->init_path, fc.vocab, fc.vocab);
-    }
-    t->mcfg = fc;
-    return ZR_OK;
-}
-
-/*
- * Sizes that are valid one by one but would cost hours, or more memory than
- * the node has, before the first step could report anything are refused
- * here, naming their keys (every key at its extreme either fails here or
- * costs nothing until used).
- */
-static zr_status check_sizes(trainer *t)
-{
-    const zr_train_config *c = &t->cfg;
-    size_t train_batches = zr_loader_batches_per_epoch(&t->train);
-    size_t val_batches = zr_loader_batches_per_epoch(&t->val);
-    double global = (double)t->world * c->train_micro_batch_size_per_gpu * c->seq_len;
-    if (c->val_every > 0 && (size_t)c->val_batches > val_batches) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "zr.data.val_batches (%d) is more than the %zu batches of %.0f tokens (%d ranks x "
-                "train_micro_batch_size_per_gpu %d x zr.model.seq_len %d) that the validation split "
-                "holds; each pass would read the same tokens again: use at most %zu (or "
-                "zr.data.val_every 0 for no validation)",
-                c->val_batches, val_batches, global, t->world, c->train_micro_batch_size_per_gpu,
-                c->seq_len, val_batches);
-    }
-    if ((size_t)c->gradient_accumulation_steps > train_batches) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "one optimizer step (gradient_accumulation_steps %d x %.0f tokens) reads more than "
-                "the whole training split (%zu batches of %.0f tokens): lower "
-                "gradient_accumulation_steps or train_batch_size to at most %zu batches",
-                c->gradient_accumulation_steps, global, train_batches, global, train_batches);
-    }
-    /* a lower bound of what one rank allocates: activations (layout of src/model/gpt.c) and
-       the fp32 model state (master, gradient, Adam m and v, sharded; the full parameters
-       below stage 3) */
-    const zr_gpt_config *m = &t->mcfg;
-    double BT = (double)c->train_micro_batch_size_per_gpu * c->seq_len, C = m->channels;
-    double acts = 4.0 * (BT * (m->layers * (16.0 * C + 4.0 + (double)m->heads * c->seq_len) +
-                               10.0 * C + m->padded_vocab + 3.0) +
-                         128.0 * c->seq_len);
-    double params = (double)zr_gpt_config_param_count(m);
-    double state = 16.0 * params / t->world + (c->stage < 3 ? 4.0 * params : 0.0);
-    struct sysinfo si;
-    double have = sysinfo(&si) == 0 ? ((double)si.totalram + (double)si.totalswap) * si.mem_unit
-                                    : INFINITY;
-    int per_node = t->comm.ranks_per_node > 0 ? t->comm.ranks_per_node : 1;
-    if ((acts + state) * per_node > have) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "this run needs at least %.1f GB per node (%d rank%s x (%.1f GB of activations "
-                "for train_micro_batch_size_per_gpu %d x zr.model.seq_len %d with zr.model.layers "
-                "%d, zr.model.channels %d, zr.model.heads %d + %.1f GB of model state for %.0f "
-                "parameters)), more than the %.1f GB of memory and swap of this node: lower "
-                "those keys",
-                (acts + state) * per_node / 1e9, per_node, per_node == 1 ? "" : "s", acts / 1e9,
-                c->train_micro_batch_size_per_gpu, c->seq_len, m->layers, m->channels, m->heads,
-                state / 1e9, params, have / 1e9);
-    }
-    return ZR_OK;
-}
-
-/* The number after key in a /proc file ("MemAvailable:" in kB, or the first field of statm). */
-static int proc_number(const char *path, const char *key, double *out)
-{
-    FILE *f = NULL;
-    if (zr_file_open_read(path, &f) != ZR_OK) {
-        zr_error_clear();
-        return 0;
-    }
-    char line[256];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f) != NULL) {
-        size_t n = strlen(key);
-        if (strncmp(line, key, n) == 0) {
-            found = sscanf(line + n, "%lf", out) == 1;
-        }
-    }
-    fclose(f);
-    return found;
-}
-
-/*
- * The predicted peak per rank (zr_gpt_engine_predict), printed by rank 0 and
- * checked before the model and the engine allocate anything: against this
- * process's address-space limit (RLIMIT_AS, counting what is mapped already)
- * and against this rank's share of the node's available memory. A run that
- * cannot fit is refused up front, on every rank, instead of being killed by
- * the OOM killer or failing an allocation mid-run.
- */
-static zr_status check_memory(trainer *t)
-{
-    const zr_train_config *c = &t->cfg;
-    zr_engine_config ecfg = engine_config(c);
-    zr_gpt_memory_prediction p;
-    ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
-                                   c->activation_checkpointing, &ecfg, &t->comm, &p));
-    const double GB = 1e9;
-    if (t->rank == 0) {
-        printf("memory: predicted peak per rank %.2f GB = model state %.2f + activations %.2f + "
-               "engine buffers %.2f (bounded by the live-parameter, prefetch and reduce buckets) + "
-               "allowance %.2f\n",
-               p.total / GB, p.state / GB, p.activations / GB, p.pool / GB, p.allowance / GB);
-        fflush(stdout);
-    }
-    struct rlimit rl;
-    double mapped_pages = 0;
-    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        proc_number("/proc/self/statm", "", &mapped_pages)) {
-        double mapped = mapped_pages * (double)sysconf(_SC_PAGESIZE);
-        /* what zr will map: everything but the allowance, which is mapped already */
-        double need = mapped + (double)(p.total - p.allowance);
-        if (need > (double)rl.rlim_cur) {
-            ZR_FAIL(ZR_ERR_NOMEM,
-                    "needs %.2f GB, limit %.2f GB (RLIMIT_AS; %.2f GB mapped before the "
-                    "model, predicted %.2f GB of model state for zero_optimization.stage %d over "
-                    "%d ranks, %.2f GB of activations, %.2f GB of engine buffers): use more ranks, "
-                    "a higher stage, activation checkpointing, or smaller reduce/prefetch buckets",
-                    need / GB, (double)rl.rlim_cur / GB, mapped / GB, p.state / GB,
-                    c->stage, t->world, p.activations / GB, p.pool / GB);
-        }
-    }
-    double avail_kb = 0;
-    if (proc_number("/proc/meminfo", "MemAvailable:", &avail_kb)) {
-        int per_node = t->comm.ranks_per_node > 0 ? t->comm.ranks_per_node : 1;
-        double share = avail_kb * 1024.0 / per_node;
-        if ((double)p.total > share) {
-            ZR_FAIL(ZR_ERR_NOMEM,
-                    "needs %.2f GB, limit %.2f GB (this node's available memory %.2f GB "
-                    "shared by %d rank%s; predicted %.2f GB of model state for "
-                    "zero_optimization.stage %d over %d ranks, %.2f GB of activations, %.2f GB of "
-                    "engine buffers): use more nodes, a higher stage, or activation checkpointing",
-                    (double)p.total / GB, share / GB, avail_kb * 1024.0 / GB, per_node,
-                    per_node == 1 ? "" : "s", p.state / GB, c->stage, t->world,
-                    p.activations / GB, p.pool / GB);
-        }
-    }
-    return ZR_OK;
-}
-
-static zr_status setup(trainer *t)
-{
-    zr_train_config *c = &t->cfg;
-    ZR_CHECK(zr_comm_agree(&t->comm, load_data(t)));
-    ZR_CHECK(zr_launch_check_data(&t->comm, &t->data, t->cfg.data_path));
-    ZR_CHECK(zr_comm_agree(&t->comm, model_shape(t)));
-    int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
-    zr_status st = zr_loader_init(&t->train, &t->data, ZR_SPLIT_TRAIN, B, T, t->rank, t->world);
-    if (st == ZR_OK) {
-        st = zr_loader_init(&t->val, &t->data, ZR_SPLIT_VAL, B, T, t->rank, t->world);
-    }
-    if (st != ZR_OK) {
-        /* the loader speaks of B and T; the user set them as keys */
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", zr_error_message());
-        st = zr_error_at(st, __FILE__, __LINE__,
-                         "%s: lower train_micro_batch_size_per_gpu (%d) or zr.model.seq_len (%d)",
-                         msg, B, T);
-    }
-    ZR_CHECK(zr_comm_agree(&t->comm, st));
-    ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
-    ZR_CHECK(zr_comm_agree(&t->comm, check_memory(t)));
-    st = zr_gpt_init_ex(&t->model, &t->mcfg, B, T, c->activation_checkpointing);
-    if (st == ZR_OK) {
-        st = zr_gpt_specs_init(&t->specs, &t->mcfg);
-    }
-    if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&t->inputs, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
-    }
-    if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&t->targets, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
-    }
-    ZR_CHECK(zr_comm_agree(&t->comm, st));
-    zr_engine_config ecfg = engine_config(c);
-    ZR_CHECK(zr_engine_init(&t->engine, &t->comm, &ecfg, t->specs.nunits, t->specs.units));
-    t->engine_up = 1;
-    return ZR_OK;
-}
-
-/*
- * The newest checkpoint failed to load (st): point at the newest intact one
- * before it and at the flag that resumes from it. Rank 0 searches (it reads
- * every file of the candidates); the result is broadcast so that every rank
- * holds the same message, without agreeing twice on one error.
- */
-static zr_status damaged_hint(trainer *t, const char *bad, int64_t bad_step, zr_status st)
-{
-    char alt[ZR_PATH_MAX + 8] = "";
-    if (t->rank == 0) {
-        char msg[1100];
-        snprintf(msg, sizeof msg, "%s", zr_error_message());
-        int found = 0;
-        if (zr_ckpt_find_intact(t->cfg.checkpoint_dir, bad_step, alt + 1, sizeof alt - 1,
-                                &found) != ZR_OK ||
-            !found) {
-            alt[1] = '\0';
-        }
-        alt[0] = 1; /* the buffer is valid */
-        zr_error_set_message(msg);
-    }
-    if (zr_comm_bcast(&t->comm, alt, sizeof alt, 0) != ZR_OK) {
-        return st;
-    }
-    char msg[1100 + 2 * sizeof alt];
-    if (alt[1] != '\0') {
-        snprintf(msg, sizeof msg,
-                 "%s\n  the newest intact checkpoint is %s: continue from it with --resume-from "
-                 "%s (newer checkpoints are moved aside, not deleted)",
-                 zr_error_message(), alt + 1, alt + 1);
-    } else {
-        snprintf(msg, sizeof msg, "%s\n  %s holds no intact checkpoint older than %s",
-                 zr_error_message(), t->cfg.checkpoint_dir, bad);
-    }
-    /* the load's message was agreed on (it names its rank); so is the hint, so a later
-       agreement must not prefix it again */
-    zr_error_set_agreed(msg);
-    return st;
-}
-
-/* Step number of a checkpoint path ("<dir>/step_00000040" -> 40), -1 if unknown. */
-static int64_t step_of(const char *path)
-{
-    const char *base = strrchr(path, '/');
-    long long s = -1;
-    char tail;
-    if (sscanf(base != NULL ? base + 1 : path, "step_%lld%c", &s, &tail) != 1) {
-        return -1;
-    }
-    return s;
-}
-
-/* Rank 0's warnings about leftovers and set-aside checkpoints. */
-static void warn_ckpt(void *ctx, const char *msg)
-{
-    (void)ctx;
-    fprintf(stderr, "zr train: warning: %s\n", msg);
-}
-
-/*
- * Restore from --resume-from or the newest complete checkpoint; *start =
- * first step to run.
- */
-static zr_status resume(trainer *t, int *start)
-{
-    char path[ZR_PATH_MAX];
-    int found = 0, explicit = t->cfg.resume_from[0] != '\0';
-    *start = 0;
-    zr_status st = ZR_OK;
-    if (explicit) {
-        snprintf(path, sizeof path, "%s", t->cfg.resume_from);
-        found = 1;
-    } else {
-        st = zr_ckpt_find_latest(t->cfg.checkpoint_dir, path, sizeof path, &found);
-    }
-    ZR_CHECK(zr_comm_agree(&t->comm, st));
-    if (!found) {
-        if (t->rank == 0) {
-            fprintf(stderr, "zr train: no complete checkpoint in %s; starting from step 0\n",
-                    t->cfg.checkpoint_dir);
-        }
-        return ZR_OK;
-    }
-    zr_ckpt_meta meta;
-    st = zr_ckpt_read_meta(path, &meta);
-    if (st == ZR_OK && memcmp(&meta.model, &t->mcfg, sizeof meta.model) != 0) {
-        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                         "checkpoint %s is for another model shape (L=%d NH=%d C=%d V=%d "
-                         "max_seq_len=%d); this run has L=%d NH=%d C=%d V=%d max_seq_len=%d; "
-                         "resume with the checkpoint's values (e.g. --layers %d --heads %d "
-                         "--channels %d --max-seq-len %d; checkpoints written before "
-                         "zr.model.max_seq_len existed have max_seq_len = seq_len)",
-                         path, meta.model.layers, meta.model.heads, meta.model.channels,
-                         meta.model.vocab, meta.model.max_t, t->mcfg.layers, t->mcfg.heads,
-                         t->mcfg.channels, t->mcfg.vocab, t->mcfg.max_t, meta.model.layers,
-                         meta.model.heads, meta.model.channels, meta.model.max_t);
-    }
-    if (st == ZR_OK && meta.step > INT_MAX) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "checkpoint %s is at step %lld, beyond the last step zr train can run "
-                         "(%d)",
-                         path, (long long)meta.step, INT_MAX);
-    }
-    st = zr_comm_agree(&t->comm, st);
-    if (st == ZR_OK) {
-        st = zr_ckpt_load(&t->comm, &t->engine, path, &meta);
-    }
-    if (st == ZR_ERR_FORMAT || st == ZR_ERR_IO) {
-        return explicit ? st : damaged_hint(t, path, step_of(path), st);
-    }
-    ZR_CHECK(st);
-    if (explicit && t->cfg.checkpoint_dir[0] != '\0') {
-        /* later checkpoints would collide with this run's saves */
-        st = t->rank == 0 ? zr_ckpt_set_aside_after(t->cfg.checkpoint_dir, meta.step, warn_ckpt,
-                                                    NULL)
-                          : ZR_OK;
-        ZR_CHECK(zr_comm_agree(&t->comm, st));
-    }
-    /* the loader counts global micro-batches, whose size may differ after resharding;
-       the token count places it at the same point of the data either way */
-    uint64_t global_tokens = (uint64_t)t->world * t->cfg.train_micro_batch_size_per_gpu *
-                             t->cfg.seq_len;
-    zr_loader_seek(&t->train, meta.tokens / global_tokens);
-    *start = (int)meta.step;
-    if (t->rank == 0) {
-        printf("zr train: resumed from %s (step %lld, saved at %d ranks, now %d)\n", path,
-               (long long)meta.step, meta.world, t->world);
-        if (meta.step >= t->cfg.train_steps) {
-            printf("zr train: the checkpoint is at or past zr.train.train_steps (%d); nothing to "
-                   "train\n",
-                   t->cfg.train_steps);
-        }
-    }
-    return ZR_OK;
-}
-
-static zr_status save(trainer *t, int step, char *path, size_t len)
-{
-    zr_ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
-    meta.step = step;
-    meta.optim_steps = t->engine.step;
-    uint64_t per_step = (uint64_t)t->cfg.gradient_accumulation_steps;
-    meta.data_position = zr_loader_position(&t->train) / (per_step ? per_step : 1);
-    meta.tokens = zr_loader_position(&t->train) * (uint64_t)t->world *
-                  t->cfg.train_micro_batch_size_per_gpu * t->cfg.seq_len;
-    meta.seed = t->cfg.seed;
-    meta.stage = t->cfg.stage;
-    meta.model = t->mcfg;
-    return zr_ckpt_save(&t->comm, &t->engine, t->cfg.checkpoint_dir, &meta, t->config_json,
-                        t->cfg.keep_checkpoints, path, len);
-}
-
-static zr_status validate(trainer *t, float *loss)
-{
-    zr_loader_seek(&t->val, 0);
-    double sum = 0.0;
-    for (int i = 0; i < t->cfg.val_batches; i++) {
-        float l;
-        zr_loader_next(&t->val, t->inputs, t->targets);
-        ZR_CHECK(zr_gpt_engine_eval(&t->model, &t->engine, t->inputs, t->targets, &l));
-        sum += l;
-    }
-    ZR_CHECK(zr_comm_allreduce_sum_f64(&t->comm, ZR_GROUP_WORLD, &sum, 1));
-    *loss = (float)(sum / ((double)t->world * t->cfg.val_batches));
-    return ZR_OK;
 }
 
 static void fmt_eta(double s, char *buf, size_t n)
@@ -534,383 +91,185 @@ static void fmt_eta(double s, char *buf, size_t n)
     }
 }
 
-static uint64_t sum_bytes(const zr_traffic *t, int inter)
-{
-    uint64_t s = 0;
-    for (int k = 0; k < ZR_KIND_COUNT; k++) {
-        s += inter ? t->kind[k].bytes_inter : t->kind[k].bytes_intra;
-    }
-    return s;
-}
-
-static void progress_bar(int step, int total, float loss, double eta)
+static void progress_bar(const zr_step_record *r)
 {
     char e[32];
-    fmt_eta(eta, e, sizeof e);
-    int width = 30, done = total > 0 ? (int)((double)width * step / total) : width;
+    fmt_eta(r->eta_s, e, sizeof e);
+    int width = 30, done = r->total > 0 ? (int)((double)width * r->step / r->total) : width;
     printf("\r[");
     for (int i = 0; i < width; i++) {
         putchar(i < done ? '=' : (i == done ? '>' : ' '));
     }
-    printf("] %d/%d loss %.9g ETA %s   ", step, total, loss, e);
+    printf("] %d/%d loss %.9g ETA %s   ", r->step, r->total, r->loss, e);
     fflush(stdout);
 }
 
-/* Rank 0's first failed metrics write, made every rank's error (one collective). */
-static zr_status metrics_agree(trainer *t)
+/* Rank 0: the step's line (periodic), or the live bar at a terminal. */
+static void print_step(const zr_step_record *r, int bar)
 {
-    zr_status st = t->metrics_st;
-    if (st != ZR_OK) {
-        zr_error_set_message(t->metrics_err);
+    if (r->print) {
+        char e[32];
+        fmt_eta(r->eta_s, e, sizeof e);
+        if (bar) {
+            printf("\r%*s\r", 80, "");
+        }
+        printf("step %5d/%d | loss %.9g", r->step, r->total, r->loss);
+        if (r->validated) {
+            printf(" (val %.9g)", r->val_loss);
+        }
+        printf(" | lr %.2e | norm %6.3f | %7.0f tok/s | compute %5.1f comm %5.1f optim %4.1f ms"
+               " | intra %6.2f inter %6.2f MB | ETA %s\n",
+               r->lr, r->grad_norm, r->tokens_per_s, 1e3 * r->t_compute, 1e3 * r->t_comm,
+               1e3 * r->t_optim, r->bytes_intra / 1e6, r->bytes_inter / 1e6, e);
+    } else if (bar) {
+        progress_bar(r);
     }
-    return zr_comm_agree(&t->comm, st);
+    if (r->checkpoint[0] != '\0' && !r->stop) {
+        printf("checkpoint: %s\n", r->checkpoint);
+    }
+    if (r->stop) {
+        printf("zr train: stop requested; finished step %d%s%s\n", r->step,
+               r->checkpoint[0] ? ", checkpoint " : " (no checkpoint_dir: nothing saved)",
+               r->checkpoint);
+        if (r->checkpoint[0]) {
+            printf("  continue with: --resume\n");
+        }
+    }
+    fflush(stdout);
 }
 
-/* Rank 0: one metrics line; a failure is kept until the next collective reports it. */
-static void write_metrics(trainer *t, int done, float loss, float lr, const zr_step_stats *st,
-                          double tps, double compute, const double *v, int do_val, float val_loss)
+static void print_start(const zr_trainer *t)
 {
-    if (t->metrics.f == NULL || t->metrics_st != ZR_OK) {
+    char desc[256];
+    zr_comm_describe(&t->comm, desc, sizeof desc);
+    printf("zr train: %s\n", desc);
+    size_t params = zr_gpt_config_param_count(&t->mcfg);
+    zr_memory mem = zr_trainer_memory(t);
+    printf("model: %zu parameters (L=%d NH=%d C=%d V=%d max_seq_len=%d)%s%s; model state "
+           "per rank %.2f MB (optimizer %.2f, grads %.2f, params %.2f, hpZ secondary %.2f)\n",
+           params, t->mcfg.layers, t->mcfg.heads, t->mcfg.channels, t->mcfg.vocab, t->mcfg.max_t,
+           t->cfg.init_path[0] ? " from " : "", t->cfg.init_path,
+           (mem.optim + mem.grads + mem.params + mem.secondary) / 1e6, mem.optim / 1e6,
+           mem.grads / 1e6, mem.params / 1e6, mem.secondary / 1e6);
+    fflush(stdout);
+}
+
+static void print_summary(const zr_train_summary *s, int stage)
+{
+    if (s->checkpoint[0] != '\0') {
+        printf("checkpoint: %s\n", s->checkpoint);
+    }
+    if (s->start >= s->end) {
         return;
     }
-    zr_metrics_line l;
-    zr_metrics_line_begin(&l, done);
-    zr_metrics_line_f32(&l, "loss", loss);
-    zr_metrics_line_f32(&l, "lr", lr);
-    zr_metrics_line_f64(&l, "grad_norm", st->grad_norm);
-    zr_metrics_line_f64(&l, "tokens_per_s", tps);
-    zr_metrics_line_f64(&l, "t_step", st->t_total);
-    zr_metrics_line_f64(&l, "t_compute", compute);
-    zr_metrics_line_f64(&l, "t_comm", st->t_comm);
-    zr_metrics_line_f64(&l, "t_optim", st->t_optim);
-    zr_metrics_line_i64(&l, "bytes_intra", (long long)v[1]);
-    zr_metrics_line_i64(&l, "bytes_inter", (long long)v[2]);
-    zr_metrics_line_i64(&l, "zero3_bytes_inter", (long long)v[3]);
-    zr_metrics_line_i64(&l, "skipped", st->skipped);
-    if (do_val) {
-        zr_metrics_line_f32(&l, "val_loss", val_loss);
+    printf("done: %d steps in %.1f s, loss %.9g -> %.9g", s->end - s->start, s->seconds,
+           s->first_loss, s->last_loss);
+    if (!isnan(s->val_loss)) {
+        printf(" (val %.9g)", s->val_loss);
     }
-    t->metrics_st = zr_metrics_append(&t->metrics, zr_metrics_line_end(&l));
-    if (t->metrics_st != ZR_OK) {
-        snprintf(t->metrics_err, sizeof t->metrics_err, "%s", zr_error_message());
+    printf("\ninter-node traffic: %.2f MB (intra-node %.2f MB)", s->bytes_inter / 1e6,
+           s->bytes_intra / 1e6);
+    if (stage == 3 && s->zero3_bytes_inter > 0) {
+        printf("; ZeRO-3 with bf16 would have sent %.2f MB across nodes: %.2f MB kept off the "
+               "links (%.2fx less)",
+               s->zero3_bytes_inter / 1e6, (s->zero3_bytes_inter - s->bytes_inter) / 1e6,
+               s->bytes_inter > 0 ? s->zero3_bytes_inter / s->bytes_inter : 0.0);
     }
+    printf("\n");
 }
 
-static zr_status loop(trainer *t, int start, int *stopped_at)
+/*
+ * The configuration from the arguments, finalized and agreed by every rank
+ * (ranks started with other arguments would issue other collectives and
+ * hang: the launch check names the rank and key that differ).
+ */
+static zr_status read_config(zr_train_config *cfg, int argc, char **argv, int rank, int world,
+                             int *help)
 {
-    zr_train_config *c = &t->cfg;
-    int accum = c->gradient_accumulation_steps;
-    double tokens_per_step = (double)t->world * accum * c->train_micro_batch_size_per_gpu * c->seq_len;
-    int tty = t->rank == 0 && t->progress_bar;
-    double t_run = zr_now();
-    double inter_total = 0, intra_total = 0, zero3_total = 0;
-    float first_loss = NAN, last_loss = NAN, val_loss = NAN;
-    int nonfinite = 0; /* consecutive steps with a non-finite loss or gradient */
-    *stopped_at = -1;
-    for (int step = start; step < c->train_steps; step++) {
-        zr_comm_set_step(&t->comm, step + 1); /* as printed: steps count from 1 */
-        float lr = lr_at(c, step);
-        double local = 0.0;
-        for (int k = 0; k < accum; k++) {
-            float l;
-            zr_loader_next(&t->train, t->inputs, t->targets);
-            ZR_CHECK(zr_gpt_engine_micro(&t->model, &t->engine, t->inputs, t->targets, &l));
-            local += l;
-        }
-        zr_step_stats st;
-        ZR_CHECK(zr_engine_step(&t->engine, lr, &st));
-        /* one control all-reduce: loss, bytes, the ZeRO-3 shadow, a stop request and a failed
-           metrics write of rank 0 (reported one step late rather than with a collective per step) */
-        double v[6] = {local, (double)sum_bytes(&st.traffic, 0), (double)sum_bytes(&st.traffic, 1),
-                       (double)st.zero3_bytes_inter, (double)(stop_requested != 0),
-                       (double)(t->metrics_st != ZR_OK)};
-        ZR_CHECK(zr_comm_allreduce_sum_f64(&t->comm, ZR_GROUP_WORLD, v, 6));
-        if (v[5] > 0) {
-            return metrics_agree(t);
-        }
-        float loss = (float)(v[0] / ((double)t->world * accum));
-        intra_total += v[1];
-        inter_total += v[2];
-        zero3_total += v[3];
-        if (step == start) {
-            first_loss = loss;
-        }
-        last_loss = loss;
-        int done = step + 1;
-        int do_val = c->val_every > 0 && (done % c->val_every == 0 || done == c->train_steps);
-        if (do_val) {
-            ZR_CHECK(validate(t, &val_loss));
-        }
-        double compute = st.t_total - st.t_comm - st.t_optim;
-        double tps = tokens_per_step / st.t_total;
-        double eta = (zr_now() - t_run) / (done - start) * (c->train_steps - done);
-        if (t->rank == 0) {
-            write_metrics(t, done, loss, lr, &st, tps, compute, v, do_val, val_loss);
-            if (done % c->steps_per_print == 0 || done == c->train_steps || done == start + 1) {
-                char e[32];
-                fmt_eta(eta, e, sizeof e);
-                if (tty) {
-                    printf("\r%*s\r", 80, "");
-                }
-                printf("step %5d/%d | loss %.9g", done, c->train_steps, loss);
-                if (do_val) {
-                    printf(" (val %.9g)", val_loss);
-                }
-                printf(" | lr %.2e | norm %6.3f | %7.0f tok/s | compute %5.1f comm %5.1f optim %4.1f ms"
-                       " | intra %6.2f inter %6.2f MB | ETA %s\n",
-                       lr, st.grad_norm, tps, 1e3 * compute, 1e3 * st.t_comm, 1e3 * st.t_optim,
-                       v[1] / 1e6, v[2] / 1e6, e);
-            } else if (tty) {
-                progress_bar(done, c->train_steps, loss, eta);
-            }
-            fflush(stdout);
-        }
-        /* the loss and the norm are global, so every rank counts the same steps */
-        nonfinite = isfinite(loss) && !st.skipped ? 0 : nonfinite + 1;
-        if (c->max_nonfinite_steps > 0 && nonfinite >= c->max_nonfinite_steps) {
-            ZR_FAIL(ZR_ERR_NONFINITE,
-                    "training diverged: the loss or the gradient norm was not finite for %d "
-                    "consecutive steps (steps %d to %d; last loss %g, gradient norm %g); nothing "
-                    "was saved from them. Lower optimizer.params.lr (now %g) or raise "
-                    "zr.train.max_nonfinite_steps (0 = never stop)",
-                    nonfinite, done - nonfinite + 1, done, (double)loss, st.grad_norm, c->lr);
-        }
-        int ckpt_due = c->checkpoint_dir[0] != '\0' && c->checkpoint_every > 0 &&
-                       done % c->checkpoint_every == 0 && done != c->train_steps;
-        if (ckpt_due || v[4] > 0) {
-            char path[4096] = "";
-            /* a checkpoint is never ahead of its metrics */
-            ZR_CHECK(metrics_agree(t));
-            if (c->checkpoint_dir[0] != '\0') {
-                ZR_CHECK(save(t, done, path, sizeof path));
-            }
-            if (t->rank == 0 && ckpt_due) {
-                printf("checkpoint: %s\n", path);
-            }
-            if (v[4] > 0) {
-                if (t->rank == 0) {
-                    printf("zr train: stop requested; finished step %d%s%s\n", done,
-                           path[0] ? ", checkpoint " : " (no checkpoint_dir: nothing saved)", path);
-                    if (path[0]) {
-                        printf("  continue with: --resume\n");
-                    }
-                }
-                *stopped_at = done;
-                return ZR_OK;
-            }
-        }
+    zr_comm plain; /* no hpZ group: just to agree */
+    zr_comm_config cc = {0, 1};
+    ZR_CHECK(zr_comm_init(&plain, MPI_COMM_WORLD, &cc));
+    zr_config_defaults(cfg);
+    zr_status st = zr_config_from_args(cfg, argc - 1, argv + 1, help, warn_rank0, &rank);
+    if (st == ZR_OK && !*help) {
+        st = zr_config_finalize(cfg, world);
     }
-    ZR_CHECK(metrics_agree(t));
-    if (c->checkpoint_dir[0] != '\0' && start < c->train_steps) {
-        char path[4096];
-        ZR_CHECK(save(t, c->train_steps, path, sizeof path));
-        if (t->rank == 0) {
-            printf("checkpoint: %s\n", path);
-        }
+    st = zr_comm_agree(&plain, st);
+    if (st == ZR_OK) {
+        zr_comm_set_timeout(&plain, cfg->timeout_s);
+        st = zr_launch_check_config(&plain, cfg, *help);
     }
-    if (t->rank == 0 && start < c->train_steps) {
-        printf("done: %d steps in %.1f s, loss %.9g -> %.9g", c->train_steps - start,
-               zr_now() - t_run, first_loss, last_loss);
-        if (!isnan(val_loss)) {
-            printf(" (val %.9g)", val_loss);
-        }
-        printf("\ninter-node traffic: %.2f MB (intra-node %.2f MB)", inter_total / 1e6,
-               intra_total / 1e6);
-        if (c->stage == 3 && zero3_total > 0) {
-            printf("; ZeRO-3 with bf16 would have sent %.2f MB across nodes: %.2f MB kept off the "
-                   "links (%.2fx less)",
-                   zero3_total / 1e6, (zero3_total - inter_total) / 1e6,
-                   inter_total > 0 ? zero3_total / inter_total : 0.0);
-        }
-        printf("\n");
-    }
-    return ZR_OK;
-}
-
-static void cleanup(trainer *t)
-{
-    if (t->engine_up) {
-        zr_engine_free(&t->engine);
-    }
-    zr_gpt_specs_free(&t->specs);
-    zr_gpt_free(&t->model);
-    zr_dataset_free(&t->data);
-    zr_free(t->inputs);
-    zr_free(t->targets);
-    free(t->config_json);
-    zr_ckpt_unlock(&t->lock);
-    zr_metrics_close(&t->metrics);
-    if (t->comm_up) {
-        zr_comm_free(&t->comm);
-    }
-}
-
-/* Rank 0 opens the metrics file; a resumed run first cuts it back to its checkpoint's step. */
-static zr_status open_metrics(trainer *t, int start)
-{
-    const zr_train_config *c = &t->cfg;
-    if (c->metrics_path[0] == '\0') {
-        return ZR_OK;
-    }
-    zr_status st = ZR_OK;
-    if (t->rank == 0) {
-        size_t dropped = 0;
-        /* a resumed run continues the curve, cut back to the step it resumes from */
-        int resumed = c->resume || c->resume_from[0] != '\0';
-        st = zr_metrics_open(&t->metrics, c->metrics_path, resumed, start, &dropped);
-        if (st == ZR_OK && dropped > 0) {
-            printf("zr train: %s: dropped %zu line%s after step %d, the step resumed from\n",
-                   c->metrics_path, dropped, dropped == 1 ? "" : "s", start);
-        }
-    }
-    return zr_comm_agree(&t->comm, st);
+    zr_comm_free(&plain);
+    return st;
 }
 
 int zr_cli_train(int argc, char **argv)
 {
-    trainer t;
-    memset(&t, 0, sizeof t);
-    t.lock.fd = -1;
     /* before MPI_Init: a singleton run must not look like one under a launcher */
-    t.progress_bar = zr_progress_bar_wanted(environ, isatty(STDOUT_FILENO));
+    int bar = zr_progress_bar_wanted(environ, isatty(STDOUT_FILENO));
     MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &t.world);
-    zr_config_defaults(&t.cfg);
+    int rank, world, help = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    bar = bar && rank == 0;
 
-    /* a first communicator with no hpZ group just to agree on the configuration */
-    zr_comm_config plain = {0, 1};
-    zr_status st = zr_comm_init(&t.comm, MPI_COMM_WORLD, &plain);
+    static zr_train_config cfg;
+    zr_status st = read_config(&cfg, argc, argv, rank, world, &help);
+    if (st == ZR_OK && help) {
+        if (rank == 0) {
+            zr_config_print_help(stdout);
+        }
+        MPI_Finalize();
+        return EXIT_OK;
+    }
     if (st != ZR_OK) {
-        int code = fail(&t, st);
+        int code = fail(rank, st);
         MPI_Finalize();
         return code;
     }
-    t.comm_up = 1;
-    int help = 0;
-    st = zr_config_from_args(&t.cfg, argc - 1, argv + 1, &help, warn_rank0, &t.rank);
-    if (st == ZR_OK && !help) {
-        st = zr_config_finalize(&t.cfg, t.world);
-    }
-    st = zr_comm_agree(&t.comm, st);
-    if (st == ZR_OK) {
-        /* ranks started with other arguments would issue other collectives and hang */
-        zr_comm_set_timeout(&t.comm, t.cfg.timeout_s);
-        st = zr_launch_check_config(&t.comm, &t.cfg, help);
-    }
-    if (st == ZR_OK && help) {
-        if (t.rank == 0) {
-            zr_config_print_help(stdout);
-        }
-        cleanup(&t);
-        MPI_Finalize();
-        return 0;
-    }
-    if (st == ZR_OK) {
-        /* the real communicator, with the hpZ group the configuration asks for */
-        zr_comm_free(&t.comm);
-        t.comm_up = 0;
-        zr_comm_config real = {0, t.cfg.zero_hpz_partition_size};
-        st = zr_comm_init(&t.comm, MPI_COMM_WORLD, &real);
-        t.comm_up = st == ZR_OK;
-    }
-    if (st == ZR_OK) {
-        /* every failure ends the run: the first one is announced to every rank at once */
-        zr_comm_set_timeout(&t.comm, t.cfg.timeout_s);
-        zr_comm_set_fail_fast(&t.comm, 1);
-    }
-    if (st == ZR_OK) {
-        zr_gpt_set_threads(t.cfg.threads);
-        t.config_json = zr_config_to_json(&t.cfg);
-        if (t.rank == 0) {
-            char desc[256];
-            zr_comm_describe(&t.comm, desc, sizeof desc);
-            printf("zr train: %s\n", desc);
-            zr_config_print(stdout, &t.cfg);
-            fflush(stdout);
-        }
-        st = setup(&t);
-    }
-    if (st == ZR_OK) {
-        /* the manifest records the shape zr.model.init gave, not the defaults it replaced */
-        free(t.config_json);
-        t.config_json = zr_config_to_json(&t.cfg);
-        st = t.cfg.init_path[0] != '\0'
-                 ? zr_gpt_engine_load_llmc(&t.engine, &t.model, t.cfg.init_path)
-                 : zr_gpt_engine_init_params(&t.engine, &t.model, t.cfg.seed);
-        st = zr_comm_agree(&t.comm, st);
-    }
-    int start = 0;
-    int resuming = t.cfg.resume || t.cfg.resume_from[0] != '\0';
-    if (st == ZR_OK && t.cfg.checkpoint_dir[0] != '\0') {
-        /* one run per checkpoint dir, for the whole run; then clear what a
-           crashed save left, so that it never blocks this run */
-        st = t.rank == 0 ? zr_ckpt_lock(t.cfg.checkpoint_dir, &t.lock) : ZR_OK;
-        if (st == ZR_OK && t.rank == 0) {
-            st = zr_ckpt_recover(t.cfg.checkpoint_dir, warn_ckpt, NULL);
-        }
-        st = zr_comm_agree(&t.comm, st);
-    }
-    if (st == ZR_OK && !resuming && t.cfg.checkpoint_dir[0] != '\0') {
-        /* a fresh run must not mix its checkpoints and metrics with another run's */
-        char found_path[4096];
-        int found = 0;
-        st = zr_ckpt_find_latest(t.cfg.checkpoint_dir, found_path, sizeof found_path, &found);
-        if (st == ZR_OK && found) {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "checkpoint dir %s already holds checkpoints (newest %s); pass "
-                             "--resume to continue from it, or choose an empty zr.checkpoint.dir",
-                             t.cfg.checkpoint_dir, found_path);
-        }
-        st = zr_comm_agree(&t.comm, st);
-    }
-    if (st == ZR_OK && resuming) {
-        if (t.cfg.checkpoint_dir[0] == '\0' && t.cfg.resume_from[0] == '\0') {
-            st = zr_comm_agree(&t.comm, zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                                                    "--resume needs zr.checkpoint.dir (--ckpt-dir)"));
-        } else {
-            st = resume(&t, &start);
-        }
-    }
-    if (st == ZR_OK) {
-        st = open_metrics(&t, start);
-    }
-    if (st == ZR_OK && t.rank == 0) {
-        size_t params = zr_gpt_config_param_count(&t.mcfg);
-        zr_memory mem = zr_engine_memory(&t.engine);
-        printf("model: %zu parameters (L=%d NH=%d C=%d V=%d max_seq_len=%d)%s%s; model state "
-               "per rank %.2f MB "
-               "(optimizer %.2f, grads %.2f, params %.2f, hpZ secondary %.2f)\n",
-               params, t.mcfg.layers, t.mcfg.heads, t.mcfg.channels, t.mcfg.vocab, t.mcfg.max_t,
-               t.cfg.init_path[0] ? " from " : "", t.cfg.init_path,
-               (mem.optim + mem.grads + mem.params + mem.secondary) / 1e6, mem.optim / 1e6,
-               mem.grads / 1e6, mem.params / 1e6, mem.secondary / 1e6);
+
+    if (rank == 0) {
+        /* before anything can fail: the effective configuration explains most errors */
+        zr_config_print(stdout, &cfg);
         fflush(stdout);
     }
-    int stopped_at = -1;
+    static zr_trainer t;
+    st = zr_trainer_init(&t, MPI_COMM_WORLD, &cfg, print_note, NULL);
+    if (st == ZR_OK && (cfg.resume || cfg.resume_from[0] != '\0')) {
+        st = zr_trainer_resume(&t);
+    }
+    if (st == ZR_OK && rank == 0) {
+        print_start(&t);
+    }
     if (st == ZR_OK) {
+        signal_target = &t;
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = on_signal;
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
-        st = loop(&t, start, &stopped_at);
-        if (st != ZR_OK && st != ZR_ERR_REMOTE) {
-            /* mid-step: the others may be waiting for this rank's next exchange */
-            zr_comm_notify(&t.comm, st);
+    }
+    int stopped = 0;
+    while (st == ZR_OK && !zr_trainer_done(&t) && !stopped) {
+        zr_step_record rec;
+        st = zr_trainer_step(&t, &rec);
+        /* a diverged step still has its numbers; any other failure has none */
+        if (rank == 0 && (st == ZR_OK || st == ZR_ERR_NONFINITE)) {
+            print_step(&rec, bar);
+        }
+        stopped = rec.stop;
+    }
+    if (st == ZR_OK && !stopped) {
+        zr_train_summary sum;
+        st = zr_trainer_finish(&t, &sum);
+        if (st == ZR_OK && rank == 0) {
+            print_summary(&sum, cfg.stage);
         }
     }
-    if (t.comm_up) {
-        /* every path ends agreed: a rank may have stopped waiting because another failed
-         * (ZR_ERR_REMOTE), and only the agreement names the failure that caused it */
-        st = zr_comm_agree(&t.comm, st);
-    }
-    int code = st == ZR_OK ? EXIT_OK : fail(&t, st);
-    if (st != ZR_OK && t.comm_up && zr_comm_broken(&t.comm)) {
-        /* exchanges abandoned mid-step still own their buffers: no orderly shutdown */
-        zr_comm_abort(&t.comm, code);
-    }
-    cleanup(&t);
+    st = zr_trainer_conclude(&t, st);
+    int code = st == ZR_OK ? EXIT_OK : fail(rank, st);
+    zr_trainer_free(&t, code);
+    signal_target = NULL;
     MPI_Finalize();
     return code;
 }
