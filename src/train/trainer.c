@@ -665,6 +665,56 @@ static zr_status forward_backward_update(zr_trainer *t, float lr, double *local,
     return zr_engine_step(&t->engine, lr, st);
 }
 
+/* The step's numbers into its record and the run's totals (v: the control all-reduce). */
+static void fill_record(zr_trainer *t, zr_step_record *rec, const zr_step_stats *st,
+                        const double *v)
+{
+    const zr_train_config *c = &t->cfg;
+    int done = rec->step, accum = c->gradient_accumulation_steps;
+    rec->loss = (float)(v[0] / ((double)t->world * accum));
+    rec->bytes_intra = v[1];
+    rec->bytes_inter = v[2];
+    rec->zero3_bytes_inter = v[3];
+    rec->stop = v[4] > 0;
+    rec->grad_norm = st->grad_norm;
+    rec->skipped = st->skipped;
+    rec->t_step = st->t_total;
+    rec->t_comm = st->t_comm;
+    rec->t_optim = st->t_optim;
+    rec->t_compute = st->t_total - st->t_comm - st->t_optim;
+    rec->tokens_per_s =
+        (double)t->world * accum * c->train_micro_batch_size_per_gpu * c->seq_len / st->t_total;
+    rec->eta_s = (zr_now() - t->t_run) / (done - t->start) * (c->train_steps - done);
+    rec->print = done % c->steps_per_print == 0 || done == c->train_steps || done == t->start + 1;
+    rec->val_loss = NAN;
+    rec->validated = c->val_every > 0 && (done % c->val_every == 0 || done == c->train_steps);
+    if (done == t->start + 1) {
+        t->sum.first_loss = rec->loss;
+    }
+    t->sum.last_loss = rec->loss;
+    t->sum.bytes_intra += v[1];
+    t->sum.bytes_inter += v[2];
+    t->sum.zero3_bytes_inter += v[3];
+}
+
+/* Stop a run whose loss or gradient stayed non-finite for max_nonfinite_steps steps. */
+static zr_status check_divergence(zr_trainer *t, const zr_step_record *rec)
+{
+    const zr_train_config *c = &t->cfg;
+    /* the loss and the norm are global, so every rank counts the same steps */
+    t->nonfinite = isfinite(rec->loss) && !rec->skipped ? 0 : t->nonfinite + 1;
+    if (c->max_nonfinite_steps > 0 && t->nonfinite >= c->max_nonfinite_steps) {
+        ZR_FAIL(ZR_ERR_NONFINITE,
+                "training diverged: the loss or the gradient norm was not finite for %d "
+                "consecutive steps (steps %d to %d; last loss %g, gradient norm %g); nothing "
+                "was saved from them. Lower optimizer.params.lr (now %g) or raise "
+                "zr.train.max_nonfinite_steps (0 = never stop)",
+                t->nonfinite, rec->step - t->nonfinite + 1, rec->step, (double)rec->loss,
+                rec->grad_norm, c->lr);
+    }
+    return ZR_OK;
+}
+
 static zr_status step_body(zr_trainer *t, zr_step_record *rec)
 {
     const zr_train_config *c = &t->cfg;
@@ -673,7 +723,7 @@ static zr_status step_body(zr_trainer *t, zr_step_record *rec)
         t->metrics_open = 1;
         t->t_run = zr_now();
     }
-    int step = t->next, done = step + 1, accum = c->gradient_accumulation_steps;
+    int step = t->next, done = step + 1;
     zr_comm_set_step(&t->comm, done); /* as printed: steps count from 1 */
     rec->step = done;
     rec->total = c->train_steps;
@@ -695,23 +745,7 @@ static zr_status step_body(zr_trainer *t, zr_step_record *rec)
     if (v[5] > 0) {
         return metrics_agree(t);
     }
-    rec->loss = (float)(v[0] / ((double)t->world * accum));
-    rec->bytes_intra = v[1];
-    rec->bytes_inter = v[2];
-    rec->zero3_bytes_inter = v[3];
-    rec->stop = v[4] > 0;
-    rec->grad_norm = st.grad_norm;
-    rec->skipped = st.skipped;
-    rec->t_step = st.t_total;
-    rec->t_comm = st.t_comm;
-    rec->t_optim = st.t_optim;
-    rec->t_compute = st.t_total - st.t_comm - st.t_optim;
-    rec->tokens_per_s =
-        (double)t->world * accum * c->train_micro_batch_size_per_gpu * c->seq_len / st.t_total;
-    rec->eta_s = (zr_now() - t->t_run) / (done - t->start) * (c->train_steps - done);
-    rec->print = done % c->steps_per_print == 0 || done == c->train_steps || done == t->start + 1;
-    rec->val_loss = NAN;
-    rec->validated = c->val_every > 0 && (done % c->val_every == 0 || done == c->train_steps);
+    fill_record(t, rec, &st, v);
     if (rec->validated) {
         ZR_CHECK(validate(t, &rec->val_loss));
         t->sum.val_loss = rec->val_loss;
@@ -720,25 +754,7 @@ static zr_status step_body(zr_trainer *t, zr_step_record *rec)
         write_metrics(t, done, rec->loss, rec->lr, &st, rec->tokens_per_s, rec->t_compute, v,
                       rec->validated, rec->val_loss);
     }
-    if (step == t->start) {
-        t->sum.first_loss = rec->loss;
-    }
-    t->sum.last_loss = rec->loss;
-    t->sum.bytes_intra += v[1];
-    t->sum.bytes_inter += v[2];
-    t->sum.zero3_bytes_inter += v[3];
-
-    /* the loss and the norm are global, so every rank counts the same steps */
-    t->nonfinite = isfinite(rec->loss) && !st.skipped ? 0 : t->nonfinite + 1;
-    if (c->max_nonfinite_steps > 0 && t->nonfinite >= c->max_nonfinite_steps) {
-        ZR_FAIL(ZR_ERR_NONFINITE,
-                "training diverged: the loss or the gradient norm was not finite for %d "
-                "consecutive steps (steps %d to %d; last loss %g, gradient norm %g); nothing "
-                "was saved from them. Lower optimizer.params.lr (now %g) or raise "
-                "zr.train.max_nonfinite_steps (0 = never stop)",
-                t->nonfinite, done - t->nonfinite + 1, done, (double)rec->loss, st.grad_norm,
-                c->lr);
-    }
+    ZR_CHECK(check_divergence(t, rec));
     int ckpt_due = c->checkpoint_dir[0] != '\0' && c->checkpoint_every > 0 &&
                    done % c->checkpoint_every == 0 && done != c->train_steps;
     if (ckpt_due || rec->stop) {
