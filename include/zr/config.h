@@ -2,7 +2,7 @@
  * zr/config.h - the configuration of "zr train": DeepSpeed's key names and
  * meanings where they apply, zr's own keys in the "zr" section.
  *
- * One table (src/train/config.c) lists every key once with its type, default, range and
+ * One table (src/train/config_keys.c) lists every key once with its type, default, range and
  * help; the JSON reader, the command-line flags, --help and the printout of
  * the effective configuration are all generated from it, so they cannot
  * drift apart.
@@ -174,8 +174,12 @@ void zr_config_print(FILE *f, const zr_train_config *c);
 size_t zr_config_key_count(void);
 const char *zr_config_key_value(const zr_train_config *c, size_t i, char *buf, size_t n);
 
-/* The effective configuration as one JSON object (stored in checkpoint manifests). */
-char *zr_config_to_json(const zr_train_config *c); /* malloc'd; caller frees */
+/*
+ * The effective configuration as one JSON object (stored in checkpoint
+ * manifests): *out is '\0'-terminated text from the counted allocator, freed
+ * with zr_free (NULL on failure).
+ */
+zr_status zr_config_to_json(const zr_train_config *c, char **out);
 
 /* What a key holds, for tools and tests that walk every key. */
 typedef enum zr_config_kind { ZR_CFG_INTEGER, ZR_CFG_BOOLEAN, ZR_CFG_OTHER } zr_config_kind;

@@ -603,12 +603,12 @@ zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *
     zr_gpt_set_threads(cfg->threads);
     ZR_CHECK(setup(t));
     /* the manifest records the shape zr.model.init gave, not the defaults it replaced */
-    t->config_json = zr_config_to_json(&t->cfg);
-    zr_status st = t->config_json == NULL
-                       ? zr_error_at(ZR_ERR_NOMEM, __FILE__, __LINE__, "out of memory")
-                   : t->cfg.init_path[0] != '\0'
-                       ? zr_gpt_engine_load_llmc(&t->engine, &t->model, t->cfg.init_path)
-                       : zr_gpt_engine_init_params(&t->engine, &t->model, t->cfg.seed);
+    zr_status st = zr_config_to_json(&t->cfg, &t->config_json);
+    if (st == ZR_OK) {
+        st = t->cfg.init_path[0] != '\0'
+                 ? zr_gpt_engine_load_llmc(&t->engine, &t->model, t->cfg.init_path)
+                 : zr_gpt_engine_init_params(&t->engine, &t->model, t->cfg.seed);
+    }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     ZR_CHECK(claim_checkpoint_dir(t));
     t->sum.val_loss = NAN;
@@ -814,7 +814,7 @@ void zr_trainer_free(zr_trainer *t, int exit_code)
     zr_dataset_free(&t->data);
     zr_free(t->inputs);
     zr_free(t->targets);
-    free(t->config_json);
+    zr_free(t->config_json);
     zr_ckpt_unlock(&t->lock);
     zr_metrics_close(&t->metrics);
     if (t->comm_up) {
