@@ -127,10 +127,8 @@ static zr_status measure(bench *b, int k, size_t count, int iters, row *r)
 {
     zr_comm *c = &b->c;
     int W = c->size[ZR_GROUP_WORLD];
-    double *t = malloc(sizeof(double) * (size_t)iters);
-    if (t == NULL) {
-        ZR_FAIL(ZR_ERR_NOMEM, "bench comm: out of memory");
-    }
+    double *t = NULL;
+    ZR_ALLOC(t, (size_t)iters);
     zr_status st = run_one(b, k, count); /* warm-up: workspace, MPI connections */
     zr_comm_traffic_reset(c);
     for (int i = 0; i < iters && st == ZR_OK; i++) {
@@ -143,12 +141,12 @@ static zr_status measure(bench *b, int k, size_t count, int iters, row *r)
         MPI_Allreduce(&mine, &t[i], 1, MPI_DOUBLE, MPI_MAX, c->mpi[ZR_GROUP_WORLD]);
     }
     if (st != ZR_OK) {
-        free(t);
+        zr_free(t);
         return st;
     }
     qsort(t, (size_t)iters, sizeof *t, cmp_double);
     double med = iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
-    free(t);
+    zr_free(t);
     zr_traffic tr = zr_comm_traffic_get(c);
     uint64_t intra = 0, inter = 0;
     for (int kind = 0; kind < ZR_KIND_COUNT; kind++) {
@@ -256,7 +254,9 @@ int zr_bench_comm(int argc, char **argv)
     for (size_t sz = min; sz <= max; sz *= 4) {
         nsizes++;
     }
-    row *rows = calloc((size_t)nsizes * C_COUNT, sizeof *rows);
+    row *rows = NULL;
+    ZR_TRY(zr_alloc_at((void **)&rows, sizeof *rows * (size_t)nsizes * C_COUNT, __FILE__, __LINE__),
+           "");
     int nrows = 0;
     char desc[256];
     zr_comm_describe(c, desc, sizeof desc);
@@ -353,7 +353,7 @@ int zr_bench_comm(int argc, char **argv)
         }
         fflush(stdout);
     }
-    free(rows);
+    zr_free(rows);
     zr_coll_op_free(&b.op);
     zr_free(b.full);
     zr_free(b.out);

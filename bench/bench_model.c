@@ -51,12 +51,13 @@ static double peak_rss_mb(void)
 static double sgemm_gflops(int reps)
 {
     const int n = 2048;
-    float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4),
-          *c = malloc((size_t)n * n * 4);
-    if (a == NULL || b == NULL || c == NULL) {
-        free(a);
-        free(b);
-        free(c);
+    const size_t bytes = (size_t)n * n * 4;
+    float *a = NULL, *b = NULL, *c = NULL;
+    if (zr_alloc_at((void **)&a, bytes, __FILE__, __LINE__) != ZR_OK ||
+        zr_alloc_at((void **)&b, bytes, __FILE__, __LINE__) != ZR_OK ||
+        zr_alloc_at((void **)&c, bytes, __FILE__, __LINE__) != ZR_OK) {
+        zr_free(a);
+        zr_free(b);
         return -1;
     }
     for (size_t i = 0; i < (size_t)n * n; i++) {
@@ -71,9 +72,9 @@ static double sgemm_gflops(int reps)
         t[r] = zr_now() - t0;
     }
     double med = median(t + 1, reps); /* the first run warms up */
-    free(a);
-    free(b);
-    free(c);
+    zr_free(a);
+    zr_free(b);
+    zr_free(c);
     return 2.0 * n * n * (double)n / med * 1e-9;
 }
 
@@ -85,12 +86,14 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
     zr_gpt_set_threads(threads);
     int nu = zr_gpt_unit_count(&m);
     zr_status st = ZR_OK;
-    float **p = calloc((size_t)nu * 4, sizeof *p);
-    int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
-    if (p == NULL || in == NULL || tg == NULL) {
-        st = zr_error_at(ZR_ERR_NOMEM, __FILE__, __LINE__, "bench: out of memory");
-        goto done;
-    }
+    float **p = NULL;
+    int *in = NULL, *tg = NULL;
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&p, sizeof *p * 4 * (size_t)nu, __FILE__, __LINE__), st,
+                  done);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&in, sizeof *in * (size_t)B * T, __FILE__, __LINE__), st,
+                  done);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&tg, sizeof *tg * (size_t)B * T, __FILE__, __LINE__), st,
+                  done);
     float **g = p + nu, **mm = p + 2 * nu, **vv = p + 3 * nu;
     for (int u = 0; u < nu; u++) {
         size_t n = zr_gpt_unit_numel(&m, u);
@@ -152,9 +155,9 @@ done:
             zr_free(p[u]);
         }
     }
-    free(p);
-    free(in);
-    free(tg);
+    zr_free(p);
+    zr_free(in);
+    zr_free(tg);
     zr_gpt_free(&m);
     return st;
 }

@@ -228,12 +228,12 @@ int zr_cli_plot(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    zr_metrics_series *runs = calloc((size_t)nruns, sizeof *runs);
-    int *has = calloc((size_t)nruns * 3, sizeof *has);
-    if (runs == NULL || has == NULL) {
-        free(runs);
-        free(has);
-        fprintf(stderr, "zr plot: out of memory\n");
+    zr_metrics_series *runs = NULL;
+    int *has = NULL;
+    if (zr_alloc_at((void **)&runs, sizeof *runs * (size_t)nruns, __FILE__, __LINE__) != ZR_OK ||
+        zr_alloc_at((void **)&has, sizeof *has * 3 * (size_t)nruns, __FILE__, __LINE__) != ZR_OK) {
+        zr_free(runs);
+        fprintf(stderr, "zr plot: %s\n", zr_error_message());
         return 1;
     }
     int *has_loss = has, *has_tps = has + nruns, *has_val = has + 2 * nruns;
@@ -311,7 +311,7 @@ done:
     for (int i = 0; i < nread; i++) {
         zr_metrics_free(&runs[i]);
     }
-    free(runs);
-    free(has);
+    zr_free(runs);
+    zr_free(has);
     return rc;
 }

@@ -49,10 +49,9 @@ int zr_cli_selfcheck(int argc, char **argv)
     }
     /* 1 MiB from every rank to every rank, through each group in turn */
     size_t B = 1 << 20;
-    unsigned char *send = malloc(B), *recv = malloc(B * (size_t)W);
-    if (send == NULL || recv == NULL) {
-        zr_die(__FILE__, __LINE__, "", "out of memory");
-    }
+    unsigned char *send = NULL, *recv = NULL;
+    ZR_TRY(zr_alloc_at((void **)&send, B, __FILE__, __LINE__), "");
+    ZR_TRY(zr_alloc_at((void **)&recv, B * (size_t)W, __FILE__, __LINE__), "");
     memset(send, R & 0xff, B);
     int ok = 1;
     zr_comm_traffic_reset(&c);
@@ -81,8 +80,8 @@ int zr_cli_selfcheck(int argc, char **argv)
                expect_intra / 1048576.0, expect_inter / 1048576.0);
         printf("zr selfcheck: %s\n", all_ok ? "passed" : "FAILED");
     }
-    free(send);
-    free(recv);
+    zr_free(send);
+    zr_free(recv);
     zr_comm_free(&c);
     MPI_Finalize();
     return all_ok ? 0 : 1;

@@ -119,7 +119,9 @@ static void describe_wait(const zr_comm *c, MPI_Request *reqs, int n, const int 
                           const char *what, zr_group g, char *buf, size_t len)
 {
     int W = c->size[ZR_GROUP_WORLD] > 0 ? c->size[ZR_GROUP_WORLD] : 1;
-    int *mark = calloc((size_t)W, sizeof *mark);
+    /* out of memory only loses the rank list: the description still names the wait */
+    int *mark = NULL;
+    (void)zr_alloc_at((void **)&mark, sizeof *mark * (size_t)W, __FILE__, __LINE__);
     int unknown = 0, any_recv = 0, any_send = 0;
     for (int i = 0; i < n; i++) {
         int flag = 1;
@@ -164,7 +166,7 @@ static void describe_wait(const zr_comm *c, MPI_Request *reqs, int n, const int 
         snprintf(buf + used, len - used, "; waiting for the other ranks of group %s",
                  zr_group_name(g));
     }
-    free(mark);
+    zr_free(mark);
 }
 
 /*
@@ -446,11 +448,13 @@ _Noreturn void zr_comm_abort(zr_comm *c, int exit_code)
     fflush(stdout);
     fflush(stderr);
     /* everyone is here, so the message printed before this call is out */
-    int32_t one = 1, *all = calloc((size_t)c->size[ZR_GROUP_WORLD], sizeof *all);
+    int32_t one = 1, *all = NULL;
+    (void)zr_alloc_at((void **)&all, sizeof *all * (size_t)c->size[ZR_GROUP_WORLD], __FILE__,
+                      __LINE__);
     if (all != NULL && c->ctl != MPI_COMM_NULL) {
         (void)ctl_exchange(c, &one, sizeof one, all, -1, "the final abort");
     }
-    free(all);
+    zr_free(all);
     MPI_Abort(c->mpi[ZR_GROUP_WORLD], exit_code);
     _exit(exit_code);
 }
@@ -567,31 +571,25 @@ static zr_status detect_nodes(zr_comm *c, MPI_Comm world, int rank, int size, in
                        : zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Iallreduce");
     MPI_Comm_free(&shm);
     ZR_CHECK(st);
-    int *all = malloc(sizeof(int) * 2 * (size_t)size);
-    if (all == NULL) {
-        ZR_FAIL(ZR_ERR_NOMEM, "out of memory detecting nodes");
-    }
+    /* the gathered pairs, then the same split into two arrays */
+    int *all = NULL;
+    ZR_ALLOC(all, 4 * (size_t)size);
+    int *tmp = all + 2 * size;
     rc = MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, world, &req);
     st = rc == MPI_SUCCESS
              ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection", ZR_GROUP_WORLD, 0)
              : zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Iallgather");
     if (st != ZR_OK) {
-        free(all);
-        return st;
-    }
-    int *tmp = malloc(sizeof(int) * 2 * (size_t)size);
-    if (tmp == NULL) {
-        free(all);
-        ZR_FAIL(ZR_ERR_NOMEM, "out of memory detecting nodes");
+        goto fail;
     }
     for (int r = 0; r < size; r++) {
         tmp[r] = all[2 * r];
         tmp[size + r] = all[2 * r + 1];
     }
     *rpn = zr_comm_check_placement(tmp, tmp + size, size, why, n);
-    free(tmp);
-    free(all);
-    return ZR_OK;
+fail:
+    zr_free(all);
+    return st;
 }
 
 static zr_status split(zr_comm *c, zr_group g, int color, int key)
