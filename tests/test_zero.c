@@ -520,6 +520,102 @@ static void test_nonfinite_skips(void)
     }
 }
 
+/*
+ * The usage sketch at the top of zr/zero.h, line for line, on a toy model:
+ * unit u's loss is the dot product of its parameters with a fixed x[u], so
+ * its gradient is x[u] on every rank.
+ */
+enum { SKETCH_UNITS = 2 };
+
+static zr_status sketch_micro(zr_engine *e, int nunits, float *const *x, const size_t *numel,
+                              float lr, double *loss)
+{
+    const float *p;
+    float *g;
+    zr_step_stats stats;
+    ZR_CHECK(zr_engine_micro_begin(e));
+    for (int u = 0; u < nunits; u++) {
+        ZR_CHECK(zr_engine_prefetch(e, u, ZR_PHASE_FORWARD));
+        ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p));
+        for (size_t i = 0; i < numel[u]; i++) {
+            *loss += (double)p[i] * x[u][i];
+        }
+        ZR_CHECK(zr_engine_release(e, u));
+    }
+    for (int u = nunits - 1; u >= 0; u--) {
+        ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_BACKWARD, &p));
+        ZR_CHECK(zr_engine_grads(e, u, &g));
+        for (size_t i = 0; i < numel[u]; i++) {
+            g[i] += x[u][i];
+        }
+        ZR_CHECK(zr_engine_release(e, u));
+        ZR_CHECK(zr_engine_grads_done(e, u));
+    }
+    ZR_CHECK(zr_engine_step(e, lr, &stats));
+    TEST_CHECK(!stats.skipped);
+    return ZR_OK;
+}
+
+static void test_usage_sketch(void)
+{
+    const size_t numel[SKETCH_UNITS] = {40, 17};
+    const zr_range ranges[SKETCH_UNITS] = {{0, 40, 1}, {0, 17, 0}};
+    zr_unit_spec units[SKETCH_UNITS];
+    float *x[SKETCH_UNITS], *p0[SKETCH_UNITS], *want[SKETCH_UNITS], *got[SKETCH_UNITS];
+    float *m[SKETCH_UNITS], *v[SKETCH_UNITS];
+    double sq = 0;
+    for (int u = 0; u < SKETCH_UNITS; u++) {
+        units[u] = (zr_unit_spec){numel[u], 1, &ranges[u]};
+        float **bufs[] = {&x[u], &p0[u], &want[u], &got[u], &m[u], &v[u]};
+        for (int k = 0; k < 6; k++) {
+            TEST_OK(zr_alloc_at((void **)bufs[k], numel[u] * 4, __FILE__, __LINE__));
+        }
+        for (size_t i = 0; i < numel[u]; i++) {
+            x[u][i] = 0.01f * (float)((int)(i * 7 + (size_t)u * 3) % 11 - 5);
+            p0[u][i] = 0.1f - 0.003f * (float)i;
+            sq += (double)x[u][i] * x[u][i];
+        }
+    }
+    for (int stage = 0; stage <= 3; stage++) {
+        zr_engine_config cfg = exact_config(stage);
+        zr_engine e;
+        TEST_OK(zr_engine_init(&e, &comm, &cfg, SKETCH_UNITS, units));
+        double loss = 0, want_loss = 0;
+        for (int u = 0; u < SKETCH_UNITS; u++) {
+            TEST_OK(zr_engine_set_params(&e, u, p0[u]));
+            for (size_t i = 0; i < numel[u]; i++) {
+                want_loss += (double)p0[u][i] * x[u][i];
+            }
+        }
+        TEST_OK(sketch_micro(&e, SKETCH_UNITS, x, numel, LR, &loss));
+        TEST_CHECKF(fabs(loss - want_loss) <= 1e-6, "stage %d: loss %.9g, expected %.9g", stage,
+                    loss, want_loss);
+        /* one AdamW step on the full buffers with the averaged (= every rank's) gradient */
+        zr_adamw h = {LR, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay};
+        float scale = zr_clip_scale(sqrt(sq), cfg.grad_clip);
+        double worst = 0;
+        for (int u = 0; u < SKETCH_UNITS; u++) {
+            memcpy(want[u], p0[u], numel[u] * 4);
+            memset(m[u], 0, numel[u] * 4);
+            memset(v[u], 0, numel[u] * 4);
+            zr_adamw_update(&h, LR, 1, scale, ranges[u].decay, want[u], x[u], m[u], v[u],
+                            numel[u]);
+            TEST_OK(zr_engine_get_params(&e, u, got[u]));
+            for (size_t i = 0; i < numel[u]; i++) {
+                double d = fabs((double)got[u][i] - want[u][i]);
+                worst = d > worst ? d : worst;
+            }
+        }
+        TEST_CHECKF(worst <= 1e-6, "stage %d: parameters after the step differ by %.3g", stage,
+                    worst);
+        zr_engine_free(&e);
+    }
+    for (int u = 0; u < SKETCH_UNITS; u++) {
+        zr_free(x[u]), zr_free(p0[u]), zr_free(want[u]), zr_free(got[u]), zr_free(m[u]),
+            zr_free(v[u]);
+    }
+}
+
 static void test_bad_config(void)
 {
     zr_gpt_specs sp;
@@ -561,6 +657,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_reduce_bucket_identical);
     TEST_RUN(test_nonfinite_skips);
     TEST_RUN(test_bad_config);
+    TEST_RUN(test_usage_sketch);
     zr_comm_free(&comm);
     return zr_test_finish();
 }

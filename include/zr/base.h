@@ -106,7 +106,6 @@ typedef enum zr_log_level {
  * prints no rank. The communicator sets it; single-process programs need not.
  */
 void zr_log_set_rank(int rank);
-int zr_log_rank(void);
 
 /* Level from ZR_DEBUG=error|warn|info|debug (default warn), read once. */
 zr_log_level zr_log_level_get(void);
@@ -169,7 +168,6 @@ void zr_free(void *ptr);
 /* Bytes currently allocated through zr_alloc_at in this process, and the peak. */
 size_t zr_mem_current(void);
 size_t zr_mem_peak(void);
-void zr_mem_reset_peak(void);
 
 /*
  * Bytes held per allocation site (file:line of the zr_alloc_at call), to see

@@ -64,7 +64,4 @@ zr_status zr_optim_set_impl(zr_optim_impl impl);
 zr_optim_impl zr_optim_get_impl(void);
 const char *zr_optim_impl_name(zr_optim_impl impl);
 
-/* 1 if every element is finite, else 0 (vectorized). */
-int zr_all_finite(const float *x, size_t n);
-
 #endif /* ZR_OPTIM_H */

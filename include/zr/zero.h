@@ -18,16 +18,27 @@
  * elements and split into W equal shards; rank r owns [r*S, (r+1)*S).
  *
  * The caller drives the model, unit by unit, and tells the engine what it
- * needs (the same calls in the same order on every rank):
+ * needs (the same calls in the same order on every rank; tests/test_zero.c
+ * test_usage_sketch runs exactly this):
  *
- *   zr_engine_micro_begin(e)                        once per micro-batch
- *   zr_engine_prefetch(e, u, phase)                 optional: start gathering early
- *   p = zr_engine_fetch(e, u, phase)                full parameters of unit u
- *   ... forward or backward of unit u ...
- *   zr_engine_release(e, u)                         done with unit u's parameters
- *   g = zr_engine_grads(e, u)                       unit u's full gradient buffer (accumulate into it)
- *   zr_engine_grads_done(e, u)                      unit u's gradient is complete for this micro-batch
- *   zr_engine_step(e, lr, &stats)                   after the last micro-batch
+ *   const float *p;
+ *   float *g;
+ *   zr_step_stats stats;
+ *   ZR_CHECK(zr_engine_micro_begin(e));             once per micro-batch
+ *   for (int u = 0; u < nunits; u++) {              forward
+ *       ZR_CHECK(zr_engine_prefetch(e, u, ZR_PHASE_FORWARD));  optional: gather early
+ *       ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p)); full parameters of unit u
+ *       ... forward of unit u ...
+ *       ZR_CHECK(zr_engine_release(e, u));          done with unit u's parameters
+ *   }
+ *   for (int u = nunits - 1; u >= 0; u--) {         backward
+ *       ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_BACKWARD, &p));
+ *       ZR_CHECK(zr_engine_grads(e, u, &g));        unit u's full gradient buffer
+ *       ... backward of unit u, accumulating into g ...
+ *       ZR_CHECK(zr_engine_release(e, u));
+ *       ZR_CHECK(zr_engine_grads_done(e, u));       complete for this micro-batch
+ *   }
+ *   ZR_CHECK(zr_engine_step(e, lr, &stats));        after the last micro-batch
  *
  * The hpZ decision (gather from the primary shards over the world, or from
  * the secondary over the hpZ group) depends only on engine state that every

@@ -115,11 +115,6 @@ void zr_log_set_rank(int rank)
     log_rank = rank;
 }
 
-int zr_log_rank(void)
-{
-    return log_rank;
-}
-
 zr_log_level zr_log_level_get(void)
 {
     if (log_level < 0) {
@@ -331,13 +326,6 @@ size_t zr_mem_current(void)
 size_t zr_mem_peak(void)
 {
     return mem_peak;
-}
-
-void zr_mem_reset_peak(void)
-{
-    mem_peak = mem_current;
-    memcpy(sites_at_peak, sites, sizeof(zr_mem_site) * (size_t)sites_used);
-    sites_at_peak_used = sites_used;
 }
 
 static int site_cmp(const void *a, const void *b)

@@ -24,7 +24,6 @@
 #include "zr/optim.h"
 
 #include <math.h>
-#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define ZR_OPTIM_X86 1
@@ -305,14 +304,4 @@ float zr_clip_scale(double grad_norm, float max_norm)
 double zr_sumsq(const float *x, size_t n)
 {
     return kernels()->sumsq(x, n);
-}
-
-int zr_all_finite(const float *x, size_t n)
-{
-    /* x - x is 0 for finite x and NaN for Inf/NaN; one sum tells */
-    float acc = 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        acc += (x[i] - x[i]) != 0.0f ? 1.0f : 0.0f;
-    }
-    return acc == 0.0f;
 }

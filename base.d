@@ -1,0 +1,3 @@
+base.o: src/base/base.c include/zr/base.h
+
+include/zr/base.h:
