@@ -1,3 +1,0 @@
-base.o: src/base/base.c include/zr/base.h
-
-include/zr/base.h:
