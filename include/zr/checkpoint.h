@@ -6,8 +6,8 @@
  *
  *   step_00000100/
  *     manifest.json      world size, plan, model config, unit layout, step,
- *                        data position, seed, the run's configuration, and the
- *                        size and CRC-32C of every rank file
+ *                        tokens consumed, seed, the run's configuration, and
+ *                        the size and CRC-32C of every rank file
  *     rank_00000.bin     rank r's slice [r*S, (r+1)*S) of every unit's fp32
  *     rank_00001.bin     master weights, Adam m and v, then a CRC-32C trailer
  *     ...
@@ -50,12 +50,11 @@
 #define ZR_CKPT_VERSION 1
 
 typedef struct zr_ckpt_meta {
-    int64_t step;           /* training steps completed */
-    int64_t optim_steps;    /* optimizer steps taken (AdamW's t; skipped steps excluded) */
-    uint64_t data_position; /* global batches consumed by the train loader */
-    uint64_t tokens;        /* tokens consumed (global), to reposition after resharding */
+    int64_t step;        /* training steps completed */
+    int64_t optim_steps; /* optimizer steps taken (AdamW's t; skipped steps excluded) */
+    uint64_t tokens;     /* tokens consumed (global), to reposition after resharding */
     uint64_t seed;
-    int world;              /* ranks that wrote it (filled by save/read) */
+    int world; /* ranks that wrote it (filled by save/read) */
     int stage;
     zr_gpt_config model;
 } zr_ckpt_meta;
@@ -81,8 +80,7 @@ zr_status zr_ckpt_find_latest(const char *dir, char *path, size_t len, int *foun
  * that passes zr_ckpt_verify; *found = 0 when there is none. For the message
  * that names the checkpoint to fall back on when the newest is damaged.
  */
-zr_status zr_ckpt_find_intact(const char *dir, int64_t before, char *path, size_t len,
-                              int *found);
+zr_status zr_ckpt_find_intact(const char *dir, int64_t before, char *path, size_t len, int *found);
 
 /* Validate a checkpoint completely: manifest, rank file headers and every CRC (no MPI). */
 zr_status zr_ckpt_verify(const char *path);

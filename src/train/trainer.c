@@ -454,8 +454,6 @@ static zr_status save(zr_trainer *t, int step, char *path, size_t len)
     memset(&meta, 0, sizeof meta);
     meta.step = step;
     meta.optim_steps = t->engine.step;
-    uint64_t per_step = (uint64_t)t->cfg.gradient_accumulation_steps;
-    meta.data_position = zr_loader_position(&t->train) / (per_step ? per_step : 1);
     meta.tokens = zr_loader_position(&t->train) * (uint64_t)t->world *
                   t->cfg.train_micro_batch_size_per_gpu * t->cfg.seq_len;
     meta.seed = t->cfg.seed;

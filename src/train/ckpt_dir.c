@@ -1,0 +1,413 @@
+/*
+ * ckpt_dir.c - the checkpoint directory around the checkpoints: finding the
+ * newest (intact) one, rotating old ones out, clearing what crashed saves
+ * left, setting newer ones aside, and the lock that keeps two runs out of one
+ * directory (see zr/checkpoint.h).
+ *
+ * Every change to the directory is a rename first (to a name with a suffix
+ * that no listing takes for a checkpoint), then the removal, so a crash at
+ * any point leaves complete checkpoints and leftovers that zr_ckpt_recover
+ * recognises by their suffix.
+ */
+#define _DEFAULT_SOURCE /* flock, gethostname */
+
+#include "ckpt_impl.h"
+
+#include "zr/file.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void warn(zr_ckpt_warn_fn fn, void *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void warn(zr_ckpt_warn_fn fn, void *ctx, const char *fmt, ...)
+{
+    char msg[2 * ZR_PATH_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (fn != NULL) {
+        fn(ctx, msg);
+    } else {
+        ZR_WARN("%s", msg);
+    }
+}
+
+/* ---- small file helpers ----------------------------------------------------------- */
+
+int zr_ckpt_exists(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0;
+}
+
+/*
+ * Remove a checkpoint-like directory and the files in it (one level deep).
+ * fault > 0: zr_ckpt_fault_point(fault) after the first file is gone, so a test can
+ * stop a removal halfway.
+ */
+void zr_ckpt_remove_dir(const char *path, int fault, int64_t step)
+{
+    DIR *d = opendir(path);
+    if (d != NULL) {
+        struct dirent *ent;
+        char p[ZR_PATH_MAX];
+        int removed = 0;
+        while ((ent = readdir(d)) != NULL) {
+            if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0) {
+                continue;
+            }
+            if (zr_ckpt_pathf(p, sizeof p, "%s/%s", path, ent->d_name) == ZR_OK && unlink(p) == 0 &&
+                removed++ == 0 && fault > 0) {
+                zr_ckpt_fault_point(fault, step, 0);
+            }
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+/* Rename from to "<to_base>" or, if that exists, "<to_base>.1", ".2", ...; *out = the name. */
+static zr_status rename_aside(const char *from, const char *to_base, char *out, size_t cap)
+{
+    for (int i = 0; i < 1000; i++) {
+        ZR_CHECK(i == 0 ? zr_ckpt_pathf(out, cap, "%s", to_base)
+                        : zr_ckpt_pathf(out, cap, "%s.%d", to_base, i));
+        if (!zr_ckpt_exists(out)) {
+            if (rename(from, out) != 0) {
+                ZR_FAIL(ZR_ERR_IO, "cannot move %s aside to %s: %s", from, out, strerror(errno));
+            }
+            return ZR_OK;
+        }
+    }
+    ZR_FAIL(ZR_ERR_IO, "cannot move %s aside: %s and 999 numbered names exist", from, to_base);
+}
+
+/* "step_<digits>" + optional suffix: the step and what follows the digits. */
+static int parse_step_name(const char *name, int64_t *step, const char **suffix)
+{
+    if (strncmp(name, "step_", 5) != 0) {
+        return 0;
+    }
+    const char *p = name + 5;
+    int64_t v = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        if (v > (INT64_MAX - 9) / 10) {
+            return 0;
+        }
+        v = v * 10 + (*p - '0');
+    }
+    if (digits == 0) {
+        return 0;
+    }
+    *step = v;
+    *suffix = p;
+    return 1;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Complete checkpoints under dir (step_N holding COMPLETE), sorted by step (ascending). */
+static zr_status list_complete(const char *dir, int64_t **steps, int *n)
+{
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        if (errno == ENOENT) {
+            return ZR_OK;
+        }
+        ZR_FAIL(ZR_ERR_IO, "cannot read checkpoint directory %s: %s", dir, strerror(errno));
+    }
+    zr_status st = ZR_OK;
+    int cap = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)) != NULL) {
+        int64_t s;
+        const char *suffix;
+        char marker[ZR_PATH_MAX];
+        if (!parse_step_name(ent->d_name, &s, &suffix) || suffix[0] != '\0' ||
+            zr_ckpt_pathf(marker, sizeof marker, "%s/%s/COMPLETE", dir, ent->d_name) != ZR_OK ||
+            !zr_ckpt_exists(marker)) {
+            continue; /* also skips "step_N.partial" and other set-aside names */
+        }
+        if (*n == cap) {
+            int64_t *grown = NULL;
+            cap = cap ? 2 * cap : 16;
+            st = zr_alloc_at((void **)&grown, sizeof(int64_t) * (size_t)cap, __FILE__, __LINE__);
+            if (st != ZR_OK) {
+                break;
+            }
+            if (*n > 0) {
+                memcpy(grown, *steps, sizeof(int64_t) * (size_t)*n);
+            }
+            zr_free(*steps);
+            *steps = grown;
+        }
+        (*steps)[(*n)++] = s;
+    }
+    closedir(d);
+    if (st != ZR_OK) {
+        zr_free(*steps);
+        *steps = NULL;
+        *n = 0;
+        return st;
+    }
+    if (*n > 1) {
+        qsort(*steps, (size_t)*n, sizeof(int64_t), cmp_i64);
+    }
+    return ZR_OK;
+}
+
+/* Delete the oldest complete checkpoints beyond keep, never the one just saved. */
+zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep)
+{
+    int64_t *steps;
+    int n;
+    ZR_CHECK(list_complete(dir, &steps, &n));
+    zr_status st = ZR_OK;
+    for (int i = 0; i + keep < n && st == ZR_OK; i++) {
+        if (steps[i] == current) {
+            continue;
+        }
+        /* one rename takes it out of the list, so a crash during the removal
+           never leaves a "complete" checkpoint with files missing */
+        char old[ZR_PATH_MAX], gone[ZR_PATH_MAX];
+        st = zr_ckpt_pathf(old, sizeof old, "%s/step_%08lld", dir, (long long)steps[i]);
+        if (st == ZR_OK) {
+            st = zr_ckpt_pathf(gone, sizeof gone, "%s.deleting", old);
+        }
+        if (st == ZR_OK) {
+            zr_ckpt_remove_dir(gone, 0, 0); /* a leftover of an earlier interrupted removal */
+            if (rename(old, gone) != 0) {
+                st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot rename %s to %s: %s", old,
+                                 gone, strerror(errno));
+            }
+        }
+        if (st == ZR_OK) {
+            zr_ckpt_fault_point(ZR_CKPT_FAULT_ROTATE_MOVED, current, 0);
+            zr_ckpt_remove_dir(gone, ZR_CKPT_FAULT_ROTATE_HALF, current);
+        }
+    }
+    zr_free(steps);
+    return st;
+}
+
+zr_status zr_ckpt_find_latest(const char *dir, char *path, size_t len, int *found)
+{
+    int64_t *steps;
+    int n;
+    ZR_CHECK(list_complete(dir, &steps, &n));
+    *found = n > 0;
+    zr_status st = ZR_OK;
+    if (n > 0) {
+        st = zr_ckpt_pathf(path, len, "%s/step_%08lld", dir, (long long)steps[n - 1]);
+    }
+    zr_free(steps);
+    return st;
+}
+
+zr_status zr_ckpt_find_intact(const char *dir, int64_t before, char *path, size_t len, int *found)
+{
+    int64_t *steps;
+    int n;
+    *found = 0;
+    ZR_CHECK(list_complete(dir, &steps, &n));
+    zr_status st = ZR_OK;
+    for (int i = n - 1; i >= 0 && st == ZR_OK && !*found; i--) {
+        if (before >= 0 && steps[i] >= before) {
+            continue;
+        }
+        st = zr_ckpt_pathf(path, len, "%s/step_%08lld", dir, (long long)steps[i]);
+        if (st == ZR_OK) {
+            *found = zr_ckpt_verify(path) == ZR_OK;
+        }
+    }
+    zr_free(steps);
+    return st;
+}
+
+/* ---- recovery and exclusive use of a directory --------------------------------------- */
+
+zr_status zr_ckpt_recover(const char *dir, zr_ckpt_warn_fn fn, void *ctx)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        if (errno == ENOENT) {
+            return ZR_OK;
+        }
+        ZR_FAIL(ZR_ERR_IO, "cannot read checkpoint directory %s: %s", dir, strerror(errno));
+    }
+    zr_status st = ZR_OK;
+    struct dirent *ent;
+    /* renames while reading a directory may show an entry twice or not at
+       all; what is missed here is handled by the next save of that step */
+    while ((ent = readdir(d)) != NULL && st == ZR_OK) {
+        int64_t s;
+        const char *suffix;
+        char p[ZR_PATH_MAX], q[ZR_PATH_MAX];
+        if (!parse_step_name(ent->d_name, &s, &suffix) ||
+            zr_ckpt_pathf(p, sizeof p, "%s/%s", dir, ent->d_name) != ZR_OK) {
+            continue;
+        }
+        struct stat sb;
+        if (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            continue;
+        }
+        if (strcmp(suffix, ".partial") == 0) {
+            warn(fn, ctx,
+                 "removed %s: a save of step %lld that did not finish (the job stopped during "
+                 "it); the checkpoints before it are intact",
+                 p, (long long)s);
+            zr_ckpt_remove_dir(p, 0, 0);
+        } else if (strcmp(suffix, ".deleting") == 0) {
+            warn(fn, ctx, "removed %s: an old checkpoint whose rotation was interrupted", p);
+            zr_ckpt_remove_dir(p, 0, 0);
+        } else if (suffix[0] == '\0') {
+            char marker[ZR_PATH_MAX];
+            st = zr_ckpt_pathf(marker, sizeof marker, "%s/COMPLETE", p);
+            if (st == ZR_OK && !zr_ckpt_exists(marker)) {
+                /* only an older zr or a hand-made folder leaves this; its step
+                   would block the save of that step, so it moves, whole */
+                char base[ZR_PATH_MAX];
+                st = zr_ckpt_pathf(base, sizeof base, "%s.incomplete", p);
+                if (st == ZR_OK) {
+                    st = rename_aside(p, base, q, sizeof q);
+                }
+                if (st == ZR_OK) {
+                    warn(fn, ctx,
+                         "moved %s aside to %s: it has no COMPLETE marker (a save that stopped "
+                         "midway); nothing was deleted",
+                         p, q);
+                }
+            }
+        }
+    }
+    closedir(d);
+    if (st == ZR_OK) {
+        st = zr_file_sync_dir(dir);
+    }
+    return st;
+}
+
+zr_status zr_ckpt_set_aside_after(const char *dir, int64_t step, zr_ckpt_warn_fn fn, void *ctx)
+{
+    int64_t *steps;
+    int n;
+    ZR_CHECK(list_complete(dir, &steps, &n));
+    zr_status st = ZR_OK;
+    for (int i = 0; i < n && st == ZR_OK; i++) {
+        char p[ZR_PATH_MAX], base[ZR_PATH_MAX], q[ZR_PATH_MAX];
+        if (steps[i] <= step) {
+            continue;
+        }
+        st = zr_ckpt_pathf(p, sizeof p, "%s/step_%08lld", dir, (long long)steps[i]);
+        if (st == ZR_OK) {
+            st = zr_ckpt_pathf(base, sizeof base, "%s.set-aside", p);
+        }
+        if (st == ZR_OK) {
+            st = rename_aside(p, base, q, sizeof q);
+        }
+        if (st == ZR_OK) {
+            warn(fn, ctx,
+                 "moved %s aside to %s: it is newer than the checkpoint this run resumes "
+                 "from; nothing was deleted",
+                 p, q);
+        }
+    }
+    zr_free(steps);
+    if (st == ZR_OK && n > 0) {
+        st = zr_file_sync_dir(dir);
+    }
+    return st;
+}
+
+zr_status zr_ckpt_lock(const char *dir, zr_ckpt_dir_lock *lk)
+{
+    lk->fd = -1;
+    ZR_CHECK(zr_file_mkdir_p(dir));
+    char path[ZR_PATH_MAX];
+    ZR_CHECK(zr_ckpt_pathf(path, sizeof path, "%s/%s", dir, ZR_CKPT_LOCK_FILE));
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0) {
+        ZR_FAIL(ZR_ERR_IO, "cannot open the lock file %s: %s", path, strerror(errno));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        ZR_FAIL(ZR_ERR_INVALID, "the lock file %s is not a regular file", path);
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        if (err == EWOULDBLOCK) {
+            char holder[512];
+            ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
+            close(fd);
+            holder[got > 0 ? got : 0] = '\0';
+            holder[strcspn(holder, "\n")] = '\0';
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "checkpoint dir %s is in use by another zr train (%s; lock file %s): two runs "
+                    "in one folder would overwrite each other's checkpoints. Wait for that run to "
+                    "end, or choose another zr.checkpoint.dir",
+                    dir, holder[0] != '\0' ? holder : "which is just starting", path);
+        }
+        close(fd);
+        if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) {
+            /* a file system without locks must not stop training */
+            warn(NULL, NULL,
+                 "cannot lock %s (%s): nothing stops a second run from using %s at the same time",
+                 path, strerror(err), dir);
+            return ZR_OK;
+        }
+        ZR_FAIL(ZR_ERR_IO, "cannot lock %s: %s", path, strerror(err));
+    }
+    /* who holds it, for the message a second run prints */
+    char host[256] = "?", when[64] = "?", text[512];
+    if (gethostname(host, sizeof host) != 0) {
+        snprintf(host, sizeof host, "?");
+    }
+    host[sizeof host - 1] = '\0';
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm) != NULL) {
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    }
+    int len =
+        snprintf(text, sizeof text, "pid %ld on host %s, started %s\n", (long)getpid(), host, when);
+    if (len < 0 || (size_t)len >= sizeof text) {
+        len = (int)strlen(text);
+    }
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, text, (size_t)len, 0) != (ssize_t)len) {
+        int err = errno;
+        close(fd);
+        ZR_FAIL(ZR_ERR_IO, "cannot write the lock file %s: %s", path, strerror(err));
+    }
+    lk->fd = fd;
+    return ZR_OK;
+}
+
+void zr_ckpt_unlock(zr_ckpt_dir_lock *lk)
+{
+    /* the file stays: removing it would let a run that opened it just before
+       and a run that creates a new one both believe they hold the lock */
+    if (lk->fd >= 0) {
+        close(lk->fd);
+    }
+    lk->fd = -1;
+}

@@ -1,0 +1,83 @@
+/*
+ * ckpt_impl.h - what the checkpoint files of src/train share (not public).
+ *
+ *   checkpoint.c  rank files: saving them, checking their headers, reading
+ *                 and resharding their slices; zr_ckpt_save / load / verify
+ *   manifest.c    manifest.json: writing it, and reading it back with every
+ *                 field checked (one reader per section)
+ *   ckpt_dir.c    the checkpoint directory: listing, rotation, recovery of
+ *                 crashed saves, setting aside, the lock
+ */
+#ifndef ZR_CKPT_IMPL_H
+#define ZR_CKPT_IMPL_H
+
+#include "zr/checkpoint.h"
+
+#include <stdint.h>
+
+/* Size of a rank file's header; the units' slices start right after it. */
+#define ZR_CKPT_HEADER_BYTES 64
+
+/* Format a path; a path that does not fit is an error, never a silent truncation. */
+zr_status zr_ckpt_pathf(char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Save stages (ZR_FAULT_SAVE=k): what is on disk when rank 0 dies there. */
+enum {
+    ZR_CKPT_FAULT_PARTIAL_MADE = 1, /* step_N.partial exists, empty */
+    ZR_CKPT_FAULT_RANK_TMP = 2,     /* rank 0's file written as rank_00000.bin.tmp, not renamed */
+    ZR_CKPT_FAULT_RANK_FILES = 3,   /* every rank file in step_N.partial, no manifest */
+    ZR_CKPT_FAULT_MANIFEST = 4,     /* manifest.json in step_N.partial, no COMPLETE */
+    ZR_CKPT_FAULT_COMPLETE = 5,     /* COMPLETE in step_N.partial, not yet renamed */
+    ZR_CKPT_FAULT_RENAMED = 6,      /* step_N in place, parent directory not yet fsynced */
+    ZR_CKPT_FAULT_ROTATE_MOVED = 7, /* oldest renamed to step_M.deleting, nothing removed */
+    ZR_CKPT_FAULT_ROTATE_HALF = 8,  /* one file of step_M.deleting removed */
+    ZR_CKPT_FAULT_DONE = 9,         /* rank 0 finished, before the ranks' final agreement */
+};
+
+/* SIGKILL world rank 0 here if ZR_FAULT_SAVE asks for this stage (of this step). */
+void zr_ckpt_fault_point(int stage, int64_t step, int rank);
+
+/* ---- the directory (ckpt_dir.c) ---------------------------------------------------- */
+
+int zr_ckpt_exists(const char *path);
+
+/*
+ * Remove a checkpoint-like directory and the files in it (one level deep).
+ * fault > 0: zr_ckpt_fault_point(fault) after the first file is gone, so a
+ * test can stop a removal halfway.
+ */
+void zr_ckpt_remove_dir(const char *path, int fault, int64_t step);
+
+/* Delete the oldest complete checkpoints beyond keep, never the one just saved. */
+zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep);
+
+/* ---- the manifest (manifest.c) ----------------------------------------------------- */
+
+typedef struct zr_ckpt_unit_layout {
+    size_t numel, padded, shard;
+    uint64_t offset; /* byte offset of the unit's master slice in a rank file */
+} zr_ckpt_unit_layout;
+
+/* What a manifest says: the meta, the unit layout and the rank files' size and CRCs. */
+typedef struct zr_ckpt_manifest {
+    zr_ckpt_meta meta;
+    int nunits;
+    zr_ckpt_unit_layout *lay;
+    uint32_t *crcs;
+    uint64_t file_bytes; /* every rank file has this size */
+} zr_ckpt_manifest;
+
+/* The manifest of engine e's checkpoint as JSON text (free with cJSON_free); NULL: no memory. */
+char *zr_ckpt_manifest_text(zr_engine *e, const zr_ckpt_meta *meta, const char *config_json,
+                            const uint32_t *crcs, const uint64_t *bytes);
+
+/*
+ * Read the manifest of checkpoint path: the folder and its COMPLETE marker
+ * exist, the marker's checksum matches, and every field has its type and
+ * range and agrees with the model. The rank files are not looked at.
+ */
+zr_status zr_ckpt_manifest_read(const char *path, zr_ckpt_manifest *m);
+void zr_ckpt_manifest_free(zr_ckpt_manifest *m);
+
+#endif /* ZR_CKPT_IMPL_H */
