@@ -13,6 +13,7 @@
 
 #include <cJSON.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Collects what the config reader reports through its warn callback. */
@@ -1055,6 +1056,35 @@ static void test_metrics_writer(void)
     zr_error_clear();
 }
 
+/*
+ * Files named by the user that are not regular files: a FIFO would block the
+ * reading (or writing) rank forever while the others wait in a collective,
+ * so the config reader, the metrics reader (zr plot, resume) and the metrics
+ * writer refuse one at once, naming it.
+ */
+static void test_not_regular_files(void)
+{
+    char dir[] = "/tmp/zr-test-fifo-XXXXXX";
+    TEST_CHECK(mkdtemp(dir) != NULL);
+    char fifo[128];
+    snprintf(fifo, sizeof fifo, "%s/pipe", dir);
+    TEST_CHECK(mkfifo(fifo, 0600) == 0);
+    zr_train_config c;
+    zr_config_defaults(&c);
+    TEST_FAILS(zr_config_load_json(&c, fifo, NULL, NULL), ZR_ERR_INVALID, "not a regular file");
+    TEST_FAILS(zr_config_load_json(&c, dir, NULL, NULL), ZR_ERR_INVALID, "a directory");
+    zr_metrics_series ser;
+    TEST_FAILS(zr_metrics_read(fifo, &ser), ZR_ERR_INVALID, "FIFO");
+    zr_metrics_file m;
+    memset(&m, 0, sizeof m);
+    size_t dropped = 0;
+    TEST_FAILS(zr_metrics_open(&m, fifo, 0, 0, &dropped), ZR_ERR_IO, "FIFO with no reader");
+    TEST_CHECK(m.f == NULL);
+    unlink(fifo);
+    rmdir(dir);
+    zr_error_clear();
+}
+
 int main(void)
 {
     TEST_RUN(test_defaults);
@@ -1071,5 +1101,6 @@ int main(void)
     TEST_RUN(test_activation_checkpointing);
     TEST_RUN(test_metrics);
     TEST_RUN(test_metrics_writer);
+    TEST_RUN(test_not_regular_files);
     return zr_test_finish();
 }

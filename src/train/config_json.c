@@ -14,6 +14,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "zr/file.h"
 
 /* ---- the JSON walk ------------------------------------------------------ */
 
@@ -196,10 +199,17 @@ zr_status zr_config_parse_json(zr_train_config *c, const char *text, const char 
 zr_status zr_config_load_json(zr_train_config *c, const char *path,
                               void (*warn)(void *ctx, const char *msg), void *ctx)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
+    /* a FIFO or a device would block or never end: refused before it is opened */
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
         ZR_FAIL(ZR_ERR_IO, "cannot open config file \"%s\": %s", path, strerror(errno));
     }
+    if (!S_ISREG(sb.st_mode)) {
+        ZR_FAIL(ZR_ERR_INVALID, "config file \"%s\" is not a regular file (%s); give a JSON file",
+                path, S_ISDIR(sb.st_mode) ? "a directory" : "a FIFO, socket or device");
+    }
+    FILE *f = NULL;
+    ZR_CHECK(zr_file_open_read(path, &f));
     enum { MAX_BYTES = 16 << 20 }; /* a config is a few KB; this only stops a wrong file */
     char *text = NULL;
     zr_status st = zr_alloc_at((void **)&text, MAX_BYTES + 1, __FILE__, __LINE__);

@@ -18,6 +18,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 /* A numeric field: absent or null -> NaN (and *present = 0); wrong type -> error. */
@@ -131,10 +133,12 @@ zr_status zr_metrics_read(const char *path, zr_metrics_series *out)
 {
     memset(out, 0, sizeof *out);
     zr_metrics_label(path, out->name, sizeof out->name);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
         ZR_FAIL(ZR_ERR_IO, "cannot open metrics file \"%s\": %s", path, strerror(errno));
     }
+    FILE *f = NULL; /* a FIFO or a device is refused before it is opened */
+    ZR_CHECK(zr_file_open_read(path, &f));
     char *line = NULL; /* getline's buffer (malloc), freed below */
     size_t cap = 0;
     ssize_t len;
@@ -335,9 +339,28 @@ zr_status zr_metrics_open(zr_metrics_file *m, const char *path, int resume, long
         ZR_CHECK(zr_metrics_keep_through(path, last_step, dropped));
     }
     /* a resumed run continues the curve it rewrote; a fresh run starts a new file */
-    m->f = fopen(path, resume ? "a" : "w");
+    /* O_NONBLOCK: a FIFO with no reader fails at once (ENXIO) instead of blocking rank 0 while
+       the others wait for it; a device such as /dev/full is written like a file */
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | (resume ? O_APPEND : O_TRUNC),
+                  0644);
+    if (fd < 0) {
+        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", path,
+                errno == ENXIO ? "it is a FIFO with no reader" : strerror(errno));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)) {
+        close(fd);
+        ZR_FAIL(ZR_ERR_INVALID, "metrics file %s is a FIFO or socket; give a file path", path);
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) {
+        (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    }
+    m->f = fdopen(fd, resume ? "a" : "w");
     if (m->f == NULL) {
-        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", path, strerror(errno));
+        int err = errno;
+        close(fd);
+        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", path, strerror(err));
     }
     return ZR_OK;
 }
