@@ -92,10 +92,11 @@ typedef struct zr_request {
     int active;
     zr_group group; /* what the watchdog names when the exchange does not complete */
     zr_kind kind;
-    uint64_t seq; /* exchanges this rank had posted before this one */
+    uint64_t seq;  /* exchanges this rank had posted before this one */
+    uint64_t gseq; /* ... on its group: the same number on every rank of the group */
 } zr_request;
 
-#define ZR_REQUEST_INIT {NULL, NULL, 0, 0, 0, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, 0}
+#define ZR_REQUEST_INIT {NULL, NULL, 0, 0, 0, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, 0, 0}
 
 typedef struct zr_comm zr_comm;
 
@@ -131,6 +132,9 @@ typedef struct zr_comm_config {
 /* Fault injection (ZR_FAULT_STEP=R:S[:stall]), for tests of the failure paths. */
 typedef enum zr_fault_mode { ZR_FAULT_NONE = 0, ZR_FAULT_FAIL, ZR_FAULT_STALL } zr_fault_mode;
 
+/* An abort notice: {world rank, status, posted[0 .. ZR_GROUP_COUNT]} (see zr_comm.posted). */
+#define ZR_NOTICE_LEN (ZR_GROUP_COUNT + 3)
+
 struct zr_comm {
     const zr_transport *transport;
     MPI_Comm mpi[ZR_GROUP_COUNT]; /* owned, except mpi[WORLD] (the caller's) */
@@ -149,19 +153,24 @@ struct zr_comm {
     double timeout_s;   /* seconds a wait may go without progress; 0 = forever */
     long long step;     /* training step named in messages; -1 = none */
     uint64_t seq;       /* exchanges posted on this rank so far */
+    /* exchanges started per group, and [ZR_GROUP_COUNT]: MPI collectives on world; every rank
+       of a group starts them in the same order, so a notice carrying them tells a waiting rank
+       whether the failed rank ever took part in what it waits for */
+    uint64_t posted[ZR_GROUP_COUNT + 1];
     int inflight;       /* exchanges posted and not yet completed */
     int fail_fast;      /* a failed collective notifies the other ranks at once */
     int notified;       /* this rank has sent its failure notice */
-    int noticed;        /* a failure notice from another rank arrived ... */
-    int notice_from;    /* ... from this world rank */
+    int noticed;        /* failure notices arrived since the last agreement; the first ... */
+    int notice_from;    /* ... (an original failure before a ZR_ERR_REMOTE) from this rank */
     int notice_status;  /* ... with this status */
     int notice_got;     /* notices received since the last agreement */
+    int64_t *notice_tab; /* owned: per world rank ZR_NOTICE_LEN values, [0] = 1 once it sent one */
     int broken;         /* the last failed zr_comm_agree left exchanges in flight somewhere */
     MPI_Request notice_req;      /* the posted receive of the next notice */
-    int32_t notice_buf[2];       /* its buffer: {world rank, status or -1 for a timeout} */
+    int64_t notice_buf[ZR_NOTICE_LEN]; /* its buffer (status -1: that rank timed out) */
     MPI_Request *notice_sends;   /* owned: world-size slots for this rank's notices */
     int notice_nsend;            /* of which in flight */
-    int32_t notify_buf[2];       /* the notice this rank sends */
+    int64_t notify_buf[ZR_NOTICE_LEN]; /* the notice this rank sends */
     zr_fault_mode fault;
     int fault_rank;
     long long fault_step;
@@ -243,10 +252,13 @@ zr_status zr_comm_allreduce_max_i64(zr_comm *c, zr_group g, int64_t *vals, int n
  * Abort notices. A rank that fails while the others may be waiting for it
  * sends every other rank a small notice (zr_comm_notify, which a program
  * calls where a failure is local to the rank, as zr train does for a failed
- * step; and at the first failed collective in fail-fast mode). A rank
- * waiting on an exchange that sees a notice stops waiting and returns
- * ZR_ERR_REMOTE, so every rank reaches the next zr_comm_agree promptly and
- * reports the failing rank's message there. Exchanges abandoned that way stay posted: zr_comm_broken
+ * step; and at the first failed collective in fail-fast mode). The notice
+ * says how many exchanges of each group the rank had started. A rank waiting
+ * for that rank in an exchange it never started stops waiting, returns
+ * ZR_ERR_REMOTE and sends its own notice (for those waiting for it in turn);
+ * an exchange the failed rank did start still completes. So every rank
+ * reaches the next zr_comm_agree promptly and reports the failing rank's
+ * message there. Exchanges abandoned that way stay posted: zr_comm_broken
  * then says so, and the program ends with zr_comm_abort instead of freeing
  * buffers that MPI may still write into.
  */

@@ -188,15 +188,15 @@ static _Noreturn void watchdog_fire(zr_comm *c, MPI_Request *reqs, int n, const 
             "(--timeout; ZR_TIMEOUT for other programs; 0 = wait forever)\n",
             me, waited, desc);
     fflush(stderr);
-    static int32_t notice[2];
+    static int64_t notice[ZR_NOTICE_LEN];
     notice[0] = me;
     notice[1] = NOTICE_TIMEOUT;
     MPI_Request *sends = c->notice_sends;
     int nsend = 0;
     if (c->ctl != MPI_COMM_NULL && sends != NULL && !c->notified) {
         for (int r = 0; r < W; r++) {
-            if (r != me && MPI_Isend(notice, 2, MPI_INT32_T, r, CTL_TAG_NOTICE, c->ctl,
-                                     &sends[nsend]) == MPI_SUCCESS) {
+            if (r != me && MPI_Isend(notice, ZR_NOTICE_LEN, MPI_INT64_T, r, CTL_TAG_NOTICE,
+                                     c->ctl, &sends[nsend]) == MPI_SUCCESS) {
                 nsend++;
             }
         }
@@ -215,40 +215,101 @@ static _Noreturn void watchdog_fire(zr_comm *c, MPI_Request *reqs, int n, const 
     _exit(1);
 }
 
-/*
- * Has a notice arrived? 1: a failure (recorded in c), 2: another rank timed
- * out (this rank then prints what it waits for, once), 0: none.
- */
-static int notice_poll(zr_comm *c)
+static zr_status post_notice_recv(zr_comm *c);
+
+/* The notice in notice_buf has arrived: record it. Returns 2 for a timeout notice, else 1. */
+static int record_notice(zr_comm *c)
 {
-    if (c->noticed) {
-        return 1;
-    }
-    if (c->notice_req == MPI_REQUEST_NULL) {
-        return 0;
-    }
-    int flag = 0;
-    if (MPI_Test(&c->notice_req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) {
-        return 0;
-    }
-    c->notice_got++;
-    c->notice_from = c->notice_buf[0];
-    if (c->notice_buf[1] == NOTICE_TIMEOUT) {
+    int W = c->size[ZR_GROUP_WORLD];
+    int from = (int)c->notice_buf[0];
+    int64_t status = c->notice_buf[1];
+    if (status == NOTICE_TIMEOUT) {
+        c->notice_from = from;
         return 2;
     }
+    c->notice_got++;
+    if (from >= 0 && from < W && c->notice_tab != NULL) {
+        int64_t *row = c->notice_tab + (size_t)from * ZR_NOTICE_LEN;
+        memcpy(row, c->notice_buf, sizeof c->notice_buf);
+        row[0] = 1;
+    }
+    /* messages name the failure that started it all, not a rank that gave up waiting */
+    if (!c->noticed || (c->notice_status == ZR_ERR_REMOTE && status != ZR_ERR_REMOTE)) {
+        c->notice_from = from;
+        c->notice_status = (int)status;
+    }
     c->noticed = 1;
-    c->notice_status = c->notice_buf[1];
     return 1;
 }
 
+/*
+ * Take in the notices that have arrived. 2: another rank timed out (this
+ * rank then prints what it waits for), 1: failure notices, 0: none.
+ */
+static int notice_poll(zr_comm *c)
+{
+    int got = 0;
+    while (c->notice_req != MPI_REQUEST_NULL) {
+        int flag = 0;
+        if (MPI_Test(&c->notice_req, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) {
+            break;
+        }
+        int k = record_notice(c);
+        got = k > got ? k : got;
+        (void)post_notice_recv(c);
+    }
+    return got;
+}
+
+/* Rank p sent a notice before it started number index of posted[counter]: it never will. */
+static int gone(const zr_comm *c, int p, int counter, long long index)
+{
+    const int64_t *row = c->notice_tab + (size_t)p * ZR_NOTICE_LEN;
+    return row[0] != 0 && row[2 + counter] <= index;
+}
+
+/* A rank this wait still needs that will never take part, or -1. */
+static int abandoned_by(const zr_comm *c, MPI_Request *reqs, int n, const int *peer, int counter,
+                        long long index)
+{
+    int W = c->size[ZR_GROUP_WORLD];
+    if (c->notice_tab == NULL) {
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        int flag = 1;
+        if (reqs[i] != MPI_REQUEST_NULL) {
+            MPI_Request_get_status(reqs[i], &flag, MPI_STATUS_IGNORE);
+        }
+        if (flag) {
+            continue;
+        }
+        int p = peer != NULL ? peer[i] : -1;
+        if (p >= 0 && p < W) {
+            if (gone(c, p, counter, index)) {
+                return p;
+            }
+            continue;
+        }
+        for (int q = 0; q < W; q++) {
+            if (q != c->rank[ZR_GROUP_WORLD] && gone(c, q, counter, index)) {
+                return q;
+            }
+        }
+    }
+    return -1;
+}
+
 zr_status zr_comm_poll(zr_comm *c, MPI_Request *reqs, int n, const int *peer, int nrecv,
-                       int *scratch, const char *what, zr_group g, int notices)
+                       int *scratch, const char *what, zr_group g, int counter,
+                       long long index)
 {
     if (n <= 0) {
         return ZR_OK;
     }
     double last = zr_now();
     long idle = 0;
+    int seen = 0; /* notices taken into account so far */
     for (;;) {
         int done = 0, progressed = 0, rc;
         if (scratch != NULL) {
@@ -275,32 +336,28 @@ zr_status zr_comm_poll(zr_comm *c, MPI_Request *reqs, int n, const int *peer, in
             continue;
         }
         double now = zr_now();
-        if (notices) {
-            int k = notice_poll(c);
-            if (k == 1) {
-                /* what completed meanwhile is not abandoned: a notice may overtake it */
-                if (scratch != NULL) {
-                    int out = 0;
-                    rc = MPI_Testsome(n, reqs, &out, scratch, MPI_STATUSES_IGNORE);
-                    done = rc == MPI_SUCCESS && out == MPI_UNDEFINED;
-                } else {
-                    rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
-                }
-                if (rc == MPI_SUCCESS && done) {
-                    return ZR_OK;
-                }
-                return zr_error_at(ZR_ERR_REMOTE, __FILE__, __LINE__,
-                                   "rank %d failed (%s) while this rank waited in %s",
-                                   c->notice_from, zr_status_str((zr_status)c->notice_status),
-                                   what);
-            }
-            if (k == 2) {
+        if (counter >= 0) {
+            if (notice_poll(c) == 2) {
                 char desc[1024];
                 describe_wait(c, reqs, n, peer, nrecv, what, g, desc, sizeof desc);
                 fflush(stdout);
                 fprintf(stderr, "[zr rank %d] rank %d timed out; this rank waits in %s\n",
                         c->rank[ZR_GROUP_WORLD], c->notice_from, desc);
                 fflush(stderr);
+            }
+            int p = -1;
+            if (c->notice_got != seen) {
+                seen = c->notice_got;
+                p = abandoned_by(c, reqs, n, peer, counter, index);
+            }
+            if (p >= 0) {
+                /* those waiting for this rank learn in turn that it stops here */
+                zr_comm_notify(c, ZR_ERR_REMOTE);
+                return zr_error_at(ZR_ERR_REMOTE, __FILE__, __LINE__,
+                                   "rank %d failed (%s); this rank stopped waiting for rank %d in "
+                                   "%s",
+                                   c->notice_from, zr_status_str((zr_status)c->notice_status), p,
+                                   what);
             }
         }
         if (c->timeout_s > 0 && now - last > c->timeout_s) {
@@ -382,7 +439,7 @@ static zr_status ctl_exchange(zr_comm *c, const void *mine, size_t bytes, void *
     }
     if (st == ZR_OK) {
         account_control(c, bytes, root);
-        st = zr_comm_poll(c, reqs, n, peer, nrecv, peer + 2 * W, what, ZR_GROUP_WORLD, 0);
+        st = zr_comm_poll(c, reqs, n, peer, nrecv, peer + 2 * W, what, ZR_GROUP_WORLD, -1, 0);
     } else {
         for (int i = 0; i < n; i++) {
             MPI_Cancel(&reqs[i]);
@@ -399,8 +456,8 @@ static zr_status post_notice_recv(zr_comm *c)
     if (c->size[ZR_GROUP_WORLD] == 1 || c->notice_req != MPI_REQUEST_NULL) {
         return ZR_OK;
     }
-    ZR_MPI_CHECK(MPI_Irecv(c->notice_buf, 2, MPI_INT32_T, MPI_ANY_SOURCE, CTL_TAG_NOTICE, c->ctl,
-                           &c->notice_req));
+    ZR_MPI_CHECK(MPI_Irecv(c->notice_buf, ZR_NOTICE_LEN, MPI_INT64_T, MPI_ANY_SOURCE,
+                           CTL_TAG_NOTICE, c->ctl, &c->notice_req));
     return ZR_OK;
 }
 
@@ -411,11 +468,14 @@ void zr_comm_notify(zr_comm *c, zr_status st)
         return;
     }
     c->notify_buf[0] = me;
-    c->notify_buf[1] = (int32_t)st;
+    c->notify_buf[1] = (int64_t)st;
+    for (int k = 0; k <= ZR_GROUP_COUNT; k++) {
+        c->notify_buf[2 + k] = (int64_t)c->posted[k];
+    }
     int n = 0;
     for (int r = 0; r < W; r++) {
-        if (r != me && MPI_Isend(c->notify_buf, 2, MPI_INT32_T, r, CTL_TAG_NOTICE, c->ctl,
-                                 &c->notice_sends[n]) == MPI_SUCCESS) {
+        if (r != me && MPI_Isend(c->notify_buf, ZR_NOTICE_LEN, MPI_INT64_T, r, CTL_TAG_NOTICE,
+                                 c->ctl, &c->notice_sends[n]) == MPI_SUCCESS) {
             n++;
         }
     }
@@ -567,7 +627,7 @@ static zr_status detect_nodes(zr_comm *c, MPI_Comm world, int rank, int size, in
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Iallreduce(&rank, &mine[0], 1, MPI_INT, MPI_MIN, shm, &req);
     zr_status st = rc == MPI_SUCCESS
-                       ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection", ZR_GROUP_NODE, 0)
+                       ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection", ZR_GROUP_NODE, -1, 0)
                        : zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Iallreduce");
     MPI_Comm_free(&shm);
     ZR_CHECK(st);
@@ -577,7 +637,7 @@ static zr_status detect_nodes(zr_comm *c, MPI_Comm world, int rank, int size, in
     int *tmp = all + 2 * size;
     rc = MPI_Iallgather(mine, 2, MPI_INT, all, 2, MPI_INT, world, &req);
     st = rc == MPI_SUCCESS
-             ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection", ZR_GROUP_WORLD, 0)
+             ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection", ZR_GROUP_WORLD, -1, 0)
              : zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Iallgather");
     if (st != ZR_OK) {
         goto fail;
@@ -749,6 +809,8 @@ static void teardown(zr_comm *c)
     }
     zr_free(c->notice_sends);
     c->notice_sends = NULL;
+    zr_free(c->notice_tab);
+    c->notice_tab = NULL;
     if (c->ctl != MPI_COMM_NULL) {
         MPI_Comm_free(&c->ctl);
     }
@@ -783,10 +845,11 @@ static zr_status init_groups(zr_comm *c, MPI_Comm world, const zr_comm_config *c
     c->timeout_s = timeout >= 0 ? timeout : ZR_COMM_TIMEOUT_DEFAULT;
     int fault_ok = env_fault(c);
     ZR_ALLOC(c->notice_sends, (size_t)size);
+    ZR_ALLOC(c->notice_tab, (size_t)size * ZR_NOTICE_LEN);
     /* the control communicator first: from here on every wait is bounded */
     MPI_Request req = MPI_REQUEST_NULL;
     ZR_MPI_CHECK(MPI_Comm_idup(world, &c->ctl, &req));
-    ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "zr_comm_init", ZR_GROUP_WORLD, 0));
+    ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "zr_comm_init", ZR_GROUP_WORLD, -1, 0));
     ZR_MPI_CHECK(MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN));
     ZR_CHECK(agree_launch(c, cfg, timeout < 0, !fault_ok));
     ZR_CHECK(post_notice_recv(c));
@@ -914,12 +977,6 @@ zr_status zr_comm_iexchange(zr_comm *c, zr_group g, zr_kind kind, const void *se
 {
     ZR_ASSERT((unsigned)g < ZR_GROUP_COUNT && (unsigned)kind < ZR_KIND_COUNT);
     ZR_ASSERT(!req->active);
-    if (c->noticed) {
-        /* another rank has given up: nothing new is started */
-        ZR_FAIL(ZR_ERR_REMOTE, "rank %d failed (%s) before this rank started %s on group %s",
-                c->notice_from, zr_status_str((zr_status)c->notice_status), zr_kind_name(kind),
-                zr_group_name(g));
-    }
     if (c->fault != ZR_FAULT_NONE && c->rank[ZR_GROUP_WORLD] == c->fault_rank &&
         c->step == c->fault_step) {
         ZR_CHECK(inject_fault(c, g, kind));
@@ -933,7 +990,11 @@ zr_status zr_comm_iexchange(zr_comm *c, zr_group g, zr_kind kind, const void *se
     req->group = g;
     req->kind = kind;
     req->seq = c->seq++;
+    req->gseq = c->posted[g];
     zr_status st = c->transport->iexchange(c, g, send, scount, sdisp, recv, rcount, rdisp, req);
+    if (st == ZR_OK) {
+        c->posted[g]++;
+    }
     if (req->active) {
         c->inflight++;
     }
@@ -983,21 +1044,10 @@ zr_status zr_comm_ialltoall(zr_comm *c, zr_group g, zr_kind kind, const void *se
     return equal_blocks(c, g, kind, send, bytes, 0, recv, req);
 }
 
-static zr_status remote_failure(const zr_comm *c, const zr_request *req)
-{
-    ZR_FAIL(ZR_ERR_REMOTE, "rank %d failed (%s) while this rank waited in %s on group %s",
-            c->notice_from, zr_status_str((zr_status)c->notice_status), zr_kind_name(req->kind),
-            zr_group_name(req->group));
-}
-
 zr_status zr_comm_wait(zr_comm *c, zr_request *req)
 {
     if (!req->active) {
         return ZR_OK;
-    }
-    if (c->noticed) {
-        /* abandoned, still posted: zr_comm_agree reports the job as broken */
-        return remote_failure(c, req);
     }
     zr_status st = c->transport->wait(c, req);
     if (!req->active) {
@@ -1011,10 +1061,6 @@ zr_status zr_comm_test(zr_comm *c, zr_request *req, int *done)
     if (!req->active) {
         *done = 1;
         return ZR_OK;
-    }
-    if (c->noticed) {
-        *done = 0;
-        return remote_failure(c, req);
     }
     if (c->transport->test == NULL) {
         *done = 0;
@@ -1100,8 +1146,10 @@ zr_status zr_comm_allreduce_max_i64(zr_comm *c, zr_group g, int64_t *vals, int n
 zr_status zr_comm_barrier(zr_comm *c)
 {
     MPI_Request req = MPI_REQUEST_NULL;
+    long long index = (long long)c->posted[ZR_GROUP_COUNT]++;
     ZR_MPI_CHECK(MPI_Ibarrier(c->mpi[ZR_GROUP_WORLD], &req));
-    return zr_comm_poll(c, &req, 1, NULL, 0, NULL, "barrier", ZR_GROUP_WORLD, 1);
+    return zr_comm_poll(c, &req, 1, NULL, 0, NULL, "barrier", ZR_GROUP_WORLD, ZR_GROUP_COUNT,
+                        index);
 }
 
 zr_status zr_comm_bcast(zr_comm *c, void *buf, size_t bytes, int root)
@@ -1127,6 +1175,7 @@ zr_status zr_comm_bcast(zr_comm *c, void *buf, size_t bytes, int root)
     int peer[MAX_CHUNKS], scratch[MAX_CHUNKS];
     char *p = buf;
     size_t left = bytes;
+    long long index = (long long)c->posted[ZR_GROUP_COUNT]++;
     while (left > 0) {
         int n = 0;
         for (; left > 0 && n < MAX_CHUNKS; n++) {
@@ -1140,7 +1189,8 @@ zr_status zr_comm_bcast(zr_comm *c, void *buf, size_t bytes, int root)
             p += chunk;
             left -= (size_t)chunk;
         }
-        ZR_CHECK(zr_comm_poll(c, reqs, n, peer, n, scratch, "broadcast", ZR_GROUP_WORLD, 1));
+        ZR_CHECK(zr_comm_poll(c, reqs, n, peer, n, scratch, "broadcast", ZR_GROUP_WORLD,
+                              ZR_GROUP_COUNT, index));
     }
     return ZR_OK;
 }
@@ -1148,29 +1198,26 @@ zr_status zr_comm_bcast(zr_comm *c, void *buf, size_t bytes, int root)
 /* Receive the notices still addressed to this rank (expect of them in all), then reset. */
 static zr_status drain_notices(zr_comm *c, int expect)
 {
-    int need = expect - c->notice_got;
-    if (need > 0 && c->notice_req != MPI_REQUEST_NULL) {
+    (void)notice_poll(c);
+    while (c->notice_got < expect && c->notice_req != MPI_REQUEST_NULL) {
         ZR_CHECK(zr_comm_poll(c, &c->notice_req, 1, NULL, 0, NULL, "the failure notices",
-                              ZR_GROUP_WORLD, 0));
-        need--;
-    }
-    for (; need > 0; need--) {
-        int32_t buf[2];
-        MPI_Request req = MPI_REQUEST_NULL;
-        ZR_MPI_CHECK(
-            MPI_Irecv(buf, 2, MPI_INT32_T, MPI_ANY_SOURCE, CTL_TAG_NOTICE, c->ctl, &req));
-        ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "the failure notices", ZR_GROUP_WORLD,
-                              0));
+                              ZR_GROUP_WORLD, -1, 0));
+        (void)record_notice(c);
+        ZR_CHECK(post_notice_recv(c));
     }
     if (c->notice_nsend > 0) {
         ZR_CHECK(zr_comm_poll(c, c->notice_sends, c->notice_nsend, NULL, 0, NULL,
-                              "the failure notices", ZR_GROUP_WORLD, 0));
+                              "the failure notices", ZR_GROUP_WORLD, -1, 0));
     }
     c->notice_nsend = 0;
     c->notified = 0;
     c->noticed = 0;
     c->notice_got = 0;
-    return post_notice_recv(c);
+    if (c->notice_tab != NULL) {
+        memset(c->notice_tab, 0,
+               sizeof *c->notice_tab * ZR_NOTICE_LEN * (size_t)c->size[ZR_GROUP_WORLD]);
+    }
+    return ZR_OK;
 }
 
 zr_status zr_comm_agree(zr_comm *c, zr_status local)
@@ -1252,9 +1299,11 @@ zr_status zr_comm_traffic_total(zr_comm *c, zr_traffic *total)
         mine[3 * k + 2] = c->traffic.kind[k].bytes_inter;
     }
     MPI_Request req = MPI_REQUEST_NULL;
+    long long index = (long long)c->posted[ZR_GROUP_COUNT]++;
     ZR_MPI_CHECK(
         MPI_Iallreduce(mine, sum, N, MPI_UINT64_T, MPI_SUM, c->mpi[ZR_GROUP_WORLD], &req));
-    ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "traffic total", ZR_GROUP_WORLD, 1));
+    ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "traffic total", ZR_GROUP_WORLD,
+                          ZR_GROUP_COUNT, index));
     for (int k = 0; k < ZR_KIND_COUNT; k++) {
         total->kind[k].calls = sum[3 * k];
         total->kind[k].bytes_intra = sum[3 * k + 1];

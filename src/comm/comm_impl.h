@@ -13,11 +13,13 @@
  * NULL peer: unknown, as for MPI's own collectives); the first nrecv requests
  * are receives. scratch holds n ints (NULL: no progress tracking, the time
  * counts from the start of the wait). what and g name the wait in messages.
- * With notices, a failure notice from another rank ends the wait with
- * ZR_ERR_REMOTE, leaving the unfinished requests posted. Completed requests
- * become MPI_REQUEST_NULL.
+ * counter >= 0: the wait is number index among the zr_comm.posted[counter]
+ * of this rank, and ends with ZR_ERR_REMOTE (requests left posted) once a
+ * notice shows that a rank it waits for never started it; counter < 0:
+ * notices are not looked at. Completed requests become MPI_REQUEST_NULL.
  */
 zr_status zr_comm_poll(zr_comm *c, MPI_Request *reqs, int n, const int *peer, int nrecv,
-                       int *scratch, const char *what, zr_group g, int notices);
+                       int *scratch, const char *what, zr_group g, int counter,
+                       long long index);
 
 #endif /* ZR_COMM_IMPL_H */
