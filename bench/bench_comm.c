@@ -24,21 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    C_AG_BF16,
-    C_QWZ,
-    C_HPZ,
-    C_RS_BF16,
-    C_QGZ,
-    C_QGZ_PIPE,
-    C_MPI_AG,
-    C_MPI_RS,
-    C_COUNT
-};
+enum { C_AG_BF16, C_QWZ, C_HPZ, C_RS_BF16, C_QGZ, C_QGZ_PIPE, C_MPI_AG, C_MPI_RS, C_COUNT };
 
 static const char *const coll_names[C_COUNT] = {
-    "allgather_bf16", "qwz_int8", "hpz_bf16", "reduce_scatter_bf16",
-    "qgz_int4", "qgz_int4_pipe", "mpi_allgather_f32", "mpi_reduce_scatter_f32",
+    "allgather_bf16", "qwz_int8",      "hpz_bf16",          "reduce_scatter_bf16",
+    "qgz_int4",       "qgz_int4_pipe", "mpi_allgather_f32", "mpi_reduce_scatter_f32",
 };
 
 typedef struct row {
@@ -102,8 +92,8 @@ static zr_status run_one(bench *b, int k, size_t count)
         return zr_allgather(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, b->shard, count,
                             b->out, &b->op);
     case C_HPZ:
-        return zr_hpz_gather(c, &bf16, ZR_DTYPE_F32, b->sec, count * (size_t)W / (size_t)h,
-                             b->out, &b->op);
+        return zr_hpz_gather(c, &bf16, ZR_DTYPE_F32, b->sec, count * (size_t)W / (size_t)h, b->out,
+                             &b->op);
     case C_RS_BF16:
         return zr_reduce_scatter(c, ZR_GROUP_WORLD, &bf16, b->full, count, b->out, &b->op);
     case C_QGZ:
@@ -281,8 +271,8 @@ int zr_bench_comm(int argc, char **argv)
                 char in[32], ex[32];
                 print_bytes(in, sizeof in, r->intra);
                 print_bytes(ex, sizeof ex, r->inter);
-                printf("  %11zu  %-22s %11.1f %9.3f %9.3f %13s %13s %5d\n", r->bytes,
-                       coll_names[k], r->time * 1e6, r->algbw, r->busbw, in, ex, r->iters);
+                printf("  %11zu  %-22s %11.1f %9.3f %9.3f %13s %13s %5d\n", r->bytes, coll_names[k],
+                       r->time * 1e6, r->algbw, r->busbw, in, ex, r->iters);
                 fflush(stdout);
             }
         }
@@ -344,8 +334,8 @@ int zr_bench_comm(int argc, char **argv)
             }
             printf("],\"ratio_bytes\":%zu,", at);
             if (ag > 0 && rs > 0) {
-                printf("\"inter_bytes_ratio_qwz\":%.6f,\"inter_bytes_ratio_qgz\":%.6f,",
-                       qw / ag, qg / rs);
+                printf("\"inter_bytes_ratio_qwz\":%.6f,\"inter_bytes_ratio_qgz\":%.6f,", qw / ag,
+                       qg / rs);
             } else {
                 printf("\"inter_bytes_ratio_qwz\":null,\"inter_bytes_ratio_qgz\":null,");
             }

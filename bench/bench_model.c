@@ -78,8 +78,8 @@ static double sgemm_gflops(int reps)
     return 2.0 * n * n * (double)n / med * 1e-9;
 }
 
-static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, int T,
-                            int threads, int steps, bench_result *res)
+static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, int T, int threads,
+                            int steps, bench_result *res)
 {
     zr_gpt m;
     ZR_CHECK(zr_gpt_init(&m, cfg, B, T));
@@ -221,18 +221,16 @@ int zr_bench_model(int argc, char **argv)
         } runs[2] = {{"small", &small, 4, 256, steps_small}, {"124M", &gpt2, 1, T124, steps_124}};
         for (int r = 0; r < 2; r++) {
             bench_result *x = &res[nres];
-            zr_status st =
-                run_config(runs[r].name, runs[r].cfg, runs[r].B, runs[r].T, threads[k],
-                           runs[r].steps, x);
+            zr_status st = run_config(runs[r].name, runs[r].cfg, runs[r].B, runs[r].T, threads[k],
+                                      runs[r].steps, x);
             if (st != ZR_OK) {
-                fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st),
-                        zr_error_message());
+                fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st), zr_error_message());
                 return 1;
             }
             nres++;
-            printf("%-6s %3d %4d %5d %10.1f %11.0f %8.1f %8.1f %8.1f %8.1f %9.1f %8.2f\n",
-                   x->name, x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->fwd_ms,
-                   x->bwd_ms, x->adam_ms, x->gflops, sgemm[k], x->gflops / sgemm[k]);
+            printf("%-6s %3d %4d %5d %10.1f %11.0f %8.1f %8.1f %8.1f %8.1f %9.1f %8.2f\n", x->name,
+                   x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->fwd_ms, x->bwd_ms,
+                   x->adam_ms, x->gflops, sgemm[k], x->gflops / sgemm[k]);
             fflush(stdout);
         }
     }

@@ -100,8 +100,8 @@ static double time_op(const bench_ctx *c, int op, const zr_qparams *p, zr_dtype 
                    c->n * zr_dtype_size(t));
             break;
         case OP_QUANT:
-            ZR_TRY(zr_quant_encode(p, t, t == ZR_DTYPE_BF16 ? (const void *)c->xh
-                                                            : (const void *)c->x,
+            ZR_TRY(zr_quant_encode(p, t,
+                                   t == ZR_DTYPE_BF16 ? (const void *)c->xh : (const void *)c->x,
                                    c->n, 1.0f, NULL, c->block, NULL),
                    "bench quant");
             break;

@@ -23,7 +23,7 @@ typedef struct mode {
 } mode;
 
 static const mode modes[] = {
-    {"zero3_bf16", 0, 0, 0}, {"qwz", 1, 0, 0}, {"hpz", 0, 1, 0},
+    {"zero3_bf16", 0, 0, 0}, {"qwz", 1, 0, 0},    {"hpz", 0, 1, 0},
     {"qgz", 0, 0, 1},        {"zeropp", 1, 1, 1},
 };
 enum { NMODES = sizeof modes / sizeof modes[0] };
@@ -108,8 +108,8 @@ static zr_status run_mode(const shape *sh, int steps, const mode *md, row *out)
         MPI_Allreduce(MPI_IN_PLACE, split, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         if (s >= 0) {
             times[s] = tmax;
-            double v[6] = {split[0] / W, split[1] / W, split[2] / W, rec.bytes_inter,
-                           rec.bytes_intra, rec.loss};
+            double v[6] = {split[0] / W,    split[1] / W,    split[2] / W,
+                           rec.bytes_inter, rec.bytes_intra, rec.loss};
             for (int k = 0; k < 6; k++) {
                 sum[k] += v[k];
             }
@@ -219,12 +219,13 @@ int zr_bench_train(int argc, char **argv)
                 if (!ran[i]) {
                     continue;
                 }
-                printf("%s\"%s\": {\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"inter_bytes\": %.0f, "
-                       "\"intra_bytes\": %.0f, \"compute_ms\": %.3f, \"comm_ms\": %.3f, "
-                       "\"min_step_ms\": %.3f, \"optim_ms\": %.3f, \"mean_loss\": %.5f}",
-                       first ? "" : ", ", modes[i].name, 1e3 * rows[i].t_med, rows[i].tok_s,
-                       rows[i].inter, rows[i].intra, 1e3 * rows[i].compute, 1e3 * rows[i].comm,
-                       1e3 * rows[i].t_min, 1e3 * rows[i].optim, rows[i].loss);
+                printf(
+                    "%s\"%s\": {\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"inter_bytes\": %.0f, "
+                    "\"intra_bytes\": %.0f, \"compute_ms\": %.3f, \"comm_ms\": %.3f, "
+                    "\"min_step_ms\": %.3f, \"optim_ms\": %.3f, \"mean_loss\": %.5f}",
+                    first ? "" : ", ", modes[i].name, 1e3 * rows[i].t_med, rows[i].tok_s,
+                    rows[i].inter, rows[i].intra, 1e3 * rows[i].compute, 1e3 * rows[i].comm,
+                    1e3 * rows[i].t_min, 1e3 * rows[i].optim, rows[i].loss);
                 first = 0;
             }
             printf("}}\n");

@@ -10,7 +10,7 @@ set -eu
 # tree in make test's matrix so a warning only one compiler sees fails on every
 # machine), BLAS, JSON, charts, the default training corpus (fortunes), and
 # iproute2 and jq for the emulated cluster.
-PKGS="make gcc clang pkg-config openmpi-bin libopenmpi-dev mpich libmpich-dev
+PKGS="make gcc clang clang-format pkg-config openmpi-bin libopenmpi-dev mpich libmpich-dev
 libopenblas-dev libcjson-dev gnuplot-nox fortunes iproute2 procps jq"
 
 missing=""

@@ -38,11 +38,11 @@ static char work[4096];
 
 /* The model every run here trains: tiny, so that a run takes about a second. */
 #define TINY                                                                                       \
-    " --layers 1 --channels 32 --heads 2 --seq-len 32 --micro-batch 2 --val-every 0"              \
+    " --layers 1 --channels 32 --heads 2 --seq-len 32 --micro-batch 2 --val-every 0"               \
     " --steps_per_print 1000 --warmup 2"
 
 typedef struct run_result {
-    int code;      /* exit status, or 128+signal */
+    int code; /* exit status, or 128+signal */
     char out[1 << 16];
 } run_result;
 
@@ -116,8 +116,8 @@ static int sh(const char *fmt, ...)
 /* mpirun with np ranks in nodes of rpn, running "zr train <args>". */
 static int train(int np, int rpn, const char *args)
 {
-    return sh("timeout -k 5 120 mpirun.openmpi -np %d -x ZR_RANKS_PER_NODE=%d %s train %s", np,
-              rpn, zr_bin, args);
+    return sh("timeout -k 5 120 mpirun.openmpi -np %d -x ZR_RANKS_PER_NODE=%d %s train %s", np, rpn,
+              zr_bin, args);
 }
 
 /* The same with environment assignments (e.g. "ZR_FAULT_SAVE=3@4") for every rank. */
@@ -228,15 +228,17 @@ static void test_resume_equals_uninterrupted(void)
     double worst;
     int same = compare_runs("full", "part", 12, &worst);
     TEST_CHECKF(same, "resumed run differs from the uninterrupted one (worst %.3g)", worst);
-    printf("  resumed run %s the uninterrupted one at every step\n", same ? "equals" : "DIFFERS from");
+    printf("  resumed run %s the uninterrupted one at every step\n",
+           same ? "equals" : "DIFFERS from");
 }
 
 static void test_reshard(void)
 {
     /* 12 sequences per step at every world size; fp32 on the wire */
-    const char *common = TINY " --scheduler.params.total_num_steps 9 --stage 3"
-                              " --communication_data_type fp32 --no-qwz --no-qgz --train_batch_size 12"
-                              " --micro-batch 0";
+    const char *common =
+        TINY " --scheduler.params.total_num_steps 9 --stage 3"
+             " --communication_data_type fp32 --no-qwz --no-qgz --train_batch_size 12"
+             " --micro-batch 0";
     char a[8192];
     snprintf(a, sizeof a, "%s --steps 9 --ckpt-dir %s/r4", common, work);
     TEST_EQ_INT(train(4, 2, a), 0);
@@ -346,7 +348,8 @@ static void test_bad_input(void)
     snprintf(cmd, sizeof cmd, TINY " --steps 2 --ckpt-dir %s/good", work);
     TEST_EQ_INT(train(2, 2, cmd), 0);
     /* files the cases use */
-    sh("cd %s && printf '{\"train_batch_size\": 8,\\n  \"zero_optimization\": {\"stage\": 3,,}}' > malformed.json"
+    sh("cd %s && printf '{\"train_batch_size\": 8,\\n  \"zero_optimization\": {\"stage\": 3,,}}' > "
+       "malformed.json"
        " && printf '{\"zero_optimization\": {\"stage\": \"three\"}}' > wrongtype.json"
        " && printf '{\"zero_optimization\": {\"stage\": 4}}' > range.json"
        " && printf '{\"train_batch_size\": 7, \"train_micro_batch_size_per_gpu\": 2,"
@@ -354,7 +357,8 @@ static void test_bad_input(void)
        " && printf '{\"fp16\": {\"enabled\": true}}' > fp16.json"
        " && printf '{\"scheduler\": {\"type\": \"OneCycle\"}}' > sched.json"
        " && printf '{\"optimizer\": {\"params\": {\"lr\": -1}}}' > lr.json"
-       " && printf '{\"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}' > qwz2.json"
+       " && printf '{\"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}' > "
+       "qwz2.json"
        " && printf '{\"train_batch_size\": 8' > truncated.json"
        " && printf 'ZRNOTDATA' > empty.bin && head -c 100 /dev/urandom > noise.bin"
        " && printf '\\210\\330\\064\\001\\001\\000\\000\\000' > shard.bin"
@@ -362,15 +366,16 @@ static void test_bad_input(void)
        " && cp -r good/step_00000002 manif && mkdir -p tamperdir truncdir manifdir"
        " && mv tamper tamperdir/step_00000002 && mv trunc truncdir/step_00000002"
        " && mv manif manifdir/step_00000002"
-       " && printf '\\x7f' | dd of=tamperdir/step_00000002/rank_00001.bin bs=1 seek=200 conv=notrunc"
+       " && printf '\\x7f' | dd of=tamperdir/step_00000002/rank_00001.bin bs=1 seek=200 "
+       "conv=notrunc"
        " && truncate -s 100 truncdir/step_00000002/rank_00000.bin"
        " && echo ' ' >> manifdir/step_00000002/manifest.json",
        work);
     TEST_EQ_INT(res.code, 0);
     /* issue 11 item 7: a step beyond 32 bits with the checksum recomputed */
-    TEST_EQ_INT(sh("mkdir -p %s/hugestep && cp -r %s/good/step_00000002 %s/hugestep/", work, work,
-                   work),
-                0);
+    TEST_EQ_INT(
+        sh("mkdir -p %s/hugestep && cp -r %s/good/step_00000002 %s/hugestep/", work, work, work),
+        0);
     snprintf(p, sizeof p, "%s/hugestep/step_00000002", work);
     TEST_CHECK(forge_manifest(p, "\"step\":\t2,", "\"step\":\t3000000000,"));
     snprintf(p, sizeof p, "%s/good", work);
@@ -401,7 +406,8 @@ static void test_bad_input(void)
         {"truncated checkpoint", 2, "--ckpt-dir %s/truncdir --resume", "truncated", 2},
         {"edited manifest", 2, "--ckpt-dir %s/manifdir --resume", "manifest", 2},
         {"forged huge step", 2, "--ckpt-dir %s/hugestep --resume", "step 3000000000", 2},
-        {"other model shape", 2, "--ckpt-dir %s/good --resume --layers 2", "another model shape", 2},
+        {"other model shape", 2, "--ckpt-dir %s/good --resume --layers 2", "another model shape",
+         2},
         {"fresh run into a used dir", 2, "--ckpt-dir %s/good --steps 2", "already holds", 2},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
@@ -453,8 +459,8 @@ static void write_shard(const char *name, zr_data_kind kind, size_t n, uint32_t 
             t32[i] = (uint32_t)((i * mul) % mod);
             t16[i] = (uint16_t)t32[i];
         }
-        TEST_OK(zr_shard_write_kind(path, kind, kind == ZR_DATA_LLAMA3 ? (void *)t32 : (void *)t16,
-                                    n));
+        TEST_OK(
+            zr_shard_write_kind(path, kind, kind == ZR_DATA_LLAMA3 ? (void *)t32 : (void *)t16, n));
     }
     free(t32);
     free(t16);
@@ -846,11 +852,14 @@ static void test_save_fault_every_stage(void)
                         "stage %d: the fault did not fire (exit %d)\n%s", k, code, res.out);
         } else {
             /* what an older zr left when killed between its rename and COMPLETE */
-            snprintf(a, sizeof a, TINY " --scheduler.params.total_num_steps 8 --ckpt-every 2"
-                                       " --zr.checkpoint.keep 0 --steps 4 --ckpt-dir %s", dir);
+            snprintf(a, sizeof a,
+                     TINY " --scheduler.params.total_num_steps 8 --ckpt-every 2"
+                          " --zr.checkpoint.keep 0 --steps 4 --ckpt-dir %s",
+                     dir);
             TEST_EQ_INT(train(2, 2, a), 0);
             TEST_EQ_INT(sh("cd %s/step_00000004 && rm -f COMPLETE manifest.json rank_* && "
-                           "echo x > COMPLETE.tmp", dir),
+                           "echo x > COMPLETE.tmp",
+                           dir),
                         0);
             snprintf(a, sizeof a, "%s --ckpt-dir %s", common, dir);
         }
@@ -864,8 +873,7 @@ static void test_save_fault_every_stage(void)
         TEST_CHECKF(strstr(res.out, "resumed from") != NULL, "stage %d:\n%s", k, res.out);
         if (k <= 5 || k == 7 || k == 8 || k > stages) {
             /* something was left: it is named in a warning */
-            TEST_CHECKF(strstr(res.out, "warning") != NULL, "stage %d: no warning\n%s", k,
-                        res.out);
+            TEST_CHECKF(strstr(res.out, "warning") != NULL, "stage %d: no warning\n%s", k, res.out);
         }
         double worst;
         int same = compare_runs("fault_ref", name, 8, &worst);
@@ -958,8 +966,8 @@ static void test_damaged_newest(void)
     snprintf(want, sizeof want, "--resume-from %s/step_00000004", dir);
     TEST_CHECKF(strstr(res.out, "checksum") != NULL && strstr(res.out, want) != NULL,
                 "no pointer to the intact checkpoint:\n%s", res.out);
-    snprintf(a, sizeof a, "%s --steps 8 --ckpt-dir %s --resume-from %s/step_00000004", common,
-             dir, dir);
+    snprintf(a, sizeof a, "%s --steps 8 --ckpt-dir %s --resume-from %s/step_00000004", common, dir,
+             dir);
     TEST_EQ_INT(train(2, 2, a), 0);
     TEST_CHECKF(strstr(res.out, "resumed from") != NULL && strstr(res.out, "set-aside") != NULL,
                 "%s", res.out);
@@ -1066,13 +1074,13 @@ static void test_hostile_paths(void)
         snprintf(dir, sizeof dir, "%s/%s", cwd, names[i]);
         shell_word(dir, word, sizeof word);
         /* the metrics file of the first run goes to new nested folders with hostile names too */
-        snprintf(metrics, sizeof metrics, "%s/m '$(touch PWNED5)'/%s/metrics.jsonl", cwd,
-                 names[i]);
+        snprintf(metrics, sizeof metrics, "%s/m '$(touch PWNED5)'/%s/metrics.jsonl", cwd, names[i]);
         shell_word(metrics, mword, sizeof mword);
-        snprintf(cmd, sizeof cmd,
-                 "cd %s && timeout -k 5 120 mpirun.openmpi -np 2 -x ZR_RANKS_PER_NODE=2 %s train "
-                 TINY " --steps 2 --ckpt-dir %s%s%s",
-                 cwd, zr_bin, word, i == 0 ? " --metrics " : "", i == 0 ? mword : "");
+        snprintf(
+            cmd, sizeof cmd,
+            "cd %s && timeout -k 5 120 mpirun.openmpi -np 2 -x ZR_RANKS_PER_NODE=2 %s train " TINY
+            " --steps 2 --ckpt-dir %s%s%s",
+            cwd, zr_bin, word, i == 0 ? " --metrics " : "", i == 0 ? mword : "");
         TEST_EQ_INT(sh("%s", cmd), 0);
         char p[4700];
         snprintf(p, sizeof p, "%s/step_00000002", dir);
@@ -1138,7 +1146,8 @@ static void test_metrics_full_disk(void)
  */
 static void test_metrics_resume(void)
 {
-    const char *common = TINY " --scheduler.params.total_num_steps 8 --ckpt-every 4 --zr.checkpoint.keep 0";
+    const char *common =
+        TINY " --scheduler.params.total_num_steps 8 --ckpt-every 4 --zr.checkpoint.keep 0";
     char a[8192], m[4400], full[4400];
     snprintf(a, sizeof a, "%s --steps 8 --ckpt-dir %s/mfull", common, work);
     TEST_EQ_INT(train(2, 2, a), 0);
@@ -1253,7 +1262,8 @@ static void test_integer_extremes(void)
             }
             char cmd[9000];
             snprintf(cmd, sizeof cmd,
-                     "cd %s && timeout --preserve-status -s TERM -k 60 20 %s train --layers 1 --channels 32 "
+                     "cd %s && timeout --preserve-status -s TERM -k 60 20 %s train --layers 1 "
+                     "--channels 32 "
                      "--heads 2 --seq-len 32 --micro-batch 2 --steps 2 --warmup 2 "
                      "--steps_per_print 1000000000 --ckpt-dir %s/ext_%zu_%zu --%s %s",
                      work, zr_bin, work, i, j, path, values[j]);

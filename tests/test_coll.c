@@ -170,8 +170,7 @@ static void test_reduce_scatter_exact(void)
                     mag += fabsf(v);
                 }
                 exact &= out[i] == s / (float)n;
-                near_mpi &= fabsf(out[i] - mpi[i] / (float)n) <=
-                            2.0f * FLT_EPSILON * mag + 1e-30f;
+                near_mpi &= fabsf(out[i] - mpi[i] / (float)n) <= 2.0f * FLT_EPSILON * mag + 1e-30f;
             }
             TEST_CHECKF(exact, "fp32 reduce-scatter over %s count %zu: not the rank-order mean",
                         zr_group_name(g), count);
@@ -609,8 +608,8 @@ static void test_traffic(void)
     zr_comm_traffic_reset(&c);
     TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard, count,
                          out, &op));
-    TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count, out,
-                         &op));
+    TEST_OK(
+        zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count, out, &op));
     TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &b16, full, count, out, &op));
     TEST_OK(zr_qgz(&c, &cfg, ZR_DTYPE_F32, full, count, out, NULL, &op));
     zr_traffic t = zr_comm_traffic_get(&c);
@@ -683,8 +682,8 @@ static void test_nonblocking(void)
         TEST_OK(zr_qgz_start(&c, &cfg, ZR_DTYPE_F32, gin, count, res[0], NULL, &ops[0]));
         TEST_OK(zr_qgz_start(&c, &cfg, ZR_DTYPE_F32, gin2, count, res[1], NULL, &ops[1]));
         TEST_OK(zr_allreduce_start(&c, ZR_GROUP_WORLD, &b16, res[3], count, &ops[3]));
-        TEST_OK(zr_allgather_start(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32,
-                                   shard, count, res[2], &ops[2]));
+        TEST_OK(zr_allgather_start(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard,
+                                   count, res[2], &ops[2]));
         TEST_OK(zr_allgather_start(&c, ZR_GROUP_HPZ, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
                                    res[4], &ops[4]));
         TEST_OK(zr_reduce_scatter_start(&c, ZR_GROUP_WORLD, &b16, gin, count, res[5], &ops[5]));
@@ -718,8 +717,8 @@ static void test_nonblocking(void)
                     order);
         TEST_CHECKF(memcmp(res[4], ref[4], sizeof(float) * c.size[ZR_GROUP_HPZ] * count) == 0,
                     "qwZ hpZ, order %d", order);
-        TEST_CHECKF(memcmp(res[5], ref[5], sizeof(float) * count) == 0,
-                    "reduce-scatter, order %d", order);
+        TEST_CHECKF(memcmp(res[5], ref[5], sizeof(float) * count) == 0, "reduce-scatter, order %d",
+                    order);
     }
     /* zr_coll_op_free on an op in flight completes it first */
     TEST_OK(zr_allgather_start(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard,
@@ -825,9 +824,9 @@ static void test_errors(void)
         corrupting.wait = corrupt_wait;
         corrupting.test = NULL; /* progress through wait only, so the corruption always happens */
         c.transport = &corrupting;
-        TEST_FAILS(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64, out,
-                                &op),
-                   ZR_ERR_FORMAT, "qwZ: block from world rank");
+        TEST_FAILS(
+            zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64, out, &op),
+            ZR_ERR_FORMAT, "qwZ: block from world rank");
         TEST_CHECK(!op.active);
         cfg.chunks = 1;
         float big[64 * 8];

@@ -350,10 +350,9 @@ static void test_launch_env(void)
                    "ranks were started with different ZR_RANKS_PER_NODE");
         TEST_CHECK(same_everywhere(zr_error_message()));
         snprintf(expect, sizeof expect, "'%d' on rank %d", W, W - 1);
-        TEST_CHECKF(strstr(zr_error_message(), expect) != NULL, "%s lacks %s",
-                    zr_error_message(), expect);
-        TEST_CHECKF(strstr(zr_error_message(), "'1' on rank") != NULL, "%s",
-                    zr_error_message());
+        TEST_CHECKF(strstr(zr_error_message(), expect) != NULL, "%s lacks %s", zr_error_message(),
+                    expect);
+        TEST_CHECKF(strstr(zr_error_message(), "'1' on rank") != NULL, "%s", zr_error_message());
         if (W > 2) {
             TEST_CHECKF(strstr(zr_error_message(), "unset on rank 1") != NULL, "%s",
                         zr_error_message());

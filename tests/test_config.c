@@ -237,9 +237,11 @@ static void test_load_file_and_flags(void)
     write_temp(path, sizeof path, full_json);
     zr_train_config c;
     /* flags win over the file whatever their order */
-    char *argv[] = {"--stage",           "2", "--zr.model.layers=3", "--config", path,
-                    "--lr",   "0.01",              "--no-resume", "--qgz", "--micro-batch", "8",
-                    "--optimizer.params.betas", "0.7,0.9"};
+    char *argv[] = {"--stage",       "2",           "--zr.model.layers=3",
+                    "--config",      path,          "--lr",
+                    "0.01",          "--no-resume", "--qgz",
+                    "--micro-batch", "8",           "--optimizer.params.betas",
+                    "0.7,0.9"};
     TEST_OK(flags(&c, (int)(sizeof argv / sizeof argv[0]), argv));
     TEST_EQ_INT(c.stage, 2);
     TEST_EQ_INT(c.layers, 3);
@@ -257,8 +259,15 @@ static void test_load_file_and_flags(void)
     TEST_FAILS(flags(&c, 5, argv2), ZR_ERR_INVALID, "--world-is-not-a-flag");
     char *argv3[] = {"--config=", "--stage", "3"};
     TEST_FAILS(flags(&c, 3, argv3), ZR_ERR_IO, "cannot open config file");
-    char *argv4[] = {"--config", path, "--micro-batch", "8", "--resume=true",
-                     "--zero_optimization.zero_quantized_weights", "off", "--hpz", "1"};
+    char *argv4[] = {"--config",
+                     path,
+                     "--micro-batch",
+                     "8",
+                     "--resume=true",
+                     "--zero_optimization.zero_quantized_weights",
+                     "off",
+                     "--hpz",
+                     "1"};
     TEST_OK(flags(&c, 9, argv4));
     TEST_EQ_INT(c.resume, 1);
     TEST_EQ_INT(c.zero_quantized_weights, 0);
@@ -309,7 +318,8 @@ static void test_bad_input(void)
                "\"optimizer.params.lr\" must be a number > 0, got -0.1");
     /* 8: betas outside [0, 1) */
     TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"betas\": [0.9, 1.0]}}}", NULL),
-               ZR_ERR_INVALID, "\"optimizer.params.betas\" must be an array of 2 numbers in [0, 1)");
+               ZR_ERR_INVALID,
+               "\"optimizer.params.betas\" must be an array of 2 numbers in [0, 1)");
     /* 9: three betas */
     TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"betas\": [0.9, 0.9, 0.9]}}}", NULL),
                ZR_ERR_INVALID, "got [0.9,0.9,0.9]");
@@ -335,18 +345,20 @@ static void test_bad_input(void)
                "zero_optimization.zero_hpz_partition_size (3) must divide the world size (4): "
                "use a divisor of the world size, usually the ranks per node");
     /* 15: qwZ asked for with stage 2 */
-    TEST_FAILS(parse_final("{\"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}",
-                           4),
-               ZR_ERR_INVALID, "zero_quantized_weights (qwZ) needs zero_optimization.stage 3, got stage 2");
+    TEST_FAILS(
+        parse_final("{\"zero_optimization\": {\"stage\": 2, \"zero_quantized_weights\": true}}", 4),
+        ZR_ERR_INVALID,
+        "zero_quantized_weights (qwZ) needs zero_optimization.stage 3, got stage 2");
     /* 16: qgZ asked for with stage 1 */
-    TEST_FAILS(parse_final("{\"zero_optimization\": {\"stage\": 1, \"zero_quantized_gradients\": true,"
-                           " \"zero_quantized_weights\": false}}",
-                           4),
-               ZR_ERR_INVALID, "zero_quantized_gradients (qgZ) needs zero_optimization.stage 2 or 3");
+    TEST_FAILS(
+        parse_final("{\"zero_optimization\": {\"stage\": 1, \"zero_quantized_gradients\": true,"
+                    " \"zero_quantized_weights\": false}}",
+                    4),
+        ZR_ERR_INVALID, "zero_quantized_gradients (qgZ) needs zero_optimization.stage 2 or 3");
     /* 17: hpZ asked for with stage 2 */
-    TEST_FAILS(parse_final("{\"zero_optimization\": {\"stage\": 2, \"zero_hpz_partition_size\": 2}}",
-                           4),
-               ZR_ERR_INVALID, "zero_hpz_partition_size 2 (hpZ) needs zero_optimization.stage 3");
+    TEST_FAILS(
+        parse_final("{\"zero_optimization\": {\"stage\": 2, \"zero_hpz_partition_size\": 2}}", 4),
+        ZR_ERR_INVALID, "zero_hpz_partition_size 2 (hpZ) needs zero_optimization.stage 3");
     /* 18: unknown scheduler */
     TEST_FAILS(parse(&c, "{\"scheduler\": {\"type\": \"OneCycle\"}}", NULL), ZR_ERR_INVALID,
                "\"scheduler.type\" must be one of \"\", \"WarmupLR\", \"WarmupDecayLR\" or "
@@ -366,7 +378,8 @@ static void test_bad_input(void)
     TEST_FAILS(flags(&c, 2, a1), ZR_ERR_INVALID, "unknown flag --stgae (did you mean --stage?)");
     /* 23: a flag missing its value, at the end and before another flag */
     char *a2[] = {"--steps"};
-    TEST_FAILS(flags(&c, 1, a2), ZR_ERR_INVALID, "flag --steps (zr.train.train_steps) needs a value");
+    TEST_FAILS(flags(&c, 1, a2), ZR_ERR_INVALID,
+               "flag --steps (zr.train.train_steps) needs a value");
     char *a3[] = {"--data", "--steps", "3"};
     TEST_FAILS(flags(&c, 3, a3), ZR_ERR_INVALID, "needs a value, got the flag --steps");
     /* 24: a bad flag value goes through the same checks as the file */
@@ -400,7 +413,8 @@ static void test_bad_input(void)
     char *a5c[] = {"train", "--steps", "3"};
     TEST_FAILS(flags(&c, 3, a5c), ZR_ERR_INVALID, "unexpected argument \"train\"");
     /* 32: Adam without decoupled weight decay */
-    TEST_FAILS(parse(&c, "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}",
+    TEST_FAILS(parse(&c,
+                     "{\"optimizer\": {\"type\": \"Adam\", \"params\": {\"adam_w_mode\": false}}}",
                      NULL),
                ZR_ERR_INVALID, "adam_w_mode\": false is not supported");
     /* 33: a field set directly by a program is checked by finalize too */
@@ -454,25 +468,27 @@ static void test_warnings_and_notes(void)
                 n.last_warning);
     memset(&n, 0, sizeof n);
     TEST_OK(parse(&c, "{\"stage\": 1}", &n));
-    TEST_CHECKF(strstr(n.last_warning, "(did you mean \"zero_optimization.stage\"?)") != NULL,
-                "%s", n.last_warning);
+    TEST_CHECKF(strstr(n.last_warning, "(did you mean \"zero_optimization.stage\"?)") != NULL, "%s",
+                n.last_warning);
     /* DeepSpeed keys without effect: a note, not a warning */
     memset(&n, 0, sizeof n);
-    TEST_OK(parse(&c,
-                  "{\"zero_optimization\": {\"contiguous_gradients\": true, \"reduce_scatter\": true,"
-                  " \"offload_optimizer\": {\"device\": \"cpu\"}}, \"wall_clock_breakdown\": false,"
-                  " \"fp16\": {\"enabled\": false, \"loss_scale\": 0}}",
-                  &n));
+    TEST_OK(
+        parse(&c,
+              "{\"zero_optimization\": {\"contiguous_gradients\": true, \"reduce_scatter\": true,"
+              " \"offload_optimizer\": {\"device\": \"cpu\"}}, \"wall_clock_breakdown\": false,"
+              " \"fp16\": {\"enabled\": false, \"loss_scale\": 0}}",
+              &n));
     TEST_EQ_INT(n.warnings, 0);
     TEST_EQ_INT(n.notes, 5);
     TEST_CHECKF(strstr(n.last_note, "\"fp16.loss_scale\" accepted, has no effect in zr") != NULL,
                 "%s", n.last_note);
     /* DeepSpeed's non-stage3 names, and null keeping a default */
     memset(&n, 0, sizeof n);
-    TEST_OK(parse(&c,
-                  "{\"zero_optimization\": {\"prefetch_bucket_size\": 1234, \"max_live_parameters\":"
-                  " 5678, \"overlap_comm\": null}, \"communication_data_type\": null}",
-                  &n));
+    TEST_OK(
+        parse(&c,
+              "{\"zero_optimization\": {\"prefetch_bucket_size\": 1234, \"max_live_parameters\":"
+              " 5678, \"overlap_comm\": null}, \"communication_data_type\": null}",
+              &n));
     TEST_EQ_INT(n.warnings, 0);
     TEST_EQ_INT(c.stage3_prefetch_bucket_size, 1234);
     TEST_EQ_INT(c.stage3_max_live_parameters, 5678);
@@ -518,8 +534,9 @@ static void test_derivations(void)
     TEST_OK(zr_config_finalize(&c, 4));
     TEST_EQ_INT(c.zero_quantized_gradients, 0);
     /* hpZ dividing the world; fp32 wire when bf16 is off */
-    TEST_OK(parse(&c, "{\"zero_optimization\": {\"zero_hpz_partition_size\": 2}, \"bf16\": "
-                      "{\"enabled\": false}}",
+    TEST_OK(parse(&c,
+                  "{\"zero_optimization\": {\"zero_hpz_partition_size\": 2}, \"bf16\": "
+                  "{\"enabled\": false}}",
                   NULL));
     TEST_OK(zr_config_finalize(&c, 6));
     TEST_CHECK(strcmp(c.communication_data_type, "fp32") == 0);
@@ -539,11 +556,10 @@ static void test_model_shape(void)
     TEST_OK(parse(&c, "{\"zr\": {\"model\": {\"seq_len\": 1025}}}", NULL));
     TEST_FAILS(zr_config_finalize(&c, 1), ZR_ERR_INVALID,
                "zr.model.seq_len (1025) must be at most zr.model.max_seq_len (1024)");
-    TEST_OK(parse(&c, "{\"zr\": {\"model\": {\"seq_len\": 2048, \"max_seq_len\": 2048}}}",
-                  NULL));
+    TEST_OK(parse(&c, "{\"zr\": {\"model\": {\"seq_len\": 2048, \"max_seq_len\": 2048}}}", NULL));
     TEST_OK(zr_config_finalize(&c, 1));
-    TEST_FAILS(parse(&c, "{\"zr\": {\"model\": {\"vocab_size\": 16777217}}}", NULL),
-               ZR_ERR_INVALID, "zr.model.vocab_size");
+    TEST_FAILS(parse(&c, "{\"zr\": {\"model\": {\"vocab_size\": 16777217}}}", NULL), ZR_ERR_INVALID,
+               "zr.model.vocab_size");
     /* zr.model.init: keys left out take the file's values, keys given must agree */
     const zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768};
     char *a1[] = {"--init", "gpt2_124M.bin", "--seq-len", "2048"};
@@ -560,8 +576,8 @@ static void test_model_shape(void)
     TEST_EQ_INT(c.channels, 768);
     TEST_EQ_INT(c.max_seq_len, 1024);
     TEST_EQ_INT(c.vocab_size, 50257);
-    char *a3[] = {"--init", "g.bin", "--layers", "12", "--channels", "768", "--heads", "12",
-                  "--max-seq-len", "1024", "--vocab-size", "50257"};
+    char *a3[] = {"--init",  "g.bin", "--layers",      "12",   "--channels",   "768",
+                  "--heads", "12",    "--max-seq-len", "1024", "--vocab-size", "50257"};
     TEST_OK(flags(&c, 12, a3));
     TEST_OK(zr_config_adopt_model(&c, &gpt2, "g.bin"));
     static const struct {
@@ -613,10 +629,14 @@ static void test_print_json_help(void)
     f = open_memstream(&buf, &len);
     zr_config_print_help(f);
     fclose(f);
-    const char *expect[] = {"--zero_optimization.stage, --stage", "--zr.train.train_steps, --steps",
-                            "--zr.checkpoint.resume, --resume", "zero_optimization\n",
-                            "default 0.001", "zero_optimization.contiguous_gradients",
-                            "--zr.quant.qgz_group\n      a multiple of 8 in [32, 65536]; default 1024"};
+    const char *expect[] = {
+        "--zero_optimization.stage, --stage",
+        "--zr.train.train_steps, --steps",
+        "--zr.checkpoint.resume, --resume",
+        "zero_optimization\n",
+        "default 0.001",
+        "zero_optimization.contiguous_gradients",
+        "--zr.quant.qgz_group\n      a multiple of 8 in [32, 65536]; default 1024"};
     for (size_t i = 0; i < sizeof expect / sizeof expect[0]; i++) {
         TEST_CHECKF(strstr(buf, expect[i]) != NULL, "help lacks \"%s\"", expect[i]);
     }
@@ -720,8 +740,8 @@ static void test_integer_extremes(void)
         }
     }
     TEST_CHECK(keys >= 20);
-    printf("  %d integer keys x 4 extremes: %d refused naming the key, %d accepted exactly\n",
-           keys, refused, accepted);
+    printf("  %d integer keys x 4 extremes: %d refused naming the key, %d accepted exactly\n", keys,
+           refused, accepted);
 
     /* numbers a double cannot hold are shown as written, not as "null" or "inf" */
     zr_train_config c;
@@ -746,14 +766,16 @@ static void test_integer_extremes(void)
     free(big);
     TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"betas\": [0.9, -1e400]}}}", NULL),
                ZR_ERR_INVALID, "\"optimizer.params.betas\": -1e400 is out of range");
-    TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"eps\": 1e-400}}}", NULL),
-               ZR_ERR_INVALID, "\"optimizer.params.eps\": 1e-400 is out of range");
+    TEST_FAILS(parse(&c, "{\"optimizer\": {\"params\": {\"eps\": 1e-400}}}", NULL), ZR_ERR_INVALID,
+               "\"optimizer.params.eps\": 1e-400 is out of range");
     /* a number inside a string is text */
     TEST_OK(parse(&c, "{\"zr\": {\"data\": {\"path\": \"1e999\"}}}", NULL));
     /* a derived micro-batch obeys its key's bound */
-    TEST_FAILS(parse_final("{\"train_batch_size\": 2147483647, \"gradient_accumulation_steps\": 1}", 1),
-               ZR_ERR_INVALID, "train_batch_size (2147483647) at 1 rank gives "
-                               "train_micro_batch_size_per_gpu 2147483647");
+    TEST_FAILS(
+        parse_final("{\"train_batch_size\": 2147483647, \"gradient_accumulation_steps\": 1}", 1),
+        ZR_ERR_INVALID,
+        "train_batch_size (2147483647) at 1 rank gives "
+        "train_micro_batch_size_per_gpu 2147483647");
     zr_error_clear();
 }
 
@@ -784,10 +806,10 @@ static void test_boolean_flags(void)
                 char *argv[3];
                 const char *want;
             } forms[] = {
-                {1, {key}, "true"},           {1, {eq_t}, "true"},
-                {1, {eq_f}, "false"},         {2, {key, "0"}, "false"},
-                {2, {key, "yes"}, "true"},    {1, {no}, "false"},
-                {3, {no, key, "1"}, "true"},  {3, {key, "off", no}, "false"},
+                {1, {key}, "true"},          {1, {eq_t}, "true"},
+                {1, {eq_f}, "false"},        {2, {key, "0"}, "false"},
+                {2, {key, "yes"}, "true"},   {1, {no}, "false"},
+                {3, {no, key, "1"}, "true"}, {3, {key, "off", no}, "false"},
             };
             for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
                 zr_train_config c;
@@ -895,8 +917,8 @@ static void test_activation_checkpointing(void)
 static void test_metrics(void)
 {
     zr_metrics_point p;
-    TEST_OK(zr_metrics_parse_line("{\"step\": 3, \"loss\": 2.5, \"tokens_per_s\": 1000, \"lr\": 0.001}",
-                                  "m", 1, &p));
+    TEST_OK(zr_metrics_parse_line(
+        "{\"step\": 3, \"loss\": 2.5, \"tokens_per_s\": 1000, \"lr\": 0.001}", "m", 1, &p));
     TEST_EQ_INT(p.step, 3);
     TEST_NEAR(p.loss, 2.5, 0);
     TEST_NEAR(p.tokens_per_s, 1000, 0);
@@ -905,17 +927,19 @@ static void test_metrics(void)
     TEST_OK(zr_metrics_parse_line("{\"step\": 50, \"val_loss\": 2.0}", "m", 2, &p));
     TEST_NEAR(p.val_loss, 2.0, 0);
     TEST_CHECK(isnan(p.loss));
-    TEST_OK(zr_metrics_parse_line("{\"step\": 4, \"loss\": null, \"tokens_per_s\": 5}", "m", 3, &p));
+    TEST_OK(
+        zr_metrics_parse_line("{\"step\": 4, \"loss\": null, \"tokens_per_s\": 5}", "m", 3, &p));
     TEST_CHECK(isnan(p.loss));
     TEST_FAILS(zr_metrics_parse_line("{\"step\": 4, \"loss\": 1", "run/m.jsonl", 7, &p),
                ZR_ERR_FORMAT, "run/m.jsonl:7: malformed JSON line");
     TEST_FAILS(zr_metrics_parse_line("{\"loss\": 1, \"tokens_per_s\": 1}", "m", 8, &p),
                ZR_ERR_FORMAT, "m:8: \"step\" must be a non-negative integer (missing)");
-    TEST_FAILS(zr_metrics_parse_line("{\"step\": 1, \"loss\": 1}", "m", 9, &p), ZR_ERR_FORMAT,
-               "m:9: a training line needs \"loss\" and \"tokens_per_s\" (missing \"tokens_per_s\")");
-    TEST_FAILS(zr_metrics_parse_line("{\"step\": 1, \"loss\": \"x\", \"tokens_per_s\": 1}", "m", 10,
-                                     &p),
-               ZR_ERR_FORMAT, "m:10: \"loss\" must be a number");
+    TEST_FAILS(
+        zr_metrics_parse_line("{\"step\": 1, \"loss\": 1}", "m", 9, &p), ZR_ERR_FORMAT,
+        "m:9: a training line needs \"loss\" and \"tokens_per_s\" (missing \"tokens_per_s\")");
+    TEST_FAILS(
+        zr_metrics_parse_line("{\"step\": 1, \"loss\": \"x\", \"tokens_per_s\": 1}", "m", 10, &p),
+        ZR_ERR_FORMAT, "m:10: \"loss\" must be a number");
     TEST_FAILS(zr_metrics_parse_line("[1]", "m", 11, &p), ZR_ERR_FORMAT, "must be a JSON object");
 
     char label[64];

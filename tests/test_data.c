@@ -220,13 +220,13 @@ static void test_text(void)
     } cases[] = {
         {"plain ascii\n\t\r", 14, -1},
         {"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xef\xbb\xbf", 12, -1}, /* 2, 3, 4 bytes, BOM */
-        {"\xf4\x8f\xbf\xbf", 4, -1},                               /* U+10FFFF */
-        {"ab\0cd", 5, 2},                                          /* NUL */
-        {"a\x80", 2, 1},                                           /* lone continuation */
-        {"\xc0\x80", 2, 0},                                        /* overlong NUL */
-        {"\xe0\x80\x80", 3, 0},                                    /* overlong */
-        {"\xed\xa0\x80", 3, 0},                                    /* surrogate */
-        {"\xf4\x90\x80\x80", 4, 0},                                /* > U+10FFFF */
+        {"\xf4\x8f\xbf\xbf", 4, -1},                                  /* U+10FFFF */
+        {"ab\0cd", 5, 2},                                             /* NUL */
+        {"a\x80", 2, 1},                                              /* lone continuation */
+        {"\xc0\x80", 2, 0},                                           /* overlong NUL */
+        {"\xe0\x80\x80", 3, 0},                                       /* overlong */
+        {"\xed\xa0\x80", 3, 0},                                       /* surrogate */
+        {"\xf4\x90\x80\x80", 4, 0},                                   /* > U+10FFFF */
         {"\xf5\x80\x80\x80", 4, 0},
         {"\xff", 1, 0},
         {"xy\xe2\x82", 4, 2}, /* cut at the end */
@@ -398,8 +398,8 @@ int main(void)
     TEST_RUN(test_vocab);
     TEST_RUN(test_fortunes);
     TEST_RUN(test_loader_distributed);
-    static const char *const files[] = {"a.bin", "l3.bin", "g.bin", "l.bin", "t.txt", "bad.bin",
-                                        "noise.bin", "v.bin", "v.txt", "fifo"};
+    static const char *const files[] = {"a.bin",   "l3.bin",    "g.bin", "l.bin", "t.txt",
+                                        "bad.bin", "noise.bin", "v.bin", "v.txt", "fifo"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[512];
         tmp_path(path, sizeof path, files[i]);

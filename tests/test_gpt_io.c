@@ -233,8 +233,8 @@ static void test_safetensors(void)
     }
     TEST_EQ_INT(ntensors, 4 + 12 * cfg.layers);
     TEST_EQ_INT(covered, (size_t)n - 8 - hlen);
-    TEST_EQ_INT(covered, 4 * (zr_gpt_config_param_count(&cfg) -
-                              (size_t)(cfg.padded_vocab - cfg.vocab) * C));
+    TEST_EQ_INT(covered,
+                4 * (zr_gpt_config_param_count(&cfg) - (size_t)(cfg.padded_vocab - cfg.vocab) * C));
 
     const float *wte = st_entry(root, data, "wte.weight", cfg.vocab, C);
     TEST_CHECK(wte != NULL && memcmp(wte, a.p[0], (size_t)cfg.vocab * C * 4) == 0);

@@ -288,8 +288,8 @@ static void gradcheck(const zr_gpt_config *cfg, int B, int T, int samples, uint6
             TEST_CHECKF(g2 > 1e-12, "unit %d %s: gradient is zero", u, d[i].name);
         }
     }
-    printf("  gradcheck L=%d C=%d T=%d: worst relative error %.3g (tolerance %.0e)\n",
-           cfg->layers, cfg->channels, T, worst, ZR_GRAD_TOL);
+    printf("  gradcheck L=%d C=%d T=%d: worst relative error %.3g (tolerance %.0e)\n", cfg->layers,
+           cfg->channels, T, worst, ZR_GRAD_TOL);
     free(in);
     free(tg);
     units_free(&us);
@@ -361,8 +361,7 @@ static void test_order_and_tokens(void)
 }
 
 /* One run: loss and all gradients, from parameters in the given buffers. */
-static float run_once(const zr_gpt_config *cfg, units *us, zr_gpt *m, const int *in,
-                      const int *tg)
+static float run_once(const zr_gpt_config *cfg, units *us, zr_gpt *m, const int *in, const int *tg)
 {
     for (int u = 0; u < us->n; u++) {
         zr_gpt_unit_init_params(m, u, us->p[u], 5);

@@ -59,9 +59,8 @@ enum {
     D_COUNT
 };
 
-static const char *const data_names[D_COUNT] = {"gauss",    "uniform", "const",
-                                                "outlier",  "denorm",  "zero",
-                                                "negative", "wide",    "ties"};
+static const char *const data_names[D_COUNT] = {"gauss", "uniform",  "const", "outlier", "denorm",
+                                                "zero",  "negative", "wide",  "ties"};
 
 static void fill(int kind, zr_test_rng *rng, float *x, size_t n, size_t group)
 {
@@ -396,8 +395,8 @@ static void test_exact_roundtrip(void)
             zr_qparams p = {bits, 64, (zr_qscheme)scheme};
             size_t n = 64 * 5 + 24;
             float *x = malloc(n * 4), *y = malloc(n * 4);
-            int qmin = scheme ? 0 : -(1 << (bits - 1)), qmax = scheme ? (1 << bits) - 1
-                                                                      : (1 << (bits - 1)) - 1;
+            int qmin = scheme ? 0 : -(1 << (bits - 1)),
+                qmax = scheme ? (1 << bits) - 1 : (1 << (bits - 1)) - 1;
             for (size_t i = 0; i < n; i++) {
                 size_t gi = i / 64;
                 float s = ldexpf(1.0f, (int)gi * 3 - 7);
@@ -694,12 +693,12 @@ static void test_sum_requant(void)
                 zr_quant_set_impl(im[m]);
                 memcpy(r, r0, n * 4);
                 memset(got, 0x5a, bytes);
-                TEST_OK(zr_quant_sum_requant((const void *const *)blocks, k, n, mul, &p, r, got,
-                                             &nf));
+                TEST_OK(
+                    zr_quant_sum_requant((const void *const *)blocks, k, n, mul, &p, r, got, &nf));
                 TEST_CHECKF(memcmp(want, got, bytes) == 0, "k %d op %d %s: block differs", k, op,
                             zr_qimpl_name(im[m]));
-                TEST_CHECKF(memcmp(r_ref, r, n * 4) == 0, "k %d op %d %s: residual differs", k,
-                            op, zr_qimpl_name(im[m]));
+                TEST_CHECKF(memcmp(r_ref, r, n * 4) == 0, "k %d op %d %s: residual differs", k, op,
+                            zr_qimpl_name(im[m]));
                 TEST_EQ_INT(nf, nf_want);
                 TEST_OK(zr_quant_sum_requant((const void *const *)blocks, k, n, mul, &p, NULL, got,
                                              NULL));

@@ -1,7 +1,8 @@
 /*
  * test_train.c - end to end on one process: a tiny GPT-2 trained with AdamW
  * on the bundled fortunes corpus (byte tokens) must reach a clearly lower
- * validation loss. Release suite only (a few seconds optimised; the threshold leaves a wide margin).
+ * validation loss. Release suite only (a few seconds optimised; the threshold leaves a wide
+ * margin).
  */
 #include "test.h"
 #include "zr/data.h"
@@ -83,8 +84,8 @@ static void test_train_fortunes(void)
             int nt = zr_gpt_unit_tensors(&m, u, &d);
             for (int i = 0; i < nt; i++) {
                 size_t o = d[i].offset;
-                zr_adamw_update(&h, lr, step + 1, scale, d[i].decay, p[u] + o, g[u] + o,
-                                mm[u] + o, vv[u] + o, d[i].numel);
+                zr_adamw_update(&h, lr, step + 1, scale, d[i].decay, p[u] + o, g[u] + o, mm[u] + o,
+                                vv[u] + o, d[i].numel);
             }
         }
     }

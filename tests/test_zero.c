@@ -392,10 +392,18 @@ static void test_memory(void)
                stage 1-2); sharded gradients keep one float per shard element */
             double expect;
             switch (stage) {
-            case 0: expect = 16 * P; break;              /* params are the masters */
-            case 1: expect = 4 * P + 4 * P + 16 * P / W; break;
-            case 2: expect = 4 * P + 16 * P / W; break;
-            default: expect = 16 * P / W + (hpz ? 2 * P / h : 0); break;
+            case 0:
+                expect = 16 * P;
+                break; /* params are the masters */
+            case 1:
+                expect = 4 * P + 4 * P + 16 * P / W;
+                break;
+            case 2:
+                expect = 4 * P + 16 * P / W;
+                break;
+            default:
+                expect = 16 * P / W + (hpz ? 2 * P / h : 0);
+                break;
             }
             TEST_CHECKF(fabs(got - expect) <= 0.05 * expect,
                         "stage %d hpz %d at %d ranks: %.0f bytes, formula %.0f", stage, hpz, W, got,
@@ -441,8 +449,8 @@ static uint32_t accum_run(const zr_engine_config *cfg, uint32_t *loss_bits, size
     zr_gpt_memory_prediction pr;
     TEST_OK(zr_gpt_engine_predict(&TINY, B, T, 0, cfg, &comm, &pr));
     TEST_EQ_INT(pr.state, mem.optim + mem.grads + mem.params + mem.secondary);
-    TEST_CHECKF(pr.pool >= mem.pool_peak, "stage %d: predicted pool %zu < measured %zu",
-                cfg->stage, pr.pool, mem.pool_peak);
+    TEST_CHECKF(pr.pool >= mem.pool_peak, "stage %d: predicted pool %zu < measured %zu", cfg->stage,
+                pr.pool, mem.pool_peak);
     TEST_EQ_INT(pr.activations, zr_gpt_activation_bytes(&m));
     uint32_t crc = engine_checksum(&e, &m);
     free(in);
@@ -476,8 +484,9 @@ static void test_reduce_bucket_identical(void)
             uint32_t c1 = accum_run(&one, &l1, &p1, &q1);
             uint32_t c2 = accum_run(&all, &l2, &p2, &q2);
             uint32_t c3 = accum_run(&serial, &l3, &p3, &q3);
-            TEST_CHECKF(c1 == c2 && c2 == c3, "stage %d zero++ %d: parameters differ (%08x %08x %08x)",
-                        stage, zpp, c1, c2, c3);
+            TEST_CHECKF(c1 == c2 && c2 == c3,
+                        "stage %d zero++ %d: parameters differ (%08x %08x %08x)", stage, zpp, c1,
+                        c2, c3);
             TEST_CHECKF(l1 == l2 && l2 == l3, "stage %d zero++ %d: losses differ", stage, zpp);
             TEST_CHECKF(p1 == q1 && p2 == q2 && p3 == q3,
                         "stage %d: the pool grew after the first steps (%zu -> %zu)", stage, q2,
@@ -598,8 +607,7 @@ static void test_usage_sketch(void)
             memcpy(want[u], p0[u], numel[u] * 4);
             memset(m[u], 0, numel[u] * 4);
             memset(v[u], 0, numel[u] * 4);
-            zr_adamw_update(&h, LR, 1, scale, ranges[u].decay, want[u], x[u], m[u], v[u],
-                            numel[u]);
+            zr_adamw_update(&h, LR, 1, scale, ranges[u].decay, want[u], x[u], m[u], v[u], numel[u]);
             TEST_OK(zr_engine_get_params(&e, u, got[u]));
             for (size_t i = 0; i < numel[u]; i++) {
                 double d = fabs((double)got[u][i] - want[u][i]);

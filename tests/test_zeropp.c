@@ -23,7 +23,7 @@ static zr_comm comm;
 static zr_dataset data;
 
 typedef struct result {
-    float final_loss;  /* mean training loss over the last TAIL steps */
+    float final_loss;    /* mean training loss over the last TAIL steps */
     double inter, intra; /* bytes per step, summed over ranks */
 } result;
 

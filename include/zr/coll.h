@@ -51,16 +51,19 @@ typedef struct zr_wire {
 /* One in-flight collective and its reusable workspace (opaque to callers). */
 typedef struct zr_coll_op {
     int active;
-    int phase;            /* multi-hop collectives advance through phases */
+    int phase; /* multi-hop collectives advance through phases */
     zr_request req[4];
-    void *work;           /* owned workspace, reused across calls */
+    void *work; /* owned workspace, reused across calls */
     size_t work_cap;
-    void *impl;           /* per-algorithm state, owned */
+    void *impl; /* per-algorithm state, owned */
     zr_status (*advance)(zr_comm *c, struct zr_coll_op *op, int block);
-    size_t nonfinite;     /* non-finite quantization groups seen (qwZ/qgZ) */
+    size_t nonfinite; /* non-finite quantization groups seen (qwZ/qgZ) */
 } zr_coll_op;
 
-#define ZR_COLL_OP_INIT {0}
+#define ZR_COLL_OP_INIT                                                                            \
+    {                                                                                              \
+        0                                                                                          \
+    }
 
 void zr_coll_op_free(zr_coll_op *op);
 
@@ -90,10 +93,11 @@ zr_status zr_reduce_scatter_start(zr_comm *c, zr_group g, const zr_wire *wire, c
                                   size_t count, float *out, zr_coll_op *op);
 
 /* All-reduce (average) in place over group g: buf holds count fp32 elements (any count). */
-zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf,
-                             size_t count, zr_coll_op *op);
+zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,
+                             zr_coll_op *op);
 
-/* hpZ: copy my slice of a full buffer (size[HPZ]*count elements) into secondary (count elements of type). */
+/* hpZ: copy my slice of a full buffer (size[HPZ]*count elements) into secondary (count elements of
+ * type). */
 zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype type,
                      void *secondary);
 
@@ -101,21 +105,22 @@ zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype
  * hpZ: rebuild full (size[HPZ]*count fp32) from the secondaries of my hpZ
  * group: exactly zr_allgather_start(c, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, ...).
  */
-zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type,
-                              const void *secondary, size_t count, float *full, zr_coll_op *op);
+zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,
+                              size_t count, float *full, zr_coll_op *op);
 
 /* ---- qgZ ------------------------------------------------------------------ */
 
 typedef struct zr_qgz_config {
-    zr_qparams q;   /* both hops; INT4 by default */
-    int chunks;     /* pipelining: >1 splits the buffer so hop 1 of chunk k+1 overlaps hop 2 of chunk k */
+    zr_qparams q; /* both hops; INT4 by default */
+    int chunks; /* pipelining: >1 splits the buffer so hop 1 of chunk k+1 overlaps hop 2 of chunk k
+                 */
     int error_feedback; /* keep quantization residuals per buffer (see zr_qgz_feedback) */
 } zr_qgz_config;
 
 /* Error-feedback state for one gradient buffer (caller-owned, one per unit). */
 typedef struct zr_qgz_feedback {
-    float *intra;  /* residual of the first quantization, W*count elements (owned) */
-    float *inter;  /* residual of the requantization, count*N... (owned; sized by qgZ) */
+    float *intra; /* residual of the first quantization, W*count elements (owned) */
+    float *inter; /* residual of the requantization, count*N... (owned; sized by qgZ) */
     size_t n_intra, n_inter;
 } zr_qgz_feedback;
 
@@ -144,9 +149,8 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
                        size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op);
 
 /* Blocking conveniences: start + wait. */
-zr_status zr_allgather(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
-                       zr_dtype in_type, const void *in, size_t count, float *out,
-                       zr_coll_op *op);
+zr_status zr_allgather(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire, zr_dtype in_type,
+                       const void *in, size_t count, float *out, zr_coll_op *op);
 zr_status zr_reduce_scatter(zr_comm *c, zr_group g, const zr_wire *wire, const float *in,
                             size_t count, float *out, zr_coll_op *op);
 zr_status zr_allreduce(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,

@@ -54,14 +54,14 @@ typedef enum zr_group {
 
 /* The collective kinds zr accounts for, one row each in the traffic table. */
 typedef enum zr_kind {
-    ZR_KIND_ALLGATHER = 0, /* exact all-gather (fp32 / bf16 on the wire) */
-    ZR_KIND_REDUCE_SCATTER,/* exact reduce-scatter */
-    ZR_KIND_ALLREDUCE,     /* exact all-reduce */
-    ZR_KIND_QWZ,           /* quantized weight all-gather */
-    ZR_KIND_HPZ,           /* gather of the secondary partition inside the node */
-    ZR_KIND_QGZ,           /* quantized hierarchical gradient reduce-scatter */
-    ZR_KIND_ALLTOALL,      /* plain all-to-all */
-    ZR_KIND_CONTROL,       /* small agreements: errors, norms, checksums */
+    ZR_KIND_ALLGATHER = 0,  /* exact all-gather (fp32 / bf16 on the wire) */
+    ZR_KIND_REDUCE_SCATTER, /* exact reduce-scatter */
+    ZR_KIND_ALLREDUCE,      /* exact all-reduce */
+    ZR_KIND_QWZ,            /* quantized weight all-gather */
+    ZR_KIND_HPZ,            /* gather of the secondary partition inside the node */
+    ZR_KIND_QGZ,            /* quantized hierarchical gradient reduce-scatter */
+    ZR_KIND_ALLTOALL,       /* plain all-to-all */
+    ZR_KIND_CONTROL,        /* small agreements: errors, norms, checksums */
     ZR_KIND_COUNT
 } zr_kind;
 
@@ -85,8 +85,8 @@ typedef struct zr_traffic {
  */
 typedef struct zr_request {
     MPI_Request *reqs; /* owned; freed by zr_comm_wait */
-    int *peer;         /* inside the reqs block: 2 * count ints; peer[i] = world rank at the other end
-                          of reqs[i] (receives first, then sends), peer[count + i] = scratch */
+    int *peer; /* inside the reqs block: 2 * count ints; peer[i] = world rank at the other end
+                  of reqs[i] (receives first, then sends), peer[count + i] = scratch */
     int count;
     int nrecv; /* reqs[0 .. nrecv) are receives, the rest sends */
     int active;
@@ -96,7 +96,10 @@ typedef struct zr_request {
     uint64_t gseq; /* ... on its group: the same number on every rank of the group */
 } zr_request;
 
-#define ZR_REQUEST_INIT {NULL, NULL, 0, 0, 0, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, 0, 0}
+#define ZR_REQUEST_INIT                                                                            \
+    {                                                                                              \
+        NULL, NULL, 0, 0, 0, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, 0, 0                               \
+    }
 
 typedef struct zr_comm zr_comm;
 
@@ -149,27 +152,27 @@ struct zr_comm {
     zr_traffic traffic;
 
     /* ---- watchdog and abort notices (see "Bounded waits" below) ---- */
-    MPI_Comm ctl;       /* owned: a duplicate of world for agreements and notices, never data */
-    double timeout_s;   /* seconds a wait may go without progress; 0 = forever */
-    long long step;     /* training step named in messages; -1 = none */
-    uint64_t seq;       /* exchanges posted on this rank so far */
+    MPI_Comm ctl;     /* owned: a duplicate of world for agreements and notices, never data */
+    double timeout_s; /* seconds a wait may go without progress; 0 = forever */
+    long long step;   /* training step named in messages; -1 = none */
+    uint64_t seq;     /* exchanges posted on this rank so far */
     /* exchanges started per group, and [ZR_GROUP_COUNT]: MPI collectives on world; every rank
        of a group starts them in the same order, so a notice carrying them tells a waiting rank
        whether the failed rank ever took part in what it waits for */
     uint64_t posted[ZR_GROUP_COUNT + 1];
-    int inflight;       /* exchanges posted and not yet completed */
-    int fail_fast;      /* a failed collective notifies the other ranks at once */
-    int notified;       /* this rank has sent its failure notice */
-    int noticed;        /* failure notices arrived since the last agreement; the first ... */
-    int notice_from;    /* ... (an original failure before a ZR_ERR_REMOTE) from this rank */
-    int notice_status;  /* ... with this status */
-    int notice_got;     /* notices received since the last agreement */
+    int inflight;        /* exchanges posted and not yet completed */
+    int fail_fast;       /* a failed collective notifies the other ranks at once */
+    int notified;        /* this rank has sent its failure notice */
+    int noticed;         /* failure notices arrived since the last agreement; the first ... */
+    int notice_from;     /* ... (an original failure before a ZR_ERR_REMOTE) from this rank */
+    int notice_status;   /* ... with this status */
+    int notice_got;      /* notices received since the last agreement */
     int64_t *notice_tab; /* owned: per world rank ZR_NOTICE_LEN values, [0] = 1 once it sent one */
-    int broken;         /* the last failed zr_comm_agree left exchanges in flight somewhere */
-    MPI_Request notice_req;      /* the posted receive of the next notice */
+    int broken;          /* the last failed zr_comm_agree left exchanges in flight somewhere */
+    MPI_Request notice_req;            /* the posted receive of the next notice */
     int64_t notice_buf[ZR_NOTICE_LEN]; /* its buffer (status -1: that rank timed out) */
-    MPI_Request *notice_sends;   /* owned: world-size slots for this rank's notices */
-    int notice_nsend;            /* of which in flight */
+    MPI_Request *notice_sends;         /* owned: world-size slots for this rank's notices */
+    int notice_nsend;                  /* of which in flight */
     int64_t notify_buf[ZR_NOTICE_LEN]; /* the notice this rank sends */
     zr_fault_mode fault;
     int fault_rank;
@@ -209,12 +212,12 @@ zr_status zr_comm_iexchange(zr_comm *c, zr_group g, zr_kind kind, const void *se
                             const size_t *rcount, const size_t *rdisp, zr_request *req);
 
 /* All-gather of equal blocks: recv holds size[g] blocks of bytes, mine at rank[g]*bytes. */
-zr_status zr_comm_iallgather(zr_comm *c, zr_group g, zr_kind kind, const void *send,
-                             size_t bytes, void *recv, zr_request *req);
+zr_status zr_comm_iallgather(zr_comm *c, zr_group g, zr_kind kind, const void *send, size_t bytes,
+                             void *recv, zr_request *req);
 
 /* All-to-all of equal blocks: block p of send goes to peer p, block p of recv comes from p. */
-zr_status zr_comm_ialltoall(zr_comm *c, zr_group g, zr_kind kind, const void *send,
-                            size_t bytes, void *recv, zr_request *req);
+zr_status zr_comm_ialltoall(zr_comm *c, zr_group g, zr_kind kind, const void *send, size_t bytes,
+                            void *recv, zr_request *req);
 
 /* Complete a request (no-op on one never started or already completed). */
 zr_status zr_comm_wait(zr_comm *c, zr_request *req);

@@ -27,32 +27,34 @@ typedef struct zr_train_config {
     int gradient_accumulation_steps;    /* 0 = derived */
     double gradient_clipping;           /* global norm; 0 disables */
     int steps_per_print;
-    int bf16_enabled;                   /* bf16.enabled: 16-bit wire (compute stays fp32 on CPU) */
-    char communication_data_type[16];   /* "", "bf16" or "fp32" ("" = bf16 if bf16.enabled else fp32) */
+    int bf16_enabled;                 /* bf16.enabled: 16-bit wire (compute stays fp32 on CPU) */
+    char communication_data_type[16]; /* "", "bf16" or "fp32" ("" = bf16 if bf16.enabled else fp32)
+                                       */
 
     /* optimizer: {type, params: {lr, betas, eps, weight_decay}} */
-    char optimizer_type[32];            /* "AdamW", or "Adam" (DeepSpeed's Adam is AdamW by default) */
+    char optimizer_type[32]; /* "AdamW", or "Adam" (DeepSpeed's Adam is AdamW by default) */
     double lr;
     double beta1, beta2;
     double eps;
     double weight_decay;
 
     /* scheduler: {type, params: {...}}; type "" = constant lr */
-    char scheduler_type[32];            /* "", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR" */
-    double warmup_min_lr;               /* WarmupLR / WarmupDecayLR */
-    double warmup_max_lr;               /* 0 = optimizer lr */
+    char scheduler_type[32]; /* "", "WarmupLR", "WarmupDecayLR", "WarmupCosineLR" */
+    double warmup_min_lr;    /* WarmupLR / WarmupDecayLR */
+    double warmup_max_lr;    /* 0 = optimizer lr */
     int warmup_num_steps;
-    int total_num_steps;                /* WarmupDecayLR / WarmupCosineLR; 0 = zr.train_steps */
-    double cos_min_ratio;               /* WarmupCosineLR: final lr = ratio * lr */
-    double warmup_min_ratio;            /* WarmupCosineLR: first lr = ratio * lr */
-    char warmup_type[16];               /* "log" (DeepSpeed's default) or "linear" warm-up curve */
+    int total_num_steps;     /* WarmupDecayLR / WarmupCosineLR; 0 = zr.train_steps */
+    double cos_min_ratio;    /* WarmupCosineLR: final lr = ratio * lr */
+    double warmup_min_ratio; /* WarmupCosineLR: first lr = ratio * lr */
+    char warmup_type[16];    /* "log" (DeepSpeed's default) or "linear" warm-up curve */
 
     /* zero_optimization */
     int stage;
-    int zero_quantized_weights;         /* qwZ */
-    int zero_hpz_partition_size;        /* hpZ group size; 1 = off, 0 = ranks per node (resolved by the communicator) */
-    int zero_quantized_gradients;       /* qgZ */
-    long long reduce_bucket_size;       /* elements of gradient reductions in flight */
+    int zero_quantized_weights;   /* qwZ */
+    int zero_hpz_partition_size;  /* hpZ group size; 1 = off, 0 = ranks per node (resolved by the
+                                     communicator) */
+    int zero_quantized_gradients; /* qgZ */
+    long long reduce_bucket_size; /* elements of gradient reductions in flight */
     long long stage3_prefetch_bucket_size; /* elements prefetched ahead (budget) */
     long long stage3_max_live_parameters;  /* elements gathered at once */
     int overlap_comm;
@@ -60,27 +62,29 @@ typedef struct zr_train_config {
     /* ---- zr's own section: "zr": {...} ---- */
     /* zr.model */
     int layers, heads, channels, seq_len;
-    int max_seq_len;                    /* positions the model has (rows of wpe; GPT-2: 1024), >= seq_len */
-    int vocab_size;                     /* 0 = from the data's kind (text 256, GPT-2 50257, llama-3 128256) */
-    char init_path[ZR_CFG_STR];         /* "" = random init; else an llm.c GPT-2 model file to start from */
+    int max_seq_len; /* positions the model has (rows of wpe; GPT-2: 1024), >= seq_len */
+    int vocab_size;  /* 0 = from the data's kind (text 256, GPT-2 50257, llama-3 128256) */
+    char init_path[ZR_CFG_STR]; /* "" = random init; else an llm.c GPT-2 model file to start from */
     int activation_checkpointing; /* recompute each block's forward in the backward */
     /* zr.data */
-    char data_path[ZR_CFG_STR];         /* "" = the bundled corpus (Debian's fortunes); text file or llm.c .bin shard */
-    int val_every;                      /* steps between validation passes; 0 = never */
+    char data_path[ZR_CFG_STR]; /* "" = the bundled corpus (Debian's fortunes); text file or llm.c
+                                   .bin shard */
+    int val_every;              /* steps between validation passes; 0 = never */
     int val_batches;
     /* zr.train */
     int train_steps;
     unsigned long long seed;
-    int threads;                        /* BLAS threads per rank */
-    char metrics_path[ZR_CFG_STR];      /* JSON lines, one per step; "" = <checkpoint_dir>/metrics.jsonl or none */
-    int max_nonfinite_steps;            /* stop after this many consecutive non-finite steps; 0 = never */
-    double timeout_s;                   /* watchdog: seconds a wait may go without progress; 0 = forever */
+    int threads;                   /* BLAS threads per rank */
+    char metrics_path[ZR_CFG_STR]; /* JSON lines, one per step; "" = <checkpoint_dir>/metrics.jsonl
+                                      or none */
+    int max_nonfinite_steps; /* stop after this many consecutive non-finite steps; 0 = never */
+    double timeout_s;        /* watchdog: seconds a wait may go without progress; 0 = forever */
     /* zr.checkpoint */
-    char checkpoint_dir[ZR_CFG_STR];    /* "" = no checkpoints */
-    int checkpoint_every;               /* steps; 0 = only at the end */
-    int keep_checkpoints;               /* newest complete checkpoints kept; 0 = all */
-    int resume;                         /* continue from the newest complete checkpoint */
-    char resume_from[ZR_CFG_STR];       /* "" = none; else continue from this checkpoint */
+    char checkpoint_dir[ZR_CFG_STR]; /* "" = no checkpoints */
+    int checkpoint_every;            /* steps; 0 = only at the end */
+    int keep_checkpoints;            /* newest complete checkpoints kept; 0 = all */
+    int resume;                      /* continue from the newest complete checkpoint */
+    char resume_from[ZR_CFG_STR];    /* "" = none; else continue from this checkpoint */
     /* zr.quant */
     int qwz_bits, qwz_group;
     int qgz_bits, qgz_group;
@@ -98,17 +102,17 @@ typedef struct zr_train_config {
     unsigned given;
 } zr_train_config;
 
-#define ZR_GIVEN_TRAIN_BATCH  (1u << 0)
-#define ZR_GIVEN_MICRO_BATCH  (1u << 1)
-#define ZR_GIVEN_GRAD_ACCUM   (1u << 2)
-#define ZR_GIVEN_QWZ          (1u << 3)
-#define ZR_GIVEN_HPZ          (1u << 4)
-#define ZR_GIVEN_QGZ          (1u << 5)
+#define ZR_GIVEN_TRAIN_BATCH (1u << 0)
+#define ZR_GIVEN_MICRO_BATCH (1u << 1)
+#define ZR_GIVEN_GRAD_ACCUM  (1u << 2)
+#define ZR_GIVEN_QWZ         (1u << 3)
+#define ZR_GIVEN_HPZ         (1u << 4)
+#define ZR_GIVEN_QGZ         (1u << 5)
 /* the model's shape: with zr.model.init the file decides, and a key given must agree with it */
-#define ZR_GIVEN_LAYERS       (1u << 6)
-#define ZR_GIVEN_HEADS        (1u << 7)
-#define ZR_GIVEN_CHANNELS     (1u << 8)
-#define ZR_GIVEN_MAX_SEQ_LEN  (1u << 9)
+#define ZR_GIVEN_LAYERS      (1u << 6)
+#define ZR_GIVEN_HEADS       (1u << 7)
+#define ZR_GIVEN_CHANNELS    (1u << 8)
+#define ZR_GIVEN_MAX_SEQ_LEN (1u << 9)
 
 /* Defaults (the demo's small GPT with ZeRO++ on). */
 void zr_config_defaults(zr_train_config *c);

@@ -61,7 +61,7 @@ zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const 
  * compares it with the OS's count.
  */
 #define ZR_GPT_HELD_UNITS 3
-#define ZR_MEM_ALLOWANCE ((size_t)64 << 20)
+#define ZR_MEM_ALLOWANCE  ((size_t)64 << 20)
 typedef struct zr_gpt_memory_prediction {
     size_t state, activations, pool, allowance, total;
 } zr_gpt_memory_prediction;

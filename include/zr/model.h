@@ -58,7 +58,7 @@ typedef struct zr_tensor_desc {
 } zr_tensor_desc;
 
 /* Tensors per block unit, and the most any unit has. */
-#define ZR_GPT_BLOCK_TENSORS 12
+#define ZR_GPT_BLOCK_TENSORS    12
 #define ZR_GPT_MAX_UNIT_TENSORS 12
 
 /* Activations of one transformer block for the current micro-batch. */
@@ -180,7 +180,7 @@ double zr_gpt_flops_per_step(const zr_gpt_config *cfg, int B, int T);
 
 /* ---- files (gpt_io.c) --------------------------------------------------- */
 
-#define ZR_LLMC_MODEL_MAGIC 20240326
+#define ZR_LLMC_MODEL_MAGIC        20240326
 #define ZR_LLMC_MODEL_VERSION_FP32 3
 
 /*
@@ -211,7 +211,6 @@ zr_status zr_gpt_read_llmc_unit(const char *path, const zr_gpt_config *cfg, int 
  * [C, 3C] (Conv1D: [in, out], i.e. transposed), ..., ln_f.bias), F32.
  * Same temporary-name + fsync + rename discipline.
  */
-zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg,
-                                   float *const *units);
+zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg, float *const *units);
 
 #endif /* ZR_MODEL_H */

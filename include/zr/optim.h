@@ -33,8 +33,8 @@ zr_adamw zr_adamw_default(void);
  * lr is the scheduled rate (h->lr is ignored here); t >= 1 is the step
  * number for bias correction. m and v start at zero. Ranges may not overlap.
  */
-void zr_adamw_update(const zr_adamw *h, float lr, int t, float grad_scale, int decay,
-                     float *param, const float *grad, float *m, float *v, size_t n);
+void zr_adamw_update(const zr_adamw *h, float lr, int t, float grad_scale, int decay, float *param,
+                     const float *grad, float *m, float *v, size_t n);
 
 /* min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables clipping (returns 1). */
 float zr_clip_scale(double grad_norm, float max_norm);

@@ -188,8 +188,8 @@ zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, f
 /* ---- implementation selection (tests and benchmarks) -------------------- */
 
 typedef enum zr_qimpl {
-    ZR_QIMPL_AUTO = 0,  /* best the CPU supports */
-    ZR_QIMPL_SCALAR,    /* the reference oracle */
+    ZR_QIMPL_AUTO = 0, /* best the CPU supports */
+    ZR_QIMPL_SCALAR,   /* the reference oracle */
     ZR_QIMPL_AVX2,
     ZR_QIMPL_AVX512,
 } zr_qimpl;

@@ -74,11 +74,11 @@ typedef enum zr_placement {
 } zr_placement;
 
 typedef struct zr_plan {
-    int stage;            /* 0..3: the preset this plan came from */
-    zr_placement params;  /* working parameters */
-    zr_placement grads;   /* gradients */
-    zr_placement optim;   /* fp32 master weights and Adam moments */
-    int secondary;        /* 1: hpZ secondary copy of the parameters over ZR_GROUP_HPZ */
+    int stage;           /* 0..3: the preset this plan came from */
+    zr_placement params; /* working parameters */
+    zr_placement grads;  /* gradients */
+    zr_placement optim;  /* fp32 master weights and Adam moments */
+    int secondary;       /* 1: hpZ secondary copy of the parameters over ZR_GROUP_HPZ */
 } zr_plan;
 
 /* The preset for a ZeRO stage, with or without hpZ. */
@@ -103,20 +103,23 @@ typedef enum zr_phase {
 } zr_phase;
 
 typedef struct zr_engine_config {
-    int stage;               /* 0..3 */
-    zr_wire param_wire;      /* exact parameter gathers: ZR_WIRE_BF16 (default) or ZR_WIRE_F32 */
-    zr_wire grad_wire;       /* exact gradient reductions: ZR_WIRE_BF16 or ZR_WIRE_F32 */
-    int qwz;                 /* quantize weight gathers (stage 3) */
-    zr_qparams qwz_q;        /* INT8, group from quant.h by default */
-    int hpz;                 /* hpZ secondary partition (stage 3) */
-    int qgz;                 /* quantized hierarchical gradient reduce-scatter (stage 2, 3) */
-    zr_qgz_config qgz_cfg;   /* INT4 by default */
-    int overlap;             /* overlap communication with compute (prefetch, async reduction) */
-    size_t max_live;         /* stage 3: elements of gathered parameters allowed at once (prefetch budget) */
-    size_t prefetch_bucket;  /* stage 3: elements that may be in flight ahead of use; 0 = no prefetch */
-    size_t reduce_bucket;    /* elements of gradient reductions in flight (>= 1; one unit always may) */
+    int stage;             /* 0..3 */
+    zr_wire param_wire;    /* exact parameter gathers: ZR_WIRE_BF16 (default) or ZR_WIRE_F32 */
+    zr_wire grad_wire;     /* exact gradient reductions: ZR_WIRE_BF16 or ZR_WIRE_F32 */
+    int qwz;               /* quantize weight gathers (stage 3) */
+    zr_qparams qwz_q;      /* INT8, group from quant.h by default */
+    int hpz;               /* hpZ secondary partition (stage 3) */
+    int qgz;               /* quantized hierarchical gradient reduce-scatter (stage 2, 3) */
+    zr_qgz_config qgz_cfg; /* INT4 by default */
+    int overlap;           /* overlap communication with compute (prefetch, async reduction) */
+    size_t
+        max_live; /* stage 3: elements of gathered parameters allowed at once (prefetch budget) */
+    size_t
+        prefetch_bucket; /* stage 3: elements that may be in flight ahead of use; 0 = no prefetch */
+    size_t
+        reduce_bucket; /* elements of gradient reductions in flight (>= 1; one unit always may) */
     float beta1, beta2, eps, weight_decay; /* AdamW */
-    float grad_clip;         /* global grad-norm clipping; <= 0 disables */
+    float grad_clip;                       /* global grad-norm clipping; <= 0 disables */
 } zr_engine_config;
 
 /* Defaults: stage 3, bf16 wire, ZeRO++ off, overlap on, AdamW(0.9, 0.95, 1e-8, 0.1), clip 1.0. */
@@ -124,38 +127,38 @@ zr_engine_config zr_engine_config_default(void);
 
 /* Per-step accounting, filled by zr_engine_step. */
 typedef struct zr_step_stats {
-    double grad_norm;       /* before clipping; NaN/Inf if non-finite */
-    int skipped;            /* 1 if the step was skipped (non-finite gradients) */
-    double t_comm;          /* seconds blocked waiting on communication (exposed comm) */
-    double t_optim;         /* seconds in the optimizer step and parameter refresh */
-    double t_total;         /* seconds from the first micro_begin to the end of the step */
-    zr_traffic traffic;     /* this rank's bytes and calls during the step */
-    size_t live_peak;       /* peak elements of gathered parameters during the step */
+    double grad_norm;           /* before clipping; NaN/Inf if non-finite */
+    int skipped;                /* 1 if the step was skipped (non-finite gradients) */
+    double t_comm;              /* seconds blocked waiting on communication (exposed comm) */
+    double t_optim;             /* seconds in the optimizer step and parameter refresh */
+    double t_total;             /* seconds from the first micro_begin to the end of the step */
+    zr_traffic traffic;         /* this rank's bytes and calls during the step */
+    size_t live_peak;           /* peak elements of gathered parameters during the step */
     uint64_t zero3_bytes_inter; /* what ZeRO-3 with bf16 on the wire would have sent across
                                    nodes from this rank for the same gathers and reductions */
 } zr_step_stats;
 
-typedef struct zr_unit_state zr_unit_state; /* private to the engine */
+typedef struct zr_unit_state zr_unit_state;   /* private to the engine */
 typedef struct zr_engine_pool zr_engine_pool; /* private: reused transient buffers and ops */
 
 typedef struct zr_engine {
-    zr_comm *comm;           /* not owned */
+    zr_comm *comm; /* not owned */
     zr_engine_config cfg;
     zr_plan plan;
     int nunits;
-    zr_unit_state *units;    /* owned */
-    zr_engine_pool *pool;    /* owned */
-    int *fifo;               /* owned; units whose reduction is in flight, oldest at fifo_head */
+    zr_unit_state *units; /* owned */
+    zr_engine_pool *pool; /* owned */
+    int *fifo;            /* owned; units whose reduction is in flight, oldest at fifo_head */
     int fifo_head, nreducing;
-    size_t reducing;         /* padded elements of the reductions in flight */
-    int step;                /* optimizer steps taken (AdamW's t) */
-    int micro;               /* micro-batches since the last step */
-    int safe;                /* ZR_SAFE=1: cross-check hpZ decisions */
-    size_t live, live_peak;  /* gathered parameter elements now / peak this step */
-    size_t prefetched;       /* elements of gathers started ahead of use, not yet waited on */
+    size_t reducing;        /* padded elements of the reductions in flight */
+    int step;               /* optimizer steps taken (AdamW's t) */
+    int micro;              /* micro-batches since the last step */
+    int safe;               /* ZR_SAFE=1: cross-check hpZ decisions */
+    size_t live, live_peak; /* gathered parameter elements now / peak this step */
+    size_t prefetched;      /* elements of gathers started ahead of use, not yet waited on */
     double t_comm, t_optim, t_begin;
     zr_traffic traffic_begin;
-    uint64_t zero3_inter;    /* the ZeRO-3 bf16 shadow count of this step */
+    uint64_t zero3_inter; /* the ZeRO-3 bf16 shadow count of this step */
 } zr_engine;
 
 /*

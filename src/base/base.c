@@ -202,10 +202,10 @@ _Noreturn void zr_die(const char *file, int line, const char *hint, const char *
  * whose redzones catch overflows.
  */
 typedef struct alloc_header {
-    size_t bytes;    /* accounted bytes (rounded request) */
+    size_t bytes; /* accounted bytes (rounded request) */
     uint64_t magic;
-    size_t map_len;  /* length of the mapping that holds the block; 0: from malloc */
-    int site;        /* index into sites[] */
+    size_t map_len; /* length of the mapping that holds the block; 0: from malloc */
+    int site;       /* index into sites[] */
     unsigned char pad[ZR_ALIGN - 3 * sizeof(size_t) - sizeof(int)];
 } alloc_header;
 
@@ -253,8 +253,8 @@ zr_status zr_alloc_at(void **out, size_t bytes, const char *file, int line)
     *out = NULL;
     if (bytes > SIZE_MAX / 2) {
         return zr_error_at(ZR_ERR_NOMEM, file, line,
-                           "allocation of an impossible size requested at %s:%d",
-                           short_file(file), line);
+                           "allocation of an impossible size requested at %s:%d", short_file(file),
+                           line);
     }
     size_t rounded = zr_round_up(bytes == 0 ? 1 : bytes, ZR_ALIGN);
     size_t total = rounded + sizeof(alloc_header);

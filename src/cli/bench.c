@@ -19,8 +19,10 @@ static const bench_entry benches[] = {
     {"quant", zr_bench_quant, "quantize/dequantize GB/s against memcpy, error by group size"},
     {"model", zr_bench_model, "GPT-2 train step (fwd+bwd+AdamW) tokens/s and FLOP rate vs sgemm"},
     {"train", zr_bench_train, "GPT training steps per ZeRO++ mode: time split and bytes per step"},
-    {"memory", zr_bench_memory, "peak RSS per rank (from the OS) against the engine's memory formula"},
-    {"comm", zr_bench_comm, "collectives: time, algbw/busbw, intra/inter-node bytes; ZeRO-3 vs ZeRO++"},
+    {"memory", zr_bench_memory,
+     "peak RSS per rank (from the OS) against the engine's memory formula"},
+    {"comm", zr_bench_comm,
+     "collectives: time, algbw/busbw, intra/inter-node bytes; ZeRO-3 vs ZeRO++"},
     {NULL, NULL, NULL},
 };
 

@@ -286,8 +286,9 @@ int zr_cli_plot(int argc, char **argv)
                "}\n"
                "set output ");
     put_quoted(f, out);
-    fprintf(f, "\nset datafile missing 'NaN'\nset grid\nset key top right opaque\nset xlabel 'step'\n"
-               "set multiplot layout 2,1 title ");
+    fprintf(f,
+            "\nset datafile missing 'NaN'\nset grid\nset key top right opaque\nset xlabel 'step'\n"
+            "set multiplot layout 2,1 title ");
     put_quoted(f, title);
     fprintf(f, "\n");
     panel(f, dir, runs, nruns, has_loss, has_val, 2, "loss", "loss");

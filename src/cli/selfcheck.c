@@ -27,7 +27,8 @@ int zr_cli_selfcheck(int argc, char **argv)
     MPI_Init(&argc, &argv);
     zr_comm c;
     zr_comm_config cfg = {0, hpz};
-    ZR_TRY(zr_comm_init(&c, MPI_COMM_WORLD, &cfg), "check the rank count, ZR_RANKS_PER_NODE and --hpz");
+    ZR_TRY(zr_comm_init(&c, MPI_COMM_WORLD, &cfg),
+           "check the rank count, ZR_RANKS_PER_NODE and --hpz");
     int W = c.size[ZR_GROUP_WORLD], R = c.rank[ZR_GROUP_WORLD];
     char desc[256];
     zr_comm_describe(&c, desc, sizeof desc);
@@ -65,7 +66,8 @@ int zr_cli_selfcheck(int argc, char **argv)
     }
     zr_traffic t;
     ZR_TRY(zr_comm_traffic_total(&c, &t), "");
-    uint64_t D = (uint64_t)c.ranks_per_node, N = (uint64_t)c.n_nodes, H = (uint64_t)c.size[ZR_GROUP_HPZ];
+    uint64_t D = (uint64_t)c.ranks_per_node, N = (uint64_t)c.n_nodes,
+             H = (uint64_t)c.size[ZR_GROUP_HPZ];
     uint64_t hpz_inter = H > D ? H - D : 0, hpz_intra = (H > D ? D : H) - 1;
     uint64_t expect_inter = W * B * ((W - D) + 0 + (N - 1) + hpz_inter);
     uint64_t expect_intra = W * B * ((D - 1) + (D - 1) + 0 + hpz_intra);

@@ -48,8 +48,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
                 send = a->send;
             }
         }
-        ZR_CHECK(zr_comm_iallgather(c, a->group, a->kind, send, a->count * esize, a->recv,
-                                    &op->req[0]));
+        ZR_CHECK(
+            zr_comm_iallgather(c, a->group, a->kind, send, a->count * esize, a->recv, &op->req[0]));
         zr_coll_posted_last(op, a->group);
         op->phase = 1;
     }

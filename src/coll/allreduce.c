@@ -46,9 +46,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         if (a->wire == ZR_WIRE_BF16) {
             zr_bf16 *gathered = a->recv;
             zr_bf16_from_f32_n(gathered + (size_t)me * per, mine, per);
-            ZR_CHECK(zr_comm_iallgather(c, a->group, ZR_KIND_ALLREDUCE,
-                                        gathered + (size_t)me * per, per * 2, gathered,
-                                        &op->req[0]));
+            ZR_CHECK(zr_comm_iallgather(c, a->group, ZR_KIND_ALLREDUCE, gathered + (size_t)me * per,
+                                        per * 2, gathered, &op->req[0]));
         } else {
             ZR_CHECK(zr_comm_iallgather(c, a->group, ZR_KIND_ALLREDUCE, mine, per * 4, a->pad,
                                         &op->req[0]));
@@ -70,8 +69,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     return ZR_OK;
 }
 
-zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf,
-                             size_t count, zr_coll_op *op)
+zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,
+                             zr_coll_op *op)
 {
     if (c == NULL || (unsigned)g >= ZR_GROUP_COUNT) {
         ZR_FAIL(ZR_ERR_INVALID, "all-reduce: NULL communicator or unknown group %d", (int)g);

@@ -289,8 +289,7 @@ zr_status zr_reduce_scatter_start(zr_comm *c, zr_group g, const zr_wire *wire, c
 {
     ZR_CHECK(check_group(c, g, "reduce-scatter"));
     if (count > 0 && (in == NULL || out == NULL)) {
-        ZR_FAIL(ZR_ERR_INVALID, "reduce-scatter: NULL %s buffer",
-                in == NULL ? "input" : "output");
+        ZR_FAIL(ZR_ERR_INVALID, "reduce-scatter: NULL %s buffer", in == NULL ? "input" : "output");
     }
     zr_wire_type t = wire != NULL ? wire->type : ZR_WIRE_F32;
     if (t == ZR_WIRE_QUANT) {
@@ -305,9 +304,8 @@ zr_status zr_reduce_scatter_start(zr_comm *c, zr_group g, const zr_wire *wire, c
 
 /* ---- public: blocking conveniences ------------------------------------------ */
 
-zr_status zr_allgather(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
-                       zr_dtype in_type, const void *in, size_t count, float *out,
-                       zr_coll_op *op)
+zr_status zr_allgather(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire, zr_dtype in_type,
+                       const void *in, size_t count, float *out, zr_coll_op *op)
 {
     ZR_CHECK(zr_allgather_start(c, g, kind, wire, in_type, in, count, out, op));
     return zr_coll_wait(c, op);

@@ -61,15 +61,15 @@ typedef struct zr_coll_qgz {
     const void *in;
     size_t count;
     float *out;
-    zr_qgz_feedback *fb; /* NULL without error feedback */
-    float mul;           /* 1/W, applied at the first quantization */
-    int W, D, N, d;      /* world, ranks per node, nodes, my rank in the node */
-    size_t groups;       /* quantization groups per partition */
-    int chunks;          /* effective chunk count (<= groups) */
-    int next_encode;     /* first chunk whose intra hop is not posted yet */
-    int next_reduce;     /* first chunk whose intra hop is not reduced yet */
-    int next_final;      /* first chunk whose inter hop is not summed yet */
-    size_t slot_bytes1, slot_bytes2;      /* hop-1 and hop-2 buffer bytes per slot */
+    zr_qgz_feedback *fb;             /* NULL without error feedback */
+    float mul;                       /* 1/W, applied at the first quantization */
+    int W, D, N, d;                  /* world, ranks per node, nodes, my rank in the node */
+    size_t groups;                   /* quantization groups per partition */
+    int chunks;                      /* effective chunk count (<= groups) */
+    int next_encode;                 /* first chunk whose intra hop is not posted yet */
+    int next_reduce;                 /* first chunk whose intra hop is not reduced yet */
+    int next_final;                  /* first chunk whose inter hop is not summed yet */
+    size_t slot_bytes1, slot_bytes2; /* hop-1 and hop-2 buffer bytes per slot */
     unsigned char *send1[ZR_QGZ_SLOTS], *recv1[ZR_QGZ_SLOTS];
     unsigned char *send2[ZR_QGZ_SLOTS], *recv2[ZR_QGZ_SLOTS];
     const void **blocks; /* D pointers for zr_quant_sum_requant, carved from op->work */
@@ -144,9 +144,8 @@ zr_status zr_allgather_direct_start(zr_comm *c, zr_group g, zr_kind kind, zr_wir
 zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_qparams *q,
                                  zr_dtype in_type, const void *in, size_t count, float *out,
                                  zr_coll_op *op);
-zr_status zr_reduce_scatter_direct_start(zr_comm *c, zr_group g, zr_wire_type wire,
-                                         const float *in, size_t count, float *out,
-                                         zr_coll_op *op);
+zr_status zr_reduce_scatter_direct_start(zr_comm *c, zr_group g, zr_wire_type wire, const float *in,
+                                         size_t count, float *out, zr_coll_op *op);
 
 /*
  * The halves of the direct algorithms, shared with the all-reduce (which

@@ -36,11 +36,10 @@ zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype
     ZR_FAIL(ZR_ERR_INVALID, "hpZ cut: secondary type must be fp32 or bf16, got %d", (int)type);
 }
 
-zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type,
-                              const void *secondary, size_t count, float *full, zr_coll_op *op)
+zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,
+                              size_t count, float *full, zr_coll_op *op)
 {
-    return zr_allgather_start(c, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, type, secondary, count, full,
-                              op);
+    return zr_allgather_start(c, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, type, secondary, count, full, op);
 }
 
 zr_status zr_hpz_gather(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,

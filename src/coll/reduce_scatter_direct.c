@@ -113,9 +113,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     return ZR_OK;
 }
 
-zr_status zr_reduce_scatter_direct_start(zr_comm *c, zr_group g, zr_wire_type wire,
-                                         const float *in, size_t count, float *out,
-                                         zr_coll_op *op)
+zr_status zr_reduce_scatter_direct_start(zr_comm *c, zr_group g, zr_wire_type wire, const float *in,
+                                         size_t count, float *out, zr_coll_op *op)
 {
     zr_coll_state *s;
     ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));

@@ -116,12 +116,12 @@ static zr_status post_intra(zr_comm *c, zr_coll_op *op, int k)
             size_t p = (size_t)m * (size_t)q->D + (size_t)j;
             float *res = q->fb != NULL ? q->fb->intra + p * q->count + lo : NULL;
             unsigned char *dst = q->send1[slot] + ((size_t)j * (size_t)q->N + (size_t)m) * bytes;
-            ZR_CHECK(zr_quant_encode(&q->q, q->in_type, input_at(q, p * q->count + lo), len,
-                                     q->mul, res, dst, NULL));
+            ZR_CHECK(zr_quant_encode(&q->q, q->in_type, input_at(q, p * q->count + lo), len, q->mul,
+                                     res, dst, NULL));
         }
     }
-    return zr_comm_ialltoall(c, ZR_GROUP_NODE, ZR_KIND_QGZ, q->send1[slot],
-                             (size_t)q->N * bytes, q->recv1[slot], &op->req[slot]);
+    return zr_comm_ialltoall(c, ZR_GROUP_NODE, ZR_KIND_QGZ, q->send1[slot], (size_t)q->N * bytes,
+                             q->recv1[slot], &op->req[slot]);
 }
 
 /*
@@ -143,8 +143,8 @@ static zr_status reduce_chunk(zr_comm *c, zr_coll_op *op, int k)
             /* no node peers: my partitions are quantized once, for the cross hop */
             size_t p = (size_t)m;
             float *res = q->fb != NULL ? q->fb->intra + p * q->count + lo : NULL;
-            ZR_CHECK(zr_quant_encode(&q->q, q->in_type, input_at(q, p * q->count + lo), len,
-                                     q->mul, res, q->send2[slot] + (size_t)m * bytes, NULL));
+            ZR_CHECK(zr_quant_encode(&q->q, q->in_type, input_at(q, p * q->count + lo), len, q->mul,
+                                     res, q->send2[slot] + (size_t)m * bytes, NULL));
             continue;
         }
         for (int j = 0; j < q->D; j++) {
@@ -157,8 +157,8 @@ static zr_status reduce_chunk(zr_comm *c, zr_coll_op *op, int k)
         ZR_CHECK(zr_quant_sum_requant(q->blocks, q->D, len, 1.0f, &q->q, res,
                                       q->send2[slot] + (size_t)m * bytes, NULL));
     }
-    return zr_comm_ialltoall(c, ZR_GROUP_CROSS, ZR_KIND_QGZ, q->send2[slot], bytes,
-                             q->recv2[slot], &op->req[SLOTS + slot]);
+    return zr_comm_ialltoall(c, ZR_GROUP_CROSS, ZR_KIND_QGZ, q->send2[slot], bytes, q->recv2[slot],
+                             &op->req[SLOTS + slot]);
 }
 
 /* After hop 2 of chunk k: out = sum over nodes in node order. */
@@ -219,8 +219,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         }
         /* finish the oldest chunk whose hop 2 is in; block here only if nothing else moved */
         if (q->next_final < q->next_reduce) {
-            ZR_CHECK(zr_coll_progress(c, &op->req[SLOTS + q->next_final % SLOTS],
-                                      block && !moved, &done));
+            ZR_CHECK(zr_coll_progress(c, &op->req[SLOTS + q->next_final % SLOTS], block && !moved,
+                                      &done));
             if (done) {
                 ZR_CHECK(final_chunk(c, op, q->next_final));
                 q->next_final++;
@@ -339,8 +339,8 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
     int nptr = D > N ? D : N;
     size_t work = zr_coll_span(sizeof(void *) * (size_t)nptr) + (size_t)slots * 2 * (b1 + b2);
 
-    unsigned pending = (D > 1 ? ZR_COLL_BIT(ZR_GROUP_NODE) : 0) |
-                       (N > 1 ? ZR_COLL_BIT(ZR_GROUP_CROSS) : 0);
+    unsigned pending =
+        (D > 1 ? ZR_COLL_BIT(ZR_GROUP_NODE) : 0) | (N > 1 ? ZR_COLL_BIT(ZR_GROUP_CROSS) : 0);
     zr_coll_state *s;
     ZR_CHECK(zr_coll_begin(c, op, pending, advance, &s));
     zr_status st = zr_coll_reserve(op, work);

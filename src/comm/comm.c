@@ -29,7 +29,7 @@
 
 /* Tags on the control communicator (ctl), which carries no data exchange. */
 #define CTL_TAG_GATHER 11
-#define CTL_TAG_BCAST 12
+#define CTL_TAG_BCAST  12
 #define CTL_TAG_NOTICE 13
 /* notice_buf[1] of a rank whose watchdog fired (otherwise: the failing status) */
 #define NOTICE_TIMEOUT (-1)
@@ -37,10 +37,14 @@
 #define TIMEOUT_GRACE_S 1.0
 
 static const char *const kind_names[ZR_KIND_COUNT] = {
-    [ZR_KIND_ALLGATHER] = "allgather",   [ZR_KIND_REDUCE_SCATTER] = "reduce_scatter",
-    [ZR_KIND_ALLREDUCE] = "allreduce",   [ZR_KIND_QWZ] = "qwz",
-    [ZR_KIND_HPZ] = "hpz",               [ZR_KIND_QGZ] = "qgz",
-    [ZR_KIND_ALLTOALL] = "alltoall",     [ZR_KIND_CONTROL] = "control",
+    [ZR_KIND_ALLGATHER] = "allgather",
+    [ZR_KIND_REDUCE_SCATTER] = "reduce_scatter",
+    [ZR_KIND_ALLREDUCE] = "allreduce",
+    [ZR_KIND_QWZ] = "qwz",
+    [ZR_KIND_HPZ] = "hpz",
+    [ZR_KIND_QGZ] = "qgz",
+    [ZR_KIND_ALLTOALL] = "alltoall",
+    [ZR_KIND_CONTROL] = "control",
 };
 
 static const char *const group_names[ZR_GROUP_COUNT] = {
@@ -195,8 +199,8 @@ static _Noreturn void watchdog_fire(zr_comm *c, MPI_Request *reqs, int n, const 
     int nsend = 0;
     if (c->ctl != MPI_COMM_NULL && sends != NULL && !c->notified) {
         for (int r = 0; r < W; r++) {
-            if (r != me && MPI_Isend(notice, ZR_NOTICE_LEN, MPI_INT64_T, r, CTL_TAG_NOTICE,
-                                     c->ctl, &sends[nsend]) == MPI_SUCCESS) {
+            if (r != me && MPI_Isend(notice, ZR_NOTICE_LEN, MPI_INT64_T, r, CTL_TAG_NOTICE, c->ctl,
+                                     &sends[nsend]) == MPI_SUCCESS) {
                 nsend++;
             }
         }
@@ -210,8 +214,7 @@ static _Noreturn void watchdog_fire(zr_comm *c, MPI_Request *reqs, int n, const 
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    MPI_Abort(c->mpi[ZR_GROUP_WORLD] != MPI_COMM_NULL ? c->mpi[ZR_GROUP_WORLD] : MPI_COMM_WORLD,
-              1);
+    MPI_Abort(c->mpi[ZR_GROUP_WORLD] != MPI_COMM_NULL ? c->mpi[ZR_GROUP_WORLD] : MPI_COMM_WORLD, 1);
     _exit(1);
 }
 
@@ -301,8 +304,7 @@ static int abandoned_by(const zr_comm *c, MPI_Request *reqs, int n, const int *p
 }
 
 zr_status zr_comm_poll(zr_comm *c, MPI_Request *reqs, int n, const int *peer, int nrecv,
-                       int *scratch, const char *what, zr_group g, int counter,
-                       long long index)
+                       int *scratch, const char *what, zr_group g, int counter, long long index)
 {
     if (n <= 0) {
         return ZR_OK;
@@ -617,8 +619,8 @@ int zr_comm_check_placement(const int *leader, const int *local_size, int size, 
  * world rank. The verdict comes from all-gathered data, so it is the same on
  * every rank.
  */
-static zr_status detect_nodes(zr_comm *c, MPI_Comm world, int rank, int size, int *rpn,
-                              char *why, size_t n)
+static zr_status detect_nodes(zr_comm *c, MPI_Comm world, int rank, int size, int *rpn, char *why,
+                              size_t n)
 {
     MPI_Comm shm;
     ZR_MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shm));
@@ -626,9 +628,9 @@ static zr_status detect_nodes(zr_comm *c, MPI_Comm world, int rank, int size, in
     MPI_Comm_size(shm, &mine[1]);
     MPI_Request req = MPI_REQUEST_NULL;
     int rc = MPI_Iallreduce(&rank, &mine[0], 1, MPI_INT, MPI_MIN, shm, &req);
-    zr_status st = rc == MPI_SUCCESS
-                       ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection", ZR_GROUP_NODE, -1, 0)
-                       : zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Iallreduce");
+    zr_status st = rc == MPI_SUCCESS ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection",
+                                                    ZR_GROUP_NODE, -1, 0)
+                                     : zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Iallreduce");
     MPI_Comm_free(&shm);
     ZR_CHECK(st);
     /* the gathered pairs, then the same split into two arrays */
@@ -699,8 +701,7 @@ static int rec_same(const launch_rec *a, const launch_rec *b, int field)
     return field == 1 ? a->cfg_rpn == b->cfg_rpn : a->hpz == b->hpz;
 }
 
-static zr_status agree_launch(zr_comm *c, const zr_comm_config *cfg, int bad_timeout,
-                              int bad_fault)
+static zr_status agree_launch(zr_comm *c, const zr_comm_config *cfg, int bad_timeout, int bad_fault)
 {
     int W = c->size[ZR_GROUP_WORLD];
     launch_rec mine;
@@ -742,7 +743,8 @@ static zr_status agree_launch(zr_comm *c, const zr_comm_config *cfg, int bad_tim
     for (int r = 0; r < W; r++) {
         env_used &= st == ZR_OK && all[r].cfg_rpn == 0;
     }
-    static const char *const names[3] = {"ZR_RANKS_PER_NODE", "ranks_per_node", "hpZ partition sizes"};
+    static const char *const names[3] = {"ZR_RANKS_PER_NODE", "ranks_per_node",
+                                         "hpZ partition sizes"};
     for (int field = env_used ? 0 : 1; field < 3 && st == ZR_OK; field++) {
         int differ = 0, k = 0;
         for (int r = 0; r < W; r++) {
@@ -761,8 +763,8 @@ static zr_status agree_launch(zr_comm *c, const zr_comm_config *cfg, int bad_tim
             continue;
         }
         char msg[900];
-        size_t used = (size_t)snprintf(msg, sizeof msg, "ranks were started with different %s:",
-                                       names[field]);
+        size_t used = (size_t)snprintf(msg, sizeof msg,
+                                       "ranks were started with different %s:", names[field]);
         for (int v = 0; v < k && v < 4 && used < sizeof msg; v++) {
             int first = 0;
             while (cls[first] != v) {
@@ -771,8 +773,8 @@ static zr_status agree_launch(zr_comm *c, const zr_comm_config *cfg, int bad_tim
             char val[80], ranks[160];
             rec_value(&all[first], field, val, sizeof val);
             zr_comm_format_ranks(ranks, sizeof ranks, cls, W, v);
-            used += (size_t)snprintf(msg + used, sizeof msg - used, "%s %s on %s",
-                                     v ? "," : "", val, ranks);
+            used += (size_t)snprintf(msg + used, sizeof msg - used, "%s %s on %s", v ? "," : "",
+                                     val, ranks);
         }
         if (field == 0) {
             st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
@@ -1004,8 +1006,8 @@ zr_status zr_comm_iexchange(zr_comm *c, zr_group g, zr_kind kind, const void *se
 /* Equal-block layouts need count/displacement arrays; groups are small, so a stack buffer. */
 #define MAX_STACK_PEERS 256
 
-static zr_status equal_blocks(zr_comm *c, zr_group g, zr_kind kind, const void *send,
-                              size_t bytes, int send_same, void *recv, zr_request *req)
+static zr_status equal_blocks(zr_comm *c, zr_group g, zr_kind kind, const void *send, size_t bytes,
+                              int send_same, void *recv, zr_request *req)
 {
     int n = c->size[g];
     size_t stack[4 * MAX_STACK_PEERS];
@@ -1032,14 +1034,14 @@ static zr_status equal_blocks(zr_comm *c, zr_group g, zr_kind kind, const void *
     return st;
 }
 
-zr_status zr_comm_iallgather(zr_comm *c, zr_group g, zr_kind kind, const void *send,
-                             size_t bytes, void *recv, zr_request *req)
+zr_status zr_comm_iallgather(zr_comm *c, zr_group g, zr_kind kind, const void *send, size_t bytes,
+                             void *recv, zr_request *req)
 {
     return equal_blocks(c, g, kind, send, bytes, 1, recv, req);
 }
 
-zr_status zr_comm_ialltoall(zr_comm *c, zr_group g, zr_kind kind, const void *send,
-                            size_t bytes, void *recv, zr_request *req)
+zr_status zr_comm_ialltoall(zr_comm *c, zr_group g, zr_kind kind, const void *send, size_t bytes,
+                            void *recv, zr_request *req)
 {
     return equal_blocks(c, g, kind, send, bytes, 0, recv, req);
 }
@@ -1095,8 +1097,7 @@ zr_status zr_comm_alltoall(zr_comm *c, zr_group g, zr_kind kind, const void *sen
  * Direct all-reduce for a handful of values: all-gather everyone's vector and
  * reduce locally in rank order, so every rank computes the same bits.
  */
-static zr_status gather_values(zr_comm *c, zr_group g, const void *vals, size_t bytes,
-                               void **all)
+static zr_status gather_values(zr_comm *c, zr_group g, const void *vals, size_t bytes, void **all)
 {
     void *buf;
     ZR_CHECK(zr_alloc_at(&buf, bytes * (size_t)c->size[g], __FILE__, __LINE__));
@@ -1300,8 +1301,7 @@ zr_status zr_comm_traffic_total(zr_comm *c, zr_traffic *total)
     }
     MPI_Request req = MPI_REQUEST_NULL;
     long long index = (long long)c->posted[ZR_GROUP_COUNT]++;
-    ZR_MPI_CHECK(
-        MPI_Iallreduce(mine, sum, N, MPI_UINT64_T, MPI_SUM, c->mpi[ZR_GROUP_WORLD], &req));
+    ZR_MPI_CHECK(MPI_Iallreduce(mine, sum, N, MPI_UINT64_T, MPI_SUM, c->mpi[ZR_GROUP_WORLD], &req));
     ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "traffic total", ZR_GROUP_WORLD,
                           ZR_GROUP_COUNT, index));
     for (int k = 0; k < ZR_KIND_COUNT; k++) {

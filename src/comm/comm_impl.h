@@ -19,7 +19,6 @@
  * notices are not looked at. Completed requests become MPI_REQUEST_NULL.
  */
 zr_status zr_comm_poll(zr_comm *c, MPI_Request *reqs, int n, const int *peer, int nrecv,
-                       int *scratch, const char *what, zr_group g, int counter,
-                       long long index);
+                       int *scratch, const char *what, zr_group g, int counter, long long index);
 
 #endif /* ZR_COMM_IMPL_H */

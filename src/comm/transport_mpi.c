@@ -14,7 +14,7 @@
 #include <limits.h>
 
 #define CHUNK ((size_t)1 << 30)
-#define TAG 7001
+#define TAG   7001
 
 static int chunks_of(size_t bytes)
 {
@@ -98,10 +98,10 @@ static void release(zr_request *req)
 
 static zr_status mpi_wait(zr_comm *c, zr_request *req)
 {
-    zr_status st = zr_comm_poll(c, req->reqs, req->count, req->peer, req->nrecv,
-                                req->peer != NULL ? req->peer + req->count : NULL,
-                                zr_kind_name(req->kind), req->group, (int)req->group,
-                                (long long)req->gseq);
+    zr_status st =
+        zr_comm_poll(c, req->reqs, req->count, req->peer, req->nrecv,
+                     req->peer != NULL ? req->peer + req->count : NULL, zr_kind_name(req->kind),
+                     req->group, (int)req->group, (long long)req->gseq);
     if (st == ZR_ERR_REMOTE) {
         /* another rank gave up: the requests stay posted, their buffers MPI's */
         return st;

@@ -50,8 +50,9 @@ zr_status zr_gpt_config_check(const zr_gpt_config *cfg)
     const struct {
         const char *name;
         int value;
-    } fields[] = {{"max_t", cfg->max_t},   {"vocab", cfg->vocab},   {"padded_vocab", cfg->padded_vocab},
-                  {"layers", cfg->layers}, {"heads", cfg->heads}, {"channels", cfg->channels}};
+    } fields[] = {
+        {"max_t", cfg->max_t},   {"vocab", cfg->vocab}, {"padded_vocab", cfg->padded_vocab},
+        {"layers", cfg->layers}, {"heads", cfg->heads}, {"channels", cfg->channels}};
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
         if (fields[i].value <= 0 || fields[i].value > (1 << 24)) {
             ZR_FAIL(ZR_ERR_INVALID, "GPT config: %s = %d is out of range (1 .. 2^24)",
@@ -214,8 +215,8 @@ zr_status zr_gpt_init_ex(zr_gpt *m, const zr_gpt_config *cfg, int B, int T, int 
     m->recompute = recompute != 0;
     ZR_CHECK(zr_gpt_config_check(cfg));
     if (B <= 0 || T <= 0 || T > cfg->max_t) {
-        ZR_FAIL(ZR_ERR_INVALID, "GPT batch: B = %d, T = %d (need B >= 1, 1 <= T <= max_t = %d)",
-                B, T, cfg->max_t);
+        ZR_FAIL(ZR_ERR_INVALID, "GPT batch: B = %d, T = %d (need B >= 1, 1 <= T <= max_t = %d)", B,
+                T, cfg->max_t);
     }
     m->cfg = *cfg;
     m->B = B;
@@ -229,8 +230,7 @@ zr_status zr_gpt_init_ex(zr_gpt *m, const zr_gpt_config *cfg, int B, int T, int 
 
     zr_status st = ZR_OK;
     size_t BT = (size_t)B * T;
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&m->inputs, BT * sizeof(int), __FILE__, __LINE__), st,
-                  fail);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&m->inputs, BT * sizeof(int), __FILE__, __LINE__), st, fail);
     ZR_CHECK_GOTO(zr_alloc_at((void **)&m->targets, BT * sizeof(int), __FILE__, __LINE__), st,
                   fail);
     ZR_CHECK_GOTO(zr_alloc_at((void **)&m->layers, (size_t)cfg->layers * sizeof *m->layers,
@@ -375,8 +375,9 @@ zr_status zr_gpt_forward_begin(zr_gpt *m, const int *inputs, const int *targets)
     const size_t BT = (size_t)m->B * m->T;
     for (size_t i = 0; i < BT; i++) {
         if (inputs[i] < 0 || inputs[i] >= m->cfg.vocab) {
-            ZR_FAIL(ZR_ERR_INVALID, "GPT forward: input token %d at position %zu is outside [0, %d)",
-                    inputs[i], i, m->cfg.vocab);
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "GPT forward: input token %d at position %zu is outside [0, %d)", inputs[i], i,
+                    m->cfg.vocab);
         }
         if (targets != NULL && (targets[i] < 0 || targets[i] >= m->cfg.vocab)) {
             ZR_FAIL(ZR_ERR_INVALID,
@@ -413,8 +414,8 @@ static void block_forward(zr_gpt *m, int l, const float *params)
     zr_op_matmul_fwd(a->qkv, a->ln1, params + d[T_QKVW].offset, params + d[T_QKVB].offset, BT, C,
                      3 * C);
     zr_op_attention_fwd(a->atty, a->att, a->qkv, B, T, C, NH);
-    zr_op_matmul_fwd(m->tmp, a->atty, params + d[T_ATTPROJW].offset,
-                     params + d[T_ATTPROJB].offset, BT, C, C);
+    zr_op_matmul_fwd(m->tmp, a->atty, params + d[T_ATTPROJW].offset, params + d[T_ATTPROJB].offset,
+                     BT, C, C);
     zr_op_add(a->res2, inp, m->tmp, (size_t)BT * C);
     zr_op_layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, params + d[T_LN2W].offset,
                         params + d[T_LN2B].offset, BT, C);
@@ -433,8 +434,10 @@ zr_status zr_gpt_forward_unit(zr_gpt *m, int u, const float *params, const float
     const int B = m->B, T = m->T, C = m->cfg.channels, L = m->cfg.layers;
     const int BT = B * T;
     if (m->fwd_next != u) {
-        ZR_FAIL(ZR_ERR_INVALID, "GPT forward: unit %d called, expected %d (call forward_begin, "
-                "then units 0..%d in order)", u, m->fwd_next, L + 1);
+        ZR_FAIL(ZR_ERR_INVALID,
+                "GPT forward: unit %d called, expected %d (call forward_begin, "
+                "then units 0..%d in order)",
+                u, m->fwd_next, L + 1);
     }
     if (params == NULL || (u == L + 1 && unit0_params == NULL)) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT forward: unit %d needs its parameters%s", u,
@@ -450,8 +453,8 @@ zr_status zr_gpt_forward_unit(zr_gpt *m, int u, const float *params, const float
         const int V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
         const float *wte = unit0_params + m->unit0_desc[0].offset;
         zr_op_layernorm_fwd(m->lnf, m->lnf_mean, m->lnf_rstd, block_input(m, L),
-                            params + m->final_desc[0].offset, params + m->final_desc[1].offset,
-                            BT, C);
+                            params + m->final_desc[0].offset, params + m->final_desc[1].offset, BT,
+                            C);
         /* logits for the V real tokens only; the padded rows of wte are never read */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, V, C, 1.0f, m->lnf, C, wte, C,
                     0.0f, m->probs, Vp);
@@ -496,13 +499,15 @@ zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const floa
     const int B = m->B, T = m->T, C = m->cfg.channels, NH = m->cfg.heads, L = m->cfg.layers;
     const int BT = B * T;
     if (m->bwd_next != u) {
-        ZR_FAIL(ZR_ERR_INVALID, "GPT backward: unit %d called, expected %d (call backward_begin, "
-                "then units %d..0 in order)", u, m->bwd_next, L + 1);
+        ZR_FAIL(ZR_ERR_INVALID,
+                "GPT backward: unit %d called, expected %d (call backward_begin, "
+                "then units %d..0 in order)",
+                u, m->bwd_next, L + 1);
     }
     if (grads == NULL || (u > 0 && params == NULL) ||
         (u == L + 1 && (unit0_params == NULL || unit0_grads == NULL))) {
-        ZR_FAIL(ZR_ERR_INVALID, "GPT backward: unit %d is missing its parameters or gradients%s",
-                u, u == L + 1 ? " (the last unit also needs unit 0's)" : "");
+        ZR_FAIL(ZR_ERR_INVALID, "GPT backward: unit %d is missing its parameters or gradients%s", u,
+                u == L + 1 ? " (the last unit also needs unit 0's)" : "");
     }
     if (u == L + 1) {
         const int V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
@@ -510,15 +515,14 @@ zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const floa
         float *dwte = unit0_grads + m->unit0_desc[0].offset;
         zr_op_softmax_xent_bwd(m->probs, m->targets, 1.0f / (float)BT, BT, V, Vp);
         float *dlogits = m->probs;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, V, 1.0f, dlogits, Vp, wte,
-                    C, 0.0f, m->dln, C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, BT, 1.0f, dlogits, Vp, m->lnf,
-                    C, 1.0f, dwte, C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, V, 1.0f, dlogits, Vp, wte, C,
+                    0.0f, m->dln, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, BT, 1.0f, dlogits, Vp, m->lnf, C,
+                    1.0f, dwte, C);
         memset(m->dres, 0, (size_t)BT * C * sizeof *m->dres);
         zr_op_layernorm_bwd_acc(m->dres, grads + m->final_desc[0].offset,
                                 grads + m->final_desc[1].offset, m->dln, block_input(m, L),
-                                params + m->final_desc[0].offset, m->lnf_mean, m->lnf_rstd, BT,
-                                C);
+                                params + m->final_desc[0].offset, m->lnf_mean, m->lnf_rstd, BT, C);
     } else if (u >= 1) {
         const zr_tensor_desc *d = m->block_desc;
         const zr_gpt_layer_acts *a = &m->layers[u - 1];
@@ -527,25 +531,24 @@ zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const floa
         }
         const float *inp = block_input(m, u - 1);
         /* m->dres holds d(res3) and becomes d(inp) in place */
-        zr_op_matmul_bwd(m->dbig, grads + d[T_FCPROJW].offset, grads + d[T_FCPROJB].offset,
-                         m->dres, a->fch_gelu, params + d[T_FCPROJW].offset, BT, 4 * C, C);
+        zr_op_matmul_bwd(m->dbig, grads + d[T_FCPROJW].offset, grads + d[T_FCPROJB].offset, m->dres,
+                         a->fch_gelu, params + d[T_FCPROJW].offset, BT, 4 * C, C);
         zr_op_gelu_bwd(m->dbig, a->fch, m->dbig, (size_t)BT * 4 * C);
-        zr_op_matmul_bwd(m->dln, grads + d[T_FCW].offset, grads + d[T_FCB].offset, m->dbig,
-                         a->ln2, params + d[T_FCW].offset, BT, C, 4 * C);
-        zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN2W].offset, grads + d[T_LN2B].offset,
-                                m->dln, a->res2, params + d[T_LN2W].offset, a->ln2_mean,
-                                a->ln2_rstd, BT, C);
+        zr_op_matmul_bwd(m->dln, grads + d[T_FCW].offset, grads + d[T_FCB].offset, m->dbig, a->ln2,
+                         params + d[T_FCW].offset, BT, C, 4 * C);
+        zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN2W].offset, grads + d[T_LN2B].offset, m->dln,
+                                a->res2, params + d[T_LN2W].offset, a->ln2_mean, a->ln2_rstd, BT,
+                                C);
         zr_op_matmul_bwd(m->datty, grads + d[T_ATTPROJW].offset, grads + d[T_ATTPROJB].offset,
                          m->dres, a->atty, params + d[T_ATTPROJW].offset, BT, C, C);
         zr_op_attention_bwd(m->dbig, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
         zr_op_matmul_bwd(m->dln, grads + d[T_QKVW].offset, grads + d[T_QKVB].offset, m->dbig,
                          a->ln1, params + d[T_QKVW].offset, BT, C, 3 * C);
-        zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN1W].offset, grads + d[T_LN1B].offset,
-                                m->dln, inp, params + d[T_LN1W].offset, a->ln1_mean, a->ln1_rstd,
-                                BT, C);
+        zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN1W].offset, grads + d[T_LN1B].offset, m->dln,
+                                inp, params + d[T_LN1W].offset, a->ln1_mean, a->ln1_rstd, BT, C);
     } else {
-        zr_op_encoder_bwd(grads + m->unit0_desc[0].offset, grads + m->unit0_desc[1].offset,
-                          m->dres, m->inputs, B, T, C);
+        zr_op_encoder_bwd(grads + m->unit0_desc[0].offset, grads + m->unit0_desc[1].offset, m->dres,
+                          m->inputs, B, T, C);
     }
     m->bwd_next = u - 1;
     return ZR_OK;

@@ -147,8 +147,8 @@ void zr_op_exp(float *out, const float *inp, size_t n)
 
 /* ---- encoder -------------------------------------------------------------- */
 
-void zr_op_encoder_fwd(float *out, const int *inp, const float *wte, const float *wpe, int B,
-                       int T, int C)
+void zr_op_encoder_fwd(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                       int C)
 {
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
@@ -200,9 +200,8 @@ void zr_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
     }
 }
 
-void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, const float *mean,
-                             const float *rstd, int N, int C)
+void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, const float *mean, const float *rstd, int N, int C)
 {
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
@@ -240,8 +239,8 @@ void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dou
 
 /* ---- matmul ------------------------------------------------------------- */
 
-void zr_op_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N,
-                      int C, int OC)
+void zr_op_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                      int OC)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out,
                 OC);
@@ -260,8 +259,8 @@ void zr_op_matmul_bwd(float *dinp, float *dw, float *db, const float *dout, cons
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f,
                 dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
-                dw, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
+                C);
     if (db != NULL) {
         for (int i = 0; i < N; i++) {
             const float *d = dout + (size_t)i * OC;
@@ -349,8 +348,8 @@ void zr_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const f
                     }
                 }
                 /* dq += scale * dpre @ k ; dk += scale * dpre^T @ q */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, n, scale, D, T,
-                            k, C3, 1.0f, dq + (size_t)r0 * C3, C3);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, n, scale, D, T, k,
+                            C3, 1.0f, dq + (size_t)r0 * C3, C3);
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, D, T,
                             q + (size_t)r0 * C3, C3, 1.0f, dk, C3);
             }
@@ -384,8 +383,8 @@ void zr_op_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
         float u = ZR_GELU_S * (x + 0.044715f * x * x * x);
         float t = tanh_approx(u);
         float sech2 = 1.0f - t * t;
-        float g = 0.5f * (1.0f + t) +
-                  x * 0.5f * sech2 * ZR_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+        float g =
+            0.5f * (1.0f + t) + x * 0.5f * sech2 * ZR_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = g * dout[i];
     }
 }

@@ -19,20 +19,19 @@
  * triangle, smaller ones make the sgemm calls too small to be efficient. */
 #define ZR_ATT_ROWS 128
 
-void zr_op_encoder_fwd(float *out, const int *inp, const float *wte, const float *wpe, int B,
-                       int T, int C);
+void zr_op_encoder_fwd(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                       int C);
 void zr_op_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
                        int C);
 
 void zr_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N, int C);
-void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, const float *mean,
-                             const float *rstd, int N, int C);
+void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, const float *mean, const float *rstd, int N, int C);
 
 /* out[N, OC] = inp[N, C] @ w[OC, C]^T + bias (bias may be NULL). */
-void zr_op_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N,
-                      int C, int OC);
+void zr_op_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                      int OC);
 /* dinp = dout @ w (overwritten); dw += dout^T @ inp; db += column sums (db may be NULL). */
 void zr_op_matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int C, int OC);

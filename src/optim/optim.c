@@ -85,8 +85,8 @@ static void adam_sse2(const adam_k *k, float *restrict p, const float *restrict 
             _mm_add_ps(_mm_mul_ps(b2, _mm_loadu_ps(v + i)), _mm_mul_ps(nb2, _mm_mul_ps(gi, gi)));
         __m128 den = _mm_sqrt_ps(_mm_mul_ps(vi, c2));
         __m128 pi = _mm_loadu_ps(p + i);
-        __m128 upd = _mm_add_ps(_mm_div_ps(_mm_mul_ps(mi, c1), _mm_add_ps(den, eps)),
-                                _mm_mul_ps(wd, pi));
+        __m128 upd =
+            _mm_add_ps(_mm_div_ps(_mm_mul_ps(mi, c1), _mm_add_ps(den, eps)), _mm_mul_ps(wd, pi));
         _mm_storeu_ps(m + i, mi);
         _mm_storeu_ps(v + i, vi);
         _mm_storeu_ps(p + i, _mm_sub_ps(pi, _mm_mul_ps(lr, upd)));

@@ -75,8 +75,7 @@ static void scalar_decode(const zr_qgroup *g, const uint8_t *payload, size_t n, 
     }
 }
 
-const zr_qkernels zr_qkernels_scalar = {ZR_QIMPL_SCALAR, scalar_scan, scalar_encode,
-                                        scalar_decode};
+const zr_qkernels zr_qkernels_scalar = {ZR_QIMPL_SCALAR, scalar_scan, scalar_encode, scalar_decode};
 
 /* ---- implementation selection ------------------------------------------- */
 
@@ -185,8 +184,7 @@ static size_t payload_bytes_of(int bits, uint64_t count)
 
 static size_t block_bytes_of(int bits, int scheme, uint64_t group, uint64_t count)
 {
-    return payload_offset_of(scheme, group, count) +
-           zr_round_up(payload_bytes_of(bits, count), 4);
+    return payload_offset_of(scheme, group, count) + zr_round_up(payload_bytes_of(bits, count), 4);
 }
 
 size_t zr_quant_block_bytes(const zr_qparams *p, size_t count)
@@ -256,8 +254,8 @@ zr_status zr_quant_validate(const void *block, size_t block_bytes, const zr_qpar
         }
     }
     if (expect_count != SIZE_MAX && h.count != (uint64_t)expect_count) {
-        ZR_FAIL(ZR_ERR_FORMAT, "quant block: count %llu, expected %zu",
-                (unsigned long long)h.count, expect_count);
+        ZR_FAIL(ZR_ERR_FORMAT, "quant block: count %llu, expected %zu", (unsigned long long)h.count,
+                expect_count);
     }
     /* bound count by the size before any arithmetic on it can overflow */
     if (h.count / 2 > block_bytes) {
@@ -316,8 +314,7 @@ static zr_status header_sane(const void *block, size_t count, zr_qheader *h)
  * residual reset), 0 otherwise.
  */
 static int encode_group(const zr_qkernels *k, int bits, int asym, zr_dtype t, const void *x,
-                        float *r, size_t n, float mul, uint8_t *block, size_t gi,
-                        uint8_t *payload)
+                        float *r, size_t n, float mul, uint8_t *block, size_t gi, uint8_t *payload)
 {
     zr_qscan s;
     k->scan(t, x, r, n, mul, asym, &s);
@@ -488,8 +485,7 @@ zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, f
 {
     ZR_CHECK(zr_qparams_check(p));
     if (k < 1 || blocks == NULL || out_block == NULL) {
-        ZR_FAIL(ZR_ERR_INVALID, "quant sum_requant: need k >= 1 blocks and an output (k = %d)",
-                k);
+        ZR_FAIL(ZR_ERR_INVALID, "quant sum_requant: need k >= 1 blocks and an output (k = %d)", k);
     }
     zr_qheader *hs;
     ZR_ALLOC(hs, (size_t)k);
@@ -501,8 +497,7 @@ zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, f
     size_t group = (size_t)p->group, nf = 0;
     size_t cap = count < group ? count : group;
     float *sum = NULL;
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&sum, (cap > 0 ? cap : 1) * sizeof *sum, __FILE__,
-                              __LINE__),
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&sum, (cap > 0 ? cap : 1) * sizeof *sum, __FILE__, __LINE__),
                   st, done);
     uint8_t *payload = block_start(p, count, out_block);
     for (size_t start = 0, gi = 0; start < count; start += group, gi++) {

@@ -106,8 +106,7 @@ static inline float zr_q_bf16_widen(zr_bf16 h)
 
 static inline float zr_q_value(zr_dtype t, const void *x, const float *r, size_t i, float mul)
 {
-    float v = t == ZR_DTYPE_BF16 ? zr_q_bf16_widen(((const zr_bf16 *)x)[i])
-                                 : ((const float *)x)[i];
+    float v = t == ZR_DTYPE_BF16 ? zr_q_bf16_widen(((const zr_bf16 *)x)[i]) : ((const float *)x)[i];
     v = v * mul;
     if (r != NULL) {
         v = v + r[i];

@@ -104,8 +104,8 @@ static T512 ALWAYS_INLINE void scan512_t(int bf16, int asym, const void *x, cons
     }
     zr_qscan tail;
     zr_qkernels_scalar.scan(bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
-                            (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL,
-                            n - n16, mul, asym, &tail);
+                            (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL, n - n16,
+                            mul, asym, &tail);
     uint32_t a = _mm512_reduce_max_epu32(_mm512_max_epu32(amax0, amax1));
     out->absbits = a > tail.absbits ? a : tail.absbits;
     if (asym) {
@@ -170,7 +170,7 @@ static T512 ALWAYS_INLINE void encode512_t(int bf16, int asym, int bits, const z
 
 /* One instantiation per (input type, scheme, bits) so the loops carry no branches. */
 #define ENC512(BF, AS, BI)                                                                         \
-    static T512 void enc512_##BF##AS##BI(const zr_qgroup *g, const void *x, float *r, size_t n,   \
+    static T512 void enc512_##BF##AS##BI(const zr_qgroup *g, const void *x, float *r, size_t n,    \
                                          float mul, uint8_t *payload)                              \
     {                                                                                              \
         encode512_t(BF, AS, BI, g, x, r, n, mul, payload);                                         \
@@ -192,8 +192,8 @@ static const enc_fn enc512_table[2][2][2] = {
     {{enc512_104, enc512_108}, {enc512_114, enc512_118}},
 };
 
-static void encode512(const zr_qgroup *g, zr_dtype t, const void *x, float *r, size_t n,
-                      float mul, uint8_t *payload)
+static void encode512(const zr_qgroup *g, zr_dtype t, const void *x, float *r, size_t n, float mul,
+                      uint8_t *payload)
 {
     enc512_table[t == ZR_DTYPE_BF16][g->asym != 0][g->bits == 8](g, x, r, n, mul, payload);
 }
@@ -202,9 +202,8 @@ static T512 ALWAYS_INLINE void store_bf16_16(zr_bf16 *dst, __m512 v)
 {
     __m512i u = _mm512_castps_si512(v);
     __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i rounded =
-        _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))),
-                          16);
+    __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
     __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
     __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
                                             _mm512_set1_epi32(0x7f800000));
@@ -246,7 +245,7 @@ static T512 ALWAYS_INLINE void decode512_t(int asym, int bits, zr_qout mode, con
 }
 
 #define DEC512(AS, BI, MO)                                                                         \
-    static T512 void dec512_##AS##BI##MO(const zr_qgroup *g, const uint8_t *payload, size_t n,    \
+    static T512 void dec512_##AS##BI##MO(const zr_qgroup *g, const uint8_t *payload, size_t n,     \
                                          void *out)                                                \
     {                                                                                              \
         decode512_t(AS, BI, MO, g, payload, n, out);                                               \
@@ -271,8 +270,7 @@ static const dec_fn dec512_table[2][2][3] = {
     {{dec512_140, dec512_141, dec512_142}, {dec512_180, dec512_181, dec512_182}},
 };
 
-static void decode512(const zr_qgroup *g, const uint8_t *payload, size_t n, zr_qout mode,
-                      void *out)
+static void decode512(const zr_qgroup *g, const uint8_t *payload, size_t n, zr_qout mode, void *out)
 {
     dec512_table[g->asym != 0][g->bits == 8][mode](g, payload, n, out);
 }
@@ -343,8 +341,8 @@ static T256 ALWAYS_INLINE void scan256_t(int bf16, int asym, const void *x, cons
     }
     zr_qscan tail;
     zr_qkernels_scalar.scan(bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
-                            (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL,
-                            n - n16, mul, asym, &tail);
+                            (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL, n - n16,
+                            mul, asym, &tail);
     uint32_t a = hmax_epu32_8(_mm256_max_epu32(amax0, amax1));
     out->absbits = a > tail.absbits ? a : tail.absbits;
     if (asym) {
@@ -419,7 +417,7 @@ static T256 ALWAYS_INLINE void encode256_t(int bf16, int asym, int bits, const z
 }
 
 #define ENC256(BF, AS, BI)                                                                         \
-    static T256 void enc256_##BF##AS##BI(const zr_qgroup *g, const void *x, float *r, size_t n,   \
+    static T256 void enc256_##BF##AS##BI(const zr_qgroup *g, const void *x, float *r, size_t n,    \
                                          float mul, uint8_t *payload)                              \
     {                                                                                              \
         encode256_t(BF, AS, BI, g, x, r, n, mul, payload);                                         \
@@ -438,8 +436,8 @@ static const enc_fn enc256_table[2][2][2] = {
     {{enc256_104, enc256_108}, {enc256_114, enc256_118}},
 };
 
-static void encode256(const zr_qgroup *g, zr_dtype t, const void *x, float *r, size_t n,
-                      float mul, uint8_t *payload)
+static void encode256(const zr_qgroup *g, zr_dtype t, const void *x, float *r, size_t n, float mul,
+                      uint8_t *payload)
 {
     enc256_table[t == ZR_DTYPE_BF16][g->asym != 0][g->bits == 8](g, x, r, n, mul, payload);
 }
@@ -448,9 +446,8 @@ static T256 ALWAYS_INLINE __m128i store_bf16_8_bits(__m256 v)
 {
     __m256i u = _mm256_castps_si256(v);
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-    __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))),
-                          16);
+    __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
     __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
     /* |u| > Inf as signed compare: both sides are below 2^31 */
     __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
@@ -506,7 +503,7 @@ static T256 ALWAYS_INLINE void decode256_t(int asym, int bits, zr_qout mode, con
 }
 
 #define DEC256(AS, BI, MO)                                                                         \
-    static T256 void dec256_##AS##BI##MO(const zr_qgroup *g, const uint8_t *payload, size_t n,    \
+    static T256 void dec256_##AS##BI##MO(const zr_qgroup *g, const uint8_t *payload, size_t n,     \
                                          void *out)                                                \
     {                                                                                              \
         decode256_t(AS, BI, MO, g, payload, n, out);                                               \
@@ -529,8 +526,7 @@ static const dec_fn dec256_table[2][2][3] = {
     {{dec256_140, dec256_141, dec256_142}, {dec256_180, dec256_181, dec256_182}},
 };
 
-static void decode256(const zr_qgroup *g, const uint8_t *payload, size_t n, zr_qout mode,
-                      void *out)
+static void decode256(const zr_qgroup *g, const uint8_t *payload, size_t n, zr_qout mode, void *out)
 {
     dec256_table[g->asym != 0][g->bits == 8][mode](g, payload, n, out);
 }

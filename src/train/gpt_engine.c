@@ -14,9 +14,9 @@ zr_status zr_gpt_specs_init(zr_gpt_specs *s, const zr_gpt_config *cfg)
     ZR_CHECK(zr_gpt_config_check(cfg));
     int n = zr_gpt_config_unit_count(cfg);
     ZR_ALLOC(s->units, (size_t)n);
-    zr_status st = zr_alloc_at((void **)&s->ranges,
-                               sizeof(zr_range) * (size_t)n * ZR_GPT_MAX_UNIT_TENSORS, __FILE__,
-                               __LINE__);
+    zr_status st =
+        zr_alloc_at((void **)&s->ranges, sizeof(zr_range) * (size_t)n * ZR_GPT_MAX_UNIT_TENSORS,
+                    __FILE__, __LINE__);
     if (st != ZR_OK) {
         zr_gpt_specs_free(s);
         return st;
@@ -48,7 +48,8 @@ zr_status zr_gpt_engine_predict(const zr_gpt_config *cfg, int B, int T, int reco
     memset(out, 0, sizeof *out);
     zr_gpt_specs sp;
     ZR_CHECK(zr_gpt_specs_init(&sp, cfg)); /* a few bytes per unit */
-    zr_memory_plan plan = zr_engine_plan_memory(ecfg, comm, sp.nunits, sp.units, ZR_GPT_HELD_UNITS, 1);
+    zr_memory_plan plan =
+        zr_engine_plan_memory(ecfg, comm, sp.nunits, sp.units, ZR_GPT_HELD_UNITS, 1);
     zr_gpt_specs_free(&sp);
     out->state = plan.state;
     out->pool = plan.pool;

@@ -50,8 +50,8 @@ zr_status zr_metrics_parse_line(const char *line, const char *file, int lineno,
     int has_loss = 0, has_tps = 0, has_val = 0, has_lr = 0;
     const cJSON *step = NULL;
     if (!cJSON_IsObject(obj)) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "%s:%d: a metrics line must be a JSON object",
-                         file, lineno);
+        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
+                         "%s:%d: a metrics line must be a JSON object", file, lineno);
         goto done;
     }
     step = cJSON_GetObjectItemCaseSensitive(obj, "step");
@@ -193,7 +193,8 @@ void zr_metrics_line_begin(zr_metrics_line *l, long long step)
 }
 
 /* Append printf text; a line longer than the buffer is a bug in the caller. */
-static void line_put(zr_metrics_line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line_put(zr_metrics_line *l, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static void line_put(zr_metrics_line *l, const char *fmt, ...)
 {
@@ -370,8 +371,10 @@ zr_status zr_metrics_append(zr_metrics_file *m, const char *line)
     size_t n = strlen(line);
     /* flushed line by line so that zr plot can follow a running job */
     if (fwrite(line, 1, n, m->f) != n || fflush(m->f) != 0 || ferror(m->f)) {
-        ZR_FAIL(ZR_ERR_IO, "cannot write metrics file %s: %s; the metrics of this run are "
-                "incomplete", m->path, strerror(errno));
+        ZR_FAIL(ZR_ERR_IO,
+                "cannot write metrics file %s: %s; the metrics of this run are "
+                "incomplete",
+                m->path, strerror(errno));
     }
     return ZR_OK;
 }
@@ -421,10 +424,13 @@ int zr_progress_bar_wanted(char *const *envp, int stdout_is_tty)
      * log with one line per step. Each launcher announces itself by these.
      */
     static const char *const launcher[] = {
-        "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", /* Open MPI's mpirun */
-        "PMIX_RANK",                                    /* PMIx (Open MPI 5, prrte) */
-        "PMI_RANK", "PMI_SIZE",                         /* MPICH / Hydra, Intel MPI */
-        "SLURM_PROCID", "SLURM_JOB_ID",                 /* Slurm (srun, sbatch) */
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK", /* Open MPI's mpirun */
+        "PMIX_RANK",            /* PMIx (Open MPI 5, prrte) */
+        "PMI_RANK",
+        "PMI_SIZE", /* MPICH / Hydra, Intel MPI */
+        "SLURM_PROCID",
+        "SLURM_JOB_ID", /* Slurm (srun, sbatch) */
     };
     for (size_t i = 0; i < sizeof launcher / sizeof launcher[0]; i++) {
         if (env_get(envp, launcher[i]) != NULL) {

@@ -51,15 +51,15 @@ struct zr_unit_state {
     int nranges;
     const zr_range *ranges;
 
-    float *full;       /* owned; see the file comment for its lifetime */
-    int full_is_master;/* full aliases master (stage 0) */
-    int gathered;      /* stage 3: full holds the current parameters */
-    int inflight;      /* stage 3: a gather into full is in flight */
-    int from_primary;  /* the gather in full came from the primary shards */
-    int prefetched;    /* the gather was started ahead of use (counts in e->prefetched) */
-    zr_coll_op *gop;   /* pooled; the gather in flight into full */
+    float *full;        /* owned; see the file comment for its lifetime */
+    int full_is_master; /* full aliases master (stage 0) */
+    int gathered;       /* stage 3: full holds the current parameters */
+    int inflight;       /* stage 3: a gather into full is in flight */
+    int from_primary;   /* the gather in full came from the primary shards */
+    int prefetched;     /* the gather was started ahead of use (counts in e->prefetched) */
+    zr_coll_op *gop;    /* pooled; the gather in flight into full */
 
-    void *secondary;   /* owned; hpZ slice, sec_count elements of sec_type */
+    void *secondary; /* owned; hpZ slice, sec_count elements of sec_type */
     size_t sec_count;
     zr_dtype sec_type;
     int sec_valid;
@@ -68,7 +68,7 @@ struct zr_unit_state {
     float *grad_shard; /* owned; sharded grads: S floats */
     float *grad_tmp;   /* reduce-scatter output, S floats: owned (stage 1) or pooled */
     int grad_inflight;
-    zr_coll_op *rop;   /* pooled; the reduction in flight */
+    zr_coll_op *rop; /* pooled; the reduction in flight */
     zr_qgz_feedback fb;
 
     float *master, *m, *v; /* owned; S or P floats each */
@@ -92,8 +92,8 @@ struct zr_engine_pool {
     int nbufs, cap_bufs;
     pool_op **ops; /* ops do not move: the collective layer keeps pointers to them */
     int nops, cap_ops;
-    size_t buf_bytes;       /* pooled buffers, busy or not */
-    size_t now, peak;       /* buffers + op workspaces */
+    size_t buf_bytes; /* pooled buffers, busy or not */
+    size_t now, peak; /* buffers + op workspaces */
 };
 
 /* Grow an array of elem-byte entries from *cap to at least need entries. */
@@ -143,8 +143,8 @@ static zr_status pool_get(zr_engine_pool *p, size_t n, int zero, float **out)
     if (best < 0) {
         ZR_CHECK(grow_array((void **)&p->bufs, &p->cap_bufs, p->nbufs + 1, sizeof(pool_buf)));
         pool_buf *b = &p->bufs[p->nbufs];
-        ZR_CHECK(zr_alloc_at((void **)&b->ptr, (n == 0 ? 1 : n) * sizeof(float), __FILE__,
-                             __LINE__));
+        ZR_CHECK(
+            zr_alloc_at((void **)&b->ptr, (n == 0 ? 1 : n) * sizeof(float), __FILE__, __LINE__));
         b->cap = n;
         b->busy = 0;
         best = p->nbufs++;
@@ -256,7 +256,7 @@ zr_engine_config zr_engine_config_default(void)
     c.overlap = 1;
     c.max_live = (size_t)1 << 30;
     c.prefetch_bucket = 50000000; /* DeepSpeed's stage3_prefetch_bucket_size default */
-    c.reduce_bucket = 10000000; /* one GPT-2-small block; DeepSpeed's default is 5e8 */
+    c.reduce_bucket = 10000000;   /* one GPT-2-small block; DeepSpeed's default is 5e8 */
     c.beta1 = 0.9f;
     c.beta2 = 0.95f;
     c.eps = 1e-8f;
@@ -268,8 +268,8 @@ zr_engine_config zr_engine_config_default(void)
 static zr_status check_wire(const zr_wire *w, const char *what)
 {
     if (w->type != ZR_WIRE_F32 && w->type != ZR_WIRE_BF16) {
-        ZR_FAIL(ZR_ERR_INVALID, "%s must be fp32 or bf16 (quantization is chosen by the qwZ/qgZ switches)",
-                what);
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s must be fp32 or bf16 (quantization is chosen by the qwZ/qgZ switches)", what);
     }
     return ZR_OK;
 }
@@ -305,7 +305,8 @@ static zr_status check_config(const zr_engine_config *cfg)
     if (cfg->qgz) {
         ZR_CHECK(zr_qparams_check(&cfg->qgz_cfg.q));
         if (cfg->qgz_cfg.chunks < 1) {
-            ZR_FAIL(ZR_ERR_INVALID, "qgZ pipeline chunks must be >= 1, got %d", cfg->qgz_cfg.chunks);
+            ZR_FAIL(ZR_ERR_INVALID, "qgZ pipeline chunks must be >= 1, got %d",
+                    cfg->qgz_cfg.chunks);
         }
     }
     if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f && cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f)) {
@@ -619,8 +620,9 @@ static zr_status start_gather(zr_engine *e, int u)
         ZR_CHECK(zr_allgather_start(e->comm, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, s->sec_type,
                                     s->secondary, s->sec_count, s->full, s->gop));
     } else {
-        ZR_CHECK(zr_allgather_start(e->comm, ZR_GROUP_WORLD, e->cfg.qwz ? ZR_KIND_QWZ : ZR_KIND_ALLGATHER,
-                                    wire, ZR_DTYPE_F32, s->master, s->shard, s->full, s->gop));
+        ZR_CHECK(zr_allgather_start(e->comm, ZR_GROUP_WORLD,
+                                    e->cfg.qwz ? ZR_KIND_QWZ : ZR_KIND_ALLGATHER, wire,
+                                    ZR_DTYPE_F32, s->master, s->shard, s->full, s->gop));
     }
     pool_account(e->pool);
     s->from_primary = !use_secondary;
@@ -790,8 +792,8 @@ zr_status zr_engine_grads(zr_engine *e, int u, float **grads)
         if (e->plan.grads == ZR_SHARDED) {
             ZR_CHECK(pool_get(e->pool, s->padded, 1, &s->grad_full));
         } else {
-            ZR_CHECK(zr_alloc_at((void **)&s->grad_full, s->padded * sizeof(float), __FILE__,
-                                 __LINE__));
+            ZR_CHECK(
+                zr_alloc_at((void **)&s->grad_full, s->padded * sizeof(float), __FILE__, __LINE__));
         }
     }
     *grads = s->grad_full;
@@ -810,8 +812,7 @@ zr_status zr_engine_grads_done(zr_engine *e, int u)
     ZR_CHECK(pool_get(e->pool, s->shard, 0, &s->grad_tmp)); /* the reduction writes it whole */
     if (e->cfg.qgz) {
         ZR_CHECK(zr_qgz_start(e->comm, &e->cfg.qgz_cfg, ZR_DTYPE_F32, s->grad_full, s->shard,
-                              s->grad_tmp, e->cfg.qgz_cfg.error_feedback ? &s->fb : NULL,
-                              s->rop));
+                              s->grad_tmp, e->cfg.qgz_cfg.error_feedback ? &s->fb : NULL, s->rop));
     } else {
         ZR_CHECK(zr_reduce_scatter_start(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire, s->grad_full,
                                          s->shard, s->grad_tmp, s->rop));
@@ -842,8 +843,8 @@ static zr_status reduce_replicated_grads(zr_engine *e)
         }
         if (s->grad_full == NULL) {
             /* a unit that got no gradient this step still takes part in the reduction */
-            ZR_CHECK(zr_alloc_at((void **)&s->grad_full, s->padded * sizeof(float), __FILE__,
-                                 __LINE__));
+            ZR_CHECK(
+                zr_alloc_at((void **)&s->grad_full, s->padded * sizeof(float), __FILE__, __LINE__));
         }
         ZR_CHECK(reduce_begin(e, s));
         if (e->plan.optim == ZR_SHARDED) {
@@ -1019,8 +1020,8 @@ zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm 
        gradient 4 + staging 4/W + the workspace (bf16 4, fp32 4/W + 4) <= 12
        at stages 2-3, the workspace alone (<= 8) at stages 0-1, whose gradients
        are model state; and a blocking gather for the stage 0-2 refresh */
-    double pool = 8 * gathered + 4 * computing +
-                  (plan.grads == ZR_SHARDED ? 12 : 8) * inflight + 4 * big + 4 * big;
+    double pool = 8 * gathered + 4 * computing + (plan.grads == ZR_SHARDED ? 12 : 8) * inflight +
+                  4 * big + 4 * big;
     zr_memory_plan out = {(size_t)state, (size_t)pool};
     return out;
 }
