@@ -25,6 +25,16 @@
 /* Collective over world: same effective configuration and same --help everywhere. */
 zr_status zr_launch_check_config(zr_comm *c, const zr_train_config *cfg, int help);
 
+/*
+ * Collective over world: the configuration of "zr train" from its arguments
+ * (argv[0] is the subcommand's name), finalized for world's size and agreed
+ * on by every rank, through a short-lived communicator with no hpZ group.
+ * *help is 1 when --help was given (cfg then holds only what was parsed).
+ * warn receives unknown-key warnings and notes on every rank.
+ */
+zr_status zr_launch_read_config(MPI_Comm world, int argc, char **argv, zr_train_config *cfg,
+                                int *help, void (*warn)(void *ctx, const char *msg), void *ctx);
+
 /* Collective over world: the dataset read from path (for messages) is the same everywhere. */
 zr_status zr_launch_check_data(zr_comm *c, const zr_dataset *d, const char *path);
 

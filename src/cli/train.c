@@ -178,56 +178,26 @@ static void print_summary(const zr_train_summary *s, int stage)
     printf("\n");
 }
 
-/*
- * The configuration from the arguments, finalized and agreed by every rank
- * (ranks started with other arguments would issue other collectives and
- * hang: the launch check names the rank and key that differ).
- */
-static zr_status read_config(zr_train_config *cfg, int argc, char **argv, int rank, int world,
-                             int *help)
-{
-    zr_comm plain; /* no hpZ group: just to agree */
-    zr_comm_config cc = {0, 1};
-    ZR_CHECK(zr_comm_init(&plain, MPI_COMM_WORLD, &cc));
-    zr_config_defaults(cfg);
-    zr_status st = zr_config_from_args(cfg, argc - 1, argv + 1, help, warn_rank0, &rank);
-    if (st == ZR_OK && !*help) {
-        st = zr_config_finalize(cfg, world);
-    }
-    st = zr_comm_agree(&plain, st);
-    if (st == ZR_OK) {
-        zr_comm_set_timeout(&plain, cfg->timeout_s);
-        st = zr_launch_check_config(&plain, cfg, *help);
-    }
-    zr_comm_free(&plain);
-    return st;
-}
-
 int zr_cli_train(int argc, char **argv)
 {
     /* before MPI_Init: a singleton run must not look like one under a launcher */
     int bar = zr_progress_bar_wanted(environ, isatty(STDOUT_FILENO));
     MPI_Init(&argc, &argv);
-    int rank, world, help = 0;
+    int rank, help = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
     bar = bar && rank == 0;
 
     static zr_train_config cfg;
-    zr_status st = read_config(&cfg, argc, argv, rank, world, &help);
-    if (st == ZR_OK && help) {
-        if (rank == 0) {
+    zr_status st =
+        zr_launch_read_config(MPI_COMM_WORLD, argc, argv, &cfg, &help, warn_rank0, &rank);
+    if (st != ZR_OK || help) {
+        if (st == ZR_OK && rank == 0) {
             zr_config_print_help(stdout);
         }
-        MPI_Finalize();
-        return EXIT_OK;
-    }
-    if (st != ZR_OK) {
-        int code = fail(rank, st);
+        int code = st == ZR_OK ? EXIT_OK : fail(rank, st);
         MPI_Finalize();
         return code;
     }
-
     if (rank == 0) {
         /* before anything can fail: the effective configuration explains most errors */
         zr_config_print(stdout, &cfg);

@@ -195,3 +195,27 @@ zr_status zr_launch_check_data(zr_comm *c, const zr_dataset *d, const char *path
                            "every rank must read the same file (zr.data.path); copy it to every "
                            "node or put it on a shared file system");
 }
+
+zr_status zr_launch_read_config(MPI_Comm world, int argc, char **argv, zr_train_config *cfg,
+                                int *help, void (*warn)(void *ctx, const char *msg), void *ctx)
+{
+    int size;
+    MPI_Comm_size(world, &size);
+    zr_comm plain; /* no hpZ group: only to agree */
+    zr_comm_config cc = {0, 1};
+    ZR_CHECK(zr_comm_init(&plain, world, &cc));
+    zr_config_defaults(cfg);
+    *help = 0;
+    zr_status st = zr_config_from_args(cfg, argc - 1, argv + 1, help, warn, ctx);
+    if (st == ZR_OK && !*help) {
+        st = zr_config_finalize(cfg, size);
+    }
+    st = zr_comm_agree(&plain, st);
+    if (st == ZR_OK) {
+        /* ranks started with other arguments would issue other collectives and hang */
+        zr_comm_set_timeout(&plain, cfg->timeout_s);
+        st = zr_launch_check_config(&plain, cfg, *help);
+    }
+    zr_comm_free(&plain);
+    return st;
+}
