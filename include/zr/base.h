@@ -92,6 +92,16 @@ void zr_error_trace(zr_status st, const char *file, int line, const char *expr);
         }                                                                                          \
     } while (0)
 
+/*
+ * Record a failure like ZR_FAIL, but store its status in st and jump to the
+ * cleanup label instead of returning, for functions that hold resources.
+ */
+#define ZR_FAIL_GOTO(st, label, code, ...)                                                         \
+    do {                                                                                           \
+        (st) = zr_error_at((code), __FILE__, __LINE__, __VA_ARGS__);                               \
+        goto label;                                                                                \
+    } while (0)
+
 /* ---- logging ------------------------------------------------------------ */
 
 typedef enum zr_log_level {

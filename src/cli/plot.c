@@ -195,10 +195,15 @@ static void panel(FILE *f, const char *dir, zr_metrics_series *runs, int nruns, 
     fprintf(f, "\n");
 }
 
-int zr_cli_plot(int argc, char **argv)
+/*
+ * The options; returns -1 to go on, else the exit code. first is the index of
+ * the first metrics file, nruns how many there are.
+ */
+static int parse_args(int argc, char **argv, const char **out, const char **title, int *first,
+                      int *nruns)
 {
-    const char *out = "metrics.png", *title = "zr training runs";
-    int first = argc, nruns = 0;
+    *first = argc;
+    *nruns = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             usage(stdout);
@@ -208,25 +213,87 @@ int zr_cli_plot(int argc, char **argv)
              strcmp(argv[i], "--title") == 0) &&
             i + 1 < argc) {
             if (strcmp(argv[i], "--title") == 0) {
-                title = argv[++i];
+                *title = argv[++i];
             } else {
-                out = argv[++i];
+                *out = argv[++i];
             }
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "zr plot: unknown or incomplete option %s\n", argv[i]);
             usage(stderr);
             return 2;
         } else {
-            if (first == argc) {
-                first = i;
+            if (*first == argc) {
+                *first = i;
             }
-            nruns++;
+            (*nruns)++;
         }
     }
-    if (nruns == 0) {
+    if (*nruns == 0) {
         fprintf(stderr, "zr plot: no metrics files given\n");
         usage(stderr);
         return 2;
+    }
+    return -1;
+}
+
+/* A fresh folder under $TMPDIR (or /tmp); dir is left empty when none could be made. */
+static int make_tmpdir(char *dir, size_t cap)
+{
+    const char *tmp = getenv("TMPDIR");
+    int dn = snprintf(dir, cap, "%s/zr-plot-XXXXXX", tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
+    if (dn < 0 || (size_t)dn >= cap) {
+        fprintf(stderr, "zr plot: TMPDIR is too long for a temporary folder\n");
+        dir[0] = '\0';
+        return 0;
+    }
+    if (mkdtemp(dir) == NULL) {
+        fprintf(stderr, "zr plot: cannot make a temporary folder %s: %s\n", dir, strerror(errno));
+        dir[0] = '\0';
+        return 0;
+    }
+    return 1;
+}
+
+/* The gnuplot script that draws both panels into out; 0 (reported) when it cannot be written. */
+static int write_script(const char *script, const char *dir, const char *out, const char *title,
+                        zr_metrics_series *runs, int nruns, const int *has)
+{
+    const int *has_loss = has, *has_tps = has + nruns, *has_val = has + 2 * nruns;
+    FILE *f = fopen(script, "w");
+    if (f == NULL) {
+        fprintf(stderr, "zr plot: cannot write %s: %s\n", script, strerror(errno));
+        return 0;
+    }
+    /* pngcairo draws nicer lines; plain png (libgd) is the fallback */
+    fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+               "    set terminal pngcairo size 1000,900 noenhanced font ',10'\n"
+               "} else {\n"
+               "    set terminal png size 1000,900 noenhanced\n"
+               "}\n"
+               "set output ");
+    put_quoted(f, out);
+    fprintf(f,
+            "\nset datafile missing 'NaN'\nset grid\nset key top right opaque\nset xlabel 'step'\n"
+            "set multiplot layout 2,1 title ");
+    put_quoted(f, title);
+    fprintf(f, "\n");
+    panel(f, dir, runs, nruns, has_loss, has_val, 2, "loss", "loss");
+    panel(f, dir, runs, nruns, has_tps, NULL, 3, "throughput", "tokens/s");
+    fprintf(f, "unset multiplot\nset output\n");
+    if (fclose(f) != 0) {
+        fprintf(stderr, "zr plot: cannot write %s\n", script);
+        return 0;
+    }
+    return 1;
+}
+
+int zr_cli_plot(int argc, char **argv)
+{
+    const char *out = "metrics.png", *title = "zr training runs";
+    int first, nruns;
+    int prc = parse_args(argc, argv, &out, &title, &first, &nruns);
+    if (prc >= 0) {
+        return prc;
     }
     zr_metrics_series *runs = NULL;
     int *has = NULL;
@@ -252,17 +319,7 @@ int zr_cli_plot(int argc, char **argv)
             goto done;
         }
     }
-    const char *tmp = getenv("TMPDIR");
-    int dn = snprintf(dir, sizeof dir, "%s/zr-plot-XXXXXX",
-                      tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp");
-    if (dn < 0 || (size_t)dn >= sizeof dir) {
-        fprintf(stderr, "zr plot: TMPDIR is too long for a temporary folder\n");
-        dir[0] = '\0';
-        goto done;
-    }
-    if (mkdtemp(dir) == NULL) {
-        fprintf(stderr, "zr plot: cannot make a temporary folder %s: %s\n", dir, strerror(errno));
-        dir[0] = '\0';
+    if (!make_tmpdir(dir, sizeof dir)) {
         goto done;
     }
     for (k = 0; k < nruns; k++) {
@@ -273,29 +330,7 @@ int zr_cli_plot(int argc, char **argv)
     }
     char script[320];
     snprintf(script, sizeof script, "%s/plot.gp", dir);
-    FILE *f = fopen(script, "w");
-    if (f == NULL) {
-        fprintf(stderr, "zr plot: cannot write %s: %s\n", script, strerror(errno));
-        goto done;
-    }
-    /* pngcairo draws nicer lines; plain png (libgd) is the fallback */
-    fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-               "    set terminal pngcairo size 1000,900 noenhanced font ',10'\n"
-               "} else {\n"
-               "    set terminal png size 1000,900 noenhanced\n"
-               "}\n"
-               "set output ");
-    put_quoted(f, out);
-    fprintf(f,
-            "\nset datafile missing 'NaN'\nset grid\nset key top right opaque\nset xlabel 'step'\n"
-            "set multiplot layout 2,1 title ");
-    put_quoted(f, title);
-    fprintf(f, "\n");
-    panel(f, dir, runs, nruns, has_loss, has_val, 2, "loss", "loss");
-    panel(f, dir, runs, nruns, has_tps, NULL, 3, "throughput", "tokens/s");
-    fprintf(f, "unset multiplot\nset output\n");
-    if (fclose(f) != 0) {
-        fprintf(stderr, "zr plot: cannot write %s\n", script);
+    if (!write_script(script, dir, out, title, runs, nruns, has)) {
         goto done;
     }
     int gp = run_gnuplot(script);

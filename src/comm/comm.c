@@ -701,6 +701,76 @@ static int rec_same(const launch_rec *a, const launch_rec *b, int field)
     return field == 1 ? a->cfg_rpn == b->cfg_rpn : a->hpz == b->hpz;
 }
 
+/* The first rank whose ZR_TIMEOUT or ZR_FAULT_STEP did not parse, reported by every rank. */
+static zr_status check_env(const launch_rec *all, int W)
+{
+    for (int r = 0; r < W; r++) {
+        char who[32] = "";
+        if (W > 1) {
+            snprintf(who, sizeof who, "rank %d: ", r);
+        }
+        if (all[r].bad_timeout) {
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "%sZR_TIMEOUT='%s' is not a number of seconds from 0 (wait forever) to 1e9",
+                    who, all[r].timeout);
+        }
+        if (all[r].bad_fault) {
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "%sZR_FAULT_STEP='%s' is not RANK:STEP, RANK:STEP:fail or RANK:STEP:stall", who,
+                    all[r].fault);
+        }
+    }
+    return ZR_OK;
+}
+
+/*
+ * Whether every rank has the same value of one field; if not, an error that
+ * lists up to four distinct values with the ranks holding each. cls is
+ * scratch space of W ints.
+ */
+static zr_status check_field(const launch_rec *all, int W, int field, int *cls)
+{
+    static const char *const names[3] = {"ZR_RANKS_PER_NODE", "ranks_per_node",
+                                         "hpZ partition sizes"};
+    int differ = 0, k = 0;
+    for (int r = 0; r < W; r++) {
+        cls[r] = -1;
+        for (int q = 0; q < r && cls[r] < 0; q++) {
+            if (rec_same(&all[q], &all[r], field)) {
+                cls[r] = cls[q];
+            }
+        }
+        if (cls[r] < 0) {
+            cls[r] = k++;
+        }
+        differ |= cls[r] != 0;
+    }
+    if (!differ) {
+        return ZR_OK;
+    }
+    char msg[900];
+    size_t used =
+        (size_t)snprintf(msg, sizeof msg, "ranks were started with different %s:", names[field]);
+    for (int v = 0; v < k && v < 4 && used < sizeof msg; v++) {
+        int first = 0;
+        while (cls[first] != v) {
+            first++;
+        }
+        char val[80], ranks[160];
+        rec_value(&all[first], field, val, sizeof val);
+        zr_comm_format_ranks(ranks, sizeof ranks, cls, W, v);
+        used += (size_t)snprintf(msg + used, sizeof msg - used, "%s %s on %s", v ? "," : "", val,
+                                 ranks);
+    }
+    if (field == 0) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s; give every rank the same value (Open MPI: mpirun -x "
+                "ZR_RANKS_PER_NODE=N; MPICH: mpiexec -genv ZR_RANKS_PER_NODE N)",
+                msg);
+    }
+    ZR_FAIL(ZR_ERR_INVALID, "%s; every rank must build the same groups", msg);
+}
+
 static zr_status agree_launch(zr_comm *c, const zr_comm_config *cfg, int bad_timeout, int bad_fault)
 {
     int W = c->size[ZR_GROUP_WORLD];
@@ -715,77 +785,21 @@ static zr_status agree_launch(zr_comm *c, const zr_comm_config *cfg, int bad_tim
     env_copy(mine.fault, sizeof mine.fault, "ZR_FAULT_STEP");
     launch_rec *all = NULL;
     int *cls = NULL;
+    zr_status st;
     ZR_ALLOC(all, (size_t)W);
-    zr_status st = zr_alloc_at((void **)&cls, sizeof(int) * (size_t)W, __FILE__, __LINE__);
-    if (st == ZR_OK) {
-        st = ctl_exchange(c, &mine, sizeof mine, all, -1, "the start-up agreement");
-    }
-    for (int r = 0; r < W && st == ZR_OK; r++) {
-        const char *prefix = W > 1 ? "rank " : "";
-        char who[32] = "";
-        if (W > 1) {
-            snprintf(who, sizeof who, "%s%d: ", prefix, r);
-        }
-        if (all[r].bad_timeout) {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "%sZR_TIMEOUT='%s' is not a number of seconds from 0 (wait forever) "
-                             "to 1e9",
-                             who, all[r].timeout);
-        } else if (all[r].bad_fault) {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "%sZR_FAULT_STEP='%s' is not RANK:STEP, RANK:STEP:fail or "
-                             "RANK:STEP:stall",
-                             who, all[r].fault);
-        }
-    }
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&cls, sizeof(int) * (size_t)W, __FILE__, __LINE__), st,
+                  fail);
+    ZR_CHECK_GOTO(ctl_exchange(c, &mine, sizeof mine, all, -1, "the start-up agreement"), st, fail);
+    ZR_CHECK_GOTO(check_env(all, W), st, fail);
     /* the environment matters only where no config field overrides it */
     int env_used = 1;
     for (int r = 0; r < W; r++) {
-        env_used &= st == ZR_OK && all[r].cfg_rpn == 0;
+        env_used &= all[r].cfg_rpn == 0;
     }
-    static const char *const names[3] = {"ZR_RANKS_PER_NODE", "ranks_per_node",
-                                         "hpZ partition sizes"};
-    for (int field = env_used ? 0 : 1; field < 3 && st == ZR_OK; field++) {
-        int differ = 0, k = 0;
-        for (int r = 0; r < W; r++) {
-            cls[r] = -1;
-            for (int q = 0; q < r && cls[r] < 0; q++) {
-                if (rec_same(&all[q], &all[r], field)) {
-                    cls[r] = cls[q];
-                }
-            }
-            if (cls[r] < 0) {
-                cls[r] = k++;
-            }
-            differ |= cls[r] != 0;
-        }
-        if (!differ) {
-            continue;
-        }
-        char msg[900];
-        size_t used = (size_t)snprintf(msg, sizeof msg,
-                                       "ranks were started with different %s:", names[field]);
-        for (int v = 0; v < k && v < 4 && used < sizeof msg; v++) {
-            int first = 0;
-            while (cls[first] != v) {
-                first++;
-            }
-            char val[80], ranks[160];
-            rec_value(&all[first], field, val, sizeof val);
-            zr_comm_format_ranks(ranks, sizeof ranks, cls, W, v);
-            used += (size_t)snprintf(msg + used, sizeof msg - used, "%s %s on %s", v ? "," : "",
-                                     val, ranks);
-        }
-        if (field == 0) {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "%s; give every rank the same value (Open MPI: mpirun -x "
-                             "ZR_RANKS_PER_NODE=N; MPICH: mpiexec -genv ZR_RANKS_PER_NODE N)",
-                             msg);
-        } else {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "%s; every rank must build the same groups", msg);
-        }
+    for (int field = env_used ? 0 : 1; field < 3; field++) {
+        ZR_CHECK_GOTO(check_field(all, W, field, cls), st, fail);
     }
+fail:
     zr_free(cls);
     zr_free(all);
     return st;
@@ -822,40 +836,14 @@ static void teardown(zr_comm *c)
     }
 }
 
-static zr_status init_groups(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
+/*
+ * The ranks per node (from the config, ZR_RANKS_PER_NODE or the hosts the
+ * ranks run on) and the hpZ partition size, checked against the world size.
+ */
+static zr_status choose_layout(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg, int *rpn_out,
+                               int *h_out)
 {
-    c->transport = &zr_transport_mpi;
-    c->mpi[ZR_GROUP_WORLD] = world;
-    /* errors come back as return codes so that zr can report them itself */
-    ZR_MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
-    int rank, size;
-    ZR_MPI_CHECK(MPI_Comm_rank(world, &rank));
-    ZR_MPI_CHECK(MPI_Comm_size(world, &size));
-    c->rank[ZR_GROUP_WORLD] = rank;
-    c->size[ZR_GROUP_WORLD] = size;
-    c->first[ZR_GROUP_WORLD] = 0;
-    c->stride[ZR_GROUP_WORLD] = 1;
-    zr_log_set_rank(rank);
-    abort_world = world;
-    zr_set_abort_hook(abort_with_mpi);
-
-    zr_comm_config none = {0, 0};
-    if (cfg == NULL) {
-        cfg = &none;
-    }
-    double timeout = env_timeout();
-    c->timeout_s = timeout >= 0 ? timeout : ZR_COMM_TIMEOUT_DEFAULT;
-    int fault_ok = env_fault(c);
-    ZR_ALLOC(c->notice_sends, (size_t)size);
-    ZR_ALLOC(c->notice_tab, (size_t)size * ZR_NOTICE_LEN);
-    /* the control communicator first: from here on every wait is bounded */
-    MPI_Request req = MPI_REQUEST_NULL;
-    ZR_MPI_CHECK(MPI_Comm_idup(world, &c->ctl, &req));
-    ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "zr_comm_init", ZR_GROUP_WORLD, -1, 0));
-    ZR_MPI_CHECK(MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN));
-    ZR_CHECK(agree_launch(c, cfg, timeout < 0, !fault_ok));
-    ZR_CHECK(post_notice_recv(c));
-
+    int rank = c->rank[ZR_GROUP_WORLD], size = c->size[ZR_GROUP_WORLD];
     char why[512] = "";
     int rpn = cfg->ranks_per_node;
     if (rpn == 0) {
@@ -892,8 +880,17 @@ static zr_status init_groups(zr_comm *c, MPI_Comm world, const zr_comm_config *c
                 "node, so its groups would straddle node boundaries",
                 h, rpn);
     }
+    *rpn_out = rpn;
+    *h_out = h;
+    return ZR_OK;
+}
+
+/* The node, cross-node and hpZ communicators of a layout chose_layout accepted. */
+static zr_status split_groups(zr_comm *c, int rpn, int h)
+{
+    int rank = c->rank[ZR_GROUP_WORLD];
     c->ranks_per_node = rpn;
-    c->n_nodes = size / rpn;
+    c->n_nodes = c->size[ZR_GROUP_WORLD] / rpn;
     c->node = rank / rpn;
 
     ZR_CHECK(split(c, ZR_GROUP_NODE, rank / rpn, rank));
@@ -911,6 +908,45 @@ static zr_status init_groups(zr_comm *c, MPI_Comm world, const zr_comm_config *c
         ZR_ASSERT(zr_comm_world_rank(c, (zr_group)g, c->rank[g]) == rank);
     }
     return ZR_OK;
+}
+
+static zr_status init_groups(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
+{
+    c->transport = &zr_transport_mpi;
+    c->mpi[ZR_GROUP_WORLD] = world;
+    /* errors come back as return codes so that zr can report them itself */
+    ZR_MPI_CHECK(MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN));
+    int rank, size;
+    ZR_MPI_CHECK(MPI_Comm_rank(world, &rank));
+    ZR_MPI_CHECK(MPI_Comm_size(world, &size));
+    c->rank[ZR_GROUP_WORLD] = rank;
+    c->size[ZR_GROUP_WORLD] = size;
+    c->first[ZR_GROUP_WORLD] = 0;
+    c->stride[ZR_GROUP_WORLD] = 1;
+    zr_log_set_rank(rank);
+    abort_world = world;
+    zr_set_abort_hook(abort_with_mpi);
+
+    zr_comm_config none = {0, 0};
+    if (cfg == NULL) {
+        cfg = &none;
+    }
+    double timeout = env_timeout();
+    c->timeout_s = timeout >= 0 ? timeout : ZR_COMM_TIMEOUT_DEFAULT;
+    int fault_ok = env_fault(c);
+    ZR_ALLOC(c->notice_sends, (size_t)size);
+    ZR_ALLOC(c->notice_tab, (size_t)size * ZR_NOTICE_LEN);
+    /* the control communicator first: from here on every wait is bounded */
+    MPI_Request req = MPI_REQUEST_NULL;
+    ZR_MPI_CHECK(MPI_Comm_idup(world, &c->ctl, &req));
+    ZR_CHECK(zr_comm_poll(c, &req, 1, NULL, 0, NULL, "zr_comm_init", ZR_GROUP_WORLD, -1, 0));
+    ZR_MPI_CHECK(MPI_Comm_set_errhandler(c->ctl, MPI_ERRORS_RETURN));
+    ZR_CHECK(agree_launch(c, cfg, timeout < 0, !fault_ok));
+    ZR_CHECK(post_notice_recv(c));
+
+    int rpn, h;
+    ZR_CHECK(choose_layout(c, world, cfg, &rpn, &h));
+    return split_groups(c, rpn, h);
 }
 
 zr_status zr_comm_init(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
