@@ -135,23 +135,19 @@ zr_status zr_file_read_all(const char *path, char **out, size_t *n)
     char *buf = NULL;
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0) {
-        st =
-            zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot size %s: %s", path, strerror(errno));
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_IO, "cannot size %s: %s", path, strerror(errno));
     }
     size_t len = (size_t)sb.st_size;
     if ((uint64_t)sb.st_size >= (uint64_t)SIZE_MAX) {
-        st = zr_error_at(ZR_ERR_NOMEM, __FILE__, __LINE__, "%s is too large to read", path);
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_NOMEM, "%s is too large to read", path);
     }
     st = zr_alloc_at((void **)&buf, len + 1, __FILE__, __LINE__);
     if (st != ZR_OK) {
         goto fail;
     }
     if (len > 0 && fread(buf, 1, len, f) != len) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot read %s: %s", path,
-                         ferror(f) ? strerror(errno) : "file shrank while it was read");
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_IO, "cannot read %s: %s", path,
+                     ferror(f) ? strerror(errno) : "file shrank while it was read");
     }
     buf[len] = '\0';
     fclose(f);

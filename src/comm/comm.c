@@ -355,11 +355,10 @@ zr_status zr_comm_poll(zr_comm *c, MPI_Request *reqs, int n, const int *peer, in
             if (p >= 0) {
                 /* those waiting for this rank learn in turn that it stops here */
                 zr_comm_notify(c, ZR_ERR_REMOTE);
-                return zr_error_at(ZR_ERR_REMOTE, __FILE__, __LINE__,
-                                   "rank %d failed (%s); this rank stopped waiting for rank %d in "
-                                   "%s",
-                                   c->notice_from, zr_status_str((zr_status)c->notice_status), p,
-                                   what);
+                ZR_FAIL(ZR_ERR_REMOTE,
+                        "rank %d failed (%s); this rank stopped waiting for rank %d in "
+                        "%s",
+                        c->notice_from, zr_status_str((zr_status)c->notice_status), p, what);
             }
         }
         if (c->timeout_s > 0 && now - last > c->timeout_s) {

@@ -302,14 +302,13 @@ static zr_status append_text(FILE *f, const char *path, size_t size, uint16_t **
     ZR_CHECK_GOTO(read_exact(f, path, bytes, size), st, done);
     long long bad = zr_text_check(bytes, size);
     if (bad >= 0) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s is neither text nor an llm.c token shard: byte %lld (0x%02x) %s; zr "
-                         "trains on UTF-8 text and on llm.c token shards (GPT-2: magic %d, "
-                         "llama-3: magic %d)",
-                         path, bad, bytes[bad],
-                         bytes[bad] == 0 ? "is a NUL byte" : "is not valid UTF-8", ZR_SHARD_MAGIC,
-                         ZR_SHARD_LLAMA3_MAGIC);
-        goto done;
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "%s is neither text nor an llm.c token shard: byte %lld (0x%02x) %s; zr "
+                     "trains on UTF-8 text and on llm.c token shards (GPT-2: magic %d, "
+                     "llama-3: magic %d)",
+                     path, bad, bytes[bad],
+                     bytes[bad] == 0 ? "is a NUL byte" : "is not valid UTF-8", ZR_SHARD_MAGIC,
+                     ZR_SHARD_LLAMA3_MAGIC);
     }
     zr_bytes_encode(bytes, size, *buf + *len);
     *len += size;
@@ -338,32 +337,28 @@ static zr_status load_file(zr_dataset *ds, const char *path, want w)
     for (size_t i = 0; head >= 4 && k == NULL && i < sizeof other_llmc / sizeof other_llmc[0];
          i++) {
         if (h[0] == other_llmc[i].magic) {
-            st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "%s is %s (magic %d)", path,
-                             other_llmc[i].what, h[0]);
-            goto done;
+            ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT, "%s is %s (magic %d)", path, other_llmc[i].what,
+                         h[0]);
         }
     }
     if (k != NULL && w == WANT_TEXT) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "%s is an %s (magic %d), not text",
-                         path, k->name, h[0]);
-        goto done;
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT, "%s is an %s (magic %d), not text", path, k->name,
+                     h[0]);
     }
     if (k != NULL) {
         if (size < sizeof h) {
-            st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                             "%s: truncated %s header (%zu bytes, the header alone needs %zu)",
-                             path, k->name, size, sizeof h);
-            goto done;
+            ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                         "%s: truncated %s header (%zu bytes, the header alone needs %zu)", path,
+                         k->name, size, sizeof h);
         }
         st = read_shard(ds, f, path, size, h, k);
         goto done;
     }
     if (w == WANT_SHARD) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s is not an llm.c token shard: magic %d (GPT-2 shards have %d, llama-3 "
-                         "shards %d)",
-                         path, head >= 4 ? h[0] : 0, ZR_SHARD_MAGIC, ZR_SHARD_LLAMA3_MAGIC);
-        goto done;
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "%s is not an llm.c token shard: magic %d (GPT-2 shards have %d, llama-3 "
+                     "shards %d)",
+                     path, head >= 4 ? h[0] : 0, ZR_SHARD_MAGIC, ZR_SHARD_LLAMA3_MAGIC);
     }
     rewind(f);
     uint16_t *buf = NULL;
@@ -474,11 +469,10 @@ zr_status zr_dataset_load_fortunes(zr_dataset *ds, const char *dir)
         memcpy(names[count++], nm, len);
     }
     if (count == 0) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__,
-                         "%s: no fortune files found; run `make setup` to install the Debian "
-                         "package fortunes",
-                         dir);
-        goto done;
+        ZR_FAIL_GOTO(st, done, ZR_ERR_IO,
+                     "%s: no fortune files found; run `make setup` to install the Debian "
+                     "package fortunes",
+                     dir);
     }
     qsort(names, count, sizeof *names, cmp_str);
     for (size_t i = 0; i < count; i++) {

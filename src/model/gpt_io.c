@@ -141,27 +141,22 @@ static zr_status llmc_open(const char *path, zr_gpt_config *cfg, FILE **out)
     struct stat sb;
     int32_t h[ZR_LLMC_HEADER_INTS];
     if (fstat(fileno(f), &sb) != 0) {
-        st =
-            zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot stat %s: %s", path, strerror(errno));
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
     }
     size_t size = (size_t)sb.st_size;
     if (size < sizeof h || fread(h, sizeof h, 1, f) != 1) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: truncated model header (%zu bytes, need %zu)", path, size, sizeof h);
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT, "%s: truncated model header (%zu bytes, need %zu)",
+                     path, size, sizeof h);
     }
     if (h[0] != ZR_LLMC_MODEL_MAGIC) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: not an llm.c GPT-2 model file: magic %d, expected %d", path, h[0],
-                         ZR_LLMC_MODEL_MAGIC);
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT,
+                     "%s: not an llm.c GPT-2 model file: magic %d, expected %d", path, h[0],
+                     ZR_LLMC_MODEL_MAGIC);
     }
     if (h[1] != ZR_LLMC_MODEL_VERSION_FP32) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: model file version %d%s; only version %d (fp32) is supported", path,
-                         h[1], h[1] == 5 ? " (bf16)" : "", ZR_LLMC_MODEL_VERSION_FP32);
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT,
+                     "%s: model file version %d%s; only version %d (fp32) is supported", path, h[1],
+                     h[1] == 5 ? " (bf16)" : "", ZR_LLMC_MODEL_VERSION_FP32);
     }
     zr_gpt_config c = {.max_t = h[2],
                        .vocab = h[3],
@@ -170,24 +165,20 @@ static zr_status llmc_open(const char *path, zr_gpt_config *cfg, FILE **out)
                        .channels = h[6],
                        .padded_vocab = h[7]};
     if (zr_gpt_config_check(&c) != ZR_OK) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "%s: bad model header: %s", path,
-                         zr_error_message());
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT, "%s: bad model header: %s", path, zr_error_message());
     }
     size_t want = llmc_bytes(&c);
     if (want == 0) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: bad model header: L=%d C=%d Vp=%d maxT=%d describe a model larger "
-                         "than any file",
-                         path, c.layers, c.channels, c.padded_vocab, c.max_t);
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT,
+                     "%s: bad model header: L=%d C=%d Vp=%d maxT=%d describe a model larger "
+                     "than any file",
+                     path, c.layers, c.channels, c.padded_vocab, c.max_t);
     }
     if (size != want) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s: file has %zu bytes, the header (L=%d C=%d Vp=%d maxT=%d) needs %zu "
-                         "(truncated or corrupt)",
-                         path, size, c.layers, c.channels, c.padded_vocab, c.max_t, want);
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT,
+                     "%s: file has %zu bytes, the header (L=%d C=%d Vp=%d maxT=%d) needs %zu "
+                     "(truncated or corrupt)",
+                     path, size, c.layers, c.channels, c.padded_vocab, c.max_t, want);
     }
     *cfg = c;
     *out = f;

@@ -250,6 +250,44 @@ zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_
 
 /* ---- checking rank files against the manifest -------------------------------------- */
 
+/* Rank file r at p has the manifest's size and a header that agrees with it. */
+static zr_status check_rank_file(const char *p, int r, const zr_ckpt_manifest *m)
+{
+    FILE *f;
+    ZR_CHECK(zr_file_open_read(p, &f));
+    struct stat sb;
+    rank_header h;
+    zr_status st = ZR_OK;
+    if (fstat(fileno(f), &sb) != 0) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_IO, "cannot size %s: %s", p, strerror(errno));
+    }
+    if ((uint64_t)sb.st_size < m->file_bytes) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT, "%s is truncated: %llu bytes, the manifest says %llu",
+                     p, (unsigned long long)sb.st_size, (unsigned long long)m->file_bytes);
+    }
+    if ((uint64_t)sb.st_size > m->file_bytes) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "%s is longer than its manifest says: %llu bytes, not %llu", p,
+                     (unsigned long long)sb.st_size, (unsigned long long)m->file_bytes);
+    }
+    if (fread(&h, 1, sizeof h, f) != sizeof h || memcmp(h.magic, RANK_MAGIC, 8) != 0 ||
+        h.version != ZR_CKPT_VERSION) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT, "%s is not a zr rank file of version %d (bad header)",
+                     p, ZR_CKPT_VERSION);
+    }
+    if (h.rank != (uint32_t)r || h.world != (uint32_t)m->meta.world ||
+        h.nunits != (uint32_t)m->nunits || h.step != m->meta.step) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "%s: its header says rank %u of %u, %u units, step %lld; the "
+                     "manifest says rank %d of %d, %d units, step %lld",
+                     p, h.rank, h.world, h.nunits, (long long)h.step, r, m->meta.world, m->nunits,
+                     (long long)m->meta.step);
+    }
+done:
+    fclose(f);
+    return st;
+}
+
 /* Every rank file exists, has the manifest's size and a header that agrees with it; no extra ones.
  */
 static zr_status check_rank_files(const char *path, const zr_ckpt_manifest *m)
@@ -257,37 +295,7 @@ static zr_status check_rank_files(const char *path, const zr_ckpt_manifest *m)
     for (int r = 0; r < m->meta.world; r++) {
         char p[ZR_PATH_MAX];
         ZR_CHECK(zr_ckpt_pathf(p, sizeof p, "%s/rank_%05d.bin", path, r));
-        FILE *f;
-        ZR_CHECK(zr_file_open_read(p, &f));
-        struct stat sb;
-        rank_header h;
-        zr_status st = ZR_OK;
-        if (fstat(fileno(f), &sb) != 0) {
-            st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot size %s: %s", p,
-                             strerror(errno));
-        } else if ((uint64_t)sb.st_size < m->file_bytes) {
-            st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                             "%s is truncated: %llu bytes, the manifest says %llu", p,
-                             (unsigned long long)sb.st_size, (unsigned long long)m->file_bytes);
-        } else if ((uint64_t)sb.st_size > m->file_bytes) {
-            st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                             "%s is longer than its manifest says: %llu bytes, not %llu", p,
-                             (unsigned long long)sb.st_size, (unsigned long long)m->file_bytes);
-        } else if (fread(&h, 1, sizeof h, f) != sizeof h || memcmp(h.magic, RANK_MAGIC, 8) != 0 ||
-                   h.version != ZR_CKPT_VERSION) {
-            st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                             "%s is not a zr rank file of version %d (bad header)", p,
-                             ZR_CKPT_VERSION);
-        } else if (h.rank != (uint32_t)r || h.world != (uint32_t)m->meta.world ||
-                   h.nunits != (uint32_t)m->nunits || h.step != m->meta.step) {
-            st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                             "%s: its header says rank %u of %u, %u units, step %lld; the "
-                             "manifest says rank %d of %d, %d units, step %lld",
-                             p, h.rank, h.world, h.nunits, (long long)h.step, r, m->meta.world,
-                             m->nunits, (long long)m->meta.step);
-        }
-        fclose(f);
-        ZR_CHECK(st);
+        ZR_CHECK(check_rank_file(p, r, m));
     }
     DIR *d = opendir(path);
     if (d == NULL) {
@@ -295,17 +303,18 @@ static zr_status check_rank_files(const char *path, const zr_ckpt_manifest *m)
     }
     struct dirent *ent;
     zr_status st = ZR_OK;
-    while ((ent = readdir(d)) != NULL && st == ZR_OK) {
+    while ((ent = readdir(d)) != NULL) {
         unsigned q;
         char tail;
         if (sscanf(ent->d_name, "rank_%u.bi%c", &q, &tail) == 2 &&
             (q >= (unsigned)m->meta.world || strlen(ent->d_name) != 14)) {
-            st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                             "%s/%s is not one of the %d rank files its manifest lists: the "
-                             "checkpoint was modified",
-                             path, ent->d_name, m->meta.world);
+            ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                         "%s/%s is not one of the %d rank files its manifest lists: the "
+                         "checkpoint was modified",
+                         path, ent->d_name, m->meta.world);
         }
     }
+done:
     closedir(d);
     return st;
 }
@@ -381,38 +390,34 @@ static zr_status reader_file(reader *rd, int q, FILE **out)
     uint64_t total = 0;
     unsigned char buf[1 << 16];
     uint64_t body = rd->m.file_bytes - sizeof(uint32_t);
-    while (st == ZR_OK && total < body) {
+    while (total < body) {
         size_t want = body - total < sizeof buf ? (size_t)(body - total) : sizeof buf;
         size_t got = fread(buf, 1, want, f);
         if (got != want) {
-            st = zr_error_at(
-                ZR_ERR_FORMAT, __FILE__, __LINE__, "%s is truncated: %llu of %llu bytes", p,
-                (unsigned long long)(total + got), (unsigned long long)rd->m.file_bytes);
-            break;
+            ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT, "%s is truncated: %llu of %llu bytes", p,
+                         (unsigned long long)(total + got), (unsigned long long)rd->m.file_bytes);
         }
         crc = zr_crc32c(crc, buf, got);
         total += got;
     }
-    if (st == ZR_OK && fread(&stored, 1, sizeof stored, f) != sizeof stored) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "%s is truncated (no checksum)", p);
+    if (fread(&stored, 1, sizeof stored, f) != sizeof stored) {
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT, "%s is truncated (no checksum)", p);
     }
-    if (st == ZR_OK && fgetc(f) != EOF) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "%s is longer than its manifest says",
-                         p);
+    if (fgetc(f) != EOF) {
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT, "%s is longer than its manifest says", p);
     }
-    if (st == ZR_OK && (crc != stored || crc != rd->m.crcs[q])) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s fails its checksum (computed %08x, file %08x, manifest %08x): the "
-                         "file is damaged or was modified",
-                         p, crc, stored, rd->m.crcs[q]);
-    }
-    if (st != ZR_OK) {
-        fclose(f);
-        return st;
+    if (crc != stored || crc != rd->m.crcs[q]) {
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT,
+                     "%s fails its checksum (computed %08x, file %08x, manifest %08x): the "
+                     "file is damaged or was modified",
+                     p, crc, stored, rd->m.crcs[q]);
     }
     rd->files[q] = f;
     *out = f;
     return ZR_OK;
+fail:
+    fclose(f);
+    return st;
 }
 
 /*
@@ -460,9 +465,12 @@ zr_status zr_ckpt_read_unit(const char *path, const zr_ckpt_meta *meta, int u, f
     (void)meta;
     reader rd;
     ZR_CHECK(reader_open(&rd, path));
-    zr_status st = u >= 0 && u < rd.m.nunits ? reader_range(&rd, u, 0, 0, rd.m.lay[u].numel, full)
-                                             : zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                                                           "no unit %d in %s", u, path);
+    zr_status st;
+    if (u < 0 || u >= rd.m.nunits) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID, "no unit %d in %s", u, path);
+    }
+    st = reader_range(&rd, u, 0, 0, rd.m.lay[u].numel, full);
+done:
     reader_close(&rd);
     return st;
 }
@@ -473,36 +481,33 @@ static zr_status load_local(zr_engine *e, const char *path, zr_ckpt_meta *meta)
     ZR_CHECK(reader_open(&rd, path));
     zr_status st = ZR_OK;
     if (rd.m.nunits != e->nunits) {
-        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                         "checkpoint %s has %d units, this model has %d", path, rd.m.nunits,
-                         e->nunits);
+        ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID, "checkpoint %s has %d units, this model has %d",
+                     path, rd.m.nunits, e->nunits);
     }
-    for (int u = 0; u < e->nunits && st == ZR_OK; u++) {
+    for (int u = 0; u < e->nunits; u++) {
         if (rd.m.lay[u].numel != zr_engine_numel(e, u)) {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "checkpoint %s: unit %d has %zu parameters, this model has %zu "
-                             "(a different model shape)",
-                             path, u, rd.m.lay[u].numel, zr_engine_numel(e, u));
+            ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID,
+                         "checkpoint %s: unit %d has %zu parameters, this model has %zu "
+                         "(a different model shape)",
+                         path, u, rd.m.lay[u].numel, zr_engine_numel(e, u));
         }
     }
-    if (st == ZR_OK && rd.m.meta.optim_steps > INT_MAX) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "checkpoint %s: %lld optimizer steps is more than the engine counts "
-                         "(%d)",
-                         path, (long long)rd.m.meta.optim_steps, INT_MAX);
+    if (rd.m.meta.optim_steps > INT_MAX) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "checkpoint %s: %lld optimizer steps is more than the engine counts (%d)",
+                     path, (long long)rd.m.meta.optim_steps, INT_MAX);
     }
     int R = e->comm->rank[ZR_GROUP_WORLD];
-    for (int u = 0; u < e->nunits && st == ZR_OK; u++) {
+    for (int u = 0; u < e->nunits; u++) {
         float *arr[3];
-        st = zr_engine_optim_shard(e, u, &arr[0], &arr[1], &arr[2]);
+        ZR_CHECK_GOTO(zr_engine_optim_shard(e, u, &arr[0], &arr[1], &arr[2]), st, done);
         size_t S = zr_engine_shard(e, u), lo = (size_t)R * S;
-        for (int k = 0; k < 3 && st == ZR_OK; k++) {
-            st = reader_range(&rd, u, k, lo, lo + S, arr[k]);
+        for (int k = 0; k < 3; k++) {
+            ZR_CHECK_GOTO(reader_range(&rd, u, k, lo, lo + S, arr[k]), st, done);
         }
     }
-    if (st == ZR_OK) {
-        *meta = rd.m.meta;
-    }
+    *meta = rd.m.meta;
+done:
     reader_close(&rd);
     return st;
 }

@@ -182,29 +182,25 @@ zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep)
     int n;
     ZR_CHECK(list_complete(dir, &steps, &n));
     zr_status st = ZR_OK;
-    for (int i = 0; i + keep < n && st == ZR_OK; i++) {
+    for (int i = 0; i + keep < n; i++) {
         if (steps[i] == current) {
             continue;
         }
         /* one rename takes it out of the list, so a crash during the removal
            never leaves a "complete" checkpoint with files missing */
         char old[ZR_PATH_MAX], gone[ZR_PATH_MAX];
-        st = zr_ckpt_pathf(old, sizeof old, "%s/step_%08lld", dir, (long long)steps[i]);
-        if (st == ZR_OK) {
-            st = zr_ckpt_pathf(gone, sizeof gone, "%s.deleting", old);
+        ZR_CHECK_GOTO(zr_ckpt_pathf(old, sizeof old, "%s/step_%08lld", dir, (long long)steps[i]),
+                      st, done);
+        ZR_CHECK_GOTO(zr_ckpt_pathf(gone, sizeof gone, "%s.deleting", old), st, done);
+        zr_ckpt_remove_dir(gone, 0, 0); /* a leftover of an earlier interrupted removal */
+        if (rename(old, gone) != 0) {
+            ZR_FAIL_GOTO(st, done, ZR_ERR_IO, "cannot rename %s to %s: %s", old, gone,
+                         strerror(errno));
         }
-        if (st == ZR_OK) {
-            zr_ckpt_remove_dir(gone, 0, 0); /* a leftover of an earlier interrupted removal */
-            if (rename(old, gone) != 0) {
-                st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot rename %s to %s: %s", old,
-                                 gone, strerror(errno));
-            }
-        }
-        if (st == ZR_OK) {
-            zr_ckpt_fault_point(ZR_CKPT_FAULT_ROTATE_MOVED, current, 0);
-            zr_ckpt_remove_dir(gone, ZR_CKPT_FAULT_ROTATE_HALF, current);
-        }
+        zr_ckpt_fault_point(ZR_CKPT_FAULT_ROTATE_MOVED, current, 0);
+        zr_ckpt_remove_dir(gone, ZR_CKPT_FAULT_ROTATE_HALF, current);
     }
+done:
     zr_free(steps);
     return st;
 }

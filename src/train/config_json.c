@@ -182,16 +182,14 @@ zr_status zr_config_parse_json(zr_train_config *c, const char *text, const char 
         }
         ZR_FAIL(ZR_ERR_FORMAT, "%s:%d:%d: malformed JSON near '%.*s'", name, line, col, len, from);
     }
-    zr_status st = ZR_OK;
+    zr_status st;
     if (!cJSON_IsObject(root)) {
-        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                         "%s: the top level must be a JSON object, got %s", name, json_kind(root));
-    } else {
-        st = check_number_literals(text, name);
+        ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID, "%s: the top level must be a JSON object, got %s",
+                     name, json_kind(root));
     }
-    if (st == ZR_OK) {
-        st = walk(c, root, "", name, warn, ctx);
-    }
+    ZR_CHECK_GOTO(check_number_literals(text, name), st, done);
+    ZR_CHECK_GOTO(walk(c, root, "", name, warn, ctx), st, done);
+done:
     cJSON_Delete(root);
     return st;
 }
@@ -221,18 +219,20 @@ zr_status zr_config_load_json(zr_train_config *c, const char *path,
     int err = ferror(f);
     fclose(f);
     if (err) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot read config file \"%s\"", path);
-    } else if (n > MAX_BYTES) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "config file \"%s\" is larger than %d bytes; is it a config?", path,
-                         MAX_BYTES);
-    } else if (memchr(text, '\0', n) != NULL) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "config file \"%s\" holds a NUL byte; is it a text file?", path);
-    } else {
-        text[n] = '\0';
-        st = zr_config_parse_json(c, text, path, warn, ctx);
+        ZR_FAIL_GOTO(st, done, ZR_ERR_IO, "cannot read config file \"%s\"", path);
     }
+    if (n > MAX_BYTES) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "config file \"%s\" is larger than %d bytes; is it a config?", path,
+                     MAX_BYTES);
+    }
+    if (memchr(text, '\0', n) != NULL) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "config file \"%s\" holds a NUL byte; is it a text file?", path);
+    }
+    text[n] = '\0';
+    st = zr_config_parse_json(c, text, path, warn, ctx);
+done:
     zr_free(text);
     return st;
 }

@@ -129,9 +129,9 @@ zr_status zr_launch_agree(zr_comm *c, int n, const char *const *names, const cha
         /* the digests differ but no value does: a hash collision inside one rank's digest */
         snprintf(msg, sizeof msg, "the digests differ but every value agrees");
     }
-    st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__, "%s: %s%s%s%s%s", what, msg,
-                     more > 0 ? "; and " : "", more > 0 ? "other keys" : "",
-                     hint != NULL && hint[0] ? "; " : "", hint != NULL ? hint : "");
+    ZR_FAIL_GOTO(st, fail, ZR_ERR_INVALID, "%s: %s%s%s%s%s", what, msg, more > 0 ? "; and " : "",
+                 more > 0 ? "other keys" : "", hint != NULL && hint[0] ? "; " : "",
+                 hint != NULL ? hint : "");
 fail:
     zr_free(cls);
     zr_free(mine);

@@ -523,16 +523,14 @@ zr_status zr_ckpt_manifest_read(const char *path, zr_ckpt_manifest *m)
     unsigned mcrc = 0;
     int marker_ok = sscanf(mtext, "complete manifest-crc32c %u", &mcrc) == 1;
     if (!marker_ok || mcrc != zr_crc32c(0, text, n)) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s does not match the checksum in its COMPLETE marker: the manifest "
-                         "was modified or damaged",
-                         mpath);
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT,
+                     "%s does not match the checksum in its COMPLETE marker: the manifest "
+                     "was modified or damaged",
+                     mpath);
     }
     root = cJSON_ParseWithLength(text, n);
     if (root == NULL) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "%s is not valid JSON", mpath);
-        goto fail;
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT, "%s is not valid JSON", mpath);
     }
     ZR_CHECK_GOTO(read_fields(root, mpath, m), st, fail);
     cJSON_Delete(root);

@@ -50,17 +50,14 @@ zr_status zr_metrics_parse_line(const char *line, const char *file, int lineno,
     int has_loss = 0, has_tps = 0, has_val = 0, has_lr = 0;
     const cJSON *step = NULL;
     if (!cJSON_IsObject(obj)) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s:%d: a metrics line must be a JSON object", file, lineno);
-        goto done;
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT, "%s:%d: a metrics line must be a JSON object", file,
+                     lineno);
     }
     step = cJSON_GetObjectItemCaseSensitive(obj, "step");
     if (!cJSON_IsNumber(step) || step->valuedouble != floor(step->valuedouble) ||
         step->valuedouble < 0 || step->valuedouble > 9.0e15) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s:%d: \"step\" must be a non-negative integer%s", file, lineno,
-                         step == NULL ? " (missing)" : "");
-        goto done;
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT, "%s:%d: \"step\" must be a non-negative integer%s",
+                     file, lineno, step == NULL ? " (missing)" : "");
     }
     out->step = (long long)step->valuedouble;
     ZR_CHECK_GOTO(get_number(obj, "loss", file, lineno, &out->loss, &has_loss), st, done);
@@ -69,9 +66,9 @@ zr_status zr_metrics_parse_line(const char *line, const char *file, int lineno,
     ZR_CHECK_GOTO(get_number(obj, "val_loss", file, lineno, &out->val_loss, &has_val), st, done);
     ZR_CHECK_GOTO(get_number(obj, "lr", file, lineno, &out->lr, &has_lr), st, done);
     if (!has_val && (!has_loss || !has_tps)) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "%s:%d: a training line needs \"loss\" and \"tokens_per_s\" (missing %s)",
-                         file, lineno, !has_loss ? "\"loss\"" : "\"tokens_per_s\"");
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "%s:%d: a training line needs \"loss\" and \"tokens_per_s\" (missing %s)",
+                     file, lineno, !has_loss ? "\"loss\"" : "\"tokens_per_s\"");
     }
 done:
     cJSON_Delete(obj);
@@ -161,15 +158,15 @@ zr_status zr_metrics_read(const char *path, zr_metrics_series *out)
             break;
         }
         if (st != ZR_OK) {
-            break;
+            goto done;
         }
         ZR_CHECK_GOTO(push(out, &p), st, done);
     }
-    if (st == ZR_OK && ferror(f)) {
-        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot read metrics file \"%s\"", path);
-    } else if (st == ZR_OK && out->count == 0) {
-        st = zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__,
-                         "metrics file \"%s\" holds no metrics lines", path);
+    if (ferror(f)) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_IO, "cannot read metrics file \"%s\"", path);
+    }
+    if (out->count == 0) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT, "metrics file \"%s\" holds no metrics lines", path);
     }
 done:
     free(line);
