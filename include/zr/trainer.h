@@ -32,6 +32,7 @@
 #include "zr/file.h"
 #include "zr/gpt_engine.h"
 #include "zr/metrics.h"
+#include "zr/schedule.h"
 
 /* Rank 0's notices (level ZR_LOG_INFO: progress news; ZR_LOG_WARN: warnings). */
 typedef void (*zr_trainer_note_fn)(void *ctx, zr_log_level level, const char *msg);
@@ -83,6 +84,7 @@ typedef struct zr_trainer {
     char metrics_err[1024];
     int *inputs, *targets;
     char *config_json;
+    zr_lr_schedule sched; /* the scheduler section, parsed once */
     zr_trainer_note_fn note;
     void *note_ctx;
     volatile sig_atomic_t stop; /* set by zr_trainer_request_stop (signal handlers) */

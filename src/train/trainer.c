@@ -88,22 +88,20 @@ static zr_engine_config engine_config(const zr_train_config *c)
     return e;
 }
 
-/* The scheduler section as a schedule (src/optim/schedule.c has the formulas). */
-static float lr_at(const zr_train_config *c, int step)
+/* The scheduler section as a schedule, built once (src/optim/schedule.c has the formulas). */
+static zr_status schedule_of(const zr_train_config *c, zr_lr_schedule *s)
 {
-    zr_lr_schedule s;
-    memset(&s, 0, sizeof s);
-    /* the configuration reader accepted only these names */
-    ZR_ASSERT(zr_lr_kind_parse(c->scheduler_type, &s.kind) == ZR_OK);
-    ZR_ASSERT(zr_lr_warmup_parse(c->warmup_type, &s.warmup) == ZR_OK);
-    s.lr = c->lr;
-    s.warmup_min_lr = c->warmup_min_lr;
-    s.warmup_max_lr = c->warmup_max_lr;
-    s.warmup_num_steps = c->warmup_num_steps;
-    s.total_num_steps = c->total_num_steps;
-    s.warmup_min_ratio = c->warmup_min_ratio;
-    s.cos_min_ratio = c->cos_min_ratio;
-    return (float)zr_lr_at(&s, step);
+    memset(s, 0, sizeof *s);
+    ZR_CHECK(zr_lr_kind_parse(c->scheduler_type, &s->kind));
+    ZR_CHECK(zr_lr_warmup_parse(c->warmup_type, &s->warmup));
+    s->lr = c->lr;
+    s->warmup_min_lr = c->warmup_min_lr;
+    s->warmup_max_lr = c->warmup_max_lr;
+    s->warmup_num_steps = c->warmup_num_steps;
+    s->total_num_steps = c->total_num_steps;
+    s->warmup_min_ratio = c->warmup_min_ratio;
+    s->cos_min_ratio = c->cos_min_ratio;
+    return ZR_OK;
 }
 
 /* ---- set-up ---------------------------------------------------------------------- */
@@ -599,6 +597,7 @@ zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *
     zr_comm_set_timeout(&t->comm, cfg->timeout_s);
     zr_comm_set_fail_fast(&t->comm, 1);
     zr_gpt_set_threads(cfg->threads);
+    ZR_CHECK(zr_comm_agree(&t->comm, schedule_of(&t->cfg, &t->sched)));
     ZR_CHECK(setup(t));
     /* the manifest records the shape zr.model.init gave, not the defaults it replaced */
     zr_status st = zr_config_to_json(&t->cfg, &t->config_json);
@@ -725,7 +724,7 @@ static zr_status step_body(zr_trainer *t, zr_step_record *rec)
     zr_comm_set_step(&t->comm, done); /* as printed: steps count from 1 */
     rec->step = done;
     rec->total = c->train_steps;
-    rec->lr = lr_at(c, step);
+    rec->lr = (float)zr_lr_at(&t->sched, step);
     double local;
     zr_step_stats st;
     ZR_CHECK(forward_backward_update(t, rec->lr, &local, &st));
