@@ -78,12 +78,13 @@ void zr_ckpt_remove_dir(const char *path, int fault, int64_t step)
     rmdir(path);
 }
 
-/* Rename from to "<to_base>" or, if that exists, "<to_base>.1", ".2", ...; *out = the name. */
-static zr_status rename_aside(const char *from, const char *to_base, char *out, size_t cap)
+/* Rename from to "<from><suffix>" or, if that exists, "<from><suffix>.1", ".2", ...;
+ *out = the name. */
+static zr_status rename_aside(const char *from, const char *suffix, char *out, size_t cap)
 {
     for (int i = 0; i < 1000; i++) {
-        ZR_CHECK(i == 0 ? zr_ckpt_pathf(out, cap, "%s", to_base)
-                        : zr_ckpt_pathf(out, cap, "%s.%d", to_base, i));
+        ZR_CHECK(i == 0 ? zr_ckpt_pathf(out, cap, "%s%s", from, suffix)
+                        : zr_ckpt_pathf(out, cap, "%s%s.%d", from, suffix, i));
         if (!zr_ckpt_exists(out)) {
             if (rename(from, out) != 0) {
                 ZR_FAIL(ZR_ERR_IO, "cannot move %s aside to %s: %s", from, out, strerror(errno));
@@ -91,7 +92,8 @@ static zr_status rename_aside(const char *from, const char *to_base, char *out, 
             return ZR_OK;
         }
     }
-    ZR_FAIL(ZR_ERR_IO, "cannot move %s aside: %s and 999 numbered names exist", from, to_base);
+    ZR_FAIL(ZR_ERR_IO, "cannot move %s aside: %s%s and 999 numbered names exist", from, from,
+            suffix);
 }
 
 /* "step_<digits>" + optional suffix: the step and what follows the digits. */
@@ -281,11 +283,7 @@ zr_status zr_ckpt_recover(const char *dir, zr_ckpt_warn_fn fn, void *ctx)
             if (st == ZR_OK && !zr_ckpt_exists(marker)) {
                 /* only an older zr or a hand-made folder leaves this; its step
                    would block the save of that step, so it moves, whole */
-                char base[ZR_PATH_MAX];
-                st = zr_ckpt_pathf(base, sizeof base, "%s.incomplete", p);
-                if (st == ZR_OK) {
-                    st = rename_aside(p, base, q, sizeof q);
-                }
+                st = rename_aside(p, ".incomplete", q, sizeof q);
                 if (st == ZR_OK) {
                     warn(fn, ctx,
                          "moved %s aside to %s: it has no COMPLETE marker (a save that stopped "
@@ -309,16 +307,13 @@ zr_status zr_ckpt_set_aside_after(const char *dir, int64_t step, zr_ckpt_warn_fn
     ZR_CHECK(list_complete(dir, &steps, &n));
     zr_status st = ZR_OK;
     for (int i = 0; i < n && st == ZR_OK; i++) {
-        char p[ZR_PATH_MAX], base[ZR_PATH_MAX], q[ZR_PATH_MAX];
+        char p[ZR_PATH_MAX], q[ZR_PATH_MAX];
         if (steps[i] <= step) {
             continue;
         }
         st = zr_ckpt_pathf(p, sizeof p, "%s/step_%08lld", dir, (long long)steps[i]);
         if (st == ZR_OK) {
-            st = zr_ckpt_pathf(base, sizeof base, "%s.set-aside", p);
-        }
-        if (st == ZR_OK) {
-            st = rename_aside(p, base, q, sizeof q);
+            st = rename_aside(p, ".set-aside", q, sizeof q);
         }
         if (st == ZR_OK) {
             warn(fn, ctx,
