@@ -24,7 +24,7 @@
 # warning that a newer compiler invents.
 #
 # Layers (one folder each under src/, dependencies point one way):
-#   base -> quant -> comm -> coll -> optim -> zero -> model/data -> train -> cli
+#   base -> quant -> comm -> coll -> optim -> zero -> model/data -> train -> plan -> cli
 # Every src/<layer>/*.c goes into libzr.a except src/cli, which with bench/
 # makes the zr program. tests/test_*.c are one program each.
 

@@ -94,6 +94,9 @@ typedef struct zr_trainer {
     zr_train_summary sum;
 } zr_trainer;
 
+/* The engine configuration a finalized training configuration asks for (the plan uses it too). */
+zr_engine_config zr_trainer_engine_config(const zr_train_config *c);
+
 /*
  * Set up a run of cfg (finalized by zr_config_finalize and agreed by every
  * rank): the communicator with the configuration's hpZ group, the data, the

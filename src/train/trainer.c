@@ -60,7 +60,7 @@ static void warn_ckpt(void *ctx, const char *msg)
 
 /* ---- configuration -> engine and schedule --------------------------------------- */
 
-static zr_engine_config engine_config(const zr_train_config *c)
+zr_engine_config zr_trainer_engine_config(const zr_train_config *c)
 {
     zr_engine_config e = zr_engine_config_default();
     e.stage = c->stage;
@@ -235,7 +235,7 @@ static int proc_number(const char *path, const char *key, double *out)
 static zr_status check_memory(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
-    zr_engine_config ecfg = engine_config(c);
+    zr_engine_config ecfg = zr_trainer_engine_config(c);
     zr_gpt_memory_prediction p;
     ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
                                    c->activation_checkpointing, &ecfg, &t->comm, &p));
@@ -314,7 +314,7 @@ static zr_status setup(zr_trainer *t)
         st = zr_alloc_at((void **)&t->targets, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
-    zr_engine_config ecfg = engine_config(c);
+    zr_engine_config ecfg = zr_trainer_engine_config(c);
     ZR_CHECK(zr_engine_init(&t->engine, &t->comm, &ecfg, t->specs.nunits, t->specs.units));
     t->engine_up = 1;
     return ZR_OK;

@@ -1,0 +1,147 @@
+/*
+ * zr/plan.h - choosing the sharding and the ZeRO++ techniques before the
+ * first step, from measurements of the allocation: the probe, the cost
+ * model and the planner behind `zr probe`, `zr plan` and `zr train --auto`.
+ *
+ *   probe    (collective, a few seconds) times what the cost model needs on
+ *            this allocation, with every rank busy at once as in training:
+ *            forward and backward of the model's own units at each
+ *            micro-batch size, the codecs and AdamW per element, and
+ *            point-to-point bandwidth and latency inside a node and between
+ *            nodes through zr's transport; written as JSON.
+ *   cost     for a model, a layout (nodes x ranks per node), a choice
+ *            (stage, qwZ, hpZ, qgZ, prefetch, micro-batch x accumulation)
+ *            and a probe: the bytes of every collective of one step, per
+ *            kind, exactly as the engine's counters will count them; the
+ *            memory the engine and model will hold (zr_gpt_engine_predict);
+ *            and the step time, by walking the engine's schedule unit by
+ *            unit with the probe's figures and its measured overlap.
+ *   plan     every valid choice for a global batch, those over the memory
+ *            limit discarded, ranked by predicted tokens/s.
+ *
+ * Layers: the plan sits on the trainer's configuration (it writes the
+ * winner as a config `zr train --config` accepts) and below the CLI.
+ */
+#ifndef ZR_PLAN_H
+#define ZR_PLAN_H
+
+#include "zr/config.h"
+#include "zr/gpt_engine.h"
+
+#define ZR_PROBE_VERSION 1
+#define ZR_PROBE_MAX_B   8 /* micro-batch sizes measured: 1, 2, 4, ... */
+
+/* Seconds of forward and backward of one micro-batch of b sequences, per unit kind. */
+typedef struct zr_probe_compute {
+    int batch;        /* b */
+    double fwd_embed; /* unit 0: token + position embedding */
+    double fwd_block; /* one transformer block */
+    double fwd_head;  /* final LayerNorm, tied LM head, loss */
+    double bwd_head;  /* their backward */
+    double bwd_block; /* one block's backward (with its recompute, if on) */
+    double bwd_embed; /* the embedding's backward */
+} zr_probe_compute;
+
+typedef struct zr_probe {
+    int version;
+    int world, nodes, ranks_per_node; /* the allocation measured */
+    int threads;                      /* BLAS threads per rank */
+    /* the shape the compute figures belong to */
+    int layers, heads, channels, vocab, padded_vocab, seq_len, max_seq_len, recompute;
+    int ncompute;
+    zr_probe_compute compute[ZR_PROBE_MAX_B];
+    /* seconds per element, every rank at once */
+    double adamw;    /* one AdamW update */
+    double sumsq;    /* the grad-norm sum of squares, and gradient zeroing */
+    double bf16_enc; /* fp32 -> bf16 */
+    double bf16_dec; /* bf16 -> fp32 */
+    double f32_add;  /* fp32 accumulate (reductions, shard accumulation) */
+    double q_enc[2]; /* quantize, [0] INT8, [1] INT4 (default group) */
+    double q_dec[2]; /* dequantize (and add) */
+    /* transport: bytes per second per rank with every rank of the level sending at once */
+    double intra_bw, inter_bw;
+    double intra_lat, inter_lat; /* seconds per exchange (small messages) */
+    /* fraction of a transfer that proceeds while its rank computes (posted, not yet waited) */
+    double overlap;
+    double base_rss;     /* bytes a rank holds before the model and engine (program, MPI, BLAS) */
+    double mem_per_rank; /* the node's available memory / ranks per node (smallest node) */
+} zr_probe;
+
+/*
+ * Collective over c: measure everything above for cfg's model shape (layers,
+ * heads, channels, vocab, seq_len, activation checkpointing) at micro-batch
+ * sizes 1, 2, 4, ... up to max_b (at most ZR_PROBE_MAX_B sizes). Every rank
+ * returns the same probe (times are the slowest rank's).
+ */
+zr_status zr_probe_run(zr_comm *c, const zr_train_config *cfg, int vocab, int max_b, zr_probe *out);
+
+/* JSON (one object, keys as in the struct); reading validates every key and range. */
+zr_status zr_probe_write(const char *path, const zr_probe *p);
+zr_status zr_probe_read(const char *path, zr_probe *p);
+
+/* ---- the cost model ---------------------------------------------------------- */
+
+/* What the planner varies; everything else comes from the user's configuration. */
+typedef struct zr_plan_choice {
+    int stage;                 /* 0..3 */
+    int qwz, qwz_bits;         /* stage 3 */
+    int hpz;                   /* hpZ group size h (divides ranks per node); 1 = off */
+    int qgz, qgz_bits;         /* stage 2, 3 */
+    long long prefetch_bucket; /* stage3_prefetch_bucket_size, elements; 0 = no prefetch */
+    int micro_batch, accum;
+} zr_plan_choice;
+
+/* Predicted for one rank and one optimizer step. */
+typedef struct zr_plan_cost {
+    zr_traffic traffic; /* bytes per kind, as the engine's counters count one step (no CONTROL) */
+    double bytes_intra, bytes_inter; /* their sums */
+    double t_compute;                /* forward and backward of every micro-batch */
+    double t_codec;                  /* wire conversions, (de)quantization, reductions on the CPU */
+    double t_comm;                   /* every transfer, alone */
+    double t_exposed;                /* the part of t_comm not hidden behind computation */
+    double t_optim;                  /* AdamW, grad norm, clearing */
+    double t_step;                   /* t_compute + t_codec + t_exposed + t_optim */
+    double tokens_per_s;
+    zr_gpt_memory_prediction mem; /* allowance = the probe's base_rss when it has one */
+} zr_plan_cost;
+
+/* The user's configuration with a choice applied (batch keys, stage, switches, bits, bucket). */
+void zr_plan_apply(zr_train_config *cfg, const zr_plan_choice *ch);
+
+/*
+ * Cost of cfg (model shape, wires, buckets, with ch applied) on nodes x D
+ * ranks with vocabulary vocab. probe may be NULL: bytes and memory only.
+ * An invalid combination (e.g. hpZ not dividing D) is ZR_ERR_INVALID.
+ */
+zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int D,
+                          const zr_plan_choice *ch, const zr_probe *probe, zr_plan_cost *out);
+
+/* ---- the planner --------------------------------------------------------------- */
+
+typedef struct zr_plan_entry {
+    zr_plan_choice choice;
+    zr_plan_cost cost;
+} zr_plan_entry;
+
+typedef struct zr_plan_result {
+    int n, considered, over_memory; /* entries kept (ranked), enumerated, discarded for memory */
+    zr_plan_entry *entries;         /* owned; best first */
+    char why[512];                  /* one line: why the first one wins */
+} zr_plan_result;
+
+/*
+ * Every valid choice for cfg's global batch (train_batch_size, or micro x
+ * accumulation x world when it is 0) on the probe's layout (nodes, D),
+ * discarding those whose predicted peak exceeds mem_limit bytes (0 = no
+ * limit), ranked by predicted tokens/s. Impossible requests (no micro-batch
+ * divides the batch, nothing fits the limit, a layout the engine cannot
+ * run) are ZR_ERR_INVALID with the reason.
+ */
+zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
+                      double mem_limit, zr_plan_result *out);
+void zr_plan_result_free(zr_plan_result *r);
+
+/* "stage 3 + qwZ(8) + hpZ(2) + qgZ(4), micro 2 x 4, prefetch 5e7" */
+void zr_plan_describe(const zr_plan_choice *ch, char *buf, size_t n);
+
+#endif /* ZR_PLAN_H */

@@ -1,0 +1,202 @@
+/*
+ * plan.c - the planner: every configuration the engine can run for the
+ * requested global batch on the probe's layout, costed (cost.c), those over
+ * the memory limit discarded, the rest ranked by predicted tokens/s.
+ *
+ * What is enumerated (DeepSpeed leaves each of these to the user):
+ *
+ *   stage 0, 1, 2, 3
+ *   qwZ   off, INT8, INT4                       (stage 3)
+ *   hpZ   every divisor h of the ranks per node (stage 3; 1 = off)
+ *   qgZ   off, INT4, INT8                       (stage 2, 3)
+ *   prefetch budget  0, one largest unit, the configuration's value (stage 3)
+ *   micro-batch b x accumulation a with b * a * world = the global batch,
+ *         b within the micro-batch sizes the probe measured
+ *
+ * Everything else (model, sequence length, wires, reduce bucket, optimizer)
+ * is the user's configuration.
+ */
+#include "zr/plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void zr_plan_describe(const zr_plan_choice *ch, char *buf, size_t n)
+{
+    char q[96] = "", pre[40] = "";
+    size_t k = 0;
+    if (ch->qwz) {
+        k += (size_t)snprintf(q + k, sizeof q - k, " + qwZ(%d)", ch->qwz_bits);
+    }
+    if (ch->hpz > 1) {
+        k += (size_t)snprintf(q + k, sizeof q - k, " + hpZ(%d)", ch->hpz);
+    }
+    if (ch->qgz) {
+        snprintf(q + k, sizeof q - k, " + qgZ(%d)", ch->qgz_bits);
+    }
+    if (ch->stage == 3) {
+        snprintf(pre, sizeof pre, ", prefetch %.3g", (double)ch->prefetch_bucket);
+    }
+    snprintf(buf, n, "stage %d%s, micro %d x %d%s", ch->stage, q, ch->micro_batch, ch->accum, pre);
+}
+
+static int better(const zr_plan_entry *a, const zr_plan_entry *b)
+{
+    if (a->cost.tokens_per_s != b->cost.tokens_per_s) {
+        return a->cost.tokens_per_s > b->cost.tokens_per_s;
+    }
+    return a->cost.mem.total < b->cost.mem.total; /* a tie goes to the smaller footprint */
+}
+
+static int cmp_entry(const void *x, const void *y)
+{
+    const zr_plan_entry *a = x, *b = y;
+    return better(a, b) ? -1 : better(b, a) ? 1 : 0;
+}
+
+/* The candidates for one micro-batch split, appended to list (room for all). */
+static int enumerate(const zr_train_config *cfg, int D, size_t big_unit, int b, int a,
+                     zr_plan_choice *list)
+{
+    static const int qbits[] = {0, 8, 4};
+    long long pre[3] = {0, (long long)big_unit, cfg->stage3_prefetch_bucket_size};
+    int n = 0;
+    for (int stage = 0; stage <= 3; stage++) {
+        for (int wq = 0; wq < 3; wq++) {
+            for (int h = 1; h <= D; h++) {
+                for (int gq = 0; gq < 3; gq++) {
+                    for (int p = 0; p < 3; p++) {
+                        if ((stage < 3 && (wq || h > 1 || p)) || (stage < 2 && gq) || D % h != 0 ||
+                            (p == 2 && pre[2] <= pre[1])) {
+                            continue;
+                        }
+                        list[n++] = (zr_plan_choice){stage,  wq > 0, qbits[wq],
+                                                     h,      gq > 0, gq == 1 ? 4 : gq == 2 ? 8 : 0,
+                                                     pre[p], b,      a};
+                    }
+                }
+            }
+        }
+    }
+    return n;
+}
+
+static void explain(zr_plan_result *r, int W)
+{
+    const zr_plan_entry *w = &r->entries[0];
+    char d[160];
+    zr_plan_describe(&w->choice, d, sizeof d);
+    const zr_plan_entry *z3 = NULL, *next = r->n > 1 ? &r->entries[1] : NULL;
+    for (int i = 0; i < r->n && z3 == NULL; i++) {
+        const zr_plan_choice *c = &r->entries[i].choice;
+        if (c->stage == 3 && !c->qwz && c->hpz == 1 && !c->qgz &&
+            c->micro_batch == w->choice.micro_batch) {
+            z3 = &r->entries[i];
+        }
+    }
+    const zr_plan_cost *k = &w->cost;
+    size_t n = (size_t)snprintf(
+        r->why, sizeof r->why,
+        "%s wins: %.0f tokens/s predicted, step %.1f ms = compute %.1f + codecs %.1f + exposed "
+        "comm %.1f + optimizer %.1f; %.2f MB across nodes per rank and step",
+        d, k->tokens_per_s, 1e3 * k->t_step, 1e3 * k->t_compute, 1e3 * k->t_codec,
+        1e3 * k->t_exposed, 1e3 * k->t_optim, k->bytes_inter / 1e6);
+    if (z3 != NULL && z3 != w && n < sizeof r->why) {
+        n +=
+            (size_t)snprintf(r->why + n, sizeof r->why - n, " (ZeRO-3 bf16: %.2f MB, %.2fx slower)",
+                             z3->cost.bytes_inter / 1e6, k->tokens_per_s / z3->cost.tokens_per_s);
+    }
+    if (next != NULL && n < sizeof r->why) {
+        zr_plan_describe(&next->choice, d, sizeof d);
+        snprintf(r->why + n, sizeof r->why - n, "; next best %s is %.1f%% slower", d,
+                 100.0 * (1.0 - next->cost.tokens_per_s / k->tokens_per_s));
+    }
+    (void)W;
+}
+
+zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
+                      double mem_limit, zr_plan_result *out)
+{
+    memset(out, 0, sizeof *out);
+    int N = probe->nodes, D = probe->ranks_per_node, W = N * D;
+    if (N < 1 || D < 1 || W != probe->world) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the probe's layout (%d nodes x %d ranks, world %d) is not one the "
+                "engine can run",
+                N, D, probe->world);
+    }
+    long long G = cfg->train_batch_size;
+    if (G < 1 || G % W != 0) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the global batch (train_batch_size %lld) cannot be split evenly over %d ranks; "
+                "give a multiple of %d",
+                G, W, W);
+    }
+    long long per = G / W;
+    int bmax = probe->compute[probe->ncompute - 1].batch;
+    int splits = 0;
+    for (long long b = 1; b <= per && b <= bmax; b++) {
+        splits += per % b == 0;
+    }
+    if (splits == 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "no micro-batch fits: train_batch_size %lld over %d ranks", G, W);
+    }
+    zr_gpt_config m = {cfg->max_seq_len, vocab,      (int)zr_round_up((size_t)vocab, 128),
+                       cfg->layers,      cfg->heads, cfg->channels};
+    size_t big = 0;
+    for (int u = 0; u < zr_gpt_config_unit_count(&m); u++) {
+        size_t p = zr_zero_padded(zr_gpt_config_unit_numel(&m, u), W);
+        big = p > big ? p : big;
+    }
+    int cap = splits * (2 + 3 + 3 * 3 * D * 3);
+    zr_plan_choice *list = NULL;
+    ZR_ALLOC(list, (size_t)cap);
+    zr_status st = zr_alloc_at((void **)&out->entries, sizeof(zr_plan_entry) * (size_t)cap,
+                               __FILE__, __LINE__);
+    double min_mem = INFINITY;
+    int n = 0;
+    for (long long b = 1; b <= per && b <= bmax && st == ZR_OK; b++) {
+        if (per % b == 0) {
+            n += enumerate(cfg, D, big, (int)b, (int)(per / b), list + n);
+        }
+    }
+    ZR_ASSERT(n <= cap);
+    for (int i = 0; i < n && st == ZR_OK; i++) {
+        zr_plan_entry *e = &out->entries[out->n];
+        e->choice = list[i];
+        st = zr_plan_cost_of(cfg, vocab, N, D, &list[i], probe, &e->cost);
+        if (st != ZR_OK) {
+            break;
+        }
+        out->considered++;
+        min_mem = fmin(min_mem, (double)e->cost.mem.total);
+        if (mem_limit > 0 && (double)e->cost.mem.total > mem_limit) {
+            out->over_memory++;
+            continue;
+        }
+        out->n++;
+    }
+    zr_free(list);
+    if (st == ZR_OK && out->n == 0) {
+        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                         "no configuration fits the memory limit of %.2f GB per rank: the "
+                         "smallest of the %d considered needs %.2f GB (a smaller micro-batch, "
+                         "activation checkpointing or more ranks would help)",
+                         mem_limit / 1e9, out->considered, min_mem / 1e9);
+    }
+    if (st != ZR_OK) {
+        zr_plan_result_free(out);
+        return st;
+    }
+    qsort(out->entries, (size_t)out->n, sizeof *out->entries, cmp_entry);
+    explain(out, W);
+    return ZR_OK;
+}
+
+void zr_plan_result_free(zr_plan_result *r)
+{
+    zr_free(r->entries);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,401 @@
+/*
+ * probe.c - `zr probe`: what the cost model needs, measured on this
+ * allocation with every rank busy at once (as in training: ranks on one node
+ * share cores, memory bandwidth and the node's link).
+ *
+ *   compute    the model's own units (embedding, one block, LM head) forward
+ *              and backward at micro-batch sizes 1, 2, 4, ..., in the model's
+ *              kernels, on a one-block GPT of the requested width, vocabulary
+ *              and sequence length (a deeper model repeats the block)
+ *   per element AdamW, sum of squares, bf16 conversions, fp32 accumulation,
+ *              INT8/INT4 quantize and dequantize-add (the default group)
+ *   transport  all-to-all of large and of 8-byte messages through zr's
+ *              communicator inside each node (ZR_GROUP_NODE) and across
+ *              nodes (ZR_GROUP_CROSS), every rank at once: bandwidth per rank
+ *              and latency per exchange
+ *   overlap    a transfer posted, computation without MPI calls for half its
+ *              time, then the wait: how much of it moved meanwhile
+ *   memory     this rank's resident bytes before any model state (program,
+ *              MPI, BLAS, communicator), and the node's available memory
+ *
+ * Every figure is the median of a few repetitions on each rank, then the
+ * slowest rank's (max over ranks), so every rank returns the same probe.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "zr/plan.h"
+
+#include "zr/optim.h"
+#include "zr/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { REPS = 5 };
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+/* Agree on the largest value over world, in units of 1/scale (picoseconds for times). */
+static zr_status max_over(zr_comm *c, double *v, int n, double scale)
+{
+    int64_t w[64];
+    ZR_ASSERT(n <= 64);
+    for (int i = 0; i < n; i++) {
+        w[i] = (int64_t)llround(v[i] * scale);
+    }
+    ZR_CHECK(zr_comm_allreduce_max_i64(c, ZR_GROUP_WORLD, w, n));
+    for (int i = 0; i < n; i++) {
+        v[i] = (double)w[i] / scale;
+    }
+    return ZR_OK;
+}
+
+/* Agree on the slowest rank's times (seconds, to the picosecond). */
+static zr_status slowest(zr_comm *c, double *v, int n)
+{
+    return max_over(c, v, n, 1e12);
+}
+
+/* ---- compute ---------------------------------------------------------------------- */
+
+typedef struct bufs {
+    float *p[3], *g[3];
+    int *tok;
+} bufs;
+
+static zr_status time_units(zr_gpt *m, bufs *b, zr_probe_compute *out)
+{
+    double t[6][REPS];
+    for (int r = 0; r < REPS + 1; r++) {
+        double t0 = zr_now();
+        ZR_CHECK(zr_gpt_forward_begin(m, b->tok, b->tok + 1));
+        ZR_CHECK(zr_gpt_forward_unit(m, 0, b->p[0], NULL));
+        double t1 = zr_now();
+        ZR_CHECK(zr_gpt_forward_unit(m, 1, b->p[1], NULL));
+        double t2 = zr_now();
+        ZR_CHECK(zr_gpt_forward_unit(m, 2, b->p[2], b->p[0]));
+        double t3 = zr_now();
+        ZR_CHECK(zr_gpt_backward_begin(m));
+        ZR_CHECK(zr_gpt_backward_unit(m, 2, b->p[2], b->p[0], b->g[2], b->g[0]));
+        double t4 = zr_now();
+        ZR_CHECK(zr_gpt_backward_unit(m, 1, b->p[1], NULL, b->g[1], NULL));
+        double t5 = zr_now();
+        ZR_CHECK(zr_gpt_backward_unit(m, 0, NULL, NULL, b->g[0], NULL));
+        double t6 = zr_now();
+        if (r > 0) { /* the first repetition warms caches and BLAS buffers */
+            double d[6] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
+            for (int k = 0; k < 6; k++) {
+                t[k][r - 1] = d[k];
+            }
+        }
+    }
+    out->fwd_embed = median(t[0], REPS);
+    out->fwd_block = median(t[1], REPS);
+    out->fwd_head = median(t[2], REPS);
+    out->bwd_head = median(t[3], REPS);
+    out->bwd_block = median(t[4], REPS);
+    out->bwd_embed = median(t[5], REPS);
+    return ZR_OK;
+}
+
+static zr_status probe_compute(zr_comm *c, const zr_gpt_config *g, int T, int recompute, int b,
+                               zr_probe_compute *out)
+{
+    zr_gpt m;
+    memset(&m, 0, sizeof m);
+    bufs bf;
+    memset(&bf, 0, sizeof bf);
+    zr_status st = zr_gpt_init_ex(&m, g, b, T, recompute);
+    for (int u = 0; u < 3 && st == ZR_OK; u++) {
+        size_t n = zr_gpt_unit_numel(&m, u);
+        st = zr_alloc_at((void **)&bf.p[u], n * sizeof(float), __FILE__, __LINE__);
+        if (st == ZR_OK) {
+            st = zr_alloc_at((void **)&bf.g[u], n * sizeof(float), __FILE__, __LINE__);
+        }
+        if (st == ZR_OK) {
+            zr_gpt_unit_init_params(&m, u, bf.p[u], 1);
+        }
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&bf.tok, sizeof(int) * ((size_t)b * (size_t)T + 1), __FILE__,
+                         __LINE__);
+    }
+    for (size_t i = 0; st == ZR_OK && i < (size_t)b * (size_t)T + 1; i++) {
+        bf.tok[i] = (int)((i * 2654435761u) % (size_t)g->vocab);
+    }
+    st = zr_comm_agree(c, st);
+    if (st == ZR_OK) {
+        st = zr_comm_barrier(c);
+    }
+    if (st == ZR_OK) {
+        st = zr_comm_agree(c, time_units(&m, &bf, out));
+    }
+    for (int u = 0; u < 3; u++) {
+        zr_free(bf.p[u]);
+        zr_free(bf.g[u]);
+    }
+    zr_free(bf.tok);
+    zr_gpt_free(&m);
+    ZR_CHECK(st);
+    out->batch = b;
+    return slowest(c, &out->fwd_embed, 6);
+}
+
+/* ---- per-element costs -------------------------------------------------------------- */
+
+enum { NEL = 1 << 20 };
+
+typedef struct kern {
+    float *x, *y, *m, *v;
+    zr_bf16 *h;
+    unsigned char *blk;
+} kern;
+
+static double time_kernel(kern *k, int which)
+{
+    double t[REPS];
+    zr_adamw h = zr_adamw_default();
+    zr_qparams q8 = {8, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM}, q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
+    volatile double sink = 0;
+    for (int r = 0; r < REPS + 1; r++) {
+        double t0 = zr_now();
+        switch (which) {
+        case 0:
+            zr_adamw_update(&h, 1e-4f, 1, 1.0f, 1, k->x, k->y, k->m, k->v, NEL);
+            break;
+        case 1:
+            sink += zr_sumsq(k->x, NEL);
+            break;
+        case 2:
+            zr_bf16_from_f32_n(k->h, k->x, NEL);
+            break;
+        case 3:
+            zr_bf16_to_f32_n(k->y, k->h, NEL);
+            break;
+        case 4:
+            for (size_t i = 0; i < NEL; i++) {
+                k->m[i] += k->y[i];
+            }
+            break;
+        case 5:
+        case 7:
+            (void)zr_quant_encode(which == 5 ? &q8 : &q4, ZR_DTYPE_F32, k->x, NEL, 1.0f, NULL,
+                                  k->blk, NULL);
+            break;
+        default:
+            (void)zr_quant_decode_add(k->blk, k->m, NEL);
+            break;
+        }
+        if (r > 0) {
+            t[r - 1] = (zr_now() - t0) / NEL;
+        }
+    }
+    (void)sink;
+    return median(t, REPS);
+}
+
+static zr_status probe_kernels(zr_comm *c, zr_probe *p)
+{
+    kern k;
+    memset(&k, 0, sizeof k);
+    zr_qparams q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
+    size_t qb = zr_quant_block_bytes(&q4, NEL) * 2 + 64;
+    zr_status st = ZR_OK;
+    float **f[4] = {&k.x, &k.y, &k.m, &k.v};
+    for (int i = 0; i < 4 && st == ZR_OK; i++) {
+        st = zr_alloc_at((void **)f[i], NEL * sizeof(float), __FILE__, __LINE__);
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&k.h, NEL * sizeof(zr_bf16), __FILE__, __LINE__);
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&k.blk, qb, __FILE__, __LINE__);
+    }
+    for (size_t i = 0; st == ZR_OK && i < NEL; i++) {
+        k.x[i] = (float)((int)(i % 2001) - 1000) * 1e-3f;
+        k.y[i] = k.x[i] * 0.5f;
+    }
+    st = zr_comm_agree(c, st);
+    double v[9] = {0};
+    if (st == ZR_OK) {
+        st = zr_comm_barrier(c);
+        /* order: adamw sumsq bf16_enc bf16_dec f32_add q8 enc, q8 dec, q4 enc, q4 dec */
+        for (int w = 0; w < 9 && st == ZR_OK; w++) {
+            v[w] = time_kernel(&k, w);
+        }
+    }
+    zr_free(k.x), zr_free(k.y), zr_free(k.m), zr_free(k.v), zr_free(k.h), zr_free(k.blk);
+    ZR_CHECK(st);
+    ZR_CHECK(slowest(c, v, 9));
+    p->adamw = v[0], p->sumsq = v[1], p->bf16_enc = v[2], p->bf16_dec = v[3], p->f32_add = v[4];
+    p->q_enc[0] = v[5], p->q_dec[0] = v[6], p->q_enc[1] = v[7], p->q_dec[1] = v[8];
+    return ZR_OK;
+}
+
+/* ---- transport ------------------------------------------------------------------------- */
+
+/* Median seconds of an all-to-all of `bytes` to every peer of group g, every rank at once. */
+static zr_status time_exchange(zr_comm *c, zr_group g, size_t bytes, int reps, char *sbuf,
+                               char *rbuf, double *out)
+{
+    double t[32];
+    ZR_ASSERT(reps <= 32);
+    for (int r = 0; r < reps + 1; r++) {
+        ZR_CHECK(zr_comm_barrier(c));
+        double t0 = zr_now();
+        ZR_CHECK(zr_comm_alltoall(c, g, ZR_KIND_ALLTOALL, sbuf, bytes, rbuf));
+        if (r > 0) {
+            t[r - 1] = zr_now() - t0;
+        }
+    }
+    *out = median(t, reps);
+    return ZR_OK;
+}
+
+/*
+ * Post a transfer of about t_x seconds, compute for half of that without any
+ * MPI call, wait: the part of the transfer that moved during the computation
+ * is f * t_c, so t_total = t_c + (t_x - f * t_c).
+ */
+static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, char *sbuf,
+                              char *rbuf, float *work, size_t nwork, double *f)
+{
+    double est[3];
+    for (int r = 0; r < 3; r++) {
+        ZR_CHECK(zr_comm_barrier(c));
+        double t0 = zr_now();
+        zr_request req = ZR_REQUEST_INIT;
+        ZR_CHECK(zr_comm_ialltoall(c, g, ZR_KIND_ALLTOALL, sbuf, bytes, rbuf, &req));
+        volatile double sink = 0;
+        double t_c0 = zr_now();
+        while (zr_now() - t_c0 < 0.5 * t_x) {
+            sink += zr_sumsq(work, nwork);
+        }
+        (void)sink;
+        double t_c = zr_now() - t_c0;
+        ZR_CHECK(zr_comm_wait(c, &req));
+        double total = zr_now() - t0;
+        double moved = t_x - (total - t_c);
+        est[r] = fmin(1.0, fmax(0.0, moved / t_c));
+    }
+    *f = median(est, 3);
+    return ZR_OK;
+}
+
+static zr_status probe_transport(zr_comm *c, zr_probe *p)
+{
+    int D = c->size[ZR_GROUP_NODE], N = c->size[ZR_GROUP_CROSS];
+    size_t big = (size_t)4 << 20, peers = (size_t)(D > N ? D : N);
+    char *sbuf = NULL, *rbuf = NULL;
+    float *work = NULL;
+    size_t nwork = (size_t)1 << 18;
+    zr_status st = zr_alloc_at((void **)&sbuf, big * peers, __FILE__, __LINE__);
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&rbuf, big * peers, __FILE__, __LINE__);
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&work, nwork * sizeof(float), __FILE__, __LINE__);
+    }
+    st = zr_comm_agree(c, st);
+    double v[5] = {0, 0, 0, 0, 0}; /* intra t, intra lat, inter t, inter lat, overlap */
+    if (st == ZR_OK && D > 1) {
+        st = time_exchange(c, ZR_GROUP_NODE, big, REPS, sbuf, rbuf, &v[0]);
+        if (st == ZR_OK) {
+            st = time_exchange(c, ZR_GROUP_NODE, 8, 20, sbuf, rbuf, &v[1]);
+        }
+    }
+    if (st == ZR_OK && N > 1) {
+        st = time_exchange(c, ZR_GROUP_CROSS, big, REPS, sbuf, rbuf, &v[2]);
+        if (st == ZR_OK) {
+            st = time_exchange(c, ZR_GROUP_CROSS, 8, 20, sbuf, rbuf, &v[3]);
+        }
+    }
+    if (st == ZR_OK) {
+        st = slowest(c, v, 4);
+    }
+    if (st == ZR_OK && (N > 1 || D > 1)) {
+        zr_group g = N > 1 ? ZR_GROUP_CROSS : ZR_GROUP_NODE;
+        st = time_overlap(c, g, big, N > 1 ? v[2] : v[0], sbuf, rbuf, work, nwork, &v[4]);
+        if (st == ZR_OK) {
+            v[4] = -v[4]; /* the smallest fraction over ranks */
+            st = max_over(c, &v[4], 1, 1e9);
+            v[4] = -v[4];
+        }
+    }
+    zr_free(sbuf), zr_free(rbuf), zr_free(work);
+    ZR_CHECK(st);
+    p->intra_bw = D > 1 ? (double)big * (D - 1) / fmax(v[0] - v[1], 1e-9) : 0;
+    p->intra_lat = v[1];
+    p->inter_bw = N > 1 ? (double)big * (N - 1) / fmax(v[2] - v[3], 1e-9) : 0;
+    p->inter_lat = v[3];
+    p->overlap = v[4];
+    return ZR_OK;
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+static double proc_kb(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    char line[256];
+    double v = 0;
+    size_t n = strlen(key);
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, key, n) == 0) {
+            v = atof(line + n);
+            break;
+        }
+    }
+    fclose(f);
+    return v * 1024.0;
+}
+
+zr_status zr_probe_run(zr_comm *c, const zr_train_config *cfg, int vocab, int max_b, zr_probe *out)
+{
+    memset(out, 0, sizeof *out);
+    out->version = ZR_PROBE_VERSION;
+    out->world = c->size[ZR_GROUP_WORLD];
+    out->nodes = c->n_nodes;
+    out->ranks_per_node = c->ranks_per_node;
+    out->threads = cfg->threads;
+    out->layers = cfg->layers, out->heads = cfg->heads, out->channels = cfg->channels;
+    out->vocab = vocab, out->padded_vocab = (int)zr_round_up((size_t)vocab, 128);
+    out->seq_len = cfg->seq_len, out->max_seq_len = cfg->max_seq_len;
+    out->recompute = cfg->activation_checkpointing;
+    /* before anything of the probe's own: what a rank holds with no model */
+    double mem[2] = {proc_kb("/proc/self/status", "VmRSS:"),
+                     -proc_kb("/proc/meminfo", "MemAvailable:") / c->ranks_per_node};
+    ZR_CHECK(max_over(c, mem, 2, 1.0)); /* bytes */
+    out->base_rss = mem[0];
+    out->mem_per_rank = -mem[1];
+    zr_gpt_set_threads(cfg->threads);
+    zr_gpt_config g = {cfg->max_seq_len, vocab, out->padded_vocab, 1, cfg->heads, cfg->channels};
+    ZR_CHECK(zr_gpt_config_check(&g));
+    for (int b = 1; b <= max_b && out->ncompute < ZR_PROBE_MAX_B; b *= 2) {
+        ZR_CHECK(probe_compute(c, &g, cfg->seq_len, cfg->activation_checkpointing, b,
+                               &out->compute[out->ncompute]));
+        out->ncompute++;
+        if (b < max_b && b * 2 > max_b && out->ncompute < ZR_PROBE_MAX_B) {
+            ZR_CHECK(probe_compute(c, &g, cfg->seq_len, cfg->activation_checkpointing, max_b,
+                                   &out->compute[out->ncompute]));
+            out->ncompute++;
+        }
+    }
+    ZR_CHECK(probe_kernels(c, out));
+    return probe_transport(c, out);
+}

@@ -1,0 +1,201 @@
+/*
+ * probe_json.c - the probe as a JSON file: written atomically, read back
+ * with every key checked (present, a number, finite, in range), so a plan is
+ * never computed from a truncated, hand-edited or foreign file without an
+ * error that names the file and the key.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "zr/file.h"
+#include "zr/plan.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The scalar keys: name, offset of a double or int field, is it an int, lowest valid value. */
+typedef struct pkey {
+    const char *name;
+    size_t off;
+    int is_int;
+    double lo;
+} pkey;
+
+#define D_(f, lo)                                                                                  \
+    {                                                                                              \
+#f, offsetof(zr_probe, f), 0, lo                                                           \
+    }
+#define I_(f, lo)                                                                                  \
+    {                                                                                              \
+#f, offsetof(zr_probe, f), 1, lo                                                           \
+    }
+static const pkey keys[] = {
+    I_(version, 1),      I_(world, 1),        I_(nodes, 1),    I_(ranks_per_node, 1),
+    I_(threads, 1),      I_(layers, 1),       I_(heads, 1),    I_(channels, 1),
+    I_(vocab, 1),        I_(padded_vocab, 1), I_(seq_len, 1),  I_(max_seq_len, 1),
+    I_(recompute, 0),    D_(adamw, 0),        D_(sumsq, 0),    D_(bf16_enc, 0),
+    D_(bf16_dec, 0),     D_(f32_add, 0),      D_(intra_bw, 0), D_(inter_bw, 0),
+    D_(intra_lat, 0),    D_(inter_lat, 0),    D_(overlap, 0),  D_(base_rss, 0),
+    D_(mem_per_rank, 0),
+};
+#undef D_
+#undef I_
+enum { NKEYS = sizeof keys / sizeof keys[0] };
+
+static const char *const unit_keys[] = {"fwd_embed", "fwd_block", "fwd_head",
+                                        "bwd_head",  "bwd_block", "bwd_embed"};
+
+static double get(const zr_probe *p, const pkey *k)
+{
+    const char *b = (const char *)p + k->off;
+    return k->is_int ? (double)*(const int *)b : *(const double *)b;
+}
+
+static void set(zr_probe *p, const pkey *k, double v)
+{
+    char *b = (char *)p + k->off;
+    if (k->is_int) {
+        *(int *)b = (int)v;
+    } else {
+        *(double *)b = v;
+    }
+}
+
+zr_status zr_probe_write(const char *path, const zr_probe *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_CreateArray();
+    int ok = o != NULL && arr != NULL;
+    for (int i = 0; ok && i < NKEYS; i++) {
+        ok = cJSON_AddNumberToObject(o, keys[i].name, get(p, &keys[i])) != NULL;
+    }
+    const char *qn[4] = {"q8_enc", "q8_dec", "q4_enc", "q4_dec"};
+    double qv[4] = {p->q_enc[0], p->q_dec[0], p->q_enc[1], p->q_dec[1]};
+    for (int i = 0; ok && i < 4; i++) {
+        ok = cJSON_AddNumberToObject(o, qn[i], qv[i]) != NULL;
+    }
+    for (int i = 0; ok && i < p->ncompute; i++) {
+        const zr_probe_compute *c = &p->compute[i];
+        cJSON *e = cJSON_CreateObject();
+        ok = e != NULL && cJSON_AddItemToArray(arr, e);
+        double v[6] = {c->fwd_embed, c->fwd_block, c->fwd_head,
+                       c->bwd_head,  c->bwd_block, c->bwd_embed};
+        ok = ok && cJSON_AddNumberToObject(e, "batch", c->batch) != NULL;
+        for (int k = 0; ok && k < 6; k++) {
+            ok = cJSON_AddNumberToObject(e, unit_keys[k], v[k]) != NULL;
+        }
+    }
+    if (ok) {
+        ok = cJSON_AddItemToObject(o, "compute", arr);
+        arr = ok ? NULL : arr;
+    }
+    char *text = ok ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    cJSON_Delete(arr);
+    if (text == NULL) {
+        ZR_FAIL(ZR_ERR_NOMEM, "out of memory writing the probe as JSON");
+    }
+    size_t n = strlen(text);
+    text[n] = '\n'; /* cJSON's terminator becomes the file's last newline */
+    zr_status st = zr_file_write_atomic(path, text, n + 1);
+    cJSON_free(text);
+    return st;
+}
+
+static zr_status number(const cJSON *o, const char *key, const char *path, double lo, double *v)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(x)) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" is %s (a number is needed; rerun zr probe)", path, key,
+                x == NULL ? "missing" : "not a number");
+    }
+    if (!isfinite(x->valuedouble) || x->valuedouble < lo || x->valuedouble > 1e15) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" is %g, outside [%g, 1e15]", path, key, x->valuedouble,
+                lo);
+    }
+    *v = x->valuedouble;
+    return ZR_OK;
+}
+
+static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
+{
+    if (!cJSON_IsObject(o)) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s is not a JSON object (a file written by zr probe is)", path);
+    }
+    for (int i = 0; i < NKEYS; i++) {
+        double v = 0;
+        ZR_CHECK(number(o, keys[i].name, path, keys[i].lo, &v));
+        if (keys[i].is_int && (v != floor(v) || v > 1e9)) {
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" must be a whole number, got %g", path, keys[i].name,
+                    v);
+        }
+        set(p, &keys[i], v);
+    }
+    if (p->version != ZR_PROBE_VERSION) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: probe version %d, this zr reads version %d; rerun zr probe",
+                path, p->version, ZR_PROBE_VERSION);
+    }
+    if (p->world != p->nodes * p->ranks_per_node) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: world %d is not nodes %d x ranks_per_node %d", path, p->world,
+                p->nodes, p->ranks_per_node);
+    }
+    if (p->overlap > 1 || (p->nodes > 1 && !(p->inter_bw > 0)) ||
+        (p->ranks_per_node > 1 && !(p->intra_bw > 0))) {
+        ZR_FAIL(ZR_ERR_FORMAT,
+                "%s: overlap must be <= 1 and the bandwidth of every level the "
+                "layout has must be > 0",
+                path);
+    }
+    const char *qn[4] = {"q8_enc", "q8_dec", "q4_enc", "q4_dec"};
+    double *qv[4] = {&p->q_enc[0], &p->q_dec[0], &p->q_enc[1], &p->q_dec[1]};
+    for (int i = 0; i < 4; i++) {
+        ZR_CHECK(number(o, qn[i], path, 0, qv[i]));
+    }
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "compute");
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
+    if (n < 1 || n > ZR_PROBE_MAX_B) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: \"compute\" must be an array of 1 to %d measurements", path,
+                ZR_PROBE_MAX_B);
+    }
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(arr, i);
+        zr_probe_compute *c = &p->compute[i];
+        double b = 0, *v[6] = {&c->fwd_embed, &c->fwd_block, &c->fwd_head,
+                               &c->bwd_head,  &c->bwd_block, &c->bwd_embed};
+        char key[64];
+        snprintf(key, sizeof key, "compute[%d].batch", i);
+        if (!cJSON_IsObject(e)) {
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: \"compute[%d]\" is not an object", path, i);
+        }
+        ZR_CHECK(number(e, "batch", path, 1, &b));
+        if (b != floor(b) || b > 1e6 || (i > 0 && b <= p->compute[i - 1].batch)) {
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" must be a whole number above the one before", path,
+                    key);
+        }
+        c->batch = (int)b;
+        for (int k = 0; k < 6; k++) {
+            ZR_CHECK(number(e, unit_keys[k], path, 0, v[k]));
+        }
+    }
+    p->ncompute = n;
+    return ZR_OK;
+}
+
+zr_status zr_probe_read(const char *path, zr_probe *p)
+{
+    memset(p, 0, sizeof *p);
+    char *text = NULL;
+    size_t n = 0;
+    ZR_CHECK(zr_file_read_all(path, &text, &n));
+    cJSON *o = cJSON_ParseWithLength(text, n);
+    zr_free(text);
+    if (o == NULL) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s is not valid JSON (a file written by zr probe is)", path);
+    }
+    zr_status st = parse(o, path, p);
+    cJSON_Delete(o);
+    return st;
+}

@@ -1,0 +1,321 @@
+/*
+ * test_plan.c - the cost model and the planner (src/plan).
+ *
+ *   bytes      for every stage and ZeRO++ combination the layout allows, with
+ *              and without accumulation and prefetch, the bytes of each
+ *              collective kind the model predicts for one step equal, on
+ *              every rank, what the engine's counters count while the
+ *              trainer runs that step; the model state equals the engine's
+ *              accounting and its pool stays under the predicted bound
+ *   by hand    ZeRO-3 bf16 inter-node bytes and the step time of a made-up
+ *              probe, computed here from first principles
+ *   probe      zr_probe_run on this layout, written and read back equal;
+ *              damaged files refused naming the file and the key
+ *   planner    a slow link picks quantized ZeRO++, a free link and costly
+ *              codecs pick none; impossible requests are refused clearly
+ *
+ * Runs under mpirun at several layouts (tests/testlist).
+ */
+#define _POSIX_C_SOURCE 200809L
+#define ZR_TEST_MPI
+#include "test.h"
+
+#include "zr/plan.h"
+#include "zr/trainer.h"
+
+#include <unistd.h>
+
+static int W, R;
+
+static void tiny(zr_train_config *c)
+{
+    zr_config_defaults(c);
+    c->layers = 2;
+    c->channels = 64;
+    c->heads = 4;
+    c->seq_len = 16;
+    c->max_seq_len = 16;
+    c->train_micro_batch_size_per_gpu = 1;
+    c->gradient_accumulation_steps = 1;
+    c->train_batch_size = 0;
+    c->train_steps = 3;
+    c->val_every = 0;
+    c->steps_per_print = 100;
+    c->scheduler_type[0] = '\0';
+    c->threads = 1;
+    c->reduce_bucket_size = 3000; /* a few units in flight: the budget logic matters */
+}
+
+/* One step's bytes per kind through the trainer, on this rank. */
+static void measure(const zr_train_config *base, const zr_plan_choice *ch, zr_traffic *out,
+                    zr_memory *mem, int *nodes, int *D)
+{
+    static zr_train_config cfg;
+    cfg = *base;
+    zr_plan_apply(&cfg, ch);
+    TEST_OK(zr_config_finalize(&cfg, W));
+    static zr_trainer t;
+    TEST_OK(zr_trainer_init(&t, MPI_COMM_WORLD, &cfg, NULL, NULL));
+    zr_step_record rec;
+    TEST_OK(zr_trainer_step(&t, &rec)); /* the first step warms the pools */
+    zr_traffic a = zr_comm_traffic_get(&t.comm);
+    TEST_OK(zr_trainer_step(&t, &rec));
+    zr_traffic b = zr_comm_traffic_get(&t.comm);
+    for (int k = 0; k < ZR_KIND_COUNT; k++) {
+        out->kind[k].bytes_intra = b.kind[k].bytes_intra - a.kind[k].bytes_intra;
+        out->kind[k].bytes_inter = b.kind[k].bytes_inter - a.kind[k].bytes_inter;
+    }
+    *mem = zr_engine_memory(&t.engine);
+    *nodes = t.comm.n_nodes;
+    *D = t.comm.ranks_per_node;
+    TEST_OK(zr_trainer_conclude(&t, ZR_OK));
+    zr_trainer_free(&t, 0);
+}
+
+static void check_choice(const zr_train_config *base, const zr_plan_choice *ch)
+{
+    zr_traffic got;
+    zr_memory mem;
+    int N = 0, D = 0;
+    measure(base, ch, &got, &mem, &N, &D);
+    zr_plan_cost cost;
+    TEST_OK(zr_plan_cost_of(base, 256, N, D, ch, NULL, &cost));
+    char d[160];
+    zr_plan_describe(ch, d, sizeof d);
+    for (int k = 0; k < ZR_KIND_COUNT; k++) {
+        if (k == ZR_KIND_CONTROL) {
+            continue; /* norms and losses: not the plan's business */
+        }
+        TEST_CHECKF(got.kind[k].bytes_intra == cost.traffic.kind[k].bytes_intra &&
+                        got.kind[k].bytes_inter == cost.traffic.kind[k].bytes_inter,
+                    "%s, %s: engine intra %llu inter %llu, plan intra %llu inter %llu", d,
+                    zr_kind_name((zr_kind)k), (unsigned long long)got.kind[k].bytes_intra,
+                    (unsigned long long)got.kind[k].bytes_inter,
+                    (unsigned long long)cost.traffic.kind[k].bytes_intra,
+                    (unsigned long long)cost.traffic.kind[k].bytes_inter);
+    }
+    double sum = 0;
+    for (int k = 0; k < ZR_KIND_COUNT; k++) {
+        sum += (double)got.kind[k].bytes_intra + (double)got.kind[k].bytes_inter;
+    }
+    TEST_CHECKF(W == 1 || sum > 0, "%s: the engine counted no bytes", d);
+    size_t state = mem.params + mem.grads + mem.optim + mem.secondary;
+    TEST_CHECKF(state == cost.mem.state, "%s: engine state %zu, plan %zu", d, state,
+                cost.mem.state);
+    TEST_CHECKF(mem.pool_peak <= cost.mem.pool, "%s: pool peak %zu over the plan's bound %zu", d,
+                mem.pool_peak, cost.mem.pool);
+}
+
+static void test_bytes_match_engine(void)
+{
+    zr_train_config base;
+    tiny(&base);
+    int D = 1;
+    {
+        zr_comm c;
+        TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+        D = c.ranks_per_node;
+        zr_comm_free(&c);
+    }
+    int hpz = D > 1 ? D : 1;
+    const zr_plan_choice list[] = {
+        {0, 0, 0, 1, 0, 0, 0, 1, 1},          {1, 0, 0, 1, 0, 0, 0, 1, 2},
+        {2, 0, 0, 1, 0, 0, 0, 2, 1},          {2, 0, 0, 1, 1, 4, 0, 1, 2},
+        {3, 0, 0, 1, 0, 0, 50000000, 1, 1},   {3, 0, 0, 1, 0, 0, 0, 1, 2},
+        {3, 1, 8, 1, 0, 0, 50000000, 1, 1},   {3, 1, 4, 1, 0, 0, 3000, 1, 1},
+        {3, 0, 0, hpz, 0, 0, 50000000, 1, 2}, {3, 0, 0, 1, 1, 4, 50000000, 1, 1},
+        {3, 1, 8, hpz, 1, 4, 50000000, 1, 2}, {3, 1, 8, hpz, 1, 8, 0, 2, 1},
+    };
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
+        check_choice(&base, &list[i]);
+    }
+}
+
+/* A probe with round numbers, for cases computed by hand. */
+static zr_probe made_up(int nodes, int D)
+{
+    zr_probe p;
+    memset(&p, 0, sizeof p);
+    p.version = ZR_PROBE_VERSION;
+    p.world = nodes * D, p.nodes = nodes, p.ranks_per_node = D, p.threads = 1;
+    p.layers = 2, p.heads = 4, p.channels = 64, p.vocab = 256, p.padded_vocab = 256;
+    p.seq_len = 16, p.max_seq_len = 16;
+    p.ncompute = 1;
+    p.compute[0] = (zr_probe_compute){1, 1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3};
+    p.intra_bw = 1e10, p.inter_bw = 1e8, p.intra_lat = 1e-5, p.inter_lat = 1e-4;
+    p.overlap = 0;
+    p.mem_per_rank = 1e9;
+    return p;
+}
+
+static void test_by_hand(void)
+{
+    zr_train_config c;
+    tiny(&c);
+    zr_gpt_config m = {16, 256, 256, 2, 4, 64};
+    int N = 2, D = 2, Wh = 4;
+    size_t S[4];
+    for (int u = 0; u < 4; u++) {
+        S[u] = zr_zero_padded(zr_gpt_config_unit_numel(&m, u), Wh) / (size_t)Wh;
+    }
+    /* ZeRO-3 bf16, no prefetch: unit 0 gathered twice (embedding, LM head), the
+       blocks twice (forward, backward), the final LayerNorm once; every unit's
+       gradient reduced once; each sends 2 bytes x S to each of W - D = 2 peers
+       on the other node */
+    double gathers = 2.0 * S[0] + 2.0 * S[1] + 2.0 * S[2] + S[3];
+    double reduces = (double)(S[0] + S[1] + S[2] + S[3]);
+    zr_plan_choice z3 = {3, 0, 0, 1, 0, 0, 0, 1, 1};
+    zr_probe p = made_up(N, D);
+    zr_plan_cost k;
+    TEST_OK(zr_plan_cost_of(&c, 256, N, D, &z3, &p, &k));
+    TEST_NEAR(k.traffic.kind[ZR_KIND_ALLGATHER].bytes_inter, 2 * 2 * gathers, 0);
+    TEST_NEAR(k.traffic.kind[ZR_KIND_REDUCE_SCATTER].bytes_inter, 2 * 2 * reduces, 0);
+    TEST_NEAR(k.traffic.kind[ZR_KIND_ALLGATHER].bytes_intra, 2 * gathers, 0);
+    /* compute: 1 embedding + 2 blocks + head forward, head + 2 blocks + embedding backward */
+    TEST_NEAR(k.t_compute, 1e-3 + 2 * 2e-3 + 3e-3 + 4e-3 + 2 * 5e-3 + 6e-3, 1e-12);
+    /* each transfer: latency + its inter bytes over the link (slower than the node level);
+       with no overlap all of it is exposed */
+    double t = 0;
+    size_t g_units[] = {0, 1, 2, 3, 0, 2, 1};
+    for (size_t i = 0; i < 7; i++) {
+        t += 1e-4 + 4.0 * (double)S[g_units[i]] / 1e8;
+    }
+    for (int u = 0; u < 4; u++) {
+        t += 1e-4 + 4.0 * (double)S[u] / 1e8;
+    }
+    TEST_NEAR(k.t_comm, t, 1e-12);
+    TEST_NEAR(k.t_exposed, t, 1e-12);
+    TEST_NEAR(k.t_step, k.t_compute + k.t_codec + k.t_exposed + k.t_optim, 1e-12);
+    /* full overlap hides what the computation after each post covers, never more */
+    p.overlap = 1;
+    zr_plan_choice pre = z3;
+    pre.prefetch_bucket = 50000000;
+    zr_plan_cost k2;
+    TEST_OK(zr_plan_cost_of(&c, 256, N, D, &pre, &p, &k2));
+    TEST_NEAR(k2.t_comm, k.t_comm, 1e-12);
+    TEST_CHECK(k2.t_exposed < k.t_exposed && k2.t_exposed >= 0);
+}
+
+static void test_probe_file(void)
+{
+    zr_train_config c;
+    tiny(&c);
+    zr_comm comm;
+    TEST_OK(zr_comm_init(&comm, MPI_COMM_WORLD, NULL));
+    zr_probe p;
+    TEST_OK(zr_probe_run(&comm, &c, 256, 3, &p));
+    TEST_EQ_INT(p.world, W);
+    TEST_EQ_INT(p.ncompute, 3); /* 1, 2 and 3 */
+    TEST_EQ_INT(p.compute[2].batch, 3);
+    TEST_CHECK(p.compute[0].fwd_block > 0 && p.compute[0].bwd_block > 0);
+    TEST_CHECK(p.q_enc[0] > 0 && p.adamw > 0 && p.base_rss > 1e6);
+    TEST_CHECK(p.nodes == 1 || p.inter_bw > 0);
+    TEST_CHECK(p.overlap >= 0 && p.overlap <= 1);
+    zr_comm_free(&comm);
+    if (R != 0) {
+        return;
+    }
+    char path[] = "/tmp/zr-test-plan-XXXXXX";
+    int fd = mkstemp(path);
+    TEST_CHECK(fd >= 0);
+    close(fd);
+    TEST_OK(zr_probe_write(path, &p));
+    zr_probe q;
+    TEST_OK(zr_probe_read(path, &q));
+    TEST_CHECK(memcmp(&p.compute, &q.compute, sizeof p.compute) == 0);
+    TEST_CHECK(p.inter_bw == q.inter_bw && p.q_dec[1] == q.q_dec[1] && p.world == q.world);
+    static const char *bad[][2] = {
+        {"{\"version\": 1}", "\"world\" is missing"},
+        {"[1, 2]", "is not a JSON object"},
+        {"{\"version\": ", "is not valid JSON"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *f = fopen(path, "w");
+        TEST_CHECK(f != NULL && fputs(bad[i][0], f) >= 0 && fclose(f) == 0);
+        TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, bad[i][1]);
+        TEST_CHECK(strstr(zr_error_message(), path) != NULL);
+    }
+    zr_probe w = p;
+    w.version = 99;
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "probe version 99");
+    w = p;
+    w.world = p.world + 1;
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "is not nodes");
+    w = p;
+    w.overlap = -0.5;
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "\"overlap\" is -0.5");
+    TEST_FAILS(zr_probe_read("/nonexistent/probe.json", &q), ZR_ERR_IO, "/nonexistent/probe.json");
+    unlink(path);
+}
+
+static void test_planner(void)
+{
+    zr_train_config c;
+    tiny(&c);
+    c.train_batch_size = 8 * 4; /* 8 sequences per rank on 2x2 */
+    zr_probe p = made_up(2, 2);
+    p.ncompute = 2;
+    p.compute[1] = (zr_probe_compute){8, 8e-3, 16e-3, 24e-3, 32e-3, 40e-3, 48e-3};
+    p.bf16_enc = p.bf16_dec = p.f32_add = 1e-10;
+    p.q_enc[0] = p.q_enc[1] = p.q_dec[0] = p.q_dec[1] = 1e-10;
+    p.inter_bw = 1e6; /* a slow link: quantize everything, keep backward gathers local */
+    zr_plan_result r;
+    TEST_OK(zr_plan_run(&c, 256, &p, 0, &r));
+    if (r.n > 0) {
+        const zr_plan_choice *w = &r.entries[0].choice;
+        char d[160];
+        zr_plan_describe(w, d, sizeof d);
+        TEST_CHECKF(w->stage == 3 && w->qwz && w->qgz && w->hpz == 2, "slow link picked %s", d);
+        TEST_CHECK(strstr(r.why, "wins") != NULL);
+        for (int i = 1; i < r.n; i++) {
+            TEST_CHECK(r.entries[i].cost.tokens_per_s <= r.entries[i - 1].cost.tokens_per_s);
+        }
+        TEST_EQ_INT(r.considered, r.n + r.over_memory);
+    }
+    zr_plan_result_free(&r);
+    /* a free link and costly codecs: no quantization wins */
+    p.inter_bw = 1e13, p.intra_bw = 1e13, p.inter_lat = p.intra_lat = 0;
+    p.q_enc[0] = p.q_enc[1] = p.q_dec[0] = p.q_dec[1] = 1e-6;
+    TEST_OK(zr_plan_run(&c, 256, &p, 0, &r));
+    if (r.n > 0) {
+        TEST_CHECK(!r.entries[0].choice.qwz && !r.entries[0].choice.qgz);
+    }
+    zr_plan_result_free(&r);
+    /* impossible requests */
+    c.train_batch_size = 6; /* not a multiple of 4 ranks */
+    TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "cannot be split evenly");
+    c.train_batch_size = 4 * 16; /* 16 per rank, but the probe measured up to 8 */
+    p.compute[1].batch = 8;
+    c.train_batch_size = 4 * 7 * 11; /* 77 per rank: divisors 1, 7, 11, 77 */
+    p.ncompute = 1;
+    p.compute[0].batch = 1;
+    TEST_OK(zr_plan_run(&c, 256, &p, 0, &r));
+    zr_plan_result_free(&r);
+    c.train_batch_size = 32;
+    TEST_FAILS(zr_plan_run(&c, 256, &p, 1e6, &r), ZR_ERR_INVALID,
+               "no configuration fits the memory limit");
+    p.world = 5;
+    TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "not one the engine can run");
+    p.world = 4;
+    zr_plan_choice bad = {2, 1, 8, 1, 0, 0, 0, 1, 1};
+    zr_plan_cost k;
+    TEST_FAILS(zr_plan_cost_of(&c, 256, 2, 2, &bad, &p, &k), ZR_ERR_INVALID, "need stage 3");
+    bad = (zr_plan_choice){3, 0, 0, 3, 0, 0, 0, 1, 1};
+    TEST_FAILS(zr_plan_cost_of(&c, 256, 2, 2, &bad, &p, &k), ZR_ERR_INVALID,
+               "must divide the ranks per node");
+}
+
+int main(int argc, char **argv)
+{
+    zr_test_mpi_init(&argc, &argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    TEST_RUN(test_bytes_match_engine);
+    TEST_RUN(test_by_hand);
+    TEST_RUN(test_probe_file);
+    TEST_RUN(test_planner);
+    return zr_test_finish();
+}
