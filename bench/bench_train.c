@@ -24,12 +24,14 @@ typedef struct mode {
 
 static const mode modes[] = {
     {"zero3_bf16", 0, 0, 0}, {"qwz", 1, 0, 0},    {"hpz", 0, 1, 0},
-    {"qgz", 0, 0, 1},        {"zeropp", 1, 1, 1},
+    {"qgz", 0, 0, 1},        {"zeropp", 1, 1, 1},    {"config", 0, 0, 0},
 };
-enum { NMODES = sizeof modes / sizeof modes[0] };
+/* "config" runs only with --config FILE: whatever the file says (zr plan --write-config) */
+enum { NMODES = sizeof modes / sizeof modes[0], ZEROPP = 4, CONFIG = 5 };
 
 typedef struct row {
     double t_med, t_min, compute, comm, optim, tok_s, inter, intra, loss;
+    double rss; /* peak resident bytes, max over ranks */
 } row;
 
 /* Is name one of the comma-separated modes in list? */
@@ -58,38 +60,72 @@ typedef struct shape {
     int layers, channels, heads, T, B;
 } shape;
 
+/* The configuration of one mode: the bench's shape, ZeRO-3 with the mode's switches. */
+static zr_status mode_config(const shape *sh, const mode *md, int W, zr_train_config *cfg)
+{
+    zr_config_defaults(cfg);
+    cfg->stage = 3;
+    cfg->layers = sh->layers;
+    cfg->channels = sh->channels;
+    cfg->heads = sh->heads;
+    cfg->seq_len = sh->T;
+    cfg->max_seq_len = sh->T;
+    cfg->train_micro_batch_size_per_gpu = sh->B;
+    cfg->gradient_accumulation_steps = 1;
+    cfg->train_batch_size = 0;
+    cfg->lr = 1e-3;
+    cfg->zero_quantized_weights = md->qwz;
+    cfg->zero_hpz_partition_size = md->hpz ? 0 : 1; /* 0: the node */
+    cfg->zero_quantized_gradients = md->qgz;
+    return zr_config_finalize(cfg, W);
+}
+
+/* A config file (zr plan --write-config) as the "config" mode: its shape, batch and sharding. */
+static zr_status file_config(const char *path, int W, zr_train_config *cfg)
+{
+    zr_config_defaults(cfg);
+    ZR_CHECK(zr_config_load_json(cfg, path, NULL, NULL));
+    cfg->checkpoint_dir[0] = '\0';
+    cfg->metrics_path[0] = '\0';
+    cfg->resume = 0;
+    cfg->resume_from[0] = '\0';
+    cfg->init_path[0] = '\0';
+    return zr_config_finalize(cfg, W);
+}
+
+/* Peak resident bytes of this process (VmHWM), 0 where /proc has none. */
+static double rss_peak(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "VmHWM:", 6) == 0) {
+            kb = atof(line + 6);
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return kb * 1024.0;
+}
+
 /*
  * One mode through the library's trainer (the loop zr train runs): steps + 1
  * steps of which the first warms up (and has no hpZ secondaries yet).
  */
-static zr_status run_mode(const shape *sh, int steps, const mode *md, row *out)
+static zr_status run_mode(zr_train_config *cfg, int steps, row *out)
 {
     int W;
     MPI_Comm_size(MPI_COMM_WORLD, &W);
-    static zr_train_config cfg;
-    zr_config_defaults(&cfg);
-    cfg.stage = 3;
-    cfg.layers = sh->layers;
-    cfg.channels = sh->channels;
-    cfg.heads = sh->heads;
-    cfg.seq_len = sh->T;
-    cfg.max_seq_len = sh->T;
-    cfg.train_micro_batch_size_per_gpu = sh->B;
-    cfg.gradient_accumulation_steps = 1;
-    cfg.train_batch_size = 0;
-    cfg.train_steps = steps + 1;
-    cfg.val_every = 0;
-    cfg.steps_per_print = cfg.train_steps;
-    cfg.scheduler_type[0] = '\0';
-    cfg.lr = 1e-3;
-    cfg.seed = 1;
-    cfg.threads = 1;
-    cfg.zero_quantized_weights = md->qwz;
-    cfg.zero_hpz_partition_size = md->hpz ? 0 : 1; /* 0: the node */
-    cfg.zero_quantized_gradients = md->qgz;
-    ZR_CHECK(zr_config_finalize(&cfg, W));
+    cfg->train_steps = steps + 1;
+    cfg->val_every = 0;
+    cfg->steps_per_print = cfg->train_steps;
+    cfg->scheduler_type[0] = '\0';
+    cfg->seed = 1;
+    cfg->threads = 1;
     static zr_trainer t;
-    zr_status st = zr_trainer_init(&t, MPI_COMM_WORLD, &cfg, NULL, NULL);
+    zr_status st = zr_trainer_init(&t, MPI_COMM_WORLD, cfg, NULL, NULL);
     double *times = NULL;
     if (st == ZR_OK) {
         st = zr_alloc_at((void **)&times, sizeof(double) * (size_t)steps, __FILE__, __LINE__);
@@ -125,7 +161,9 @@ static zr_status run_mode(const shape *sh, int steps, const mode *md, row *out)
         out->inter = sum[3] / steps;
         out->intra = sum[4] / steps;
         out->loss = sum[5] / steps;
-        out->tok_s = (double)W * sh->B * sh->T / out->t_med;
+        out->tok_s = (double)cfg->train_batch_size * cfg->seq_len / out->t_med;
+        out->rss = rss_peak();
+        MPI_Allreduce(MPI_IN_PLACE, &out->rss, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     }
     zr_free(times);
     st = zr_trainer_conclude(&t, st);
@@ -137,6 +175,7 @@ int zr_bench_train(int argc, char **argv)
 {
     int json = 0, steps = 10, layers = 4, channels = 256, heads = 4, T = 128, B = 4;
     const char *only = NULL; /* comma list of modes to run; NULL = all */
+    const char *cfg_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
@@ -152,12 +191,14 @@ int zr_bench_train(int argc, char **argv)
             heads = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--micro-batch") == 0 && i + 1 < argc) {
             B = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            cfg_path = argv[++i];
         } else if (strcmp(argv[i], "--modes") == 0 && i + 1 < argc) {
             only = argv[++i];
         } else {
             fprintf(stderr, "usage: mpirun -np N zr bench train [--json] [--steps N] [--layers L] "
                             "[--channels C] [--heads H] [--seq T] [--micro-batch B]\n"
-                            "       [--modes zero3_bf16,qwz,hpz,qgz,zeropp]\n");
+                            "       [--modes zero3_bf16,qwz,hpz,qgz,zeropp] [--config FILE (mode \"config\")]\n");
             return 2;
         }
     }
@@ -183,11 +224,18 @@ int zr_bench_train(int argc, char **argv)
     row rows[NMODES];
     int ran[NMODES] = {0};
     for (int i = 0; i < NMODES; i++) {
-        if (only != NULL && !has_mode(only, modes[i].name)) {
+        if ((only != NULL && !has_mode(only, modes[i].name)) ||
+            (i == CONFIG && cfg_path == NULL)) {
             continue;
         }
+        static zr_train_config mcfg;
+        if (i == CONFIG) {
+            ZR_TRY(file_config(cfg_path, c.size[ZR_GROUP_WORLD], &mcfg), cfg_path);
+        } else {
+            ZR_TRY(mode_config(&sh, &modes[i], c.size[ZR_GROUP_WORLD], &mcfg), "");
+        }
         ran[i] = 1;
-        ZR_TRY(run_mode(&sh, steps, &modes[i], &rows[i]), "");
+        ZR_TRY(run_mode(&mcfg, steps, &rows[i]), "");
         row *r = &rows[i];
         if (R == 0) {
             printf("%-11s %9.1f %9.1f %9.0f %9.1f %8.1f %8.1f %11.3f %11.3f %9.4f\n", modes[i].name,
@@ -199,9 +247,9 @@ int zr_bench_train(int argc, char **argv)
     if (R == 0) {
         printf("\n(inter/intra MB: bytes per step summed over all ranks, from zr's exact counters;"
                " compute/comm/optim: ms per step averaged over ranks)\n");
-        int both = ran[0] && ran[NMODES - 1];
-        double ratio = both && rows[0].inter > 0 ? rows[NMODES - 1].inter / rows[0].inter : 0.0;
-        double speedup = both ? rows[NMODES - 1].tok_s / rows[0].tok_s : 0.0;
+        int both = ran[0] && ran[ZEROPP];
+        double ratio = both && rows[0].inter > 0 ? rows[ZEROPP].inter / rows[0].inter : 0.0;
+        double speedup = both ? rows[ZEROPP].tok_s / rows[0].tok_s : 0.0;
         if (both) {
             printf("ZeRO++ inter-node bytes per step / ZeRO-3 bf16: %.3f; throughput ZeRO++ / "
                    "ZeRO-3: %.2fx\n",
@@ -222,10 +270,11 @@ int zr_bench_train(int argc, char **argv)
                 printf(
                     "%s\"%s\": {\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"inter_bytes\": %.0f, "
                     "\"intra_bytes\": %.0f, \"compute_ms\": %.3f, \"comm_ms\": %.3f, "
-                    "\"min_step_ms\": %.3f, \"optim_ms\": %.3f, \"mean_loss\": %.5f}",
+                    "\"min_step_ms\": %.3f, \"optim_ms\": %.3f, \"mean_loss\": %.5f, "
+                    "\"rss_peak_bytes\": %.0f}",
                     first ? "" : ", ", modes[i].name, 1e3 * rows[i].t_med, rows[i].tok_s,
                     rows[i].inter, rows[i].intra, 1e3 * rows[i].compute, 1e3 * rows[i].comm,
-                    1e3 * rows[i].t_min, 1e3 * rows[i].optim, rows[i].loss);
+                    1e3 * rows[i].t_min, 1e3 * rows[i].optim, rows[i].loss, rows[i].rss);
                 first = 0;
             }
             printf("}}\n");

@@ -148,6 +148,17 @@ zr_qgz_config zr_qgz_config_default(void);
 zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
                        size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op);
 
+/*
+ * Bytes of workspace each collective reserves in its op for these arguments
+ * (what zr_coll_op.work_cap grows to), for predicting memory before running
+ * it. Only the group sizes and the layout of c are read.
+ */
+size_t zr_allgather_work(const zr_comm *c, zr_group g, const zr_wire *wire, zr_dtype in_type,
+                         size_t count);
+size_t zr_reduce_scatter_work(const zr_comm *c, zr_group g, const zr_wire *wire, size_t count);
+size_t zr_allreduce_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count);
+size_t zr_qgz_work(const zr_comm *c, const zr_qgz_config *cfg, size_t count);
+
 /* Blocking conveniences: start + wait. */
 zr_status zr_allgather(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire, zr_dtype in_type,
                        const void *in, size_t count, float *out, zr_coll_op *op);

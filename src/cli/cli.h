@@ -9,6 +9,13 @@ int zr_cli_bench(int argc, char **argv);
 int zr_cli_train(int argc, char **argv);
 int zr_cli_export(int argc, char **argv);
 int zr_cli_plot(int argc, char **argv);
+int zr_cli_probe(int argc, char **argv);
+int zr_cli_plan(int argc, char **argv);
+
+/* zr train --auto: probe this allocation, plan, and apply the winner to cfg (collective). */
+#include "zr/config.h"
+#include <mpi.h>
+zr_status zr_cli_auto(MPI_Comm world, zr_train_config *cfg, int rank);
 
 /* Benchmarks in bench/, dispatched by zr_cli_bench. */
 int zr_bench_quant(int argc, char **argv);

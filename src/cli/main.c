@@ -4,6 +4,7 @@
  *   zr selfcheck         communicator self-check (layout, groups, traffic)
  *   zr bench <name>      benchmarks from bench/ (quant, comm, model, train)
  *   zr train             sharded training from a DeepSpeed-style config and flags
+ *   zr probe / zr plan   measure an allocation, then rank the configurations for it
  *   zr export            llm.c and safetensors files from a checkpoint
  *   zr plot              loss and throughput curves of runs' metrics files (gnuplot)
  *
@@ -24,6 +25,8 @@ typedef struct command {
 
 static const command commands[] = {
     {"train", zr_cli_train, "train a GPT across MPI ranks (mpirun -np N zr train ...)"},
+    {"probe", zr_cli_probe, "measure compute, codecs and links of an allocation for zr plan (mpirun)"},
+    {"plan", zr_cli_plan, "rank every sharding / ZeRO++ configuration by predicted tokens/s"},
     {"export", zr_cli_export, "write llm.c and safetensors files from a checkpoint"},
     {"selfcheck", zr_cli_selfcheck, "check the communicator: layout, groups, traffic counters"},
     {"bench", zr_cli_bench, "run a benchmark from bench/ (zr bench --help)"},

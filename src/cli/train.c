@@ -187,9 +187,22 @@ int zr_cli_train(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     bar = bar && rank == 0;
 
+    /* --auto: the planner chooses the sharding (src/cli/plan.c); every rank gets the flag */
+    int auto_plan = 0, n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--auto") == 0) {
+            auto_plan = 1;
+        } else {
+            argv[n++] = argv[i];
+        }
+    }
+    argc = n;
     static zr_train_config cfg;
     zr_status st =
         zr_launch_read_config(MPI_COMM_WORLD, argc, argv, &cfg, &help, warn_rank0, &rank);
+    if (st == ZR_OK && auto_plan && !help) {
+        st = zr_cli_auto(MPI_COMM_WORLD, &cfg, rank);
+    }
     if (st != ZR_OK || help) {
         if (st == ZR_OK && rank == 0) {
             zr_config_print_help(stdout);

@@ -65,16 +65,22 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     return ZR_OK;
 }
 
+size_t zr_allgather_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire, zr_dtype in_type,
+                                size_t count)
+{
+    size_t n = (size_t)c->size[g];
+    if (wire != ZR_WIRE_BF16) {
+        return 0;
+    }
+    return zr_coll_span(n * count * 2) + (in_type == ZR_DTYPE_F32 ? zr_coll_span(count * 2) : 0);
+}
+
 zr_status zr_allgather_direct_start(zr_comm *c, zr_group g, zr_kind kind, zr_wire_type wire,
                                     zr_dtype in_type, const void *in, size_t count, float *out,
                                     zr_coll_op *op)
 {
     int n = c->size[g];
-    size_t work = 0;
-    if (wire == ZR_WIRE_BF16) {
-        work = zr_coll_span((size_t)n * count * 2) +
-               (in_type == ZR_DTYPE_F32 ? zr_coll_span(count * 2) : 0);
-    }
+    size_t work = zr_allgather_direct_work(c, g, wire, in_type, count);
     zr_coll_state *s;
     ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));
     zr_status st = zr_coll_reserve(op, work);

@@ -69,6 +69,11 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     return ZR_OK;
 }
 
+size_t zr_allgather_qwz_work(const zr_comm *c, zr_group g, const zr_qparams *q, size_t count)
+{
+    return (size_t)c->size[g] * zr_quant_block_bytes(q, count);
+}
+
 zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_qparams *q,
                                  zr_dtype in_type, const void *in, size_t count, float *out,
                                  zr_coll_op *op)
@@ -77,7 +82,7 @@ zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_
     size_t bytes = zr_quant_block_bytes(q, count);
     zr_coll_state *s;
     ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));
-    zr_status st = zr_coll_reserve(op, (size_t)c->size[g] * bytes);
+    zr_status st = zr_coll_reserve(op, zr_allgather_qwz_work(c, g, q, count));
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;

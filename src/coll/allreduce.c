@@ -69,6 +69,12 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     return ZR_OK;
 }
 
+size_t zr_allreduce_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
+{
+    size_t n = (size_t)c->size[g], per = zr_div_up(count, n);
+    return zr_rs_direct_work(c, g, wire, per) + zr_coll_span(n * per * sizeof(float));
+}
+
 zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,
                              zr_coll_op *op)
 {
@@ -87,10 +93,9 @@ zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float 
     }
     int n = c->size[g];
     size_t per = zr_div_up(count, (size_t)n);
-    size_t rs = zr_rs_direct_work(c, g, t, per);
     zr_coll_state *s;
     ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));
-    zr_status st = zr_coll_reserve(op, rs + zr_coll_span((size_t)n * per * sizeof(float)));
+    zr_status st = zr_coll_reserve(op, zr_allreduce_work(c, g, t, count));
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;
@@ -103,6 +108,6 @@ zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float 
     a->count = per;
     a->total = count;
     a->out = buf;
-    a->pad = (float *)((unsigned char *)op->work + rs);
+    a->pad = (float *)((unsigned char *)op->work + zr_rs_direct_work(c, g, t, per));
     return zr_coll_kick(c, op);
 }

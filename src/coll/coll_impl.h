@@ -156,5 +156,8 @@ zr_status zr_reduce_scatter_direct_start(zr_comm *c, zr_group g, zr_wire_type wi
 zr_status zr_rs_direct_post(zr_comm *c, zr_coll_op *op, zr_kind kind, const float *in);
 void zr_rs_direct_finish(zr_comm *c, zr_coll_op *op, float *out);
 size_t zr_rs_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count);
+size_t zr_allgather_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire, zr_dtype in_type,
+                                size_t count);
+size_t zr_allgather_qwz_work(const zr_comm *c, zr_group g, const zr_qparams *q, size_t count);
 
 #endif /* ZR_COLL_IMPL_H */

@@ -289,6 +289,41 @@ static void copy_exact(zr_dtype in_type, const void *in, size_t count, float *ou
     }
 }
 
+/* Chunks, block size and workspace of a qgZ of count elements per partition. */
+typedef struct qgz_layout {
+    size_t groups, bytes, work;
+    int chunks, slots, nptr;
+} qgz_layout;
+
+static qgz_layout layout(const zr_comm *c, const zr_qgz_config *cfg, size_t count)
+{
+    int W = c->size[ZR_GROUP_WORLD], D = c->ranks_per_node, N = c->n_nodes;
+    qgz_layout L;
+    size_t G = (size_t)cfg->q.group;
+    L.groups = zr_div_up(count, G);
+    L.chunks = cfg->chunks < 1 ? 1 : cfg->chunks;
+    if ((size_t)L.chunks > L.groups) {
+        L.chunks = (int)L.groups; /* a chunk is at least one quantization group */
+    }
+    size_t max_len = zr_div_up(L.groups, (size_t)L.chunks) * G;
+    max_len = max_len < count ? max_len : count;
+    L.bytes = zr_quant_block_bytes(&cfg->q, max_len);
+    L.slots = L.chunks < SLOTS ? L.chunks : SLOTS;
+    size_t b1 = D > 1 ? zr_coll_span((size_t)W * L.bytes) : 0;
+    size_t b2 = N > 1 ? zr_coll_span((size_t)N * L.bytes) : 0;
+    L.nptr = D > N ? D : N;
+    L.work = zr_coll_span(sizeof(void *) * (size_t)L.nptr) + (size_t)L.slots * 2 * (b1 + b2);
+    return L;
+}
+
+size_t zr_qgz_work(const zr_comm *c, const zr_qgz_config *cfg, size_t count)
+{
+    if (c->size[ZR_GROUP_WORLD] == 1 || count == 0) {
+        return 0;
+    }
+    return layout(c, cfg, count).work;
+}
+
 zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
                        size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op)
 {
@@ -324,20 +359,9 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
         ZR_CHECK(feedback_prepare(fb, (size_t)W * count, D > 1 && N > 1 ? (size_t)N * count : 0));
     }
 
-    size_t G = (size_t)cfg->q.group;
-    size_t groups = zr_div_up(count, G);
-    int chunks = cfg->chunks < 1 ? 1 : cfg->chunks;
-    if ((size_t)chunks > groups) {
-        chunks = (int)groups; /* a chunk is at least one quantization group */
-    }
-    size_t max_len = zr_div_up(groups, (size_t)chunks) * G;
-    max_len = max_len < count ? max_len : count;
-    size_t bytes = zr_quant_block_bytes(&cfg->q, max_len);
-    int slots = chunks < SLOTS ? chunks : SLOTS;
-    size_t b1 = D > 1 ? zr_coll_span((size_t)W * bytes) : 0;
-    size_t b2 = N > 1 ? zr_coll_span((size_t)N * bytes) : 0;
-    int nptr = D > N ? D : N;
-    size_t work = zr_coll_span(sizeof(void *) * (size_t)nptr) + (size_t)slots * 2 * (b1 + b2);
+    qgz_layout L = layout(c, cfg, count);
+    size_t groups = L.groups, bytes = L.bytes, work = L.work;
+    int chunks = L.chunks, slots = L.slots, nptr = L.nptr;
 
     unsigned pending =
         (D > 1 ? ZR_COLL_BIT(ZR_GROUP_NODE) : 0) | (N > 1 ? ZR_COLL_BIT(ZR_GROUP_CROSS) : 0);

@@ -41,6 +41,17 @@ typedef struct pending {
     double left;
 } pending;
 
+/* The engine's pool (engine.c): buffers reused by size, ops reused with their workspaces. */
+typedef struct pbuf {
+    size_t cap; /* floats */
+    int busy;
+} pbuf;
+
+typedef struct pop {
+    size_t work; /* bytes */
+    int busy;
+} pop;
+
 typedef struct sim {
     const zr_probe *p; /* NULL: bytes and memory only */
     zr_probe_compute pc;
@@ -52,8 +63,89 @@ typedef struct sim {
     int nred, *fifo, fifo_head;
     pending pend[MAXPEND];
     int npend;
+    zr_comm layout; /* group sizes only, for the collectives' workspace sizes */
+    pbuf *bufs;
+    pop *ops;
+    int nbufs, nops, maxpool;
+    int *full, *gfull, *gtmp, *gop, *rop; /* per unit: pool indices, -1 = none */
+    size_t pool_now, pool_peak;
     zr_plan_cost *out;
 } sim;
+
+/* ---- the pool, as engine.c runs it ---------------------------------------------- */
+
+static void pool_account(sim *s)
+{
+    size_t now = 0;
+    for (int i = 0; i < s->nbufs; i++) {
+        now += s->bufs[i].cap * sizeof(float);
+    }
+    for (int i = 0; i < s->nops; i++) {
+        now += s->ops[i].work;
+    }
+    s->pool_now = now;
+    s->pool_peak = now > s->pool_peak ? now : s->pool_peak;
+}
+
+static int pool_get(sim *s, size_t n)
+{
+    int best = -1;
+    for (int i = 0; i < s->nbufs; i++) {
+        pbuf *b = &s->bufs[i];
+        if (!b->busy && b->cap >= n && b->cap - n <= n / 8 &&
+            (best < 0 || b->cap < s->bufs[best].cap)) {
+            best = i;
+        }
+    }
+    if (best < 0) {
+        ZR_ASSERT(s->nbufs < s->maxpool);
+        s->bufs[s->nbufs] = (pbuf){n, 0};
+        best = s->nbufs++;
+        pool_account(s);
+    }
+    s->bufs[best].busy = 1;
+    return best;
+}
+
+static void pool_put(sim *s, int *i)
+{
+    if (*i >= 0) {
+        s->bufs[*i].busy = 0;
+        *i = -1;
+    }
+}
+
+/* The most recently created idle op (engine.c: its workspace is warm). */
+static int pool_get_op(sim *s)
+{
+    for (int i = s->nops - 1; i >= 0; i--) {
+        if (!s->ops[i].busy) {
+            s->ops[i].busy = 1;
+            return i;
+        }
+    }
+    ZR_ASSERT(s->nops < s->maxpool);
+    s->ops[s->nops] = (pop){0, 1};
+    return s->nops++;
+}
+
+/* A collective starts on op i: its workspace grows to what it needs (zr_coll_reserve). */
+static void reserve(sim *s, int i, size_t bytes)
+{
+    if (bytes > s->ops[i].work) {
+        s->ops[i].work = bytes;
+    }
+    pool_account(s);
+}
+
+static void pool_put_op(sim *s, int *i)
+{
+    if (*i >= 0) {
+        pool_account(s);
+        s->ops[*i].busy = 0;
+        *i = -1;
+    }
+}
 
 /* ---- transfers and their time ------------------------------------------------ */
 
@@ -150,6 +242,17 @@ static void start_gather(sim *s, int u)
     int use_sec = s->e.hpz && s->sec_valid[u];
     double per, n, c;
     const zr_qparams *q = &s->e.qwz_q;
+    if (s->full[u] < 0) {
+        s->full[u] = pool_get(s, P);
+    }
+    s->gop[u] = pool_get_op(s);
+    zr_wire qwire = {ZR_WIRE_QUANT, *q};
+    const zr_wire *wire = s->e.qwz ? &qwire : &s->e.param_wire;
+    zr_dtype sec_type = s->e.param_wire.type == ZR_WIRE_F32 ? ZR_DTYPE_F32 : ZR_DTYPE_BF16;
+    reserve(s, s->gop[u],
+            use_sec ? zr_allgather_work(&s->layout, ZR_GROUP_HPZ, wire, sec_type, P / (size_t)s->h)
+                    : zr_allgather_work(&s->layout, ZR_GROUP_WORLD, wire, ZR_DTYPE_F32,
+                                        P / (size_t)s->W));
     if (use_sec) {
         c = (double)(P / (size_t)s->h);
         n = s->h;
@@ -177,6 +280,7 @@ static void start_gather(sim *s, int u)
 static void wait_gather(sim *s, int u)
 {
     wait_for(s, u);
+    pool_put_op(s, &s->gop[u]);
     s->inflight[u] = 0;
     s->gathered[u] = 1;
     if (s->prefetched[u]) {
@@ -225,6 +329,7 @@ static void release(sim *s, int u)
         codec(s, (double)(s->padded[u] / (size_t)s->h) * RATE(s, bf16_enc));
         s->sec_valid[u] = 1;
     }
+    pool_put(s, &s->full[u]);
     s->gathered[u] = 0;
     s->live -= s->padded[u];
 }
@@ -237,8 +342,11 @@ static void finish_oldest(sim *s)
     s->red_el -= s->padded[u];
     s->reducing[u] = 0;
     wait_for(s, s->nunits + u);
+    pool_put_op(s, &s->rop[u]);
     if (s->e.stage >= 2) {
         codec(s, (double)(s->padded[u] / (size_t)s->W) * RATE(s, f32_add));
+        pool_put(s, &s->gtmp[u]);
+        pool_put(s, &s->gfull[u]);
     }
 }
 
@@ -255,11 +363,24 @@ static void start_reduction(sim *s, int u, int allreduce)
     while (s->nred > 0 && s->red_el + s->padded[u] > s->e.reduce_bucket) {
         finish_oldest(s);
     }
+    s->rop[u] = pool_get_op(s);
     s->fifo[(s->fifo_head + s->nred) % s->nunits] = u;
     s->nred++;
     s->red_el += s->padded[u];
     s->reducing[u] = 1;
     size_t P = s->padded[u], S = P / (size_t)s->W;
+    if (s->e.stage >= 2) {
+        s->gtmp[u] = pool_get(s, S);
+    }
+    if (s->e.qgz && !allreduce) {
+        reserve(s, s->rop[u], zr_qgz_work(&s->layout, &s->e.qgz_cfg, S));
+    } else if (allreduce) {
+        reserve(s, s->rop[u],
+                zr_allreduce_work(&s->layout, ZR_GROUP_WORLD, s->e.grad_wire.type, P));
+    } else {
+        reserve(s, s->rop[u],
+                zr_reduce_scatter_work(&s->layout, ZR_GROUP_WORLD, &s->e.grad_wire, S));
+    }
     double c = (double)S, W = s->W, N = s->N, D = s->D;
     if (s->e.qgz && !allreduce) {
         const zr_qparams *q = &s->e.qgz_cfg.q;
@@ -292,8 +413,9 @@ static void start_reduction(sim *s, int u, int allreduce)
 static void grads(sim *s, int u)
 {
     finish_grad(s, u);
-    if (s->e.stage >= 2) {
+    if (s->e.stage >= 2 && s->gfull[u] < 0) {
         codec(s, (double)s->padded[u] * RATE(s, sumsq)); /* a zeroed pool buffer */
+        s->gfull[u] = pool_get(s, s->padded[u]);
     }
 }
 
@@ -342,6 +464,16 @@ static void micro(sim *s, int L)
     grads_done(s, 0);
 }
 
+/* The blocking all-gather that refreshes a stage 1-2 working copy takes a pooled op. */
+static void refresh_op(sim *s, int u)
+{
+    int op = pool_get_op(s);
+    reserve(s, op,
+            zr_allgather_work(&s->layout, ZR_GROUP_WORLD, &s->e.param_wire, ZR_DTYPE_F32,
+                              s->padded[u] / (size_t)s->W));
+    pool_put_op(s, &op);
+}
+
 static void step(sim *s)
 {
     int stage = s->e.stage;
@@ -366,6 +498,7 @@ static void step(sim *s)
         for (int u = 0; u < s->nunits; u++) {
             double c = (double)(s->padded[u] / (size_t)s->W);
             double per = c * wire_bytes(s->e.param_wire.type);
+            refresh_op(s, u);
             count(s, ZR_KIND_ALLGATHER, per * (s->D - 1), per * (s->W - s->D));
             post(s, u, level_time(s, per * (s->D - 1), per * (s->W - s->D)));
             wait_for(s, u);
@@ -482,7 +615,9 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     zr_status st = ZR_OK;
     size_t *mem = NULL;
     size_t n = (size_t)s.nunits;
-    st = zr_alloc_at((void **)&mem, n * 8 * sizeof(size_t), __FILE__, __LINE__);
+    s.maxpool = 8 * s.nunits + 16;
+    size_t words = n + 12 * n + 2 * (size_t)s.maxpool * 2; /* size_t words, generously */
+    st = zr_alloc_at((void **)&mem, words * sizeof(size_t), __FILE__, __LINE__);
     if (st != ZR_OK) {
         goto fail;
     }
@@ -490,7 +625,24 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     int *flags = (int *)(mem + n);
     s.sec_valid = flags, s.gathered = flags + n, s.inflight = flags + 2 * n;
     s.prefetched = flags + 3 * n, s.from_primary = flags + 4 * n, s.reducing = flags + 5 * n;
-    s.fifo = flags + 6 * n;
+    s.fifo = flags + 6 * n, s.full = flags + 7 * n, s.gfull = flags + 8 * n;
+    s.gtmp = flags + 9 * n, s.gop = flags + 10 * n, s.rop = flags + 11 * n;
+    for (size_t i = 7 * n; i < 12 * n; i++) {
+        flags[i] = -1;
+    }
+    s.bufs = (pbuf *)(mem + 7 * n);
+    s.ops = (pop *)(s.bufs + s.maxpool);
+    s.layout.size[ZR_GROUP_WORLD] = s.W;
+    s.layout.size[ZR_GROUP_NODE] = D;
+    s.layout.size[ZR_GROUP_CROSS] = nodes;
+    s.layout.size[ZR_GROUP_HPZ] = ch->hpz;
+    s.layout.ranks_per_node = D;
+    s.layout.n_nodes = nodes;
+    if (s.e.stage == 1 || s.e.stage == 2) {
+        for (int u = 0; u < s.nunits; u++) {
+            refresh_op(&s, u); /* zr_engine_set_params gathers the working copy once */
+        }
+    }
     for (int u = 0; u < s.nunits; u++) {
         s.padded[u] = zr_zero_padded(sp.units[u].numel, s.W);
     }
@@ -508,16 +660,13 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     out->t_step = out->t_compute + out->t_codec + out->t_exposed + out->t_optim;
     out->tokens_per_s =
         out->t_step > 0 ? (double)s.W * ch->micro_batch * ch->accum * c.seq_len / out->t_step : 0;
-    zr_comm fake;
-    memset(&fake, 0, sizeof fake);
-    fake.size[ZR_GROUP_WORLD] = s.W;
-    fake.size[ZR_GROUP_NODE] = D;
-    fake.size[ZR_GROUP_CROSS] = nodes;
-    fake.size[ZR_GROUP_HPZ] = ch->hpz;
-    fake.ranks_per_node = D;
-    fake.n_nodes = nodes;
     st = zr_gpt_engine_predict(&m, ch->micro_batch, c.seq_len, c.activation_checkpointing, &s.e,
-                               &fake, &out->mem);
+                               &s.layout, &out->mem);
+    if (st == ZR_OK) {
+        /* the schedule's own pool peak, exact, in place of the engine's general bound */
+        out->mem.total = out->mem.total - out->mem.pool + s.pool_peak;
+        out->mem.pool = s.pool_peak;
+    }
     if (st == ZR_OK && probe != NULL && probe->base_rss > 0) {
         out->mem.total = out->mem.total - out->mem.allowance + (size_t)probe->base_rss;
         out->mem.allowance = (size_t)probe->base_rss;

@@ -340,7 +340,7 @@ static zr_status probe_transport(zr_comm *c, zr_probe *p)
     p->intra_lat = v[1];
     p->inter_bw = N > 1 ? (double)big * (N - 1) / fmax(v[2] - v[3], 1e-9) : 0;
     p->inter_lat = v[3];
-    p->overlap = v[4];
+    p->overlap = v[4] > 0 ? v[4] : 0; /* never -0 in the file */
     return ZR_OK;
 }
 
@@ -397,5 +397,11 @@ zr_status zr_probe_run(zr_comm *c, const zr_train_config *cfg, int vocab, int ma
         }
     }
     ZR_CHECK(probe_kernels(c, out));
-    return probe_transport(c, out);
+    ZR_CHECK(probe_transport(c, out));
+    /* what stays resident once the probe's buffers are gone: the program, the data, MPI's
+       buffers for every peer and BLAS's, all of which a training rank holds too */
+    double after = proc_kb("/proc/self/status", "VmRSS:");
+    ZR_CHECK(max_over(c, &after, 1, 1.0));
+    out->base_rss = after > out->base_rss ? after : out->base_rss;
+    return ZR_OK;
 }

@@ -1,0 +1,311 @@
+/*
+ * plan.c - "zr probe", "zr plan" and the --auto of "zr train": arguments in,
+ * tables and files out. The measurements, the cost model and the ranking are
+ * the library's (src/plan).
+ *
+ *   mpirun -np N zr probe [train keys] [-o probe.json] [--max-micro-batch B]
+ *   zr plan [train keys] --probe probe.json [--memory-limit GB] [--top K]
+ *           [--json] [--write-config FILE]
+ *   mpirun -np N zr train --auto [train keys]      probe + plan + train the winner
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "cli.h"
+
+#include "zr/file.h"
+#include "zr/launch.h"
+#include "zr/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_INPUT = 2 };
+
+static void warn_rank0(void *ctx, const char *msg)
+{
+    if (ctx == NULL || *(int *)ctx == 0) {
+        fprintf(stderr, "zr: warning: %s\n", msg);
+    }
+}
+
+/* The vocabulary the run will have: zr.model.vocab_size, or the data's. */
+static zr_status vocab_of(const zr_train_config *c, int *vocab)
+{
+    if (c->vocab_size > 0) {
+        *vocab = c->vocab_size;
+        return ZR_OK;
+    }
+    zr_dataset d;
+    memset(&d, 0, sizeof d);
+    zr_status st = c->data_path[0] == '\0' ? zr_dataset_load_fortunes(&d, ZR_FORTUNES_DIR)
+                                           : zr_dataset_load(&d, c->data_path, 0);
+    if (st == ZR_OK && c->data_path[0] == '\0') {
+        st = zr_dataset_set_vocab(&d, "the bundled corpus", 0);
+    }
+    *vocab = d.vocab;
+    zr_dataset_free(&d);
+    return st;
+}
+
+/* Does argv[i] hold --name (with its value in argv[i+1] when want_value)? */
+static int flag(int argc, char **argv, int i, const char *name, int want_value)
+{
+    return strcmp(argv[i], name) == 0 && (!want_value || i + 1 < argc);
+}
+
+static int fail_msg(const char *cmd, zr_status st)
+{
+    fprintf(stderr, "zr %s: error: %s\n", cmd, zr_error_message());
+    return st == ZR_ERR_INVALID || st == ZR_ERR_FORMAT ? EXIT_INPUT : EXIT_RUNTIME;
+}
+
+/* ---- zr probe ------------------------------------------------------------------ */
+
+int zr_cli_probe(int argc, char **argv)
+{
+    const char *out = "probe.json";
+    int max_b = 0;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (rest == NULL) {
+        return EXIT_RUNTIME;
+    }
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (flag(argc, argv, i, "-o", 1) || flag(argc, argv, i, "--output", 1)) {
+            out = argv[++i];
+        } else if (flag(argc, argv, i, "--max-micro-batch", 1)) {
+            max_b = atoi(argv[++i]);
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    MPI_Init(&argc, &argv);
+    int rank, help = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    static zr_train_config cfg;
+    zr_status st = zr_launch_read_config(MPI_COMM_WORLD, n, rest, &cfg, &help, warn_rank0, &rank);
+    if (st == ZR_OK && help) {
+        if (rank == 0) {
+            printf("usage: mpirun -np N zr probe [zr train keys: model shape, micro-batch, "
+                   "threads, data] [-o probe.json] [--max-micro-batch B]\n"
+                   "Measures compute (the model's own units at micro-batch 1, 2, 4, ... up to B, "
+                   "default the configuration's micro-batch), codecs, AdamW, and bandwidth and "
+                   "latency inside and between nodes, with every rank busy; writes JSON for zr "
+                   "plan.\n");
+        }
+        MPI_Finalize();
+        free(rest);
+        return EXIT_OK;
+    }
+    int vocab = 0;
+    if (st == ZR_OK) {
+        st = vocab_of(&cfg, &vocab);
+    }
+    zr_comm c;
+    int up = 0;
+    if (st == ZR_OK) {
+        zr_comm_config cc = {0, 1};
+        st = zr_comm_init(&c, MPI_COMM_WORLD, &cc);
+        up = st == ZR_OK;
+    }
+    zr_probe p;
+    if (st == ZR_OK) {
+        int b = max_b > 0 ? max_b : cfg.train_micro_batch_size_per_gpu;
+        double t0 = zr_now();
+        st = zr_probe_run(&c, &cfg, vocab, b, &p);
+        if (st == ZR_OK && rank == 0) {
+            st = zr_probe_write(out, &p);
+            if (st == ZR_OK) {
+                printf("zr probe: %d nodes x %d ranks, %.1f s: block fwd %.2f bwd %.2f ms at "
+                       "micro-batch %d; inter-node %.1f MB/s per rank (latency %.0f us), "
+                       "intra-node %.1f MB/s (%.0f us), overlap %.2f; wrote %s\n",
+                       p.nodes, p.ranks_per_node, zr_now() - t0, 1e3 * p.compute[0].fwd_block,
+                       1e3 * p.compute[0].bwd_block, p.compute[0].batch, p.inter_bw / 1e6,
+                       1e6 * p.inter_lat, p.intra_bw / 1e6, 1e6 * p.intra_lat, p.overlap, out);
+            }
+        }
+        if (up) {
+            st = zr_comm_agree(&c, st);
+        }
+    }
+    int code = st == ZR_OK ? EXIT_OK : EXIT_RUNTIME;
+    if (st != ZR_OK) {
+        code = rank == 0 ? fail_msg("probe", st) : (st == ZR_ERR_INVALID ? EXIT_INPUT : code);
+    }
+    if (up) {
+        zr_comm_free(&c);
+    }
+    MPI_Finalize();
+    free(rest);
+    return code;
+}
+
+/* ---- zr plan ------------------------------------------------------------------- */
+
+static void print_table(const zr_plan_result *r, int top)
+{
+    printf("%4s  %-48s %9s %8s %7s %8s %6s %9s %8s %9s\n", "rank", "configuration", "step ms",
+           "compute", "codecs", "exposed", "optim", "tokens/s", "mem GB", "inter MB");
+    for (int i = 0; i < r->n && i < top; i++) {
+        const zr_plan_entry *e = &r->entries[i];
+        char d[160];
+        zr_plan_describe(&e->choice, d, sizeof d);
+        const zr_plan_cost *k = &e->cost;
+        printf("%4d  %-48s %9.1f %8.1f %7.1f %8.1f %6.1f %9.0f %8.3f %9.3f\n", i + 1, d,
+               1e3 * k->t_step, 1e3 * k->t_compute, 1e3 * k->t_codec, 1e3 * k->t_exposed,
+               1e3 * k->t_optim, k->tokens_per_s, k->mem.total / 1e9, k->bytes_inter / 1e6);
+    }
+    printf("(%d configurations considered, %d over the memory limit, %d shown; times per step "
+           "and rank, inter MB sent across nodes per rank and step)\n",
+           r->considered, r->over_memory, r->n < top ? r->n : top);
+    printf("%s\n", r->why);
+}
+
+static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
+{
+    printf("{\"nodes\": %d, \"ranks_per_node\": %d, \"memory_limit\": %.0f, \"considered\": %d, "
+           "\"over_memory\": %d, \"why\": \"",
+           p->nodes, p->ranks_per_node, limit, r->considered, r->over_memory);
+    for (const char *s = r->why; *s; s++) {
+        if (*s == '"' || *s == '\\') {
+            putchar('\\');
+        }
+        putchar(*s);
+    }
+    printf("\", \"configs\": [");
+    for (int i = 0; i < r->n; i++) {
+        const zr_plan_choice *c = &r->entries[i].choice;
+        const zr_plan_cost *k = &r->entries[i].cost;
+        printf("%s\n {\"rank\": %d, \"stage\": %d, \"qwz\": %d, \"qwz_bits\": %d, \"hpz\": %d, "
+               "\"qgz\": %d, \"qgz_bits\": %d, \"prefetch_bucket\": %lld, \"micro_batch\": %d, "
+               "\"accum\": %d, \"step_ms\": %.4f, \"compute_ms\": %.4f, \"codec_ms\": %.4f, "
+               "\"comm_ms\": %.4f, \"exposed_ms\": %.4f, \"optim_ms\": %.4f, \"tokens_per_s\": "
+               "%.3f, \"memory_bytes\": %zu, \"state_bytes\": %zu, \"activation_bytes\": %zu, "
+               "\"pool_bytes\": %zu, \"intra_bytes\": %.0f, \"inter_bytes\": %.0f}",
+               i == 0 ? "" : ",", i + 1, c->stage, c->qwz, c->qwz_bits, c->hpz, c->qgz,
+               c->qgz_bits, c->prefetch_bucket, c->micro_batch, c->accum, 1e3 * k->t_step,
+               1e3 * k->t_compute, 1e3 * k->t_codec, 1e3 * k->t_comm, 1e3 * k->t_exposed,
+               1e3 * k->t_optim, k->tokens_per_s, k->mem.total, k->mem.state, k->mem.activations,
+               k->mem.pool, k->bytes_intra, k->bytes_inter);
+    }
+    printf("\n]}\n");
+}
+
+/* Write cfg with the winner applied as a config file `zr train --config` reads. */
+static zr_status write_config(const char *path, const zr_train_config *cfg,
+                              const zr_plan_choice *ch, int world)
+{
+    static zr_train_config c;
+    c = *cfg;
+    zr_plan_apply(&c, ch);
+    ZR_CHECK(zr_config_finalize(&c, world));
+    char *text;
+    ZR_CHECK(zr_config_to_json(&c, &text));
+    zr_status st = zr_file_write_atomic(path, text, strlen(text));
+    zr_free(text);
+    return st;
+}
+
+int zr_cli_plan(int argc, char **argv)
+{
+    const char *probe_path = NULL, *out_cfg = NULL;
+    double limit = -1;
+    int json = 0, top = 15;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (rest == NULL) {
+        return EXIT_RUNTIME;
+    }
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (flag(argc, argv, i, "--probe", 1)) {
+            probe_path = argv[++i];
+        } else if (flag(argc, argv, i, "--memory-limit", 1)) {
+            limit = atof(argv[++i]) * 1e9;
+        } else if (flag(argc, argv, i, "--top", 1)) {
+            top = atoi(argv[++i]);
+        } else if (flag(argc, argv, i, "--write-config", 1)) {
+            out_cfg = argv[++i];
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    static zr_train_config cfg;
+    zr_config_defaults(&cfg);
+    int help = 0, vocab = 0, code = EXIT_OK;
+    zr_probe p;
+    zr_plan_result r;
+    memset(&r, 0, sizeof r);
+    zr_status st = zr_config_from_args(&cfg, n - 1, rest + 1, &help, warn_rank0, NULL);
+    if (st == ZR_OK && (help || probe_path == NULL)) {
+        printf("usage: zr plan [zr train keys] --probe probe.json [--memory-limit GB] [--top K] "
+               "[--json] [--write-config FILE]\n"
+               "Ranks every configuration (stage, qwZ, hpZ, qgZ, prefetch, micro-batch x "
+               "accumulation) for train_batch_size on the probe's layout by predicted tokens/s; "
+               "the memory limit defaults to the probe's available memory per rank.\n");
+        free(rest);
+        return help ? EXIT_OK : EXIT_INPUT;
+    }
+    if (st == ZR_OK) {
+        st = zr_probe_read(probe_path, &p);
+    }
+    if (st == ZR_OK) {
+        st = zr_config_finalize(&cfg, p.world);
+    }
+    if (st == ZR_OK) {
+        st = vocab_of(&cfg, &vocab);
+    }
+    if (st == ZR_OK) {
+        limit = limit >= 0 ? limit : p.mem_per_rank;
+        st = zr_plan_run(&cfg, vocab, &p, limit, &r);
+    }
+    if (st == ZR_OK && out_cfg != NULL) {
+        st = write_config(out_cfg, &cfg, &r.entries[0].choice, p.world);
+    }
+    if (st == ZR_OK) {
+        if (json) {
+            print_json(&r, &p, limit);
+        } else {
+            print_table(&r, top > 0 ? top : 1);
+        }
+        if (out_cfg != NULL && !json) {
+            printf("wrote %s (zr train --config %s)\n", out_cfg, out_cfg);
+        }
+    } else {
+        code = fail_msg("plan", st);
+    }
+    zr_plan_result_free(&r);
+    free(rest);
+    return code;
+}
+
+/* ---- zr train --auto ------------------------------------------------------------ */
+
+zr_status zr_cli_auto(MPI_Comm world, zr_train_config *cfg, int rank)
+{
+    int vocab = 0;
+    ZR_CHECK(vocab_of(cfg, &vocab));
+    zr_comm c;
+    zr_comm_config cc = {0, 1};
+    ZR_CHECK(zr_comm_init(&c, world, &cc));
+    zr_comm_set_timeout(&c, cfg->timeout_s);
+    zr_probe p;
+    int per = cfg->train_batch_size / c.size[ZR_GROUP_WORLD];
+    zr_status st = zr_probe_run(&c, cfg, vocab, per < 8 ? per : 8, &p);
+    zr_comm_free(&c);
+    ZR_CHECK(st);
+    zr_plan_result r;
+    /* every rank plans from the same agreed probe: the same winner everywhere */
+    ZR_CHECK(zr_plan_run(cfg, vocab, &p, p.mem_per_rank, &r));
+    zr_plan_apply(cfg, &r.entries[0].choice);
+    st = zr_config_finalize(cfg, p.world);
+    if (rank == 0) {
+        printf("zr train --auto: probed %d nodes x %d ranks; %s\n", p.nodes, p.ranks_per_node,
+               r.why);
+        fflush(stdout);
+    }
+    zr_plan_result_free(&r);
+    return st;
+}
