@@ -6,6 +6,8 @@
 # usage: bench/cluster/run.sh [--quick] [--steps K] [--rates "1gbit 10gbit none"]
 #                             [--layouts "4x1 2x2"] [--out DIR] [--zr PATH]
 #        bench/cluster/run.sh --report DIR    (tables and chart again from DIR/rows.jsonl)
+#        bench/cluster/run.sh --plan [--steps K] [--rates ...] [--layouts ...]
+#                                             (zr probe + zr plan vs measured, issue 15)
 # (~7 minutes with the defaults, ~2.5 with --quick)
 #
 # For each layout (N nodes x D ranks) one cluster is brought up, and for each
@@ -51,9 +53,11 @@ MODEL=(--layers 4 --channels 512 --heads 8 --seq 32 --micro-batch 1)
 MODES="zero3_bf16 qwz hpz qgz zeropp"
 HEADLINE=4x1
 REPORT_ONLY=0
+PLAN=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) K=4; S1=2; shift ;;
+        --plan) PLAN=1; shift ;;
         --steps) K=$2; shift 2 ;;
         --rates) RATES=$2; shift 2 ;;
         --layouts) LAYOUTS=$2; shift 2 ;;
@@ -68,7 +72,8 @@ done
 [ -x "$ZR" ] || { echo "run.sh: $ZR not built (make)" >&2; exit 1; }
 command -v jq >/dev/null || { echo "run.sh: needs jq (scripts/setup.sh)" >&2; exit 1; }
 CLUSTER="$ROOT/scripts/cluster.sh"
-OUT=${OUT:-results/cluster/$(date +%Y%m%d-%H%M%S)}
+[ $PLAN = 1 ] && DEFAULT_OUT=results/cluster-plan || DEFAULT_OUT=results/cluster
+OUT=${OUT:-$DEFAULT_OUT/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT/logs" || exit 1
 ROWS="$OUT/rows.jsonl"
 if [ $REPORT_ONLY = 1 ]; then
@@ -90,6 +95,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+if [ $PLAN = 1 ]; then
+    . "$ROOT/bench/cluster/plan.sh" # run_plan: zr probe + zr plan against the measured modes
+    run_plan
+    exit $?
+fi
 
 # Sums over all nodes' eth0: tx bytes, rx bytes, tx packets (mawk: %d would
 # saturate at 2^31, hence %.0f).

@@ -1,0 +1,123 @@
+# bench/cluster/plan.sh - sourced by bench/cluster/run.sh --plan (issue 15): the
+# planner's predictions against measurements on the emulated cluster.
+#
+# For each layout (N nodes x D ranks) and link rate: `zr probe` under mpirun on
+# the cluster, `zr plan --json --write-config` on its probe, then one launch of
+# `zr bench train --json --modes M` per mode (ZeRO-3 bf16, +qwZ, +hpZ, +qgZ,
+# full ZeRO++, and "config": the plan's pick, from the file it wrote), K steps
+# each (median step, max over ranks; peak RSS = VmHWM, max over ranks, one mode
+# per process). Each measured mode is matched with the plan's row of the same
+# configuration (stage 3, qwZ INT8, hpZ = D, qgZ INT4, the default prefetch
+# budget, micro-batch 1). Summary keys:
+#   plan_step_time_mape    median over every cell and mode of |predicted - measured| / measured
+#   plan_memory_max_err    largest |predicted peak - measured peak RSS| / measured
+#   plan_pick_vs_best_min  smallest, over cells, of the pick's measured tokens/s over the best
+#                          measured tokens/s of the cell (the modes and the pick)
+# Uses K, RATES, LAYOUTS, OUT, ZR, CLUSTER, MODEL and owned/cleanup of run.sh.
+
+PLAN_MODES="zero3_bf16 qwz hpz qgz zeropp config"
+PLAN_MODEL=(--layers 4 --channels 512 --heads 8 --seq-len 32 --micro-batch 1 --threads 1)
+
+# plan_row MODE D -> the jq filter selecting the plan's row for that mode
+plan_row() {
+    local q=0 h=1 g=0
+    case $1 in
+        config) echo '.configs[0]'; return ;;
+        qwz) q=1 ;;
+        hpz) h=$2 ;;
+        qgz) g=1 ;;
+        zeropp) q=1; h=$2; g=1 ;;
+    esac
+    echo "[.configs[] | select(.stage == 3 and .qwz == $q and (.qwz == 0 or .qwz_bits == 8)
+        and .hpz == $h and .qgz == $g and (.qgz == 0 or .qgz_bits == 4)
+        and .prefetch_bucket == 50000000 and .micro_batch == 1 and .accum == 1)][0]"
+}
+
+run_plan() {
+    local rows="$OUT/plan_rows.jsonl" t0=$SECONDS layout n d rate tag mode log
+    : >"$rows" || return 1
+    for layout in $LAYOUTS; do
+        n=${layout%x*}
+        d=${layout#*x}
+        "$CLUSTER" up "$n" "${RATES%% *}"
+        local rc=$?
+        [ $rc = 0 ] || return $rc # 77: skipped (message printed), 75: busy
+        owned=1
+        for rate in $RATES; do
+            "$CLUSTER" rate "$n" "$rate" || return 1
+            tag=$layout-$rate
+            "$CLUSTER" exec --slots "$d" --timeout 300 -- mpirun.openmpi -np $((n * d)) "$ZR" \
+                probe "${PLAN_MODEL[@]}" -o "$OUT/probe-$tag.json" >"$OUT/logs/$tag-probe.log" 2>&1 ||
+                { echo "run.sh: zr probe failed: see $OUT/logs/$tag-probe.log" >&2; return 1; }
+            "$ZR" plan "${PLAN_MODEL[@]}" --probe "$OUT/probe-$tag.json" --json \
+                --write-config "$OUT/pick-$tag.json" >"$OUT/plan-$tag.json" 2>"$OUT/logs/$tag-plan.log" ||
+                { echo "run.sh: zr plan failed: see $OUT/logs/$tag-plan.log" >&2; return 1; }
+            echo "$tag: plan picks $(jq -r .why "$OUT/plan-$tag.json" | cut -d: -f1)" >&2
+            for mode in $PLAN_MODES; do
+                log="$OUT/logs/$tag-$mode.log"
+                "$CLUSTER" exec --slots "$d" --timeout 300 -- mpirun.openmpi -np $((n * d)) "$ZR" \
+                    bench train --json --steps "$K" --modes "$mode" --config "$OUT/pick-$tag.json" \
+                    "${MODEL[@]}" >"$log" 2>&1 ||
+                    { echo "run.sh: launch failed ($tag $mode): see $log" >&2; tail -5 "$log" >&2; return 1; }
+                tail -n 1 "$log" | jq -c --arg layout "$layout" --arg rate "$rate" --arg mode "$mode" \
+                    --slurpfile plan "$OUT/plan-$tag.json" '
+                    .modes[$mode] as $m | ($plan[0] | '"$(plan_row "$mode" "$d")"') as $p
+                    | {layout: $layout, rate: $rate, mode: $mode, steps: .steps,
+                       step_ms: $m.step_ms, min_step_ms: $m.min_step_ms, tokens_per_s: $m.tokens_per_s,
+                       compute_ms: $m.compute_ms, comm_ms: $m.comm_ms, optim_ms: $m.optim_ms,
+                       rss_bytes: $m.rss_peak_bytes, inter_bytes: $m.inter_bytes,
+                       pred_step_ms: $p.step_ms, pred_tokens_per_s: $p.tokens_per_s,
+                       pred_compute_ms: $p.compute_ms, pred_codec_ms: $p.codec_ms,
+                       pred_exposed_ms: $p.exposed_ms, pred_comm_ms: $p.comm_ms,
+                       pred_memory_bytes: $p.memory_bytes, pred_inter_bytes: ($p.inter_bytes * .ranks),
+                       config: ($p | "stage \(.stage) qwz \(.qwz)/\(.qwz_bits) hpz \(.hpz) qgz \(.qgz)/\(.qgz_bits) prefetch \(.prefetch_bucket) micro \(.micro_batch)x\(.accum)"),
+                       step_err: (($p.step_ms - $m.step_ms) / $m.step_ms),
+                       mem_err: (($p.memory_bytes - $m.rss_peak_bytes) / $m.rss_peak_bytes)}' \
+                    >>"$rows" || { echo "run.sh: no JSON in $log" >&2; return 1; }
+                jq -r 'select(.layout == "'"$layout"'" and .rate == "'"$rate"'" and .mode == "'"$mode"'")
+                    | "  \(.mode): measured \(.step_ms|floor) ms, predicted \(.pred_step_ms|floor) ms (\(.step_err*1000|round/10)%); rss \(.rss_bytes/1e6|floor) MB, predicted \(.pred_memory_bytes/1e6|floor) MB (\(.mem_err*1000|round/10)%)"' "$rows" >&2
+            done
+        done
+        cleanup
+    done
+    plan_report "$rows" $((SECONDS - t0))
+}
+
+plan_report() {
+    local rows=$1 secs=$2
+    jq -s --argjson secs "$secs" --arg model "${MODEL[*]}" '
+        def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
+            else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+        . as $rows
+        | ($rows | map(.step_err | fabs)) as $e
+        | ($rows | map(.mem_err | fabs)) as $m
+        | ($rows | group_by(.layout + " " + .rate) | map(
+            (map(.tokens_per_s) | max) as $best
+            | {cell: (.[0].layout + " " + .[0].rate), pick: (map(select(.mode == "config"))[0]),
+               best: $best}
+            | {cell, pick_config: .pick.config, pick_tokens_per_s: .pick.tokens_per_s,
+               best_tokens_per_s: .best, pick_vs_best: (.pick.tokens_per_s / .best)})) as $cells
+        | {bench: "cluster_plan", model: $model, seconds: $secs,
+           plan_step_time_mape: ($e | median), plan_step_time_err_max: ($e | max),
+           plan_memory_max_err: ($m | max), plan_memory_err_median: ($m | median),
+           plan_pick_vs_best_min: ($cells | map(.pick_vs_best) | min),
+           cells: $cells, rows: $rows}' "$rows" >"$OUT/plan_summary.json" || return 1
+    {
+        echo "# zr plan: predicted vs measured on the emulated cluster"
+        echo
+        echo "zr bench train ${MODEL[*]}, $K steps per launch, one launch per mode; $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores."
+        echo "Predicted: zr plan on a zr probe of the same cell. Memory: predicted peak per rank vs VmHWM (max over ranks)."
+        echo
+        echo "| layout | link | mode | configuration | step ms measured | predicted | error | tokens/s | RSS MB | predicted MB | error |"
+        echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+        jq -r '"| \(.layout) | \(.rate) | \(.mode) | \(.config) | \(.step_ms * 10 | round / 10) | \(.pred_step_ms * 10 | round / 10) | \(.step_err * 1000 | round / 10)% | \(.tokens_per_s | round) | \(.rss_bytes / 1e5 | round / 10) | \(.pred_memory_bytes / 1e5 | round / 10) | \(.mem_err * 1000 | round / 10)% |"' "$rows"
+        echo
+        jq -r '.cells[] | "- \(.cell): pick = \(.pick_config), measured \(.pick_tokens_per_s | round) tokens/s = \(.pick_vs_best * 1000 | round / 1000) of the best measured (\(.best_tokens_per_s | round))"' "$OUT/plan_summary.json"
+        echo
+        jq -r '"plan_step_time_mape = \(.plan_step_time_mape * 1000 | round / 1000), plan_memory_max_err = \(.plan_memory_max_err * 1000 | round / 1000), plan_pick_vs_best_min = \(.plan_pick_vs_best_min * 1000 | round / 1000); benchmark time \(.seconds) s."' "$OUT/plan_summary.json"
+    } >"$OUT/plan_results.md"
+    mkdir -p bench/cluster/results
+    cp "$OUT/plan_results.md" "$OUT/plan_summary.json" "$OUT/plan_rows.jsonl" bench/cluster/results/
+    cat "$OUT/plan_results.md" >&2
+    jq -c 'del(.rows)' "$OUT/plan_summary.json"
+}
