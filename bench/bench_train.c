@@ -24,14 +24,16 @@ typedef struct mode {
 
 static const mode modes[] = {
     {"zero3_bf16", 0, 0, 0}, {"qwz", 1, 0, 0},    {"hpz", 0, 1, 0},
-    {"qgz", 0, 0, 1},        {"zeropp", 1, 1, 1},    {"config", 0, 0, 0},
+    {"qgz", 0, 0, 1},        {"zeropp", 1, 1, 1}, {"config", 0, 0, 0},
 };
 /* "config" runs only with --config FILE: whatever the file says (zr plan --write-config) */
 enum { NMODES = sizeof modes / sizeof modes[0], ZEROPP = 4, CONFIG = 5 };
 
 typedef struct row {
     double t_med, t_min, compute, comm, optim, tok_s, inter, intra, loss;
-    double rss; /* peak resident bytes, max over ranks */
+    double rss;   /* peak resident bytes, max over ranks */
+    double alloc; /* peak bytes zr allocated (zr_mem_peak), max over ranks */
+    double pool;  /* the engine's pool at its peak, max over ranks */
 } row;
 
 /* Is name one of the comma-separated modes in list? */
@@ -162,8 +164,12 @@ static zr_status run_mode(zr_train_config *cfg, int steps, row *out)
         out->intra = sum[4] / steps;
         out->loss = sum[5] / steps;
         out->tok_s = (double)cfg->train_batch_size * cfg->seq_len / out->t_med;
-        out->rss = rss_peak();
-        MPI_Allreduce(MPI_IN_PLACE, &out->rss, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        double mem[3] = {rss_peak(), (double)zr_mem_peak(),
+                         (double)zr_trainer_memory(&t).pool_peak};
+        MPI_Allreduce(MPI_IN_PLACE, mem, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        out->rss = mem[0];
+        out->alloc = mem[1];
+        out->pool = mem[2];
     }
     zr_free(times);
     st = zr_trainer_conclude(&t, st);
@@ -198,7 +204,8 @@ int zr_bench_train(int argc, char **argv)
         } else {
             fprintf(stderr, "usage: mpirun -np N zr bench train [--json] [--steps N] [--layers L] "
                             "[--channels C] [--heads H] [--seq T] [--micro-batch B]\n"
-                            "       [--modes zero3_bf16,qwz,hpz,qgz,zeropp] [--config FILE (mode \"config\")]\n");
+                            "       [--modes zero3_bf16,qwz,hpz,qgz,zeropp] [--config FILE (mode "
+                            "\"config\")]\n");
             return 2;
         }
     }
@@ -224,8 +231,7 @@ int zr_bench_train(int argc, char **argv)
     row rows[NMODES];
     int ran[NMODES] = {0};
     for (int i = 0; i < NMODES; i++) {
-        if ((only != NULL && !has_mode(only, modes[i].name)) ||
-            (i == CONFIG && cfg_path == NULL)) {
+        if ((only != NULL && !has_mode(only, modes[i].name)) || (i == CONFIG && cfg_path == NULL)) {
             continue;
         }
         static zr_train_config mcfg;
@@ -271,10 +277,12 @@ int zr_bench_train(int argc, char **argv)
                     "%s\"%s\": {\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"inter_bytes\": %.0f, "
                     "\"intra_bytes\": %.0f, \"compute_ms\": %.3f, \"comm_ms\": %.3f, "
                     "\"min_step_ms\": %.3f, \"optim_ms\": %.3f, \"mean_loss\": %.5f, "
-                    "\"rss_peak_bytes\": %.0f}",
+                    "\"rss_peak_bytes\": %.0f, \"alloc_peak_bytes\": %.0f, \"pool_peak_bytes\": "
+                    "%.0f}",
                     first ? "" : ", ", modes[i].name, 1e3 * rows[i].t_med, rows[i].tok_s,
                     rows[i].inter, rows[i].intra, 1e3 * rows[i].compute, 1e3 * rows[i].comm,
-                    1e3 * rows[i].t_min, 1e3 * rows[i].optim, rows[i].loss, rows[i].rss);
+                    1e3 * rows[i].t_min, 1e3 * rows[i].optim, rows[i].loss, rows[i].rss,
+                    rows[i].alloc, rows[i].pool);
                 first = 0;
             }
             printf("}}\n");

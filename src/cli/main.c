@@ -16,6 +16,9 @@
 
 #include <stdio.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 typedef struct command {
     const char *name;
@@ -25,7 +28,8 @@ typedef struct command {
 
 static const command commands[] = {
     {"train", zr_cli_train, "train a GPT across MPI ranks (mpirun -np N zr train ...)"},
-    {"probe", zr_cli_probe, "measure compute, codecs and links of an allocation for zr plan (mpirun)"},
+    {"probe", zr_cli_probe,
+     "measure compute, codecs and links of an allocation for zr plan (mpirun)"},
     {"plan", zr_cli_plan, "rank every sharding / ZeRO++ configuration by predicted tokens/s"},
     {"export", zr_cli_export, "write llm.c and safetensors files from a checkpoint"},
     {"selfcheck", zr_cli_selfcheck, "check the communicator: layout, groups, traffic counters"},
@@ -44,6 +48,13 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+#ifdef __GLIBC__
+    /* Buffers of 1 MiB and more come from mmap and go back to the system when freed. glibc's
+       default threshold rises after the first such free, and later big buffers then come from
+       the heap, where a freed one stays resident: the process would hold more than zr's own
+       accounting (and zr plan's prediction) says, by whatever a resized workspace left behind. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

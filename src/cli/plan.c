@@ -29,21 +29,27 @@ static void warn_rank0(void *ctx, const char *msg)
     }
 }
 
-/* The vocabulary the run will have: zr.model.vocab_size, or the data's. */
+/*
+ * The data the run will read, loaded as zr train loads it, and its vocabulary
+ * (zr.model.vocab_size, or the data's). The probe keeps it loaded while it
+ * measures what a rank holds besides the model: a training rank holds it too.
+ */
+static zr_status load_data(const zr_train_config *c, zr_dataset *d, int *vocab)
+{
+    memset(d, 0, sizeof *d);
+    zr_status st = c->data_path[0] == '\0' ? zr_dataset_load_fortunes(d, ZR_FORTUNES_DIR)
+                                           : zr_dataset_load(d, c->data_path, c->vocab_size);
+    if (st == ZR_OK && c->data_path[0] == '\0') {
+        st = zr_dataset_set_vocab(d, "the bundled corpus", c->vocab_size);
+    }
+    *vocab = d->vocab;
+    return st;
+}
+
 static zr_status vocab_of(const zr_train_config *c, int *vocab)
 {
-    if (c->vocab_size > 0) {
-        *vocab = c->vocab_size;
-        return ZR_OK;
-    }
     zr_dataset d;
-    memset(&d, 0, sizeof d);
-    zr_status st = c->data_path[0] == '\0' ? zr_dataset_load_fortunes(&d, ZR_FORTUNES_DIR)
-                                           : zr_dataset_load(&d, c->data_path, 0);
-    if (st == ZR_OK && c->data_path[0] == '\0') {
-        st = zr_dataset_set_vocab(&d, "the bundled corpus", 0);
-    }
-    *vocab = d.vocab;
+    zr_status st = load_data(c, &d, vocab);
     zr_dataset_free(&d);
     return st;
 }
@@ -99,8 +105,10 @@ int zr_cli_probe(int argc, char **argv)
         return EXIT_OK;
     }
     int vocab = 0;
+    zr_dataset data;
+    memset(&data, 0, sizeof data);
     if (st == ZR_OK) {
-        st = vocab_of(&cfg, &vocab);
+        st = load_data(&cfg, &data, &vocab);
     }
     zr_comm c;
     int up = 0;
@@ -136,6 +144,7 @@ int zr_cli_probe(int argc, char **argv)
     if (up) {
         zr_comm_free(&c);
     }
+    zr_dataset_free(&data);
     MPI_Finalize();
     free(rest);
     return code;
@@ -183,11 +192,11 @@ static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
                "\"comm_ms\": %.4f, \"exposed_ms\": %.4f, \"optim_ms\": %.4f, \"tokens_per_s\": "
                "%.3f, \"memory_bytes\": %zu, \"state_bytes\": %zu, \"activation_bytes\": %zu, "
                "\"pool_bytes\": %zu, \"intra_bytes\": %.0f, \"inter_bytes\": %.0f}",
-               i == 0 ? "" : ",", i + 1, c->stage, c->qwz, c->qwz_bits, c->hpz, c->qgz,
-               c->qgz_bits, c->prefetch_bucket, c->micro_batch, c->accum, 1e3 * k->t_step,
-               1e3 * k->t_compute, 1e3 * k->t_codec, 1e3 * k->t_comm, 1e3 * k->t_exposed,
-               1e3 * k->t_optim, k->tokens_per_s, k->mem.total, k->mem.state, k->mem.activations,
-               k->mem.pool, k->bytes_intra, k->bytes_inter);
+               i == 0 ? "" : ",", i + 1, c->stage, c->qwz, c->qwz_bits, c->hpz, c->qgz, c->qgz_bits,
+               c->prefetch_bucket, c->micro_batch, c->accum, 1e3 * k->t_step, 1e3 * k->t_compute,
+               1e3 * k->t_codec, 1e3 * k->t_comm, 1e3 * k->t_exposed, 1e3 * k->t_optim,
+               k->tokens_per_s, k->mem.total, k->mem.state, k->mem.activations, k->mem.pool,
+               k->bytes_intra, k->bytes_inter);
     }
     printf("\n]}\n");
 }
@@ -286,15 +295,23 @@ int zr_cli_plan(int argc, char **argv)
 zr_status zr_cli_auto(MPI_Comm world, zr_train_config *cfg, int rank)
 {
     int vocab = 0;
-    ZR_CHECK(vocab_of(cfg, &vocab));
+    zr_dataset data;
+    zr_status st = load_data(cfg, &data, &vocab);
     zr_comm c;
     zr_comm_config cc = {0, 1};
-    ZR_CHECK(zr_comm_init(&c, world, &cc));
+    if (st == ZR_OK) {
+        st = zr_comm_init(&c, world, &cc);
+    }
+    if (st != ZR_OK) {
+        zr_dataset_free(&data);
+        return st;
+    }
     zr_comm_set_timeout(&c, cfg->timeout_s);
     zr_probe p;
     int per = cfg->train_batch_size / c.size[ZR_GROUP_WORLD];
-    zr_status st = zr_probe_run(&c, cfg, vocab, per < 8 ? per : 8, &p);
+    st = zr_probe_run(&c, cfg, vocab, per < 8 ? per : 8, &p);
     zr_comm_free(&c);
+    zr_dataset_free(&data);
     ZR_CHECK(st);
     zr_plan_result r;
     /* every rank plans from the same agreed probe: the same winner everywhere */

@@ -493,6 +493,9 @@ static void step(sim *s)
         s->out->t_optim += S * RATE(s, sumsq);
     }
     s->out->t_optim += upd * RATE(s, adamw) + clear * RATE(s, sumsq);
+    for (int u = 0; u < s->nunits; u++) {
+        s->sec_valid[u] = 0; /* the step invalidates every hpZ secondary */
+    }
     if (stage == 1 || stage == 2) {
         /* the working copy is refreshed from the new shards, blocking */
         for (int u = 0; u < s->nunits; u++) {
@@ -638,21 +641,27 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     s.layout.size[ZR_GROUP_HPZ] = ch->hpz;
     s.layout.ranks_per_node = D;
     s.layout.n_nodes = nodes;
+    for (int u = 0; u < s.nunits; u++) {
+        s.padded[u] = zr_zero_padded(sp.units[u].numel, s.W);
+    }
     if (s.e.stage == 1 || s.e.stage == 2) {
         for (int u = 0; u < s.nunits; u++) {
             refresh_op(&s, u); /* zr_engine_set_params gathers the working copy once */
         }
     }
-    for (int u = 0; u < s.nunits; u++) {
-        s.padded[u] = zr_zero_padded(sp.units[u].numel, s.W);
-    }
     if (probe != NULL) {
         s.pc = compute_at(probe, ch->micro_batch);
     }
-    for (int a = 0; a < ch->accum; a++) {
-        micro(&s, c.layers);
+    /* Three steps: the pool reuses the most recently used op first, so a later step can hand a
+       small op a large collective and grow it; by the third the pool is what it stays. Time and
+       bytes are the last step's (every step runs the same schedule). */
+    for (int k = 0; k < 3; k++) {
+        memset(out, 0, sizeof *out);
+        for (int a = 0; a < ch->accum; a++) {
+            micro(&s, c.layers);
+        }
+        step(&s);
     }
-    step(&s);
     for (int k = 0; k < ZR_KIND_COUNT; k++) {
         out->bytes_intra += (double)out->traffic.kind[k].bytes_intra;
         out->bytes_inter += (double)out->traffic.kind[k].bytes_inter;
