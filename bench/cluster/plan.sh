@@ -28,6 +28,11 @@ plan_row() {
         qgz) g=1 ;;
         zeropp) q=1; h=$2; g=1 ;;
     esac
+    case $1 in
+        # zr bench train asks for hpZ with zero_hpz_partition_size 0: with one rank per node
+        # that is a secondary over a group of one, the plan's hpz 0
+        hpz|zeropp) [ "$2" = 1 ] && h=0 ;;
+    esac
     echo "[.configs[] | select(.stage == 3 and .qwz == $q and (.qwz == 0 or .qwz_bits == 8)
         and .hpz == $h and .qgz == $g and (.qgz == 0 or .qgz_bits == 4)
         and .prefetch_bucket == 50000000 and .micro_batch == 1 and .accum == 1)][0]"

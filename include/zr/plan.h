@@ -83,9 +83,11 @@ zr_status zr_probe_read(const char *path, zr_probe *p);
 
 /* What the planner varies; everything else comes from the user's configuration. */
 typedef struct zr_plan_choice {
-    int stage;                 /* 0..3 */
-    int qwz, qwz_bits;         /* stage 3 */
-    int hpz;                   /* hpZ group size h (divides ranks per node); 1 = off */
+    int stage;         /* 0..3 */
+    int qwz, qwz_bits; /* stage 3 */
+    int hpz; /* zero_hpz_partition_size: hpZ group h > 1 dividing the ranks per node; 1 = off;
+                0 with one rank per node = a secondary over a group of one (a bf16 copy of each
+                unit, so backward gathers send nothing) */
     int qgz, qgz_bits;         /* stage 2, 3 */
     long long prefetch_bucket; /* stage3_prefetch_bucket_size, elements; 0 = no prefetch */
     int micro_batch, accum;

@@ -587,7 +587,13 @@ static zr_status check_choice(const zr_plan_choice *ch, int nodes, int D)
     if (ch->qgz && ch->stage < 2) {
         ZR_FAIL(ZR_ERR_INVALID, "qgZ needs stage 2 or 3 (got stage %d)", ch->stage);
     }
-    if (ch->hpz < 1 || D % ch->hpz != 0) {
+    if (ch->hpz == 0 && D != 1) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "hpZ 0 (a secondary over a group of one) needs one rank per node; "
+                "with %d ranks per node the hpZ group is a divisor of %d",
+                D, D);
+    }
+    if (ch->hpz < 0 || (ch->hpz > 0 && D % ch->hpz != 0)) {
         ZR_FAIL(ZR_ERR_INVALID, "the hpZ group (%d) must divide the ranks per node (%d)", ch->hpz,
                 D);
     }
@@ -613,7 +619,7 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     memset(&s, 0, sizeof s);
     s.p = probe;
     s.e = zr_trainer_engine_config(&c);
-    s.W = nodes * D, s.N = nodes, s.D = D, s.h = ch->hpz, s.nunits = sp.nunits;
+    s.W = nodes * D, s.N = nodes, s.D = D, s.h = ch->hpz > 0 ? ch->hpz : 1, s.nunits = sp.nunits;
     s.out = out;
     zr_status st = ZR_OK;
     size_t *mem = NULL;
@@ -638,7 +644,7 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     s.layout.size[ZR_GROUP_WORLD] = s.W;
     s.layout.size[ZR_GROUP_NODE] = D;
     s.layout.size[ZR_GROUP_CROSS] = nodes;
-    s.layout.size[ZR_GROUP_HPZ] = ch->hpz;
+    s.layout.size[ZR_GROUP_HPZ] = s.h;
     s.layout.ranks_per_node = D;
     s.layout.n_nodes = nodes;
     for (int u = 0; u < s.nunits; u++) {

@@ -7,7 +7,8 @@
  *
  *   stage 0, 1, 2, 3
  *   qwZ   off, INT8, INT4                       (stage 3)
- *   hpZ   every divisor h of the ranks per node (stage 3; 1 = off)
+ *   hpZ   every divisor h of the ranks per node (stage 3; 1 = off); with one rank
+ *         per node also a secondary over a group of one (zero_hpz_partition_size 0)
  *   qgZ   off, INT4, INT8                       (stage 2, 3)
  *   prefetch budget  0, one largest unit, the configuration's value (stage 3)
  *   micro-batch b x accumulation a with b * a * world = the global batch,
@@ -30,8 +31,8 @@ void zr_plan_describe(const zr_plan_choice *ch, char *buf, size_t n)
     if (ch->qwz) {
         k += (size_t)snprintf(q + k, sizeof q - k, " + qwZ(%d)", ch->qwz_bits);
     }
-    if (ch->hpz > 1) {
-        k += (size_t)snprintf(q + k, sizeof q - k, " + hpZ(%d)", ch->hpz);
+    if (ch->hpz != 1) {
+        k += (size_t)snprintf(q + k, sizeof q - k, " + hpZ(%d)", ch->hpz > 0 ? ch->hpz : 1);
     }
     if (ch->qgz) {
         snprintf(q + k, sizeof q - k, " + qgZ(%d)", ch->qgz_bits);
@@ -65,11 +66,11 @@ static int enumerate(const zr_train_config *cfg, int D, size_t big_unit, int b, 
     int n = 0;
     for (int stage = 0; stage <= 3; stage++) {
         for (int wq = 0; wq < 3; wq++) {
-            for (int h = 1; h <= D; h++) {
+            for (int h = D == 1 ? 0 : 1; h <= D; h++) {
                 for (int gq = 0; gq < 3; gq++) {
                     for (int p = 0; p < 3; p++) {
-                        if ((stage < 3 && (wq || h > 1 || p)) || (stage < 2 && gq) || D % h != 0 ||
-                            (p == 2 && pre[2] <= pre[1])) {
+                        if ((stage < 3 && (wq || h != 1 || p)) || (stage < 2 && gq) ||
+                            (h > 0 && D % h != 0) || (p == 2 && pre[2] <= pre[1])) {
                             continue;
                         }
                         list[n++] = (zr_plan_choice){stage,  wq > 0, qbits[wq],
@@ -150,7 +151,7 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
         size_t p = zr_zero_padded(zr_gpt_config_unit_numel(&m, u), W);
         big = p > big ? p : big;
     }
-    int cap = splits * (2 + 3 + 3 * 3 * D * 3);
+    int cap = splits * (2 + 3 + 3 * 3 * (D + 1) * 3);
     zr_plan_choice *list = NULL;
     ZR_ALLOC(list, (size_t)cap);
     zr_status st = zr_alloc_at((void **)&out->entries, sizeof(zr_plan_entry) * (size_t)cap,
