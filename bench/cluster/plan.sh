@@ -13,7 +13,7 @@
 #   plan_memory_max_err    largest |predicted peak - measured peak RSS| / measured
 #   plan_pick_vs_best_min  smallest, over cells, of the pick's measured tokens/s over the best
 #                          measured tokens/s of the cell (the modes and the pick)
-# Uses K, RATES, LAYOUTS, OUT, ZR, CLUSTER, MODEL and owned/cleanup of run.sh.
+# Uses K, RATES, LAYOUTS, OUT, ZR, CLUSTER, MODEL, owned/cleanup and keep_results of run.sh.
 
 PLAN_MODES="zero3_bf16 qwz hpz qgz zeropp config"
 PLAN_MODEL=(--layers 4 --channels 512 --heads 8 --seq-len 32 --micro-batch 1 --threads 1)
@@ -121,8 +121,7 @@ plan_report() {
         echo
         jq -r '"plan_step_time_mape = \(.plan_step_time_mape * 1000 | round / 1000), plan_memory_max_err = \(.plan_memory_max_err * 1000 | round / 1000), plan_pick_vs_best_min = \(.plan_pick_vs_best_min * 1000 | round / 1000); benchmark time \(.seconds) s."' "$OUT/plan_summary.json"
     } >"$OUT/plan_results.md"
-    mkdir -p bench/cluster/results
-    cp "$OUT/plan_results.md" "$OUT/plan_summary.json" "$OUT/plan_rows.jsonl" bench/cluster/results/
+    keep_results "$OUT/plan_results.md" "$OUT/plan_summary.json" "$OUT/plan_rows.jsonl"
     cat "$OUT/plan_results.md" >&2
     jq -c 'del(.rows)' "$OUT/plan_summary.json"
 }

@@ -84,6 +84,16 @@ if [ $REPORT_ONLY = 1 ]; then
 else
     : >"$ROWS"
 fi
+# only a run over every layout and link rate replaces the committed bench/cluster/results/
+# shellcheck disable=SC2086
+FULL=0; [ "$(echo $LAYOUTS $RATES)" = "4x1 2x2 1gbit 10gbit none" ] && FULL=1
+keep_results() {
+    if [ $FULL = 1 ]; then
+        mkdir -p bench/cluster/results && cp "$@" bench/cluster/results/
+    else
+        echo "run.sh: a subset of the layouts or rates: bench/cluster/results/ left as it was" >&2
+    fi
+}
 
 owned=0
 cleanup() {
@@ -246,8 +256,7 @@ if command -v gnuplot >/dev/null; then
     gnuplot "$OUT/plot.gp" || echo "run.sh: gnuplot failed (chart skipped)" >&2
 fi
 
-mkdir -p bench/cluster/results
-cp "$OUT/results.md" "$OUT/summary.json" "$OUT/rows.jsonl" bench/cluster/results/
-[ -f "$OUT/throughput.png" ] && cp "$OUT/throughput.png" bench/cluster/results/
+keep_results "$OUT/results.md" "$OUT/summary.json" "$OUT/rows.jsonl"
+[ -f "$OUT/throughput.png" ] && keep_results "$OUT/throughput.png"
 cat "$OUT/results.md" >&2
 jq -c 'del(.rows)' "$OUT/summary.json"

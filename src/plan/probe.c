@@ -9,7 +9,7 @@
  *              and sequence length (a deeper model repeats the block)
  *   per element AdamW, sum of squares, bf16 conversions, fp32 accumulation,
  *              INT8/INT4 quantize and dequantize-add (the default group)
- *   transport  all-to-all of large and of 8-byte messages through zr's
+ *   transport  all-to-all of block-shard-sized and of 8-byte messages through zr's
  *              communicator inside each node (ZR_GROUP_NODE) and across
  *              nodes (ZR_GROUP_CROSS), every rank at once: bandwidth per rank
  *              and latency per exchange
@@ -18,8 +18,9 @@
  *   memory     this rank's resident bytes before any model state (program,
  *              MPI, BLAS, communicator), and the node's available memory
  *
- * Every figure is the median of a few repetitions on each rank, then the
- * slowest rank's (max over ranks), so every rank returns the same probe.
+ * Compute figures are means over a window of repetitions, transfers the
+ * median of a few; each is then the slowest rank's (max over ranks), so every
+ * rank returns the same probe.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -33,7 +34,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * Compute is timed as a mean over a window of at least WINDOW_S seconds (and
+ * REPS repetitions): ranks that share cores are time-sliced in slices of a
+ * few milliseconds, so one short unit either runs alone on a core or waits a
+ * slice; only a window many slices long sees the share a training step gets.
+ */
 enum { REPS = 5 };
+#define WINDOW_S 0.3
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -77,8 +85,10 @@ typedef struct bufs {
 
 static zr_status time_units(zr_gpt *m, bufs *b, zr_probe_compute *out)
 {
-    double t[6][REPS];
-    for (int r = 0; r < REPS + 1; r++) {
+    double sum[6] = {0, 0, 0, 0, 0, 0}, start = 0;
+    int n = 0;
+    /* the first repetition warms caches and BLAS buffers and is not counted */
+    for (int r = 0; r < REPS + 1 || zr_now() - start < WINDOW_S; r++) {
         double t0 = zr_now();
         ZR_CHECK(zr_gpt_forward_begin(m, b->tok, b->tok + 1));
         ZR_CHECK(zr_gpt_forward_unit(m, 0, b->p[0], NULL));
@@ -94,30 +104,36 @@ static zr_status time_units(zr_gpt *m, bufs *b, zr_probe_compute *out)
         double t5 = zr_now();
         ZR_CHECK(zr_gpt_backward_unit(m, 0, NULL, NULL, b->g[0], NULL));
         double t6 = zr_now();
-        if (r > 0) { /* the first repetition warms caches and BLAS buffers */
-            double d[6] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
-            for (int k = 0; k < 6; k++) {
-                t[k][r - 1] = d[k];
-            }
+        if (r == 0) {
+            start = t6;
+            continue;
         }
+        double d[6] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
+        for (int k = 0; k < 6; k++) {
+            sum[k] += d[k];
+        }
+        n++;
     }
-    out->fwd_embed = median(t[0], REPS);
-    out->fwd_block = median(t[1], REPS);
-    out->fwd_head = median(t[2], REPS);
-    out->bwd_head = median(t[3], REPS);
-    out->bwd_block = median(t[4], REPS);
-    out->bwd_embed = median(t[5], REPS);
+    out->fwd_embed = sum[0] / n;
+    out->fwd_block = sum[1] / n;
+    out->fwd_head = sum[2] / n;
+    out->bwd_head = sum[3] / n;
+    out->bwd_block = sum[4] / n;
+    out->bwd_embed = sum[5] / n;
     return ZR_OK;
 }
 
 static zr_status probe_compute(zr_comm *c, const zr_gpt_config *g, int T, int recompute, int b,
-                               zr_probe_compute *out)
+                               zr_probe_compute *out, size_t *block_numel)
 {
     zr_gpt m;
     memset(&m, 0, sizeof m);
     bufs bf;
     memset(&bf, 0, sizeof bf);
     zr_status st = zr_gpt_init_ex(&m, g, b, T, recompute);
+    if (st == ZR_OK) {
+        *block_numel = zr_gpt_unit_numel(&m, 1);
+    }
     for (int u = 0; u < 3 && st == ZR_OK; u++) {
         size_t n = zr_gpt_unit_numel(&m, u);
         st = zr_alloc_at((void **)&bf.p[u], n * sizeof(float), __FILE__, __LINE__);
@@ -165,11 +181,12 @@ typedef struct kern {
 
 static double time_kernel(kern *k, int which)
 {
-    double t[REPS];
+    double sum = 0, start = 0;
+    int n = 0;
     zr_adamw h = zr_adamw_default();
     zr_qparams q8 = {8, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM}, q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
     volatile double sink = 0;
-    for (int r = 0; r < REPS + 1; r++) {
+    for (int r = 0; r < REPS + 1 || zr_now() - start < WINDOW_S / 4; r++) {
         double t0 = zr_now();
         switch (which) {
         case 0:
@@ -198,12 +215,16 @@ static double time_kernel(kern *k, int which)
             (void)zr_quant_decode_add(k->blk, k->m, NEL);
             break;
         }
-        if (r > 0) {
-            t[r - 1] = (zr_now() - t0) / NEL;
+        double t1 = zr_now();
+        if (r == 0) {
+            start = t1;
+        } else {
+            sum += (t1 - t0) / NEL;
+            n++;
         }
     }
     (void)sink;
-    return median(t, REPS);
+    return sum / n;
 }
 
 static zr_status probe_kernels(zr_comm *c, zr_probe *p)
@@ -294,10 +315,20 @@ static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, 
     return ZR_OK;
 }
 
-static zr_status probe_transport(zr_comm *c, zr_probe *p)
+/*
+ * Bandwidth is measured at the size of the engine's largest frequent message:
+ * one rank's shard of a block's bf16 weights, sent to every peer (64 KiB to
+ * 4 MiB). On a shaped link a larger burst from every peer at once overflows
+ * queues the engine's messages fit in, and a much smaller one measures latency.
+ */
+static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel)
 {
     int D = c->size[ZR_GROUP_NODE], N = c->size[ZR_GROUP_CROSS];
-    size_t big = (size_t)4 << 20, peers = (size_t)(D > N ? D : N);
+    size_t big = block_numel * 2 / (size_t)c->size[ZR_GROUP_WORLD];
+    big = big < ((size_t)64 << 10)  ? (size_t)64 << 10
+          : big > ((size_t)4 << 20) ? (size_t)4 << 20
+                                    : big;
+    size_t peers = (size_t)(D > N ? D : N);
     char *sbuf = NULL, *rbuf = NULL;
     float *work = NULL;
     size_t nwork = (size_t)1 << 18;
@@ -386,18 +417,19 @@ zr_status zr_probe_run(zr_comm *c, const zr_train_config *cfg, int vocab, int ma
     zr_gpt_set_threads(cfg->threads);
     zr_gpt_config g = {cfg->max_seq_len, vocab, out->padded_vocab, 1, cfg->heads, cfg->channels};
     ZR_CHECK(zr_gpt_config_check(&g));
+    size_t block_numel = 0;
     for (int b = 1; b <= max_b && out->ncompute < ZR_PROBE_MAX_B; b *= 2) {
         ZR_CHECK(probe_compute(c, &g, cfg->seq_len, cfg->activation_checkpointing, b,
-                               &out->compute[out->ncompute]));
+                               &out->compute[out->ncompute], &block_numel));
         out->ncompute++;
         if (b < max_b && b * 2 > max_b && out->ncompute < ZR_PROBE_MAX_B) {
             ZR_CHECK(probe_compute(c, &g, cfg->seq_len, cfg->activation_checkpointing, max_b,
-                                   &out->compute[out->ncompute]));
+                                   &out->compute[out->ncompute], &block_numel));
             out->ncompute++;
         }
     }
     ZR_CHECK(probe_kernels(c, out));
-    ZR_CHECK(probe_transport(c, out));
+    ZR_CHECK(probe_transport(c, out, block_numel));
     /* what stays resident once the probe's buffers are gone: the program, the data, MPI's
        buffers for every peer and BLAS's, all of which a training rank holds too */
     double after = proc_kb("/proc/self/status", "VmRSS:");
