@@ -2,18 +2,21 @@
 # planner's predictions against measurements on the emulated cluster.
 #
 # For each layout (N nodes x D ranks) and link rate: `zr probe` under mpirun on
-# the cluster, `zr plan --json --write-config` on its probe, then one launch of
-# `zr bench train --json --modes M` per mode (ZeRO-3 bf16, +qwZ, +hpZ, +qgZ,
-# full ZeRO++, and "config": the plan's pick, from the file it wrote), K steps
-# each (median step, max over ranks; peak RSS = VmHWM, max over ranks, one mode
-# per process). Each measured mode is matched with the plan's row of the same
+# the cluster, `zr plan --json --write-config` on its probe, then ROUNDS rounds
+# of one launch of `zr bench train --json --modes M` per mode (ZeRO-3 bf16,
+# +qwZ, +hpZ, +qgZ, full ZeRO++, and "config": the plan's pick, from the file
+# it wrote), K steps each (median step, max over ranks; peak RSS = VmHWM, max
+# over ranks, one mode per process). A mode's measurement is its median round
+# (peak RSS: the largest round): on this shared 2-core machine one launch
+# varies by +-15%, enough to reorder modes within a few percent of each other.
+# Each measured mode is matched with the plan's row of the same
 # configuration (stage 3, qwZ INT8, hpZ = D, qgZ INT4, the default prefetch
 # budget, micro-batch 1). Summary keys:
 #   plan_step_time_mape    median over every cell and mode of |predicted - measured| / measured
 #   plan_memory_max_err    largest |predicted peak - measured peak RSS| / measured
 #   plan_pick_vs_best_min  smallest, over cells, of the pick's measured tokens/s over the best
 #                          measured tokens/s of the cell (the modes and the pick)
-# Uses K, RATES, LAYOUTS, OUT, ZR, CLUSTER, MODEL, owned/cleanup and keep_results of run.sh.
+# Uses K, ROUNDS, RATES, LAYOUTS, OUT, ZR, CLUSTER, MODEL, owned/cleanup and keep_results of run.sh.
 
 PLAN_MODES="zero3_bf16 qwz hpz qgz zeropp config"
 PLAN_MODEL=(--layers 4 --channels 512 --heads 8 --seq-len 32 --micro-batch 1 --threads 1)
@@ -58,29 +61,44 @@ run_plan() {
                 --write-config "$OUT/pick-$tag.json" >"$OUT/plan-$tag.json" 2>"$OUT/logs/$tag-plan.log" ||
                 { echo "run.sh: zr plan failed: see $OUT/logs/$tag-plan.log" >&2; return 1; }
             echo "$tag: plan picks $(jq -r .why "$OUT/plan-$tag.json" | cut -d: -f1)" >&2
+            # R rounds, every mode once per round: a drift of this shared machine during the
+            # cell falls on every mode alike, and the median round of each mode is kept
+            local meas="$OUT/meas-$tag.jsonl" round
+            : >"$meas" || return 1
+            for round in $(seq "$ROUNDS"); do
+                for mode in $PLAN_MODES; do
+                    log="$OUT/logs/$tag-$mode-r$round.log"
+                    "$CLUSTER" exec --slots "$d" --timeout 300 -- mpirun.openmpi -np $((n * d)) "$ZR" \
+                        bench train --json --steps "$K" --modes "$mode" --config "$OUT/pick-$tag.json" \
+                        "${MODEL[@]}" >"$log" 2>&1 ||
+                        { echo "run.sh: launch failed ($tag $mode): see $log" >&2; tail -5 "$log" >&2; return 1; }
+                    tail -n 1 "$log" | jq -c --arg mode "$mode" --argjson round "$round" \
+                        '{mode: $mode, round: $round, steps: .steps, ranks: .ranks, m: .modes[$mode]}' \
+                        >>"$meas" || { echo "run.sh: no JSON in $log" >&2; return 1; }
+                done
+            done
             for mode in $PLAN_MODES; do
-                log="$OUT/logs/$tag-$mode.log"
-                "$CLUSTER" exec --slots "$d" --timeout 300 -- mpirun.openmpi -np $((n * d)) "$ZR" \
-                    bench train --json --steps "$K" --modes "$mode" --config "$OUT/pick-$tag.json" \
-                    "${MODEL[@]}" >"$log" 2>&1 ||
-                    { echo "run.sh: launch failed ($tag $mode): see $log" >&2; tail -5 "$log" >&2; return 1; }
-                tail -n 1 "$log" | jq -c --arg layout "$layout" --arg rate "$rate" --arg mode "$mode" \
+                jq -s -c --arg layout "$layout" --arg rate "$rate" --arg mode "$mode" \
                     --slurpfile plan "$OUT/plan-$tag.json" '
-                    .modes[$mode] as $m | ($plan[0] | '"$(plan_row "$mode" "$d")"') as $p
-                    | {layout: $layout, rate: $rate, mode: $mode, steps: .steps,
+                    map(select(.mode == $mode)) | sort_by(.m.step_ms) as $r
+                    | $r[($r | length) / 2 | floor] as $med
+                    | $med.m as $m | ($r | map(.m.rss_peak_bytes) | max) as $rss
+                    | ($plan[0] | '"$(plan_row "$mode" "$d")"') as $p
+                    | {layout: $layout, rate: $rate, mode: $mode, steps: $med.steps,
+                       rounds: ($r | length), round_step_ms: ($r | map(.m.step_ms)),
                        step_ms: $m.step_ms, min_step_ms: $m.min_step_ms, tokens_per_s: $m.tokens_per_s,
                        compute_ms: $m.compute_ms, comm_ms: $m.comm_ms, optim_ms: $m.optim_ms,
-                       rss_bytes: $m.rss_peak_bytes, inter_bytes: $m.inter_bytes,
+                       rss_bytes: $rss, inter_bytes: $m.inter_bytes,
                        pred_step_ms: $p.step_ms, pred_tokens_per_s: $p.tokens_per_s,
                        pred_compute_ms: $p.compute_ms, pred_codec_ms: $p.codec_ms,
                        pred_exposed_ms: $p.exposed_ms, pred_comm_ms: $p.comm_ms,
-                       pred_memory_bytes: $p.memory_bytes, pred_inter_bytes: ($p.inter_bytes * .ranks),
+                       pred_memory_bytes: $p.memory_bytes, pred_inter_bytes: ($p.inter_bytes * $med.ranks),
                        config: ($p | "stage \(.stage) qwz \(.qwz)/\(.qwz_bits) hpz \(.hpz) qgz \(.qgz)/\(.qgz_bits) prefetch \(.prefetch_bucket) micro \(.micro_batch)x\(.accum)"),
                        step_err: (($p.step_ms - $m.step_ms) / $m.step_ms),
-                       mem_err: (($p.memory_bytes - $m.rss_peak_bytes) / $m.rss_peak_bytes)}' \
-                    >>"$rows" || { echo "run.sh: no JSON in $log" >&2; return 1; }
+                       mem_err: (($p.memory_bytes - $rss) / $rss)}' "$meas" \
+                    >>"$rows" || { echo "run.sh: cannot summarize $meas" >&2; return 1; }
                 jq -r 'select(.layout == "'"$layout"'" and .rate == "'"$rate"'" and .mode == "'"$mode"'")
-                    | "  \(.mode): measured \(.step_ms|floor) ms, predicted \(.pred_step_ms|floor) ms (\(.step_err*1000|round/10)%); rss \(.rss_bytes/1e6|floor) MB, predicted \(.pred_memory_bytes/1e6|floor) MB (\(.mem_err*1000|round/10)%)"' "$rows" >&2
+                    | "  \(.mode): measured \(.step_ms|floor) ms (rounds \(.round_step_ms | map(floor) | join(" "))), predicted \(.pred_step_ms|floor) ms (\(.step_err*1000|round/10)%); rss \(.rss_bytes/1e6|floor) MB, predicted \(.pred_memory_bytes/1e6|floor) MB (\(.mem_err*1000|round/10)%)"' "$rows" >&2
             done
         done
         cleanup
@@ -110,7 +128,7 @@ plan_report() {
     {
         echo "# zr plan: predicted vs measured on the emulated cluster"
         echo
-        echo "zr bench train ${MODEL[*]}, $K steps per launch, one launch per mode; $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores."
+        echo "zr bench train ${MODEL[*]}, $K steps per launch, $ROUNDS rounds of one launch per mode (the median round kept); $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores."
         echo "Predicted: zr plan on a zr probe of the same cell. Memory: predicted peak per rank vs VmHWM (max over ranks)."
         echo
         echo "| layout | link | mode | configuration | step ms measured | predicted | error | tokens/s | RSS MB | predicted MB | error |"

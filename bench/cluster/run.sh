@@ -6,8 +6,9 @@
 # usage: bench/cluster/run.sh [--quick] [--steps K] [--rates "1gbit 10gbit none"]
 #                             [--layouts "4x1 2x2"] [--out DIR] [--zr PATH]
 #        bench/cluster/run.sh --report DIR    (tables and chart again from DIR/rows.jsonl)
-#        bench/cluster/run.sh --plan [--steps K] [--rates ...] [--layouts ...]
-#                                             (zr probe + zr plan vs measured, issue 15)
+#        bench/cluster/run.sh --plan [--steps K] [--rounds R] [--rates ...] [--layouts ...]
+#                                             (zr probe + zr plan vs measured, issue 15;
+#                                             R rounds of every mode, default 3)
 # (~7 minutes with the defaults, ~2.5 with --quick)
 #
 # For each layout (N nodes x D ranks) one cluster is brought up, and for each
@@ -54,20 +55,23 @@ MODES="zero3_bf16 qwz hpz qgz zeropp"
 HEADLINE=4x1
 REPORT_ONLY=0
 PLAN=0
+ROUNDS=3
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) K=4; S1=2; shift ;;
         --plan) PLAN=1; shift ;;
         --steps) K=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
         --rates) RATES=$2; shift 2 ;;
         --layouts) LAYOUTS=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --zr) ZR=$(realpath "$2"); shift 2 ;;
         --report) OUT=$2; REPORT_ONLY=1; shift 2 ;;
-        -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
+case "$ROUNDS" in ''|*[!0-9]*|0) echo "run.sh: --rounds must be a positive integer" >&2; exit 2 ;; esac
 [ "$K" -gt "$S1" ] || { echo "run.sh: --steps must be > $S1" >&2; exit 2; }
 [ -x "$ZR" ] || { echo "run.sh: $ZR not built (make)" >&2; exit 1; }
 command -v jq >/dev/null || { echo "run.sh: needs jq (scripts/setup.sh)" >&2; exit 1; }
