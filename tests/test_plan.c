@@ -303,8 +303,17 @@ static void test_planner(void)
     /* impossible requests */
     c.train_batch_size = 6; /* not a multiple of 4 ranks */
     TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "cannot be split evenly");
+    c.train_batch_size = 2; /* fewer sequences than ranks */
+    TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "cannot be split evenly");
     c.train_batch_size = 4 * 16; /* 16 per rank, but the probe measured up to 8 */
-    p.compute[1].batch = 8;
+    TEST_OK(zr_plan_run(&c, 256, &p, 0, &r));
+    TEST_CHECK(r.n > 0);
+    for (int i = 0; i < r.n; i++) {
+        const zr_plan_choice *ch = &r.entries[i].choice;
+        TEST_CHECKF(ch->micro_batch <= 8 && ch->micro_batch * ch->accum == 16,
+                    "micro %d x accum %d", ch->micro_batch, ch->accum);
+    }
+    zr_plan_result_free(&r);
     c.train_batch_size = 4 * 7 * 11; /* 77 per rank: divisors 1, 7, 11, 77 */
     p.ncompute = 1;
     p.compute[0].batch = 1;

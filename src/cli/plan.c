@@ -16,6 +16,8 @@
 #include "zr/launch.h"
 #include "zr/plan.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,27 @@ static int flag(int argc, char **argv, int i, const char *name, int want_value)
     return strcmp(argv[i], name) == 0 && (!want_value || i + 1 < argc);
 }
 
+/*
+ * The value of a numeric flag: all of text a finite number in [lo, hi] (a
+ * whole one when integer), or an error naming the flag and its text. A later
+ * failure (no configuration fits, a probe of no batch size) would blame the
+ * request for a typo.
+ */
+static zr_status number_arg(const char *name, const char *text, double lo, double hi, int integer,
+                            double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(text, &end);
+    if (end == text || *end != '\0' || errno != 0 || !isfinite(d) || d < lo || d > hi ||
+        (integer && d != floor(d))) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s \"%.40s\": expected %s from %g to %g", name, text,
+                integer ? "a whole number" : "a number", lo, hi);
+    }
+    *out = d;
+    return ZR_OK;
+}
+
 static int fail_msg(const char *cmd, zr_status st)
 {
     fprintf(stderr, "zr %s: error: %s\n", cmd, zr_error_message());
@@ -72,6 +95,7 @@ int zr_cli_probe(int argc, char **argv)
 {
     const char *out = "probe.json";
     int max_b = 0;
+    zr_status arg_st = ZR_OK; /* reported after MPI_Init, by rank 0 only */
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (rest == NULL) {
         return EXIT_RUNTIME;
@@ -81,7 +105,11 @@ int zr_cli_probe(int argc, char **argv)
         if (flag(argc, argv, i, "-o", 1) || flag(argc, argv, i, "--output", 1)) {
             out = argv[++i];
         } else if (flag(argc, argv, i, "--max-micro-batch", 1)) {
-            max_b = atoi(argv[++i]);
+            double v = 0;
+            if (arg_st == ZR_OK) {
+                arg_st = number_arg("--max-micro-batch", argv[i + 1], 1, 1 << 16, 1, &v);
+            }
+            max_b = (int)v, i++;
         } else {
             rest[n++] = argv[i];
         }
@@ -90,7 +118,10 @@ int zr_cli_probe(int argc, char **argv)
     int rank, help = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     static zr_train_config cfg;
-    zr_status st = zr_launch_read_config(MPI_COMM_WORLD, n, rest, &cfg, &help, warn_rank0, &rank);
+    zr_status st = arg_st;
+    if (st == ZR_OK) {
+        st = zr_launch_read_config(MPI_COMM_WORLD, n, rest, &cfg, &help, warn_rank0, &rank);
+    }
     if (st == ZR_OK && help) {
         if (rank == 0) {
             printf("usage: mpirun -np N zr probe [zr train keys: model shape, micro-batch, "
@@ -219,8 +250,9 @@ static zr_status write_config(const char *path, const zr_train_config *cfg,
 int zr_cli_plan(int argc, char **argv)
 {
     const char *probe_path = NULL, *out_cfg = NULL;
-    double limit = -1;
-    int json = 0, top = 15;
+    double limit = -1, top_v = 15;
+    int json = 0;
+    zr_status arg_st = ZR_OK;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (rest == NULL) {
         return EXIT_RUNTIME;
@@ -230,9 +262,16 @@ int zr_cli_plan(int argc, char **argv)
         if (flag(argc, argv, i, "--probe", 1)) {
             probe_path = argv[++i];
         } else if (flag(argc, argv, i, "--memory-limit", 1)) {
-            limit = atof(argv[++i]) * 1e9;
+            if (arg_st == ZR_OK) {
+                arg_st = number_arg("--memory-limit", argv[i + 1], 1e-6, 1e9, 0, &limit);
+                limit *= 1e9; /* GB */
+            }
+            i++;
         } else if (flag(argc, argv, i, "--top", 1)) {
-            top = atoi(argv[++i]);
+            if (arg_st == ZR_OK) {
+                arg_st = number_arg("--top", argv[i + 1], 1, 1e6, 1, &top_v);
+            }
+            i++;
         } else if (flag(argc, argv, i, "--write-config", 1)) {
             out_cfg = argv[++i];
         } else if (strcmp(argv[i], "--json") == 0) {
@@ -247,7 +286,11 @@ int zr_cli_plan(int argc, char **argv)
     zr_probe p;
     zr_plan_result r;
     memset(&r, 0, sizeof r);
-    zr_status st = zr_config_from_args(&cfg, n - 1, rest + 1, &help, warn_rank0, NULL);
+    int top = (int)top_v;
+    zr_status st = arg_st;
+    if (st == ZR_OK) {
+        st = zr_config_from_args(&cfg, n - 1, rest + 1, &help, warn_rank0, NULL);
+    }
     if (st == ZR_OK && (help || probe_path == NULL)) {
         printf("usage: zr plan [zr train keys] --probe probe.json [--memory-limit GB] [--top K] "
                "[--json] [--write-config FILE]\n"
@@ -259,6 +302,12 @@ int zr_cli_plan(int argc, char **argv)
     }
     if (st == ZR_OK) {
         st = zr_probe_read(probe_path, &p);
+    }
+    if (st == ZR_OK && cfg.train_batch_size > 0) {
+        /* the split of train_batch_size into micro-batch x accumulation is the plan's to
+           choose: a configured one only says how the configuration was run before */
+        cfg.given &= ~(ZR_GIVEN_MICRO_BATCH | ZR_GIVEN_GRAD_ACCUM);
+        cfg.gradient_accumulation_steps = 1;
     }
     if (st == ZR_OK) {
         st = zr_config_finalize(&cfg, p.world);
@@ -277,7 +326,7 @@ int zr_cli_plan(int argc, char **argv)
         if (json) {
             print_json(&r, &p, limit);
         } else {
-            print_table(&r, top > 0 ? top : 1);
+            print_table(&r, top);
         }
         if (out_cfg != NULL && !json) {
             printf("wrote %s (zr train --config %s)\n", out_cfg, out_cfg);

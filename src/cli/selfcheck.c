@@ -8,6 +8,7 @@
 
 #include "zr/comm.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,17 @@ int zr_cli_selfcheck(int argc, char **argv)
     int hpz = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--hpz") == 0 && i + 1 < argc) {
-            hpz = atoi(argv[++i]);
+            char *end = NULL;
+            errno = 0;
+            long v = strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end != '\0' || errno != 0 || v < 0 || v > 1 << 20) {
+                fprintf(stderr,
+                        "zr selfcheck: error: --hpz \"%.40s\": expected a whole number "
+                        "from 0 to %d\n",
+                        argv[i], 1 << 20);
+                return 2;
+            }
+            hpz = (int)v;
         } else {
             fprintf(stderr, "usage: mpirun -np N zr selfcheck [--hpz H]\n"
                             "  ZR_RANKS_PER_NODE=D emulates nodes of D consecutive ranks\n");
