@@ -101,8 +101,13 @@ check $? "Slurm cancelled the step at its time limit"
 S=$(sed -n 's/^zr train: stop requested; finished step \([0-9]*\), checkpoint .*/\1/p' "$W/c.log")
 [ -n "$S" ] && [ "$S" -gt 0 ] && [ -d "$W/tl/$(printf 'step_%08d' "$S")" ] && metrics_ok "$W/tl" "$S"
 check $? "stopped at step ${S:-?} > 0 with its checkpoint, metrics steps 1..${S:-?}"
-state=$("$SLURM" exec -- scontrol -o show job 2>/dev/null | grep 'JobName=zr-timelimit' |
-    grep -oE 'JobState=[A-Z_]+ .*ExitCode=[0-9:]+' | awk '{ print $1, $NF }')
+# srun returns once the tasks have exited; the job may still be COMPLETING (its epilog, the
+# step's cleanup) for a few seconds: wait for a final state (bounded: KillWait is 30 s)
+for _ in $(seq 60); do
+    state=$("$SLURM" exec -- scontrol -o show job 2>/dev/null | grep 'JobName=zr-timelimit' |
+        grep -oE 'JobState=[A-Z_]+ .*ExitCode=[0-9:]+' | awk '{ print $1, $NF }')
+    case "$state" in JobState=COMPLETING*|JobState=RUNNING*|'') sleep 1 ;; *) break ;; esac
+done
 [ "$state" = "JobState=TIMEOUT ExitCode=0:0" ]
 check $? "job state after the limit: ${state:-none}"
 grep -E 'TIME LIMIT|stop requested|continue with' "$W/c.log" | sed 's/^/    /'
