@@ -1342,6 +1342,12 @@ static void test_plan_cli(void)
     code = train(4, 2, args);
     TEST_CHECKF(code == 0 && strstr(res.out, "done: 2 steps") != NULL,
                 "zr train --config %s: exit %d\n%s", cfg, code, res.out);
+    /* --auto: probe, plan and train the winner in one launch */
+    snprintf(args, sizeof args, "%s --auto --batch 16 --steps 2 --ckpt-dir %s/auto", TINY, work);
+    code = train(4, 2, args);
+    TEST_CHECKF(code == 0 && strstr(res.out, "zr train --auto: probed 2 nodes x 2 ranks") != NULL &&
+                    strstr(res.out, " wins") != NULL && strstr(res.out, "done: 2 steps") != NULL,
+                "zr train --auto: exit %d\n%s", code, res.out);
     /* 3 sequences per rank: not a multiple of the configured micro-batch 2, which is the
        plan's to choose (micro 3 was not probed: 1 x 3) */
     code = sh("%s plan %s --batch 12 --probe %s", zr_bin, TINY, probe);
