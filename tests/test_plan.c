@@ -292,6 +292,29 @@ static void test_planner(void)
         TEST_EQ_INT(r.considered, r.n + r.over_memory);
     }
     zr_plan_result_free(&r);
+    /* quantization no coarser than the configuration's: INT4 weights only when asked for */
+    for (int bits = 8; bits >= 4; bits -= 4) {
+        c.qwz_bits = bits;
+        TEST_OK(zr_plan_run(&c, 256, &p, 0, &r));
+        int w4 = 0, g4 = 0;
+        for (int i = 0; i < r.n; i++) {
+            w4 += r.entries[i].choice.qwz && r.entries[i].choice.qwz_bits == 4;
+            g4 += r.entries[i].choice.qgz && r.entries[i].choice.qgz_bits == 4;
+        }
+        TEST_CHECKF(bits == 8 ? w4 == 0 : w4 > 0, "qwz_bits %d: %d INT4-weight entries", bits, w4);
+        TEST_CHECK(g4 > 0);
+        if (bits == 4 && r.n > 0) { /* on this slow link the coarsest weights win once allowed */
+            TEST_EQ_INT(r.entries[0].choice.qwz_bits, 4);
+        }
+        zr_plan_result_free(&r);
+    }
+    c.qgz_bits = 8;
+    TEST_OK(zr_plan_run(&c, 256, &p, 0, &r));
+    for (int i = 0; i < r.n; i++) {
+        TEST_CHECK(!r.entries[i].choice.qgz || r.entries[i].choice.qgz_bits == 8);
+    }
+    zr_plan_result_free(&r);
+    c.qwz_bits = 8, c.qgz_bits = 4;
     /* a free link and costly codecs: no quantization wins */
     p.inter_bw = 1e13, p.intra_bw = 1e13, p.inter_lat = p.intra_lat = 0;
     p.q_enc[0] = p.q_enc[1] = p.q_dec[0] = p.q_dec[1] = 1e-6;

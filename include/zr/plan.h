@@ -135,7 +135,9 @@ typedef struct zr_plan_result {
  * Every valid choice for cfg's global batch (train_batch_size, or micro x
  * accumulation x world when it is 0) on the probe's layout (nodes, D),
  * discarding those whose predicted peak exceeds mem_limit bytes (0 = no
- * limit), ranked by predicted tokens/s. Impossible requests (no micro-batch
+ * limit), ranked by predicted tokens/s. qwZ and qgZ are never coarser than
+ * cfg's zr.quant.qwz_bits and qgz_bits (INT8 weights, INT4 gradients by
+ * default: ZeRO++'s validated pre-training setting). Impossible requests (no micro-batch
  * divides the batch, nothing fits the limit, a layout the engine cannot
  * run) are ZR_ERR_INVALID with the reason.
  */

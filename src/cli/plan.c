@@ -183,22 +183,23 @@ int zr_cli_probe(int argc, char **argv)
 
 /* ---- zr plan ------------------------------------------------------------------- */
 
-static void print_table(const zr_plan_result *r, int top)
+static void print_table(const zr_plan_result *r, int top, const zr_train_config *c)
 {
-    printf("%4s  %-48s %9s %8s %7s %8s %6s %9s %8s %9s\n", "rank", "configuration", "step ms",
+    printf("%4s  %-64s %9s %8s %7s %8s %6s %9s %8s %9s\n", "rank", "configuration", "step ms",
            "compute", "codecs", "exposed", "optim", "tokens/s", "mem GB", "inter MB");
     for (int i = 0; i < r->n && i < top; i++) {
         const zr_plan_entry *e = &r->entries[i];
         char d[160];
         zr_plan_describe(&e->choice, d, sizeof d);
         const zr_plan_cost *k = &e->cost;
-        printf("%4d  %-48s %9.1f %8.1f %7.1f %8.1f %6.1f %9.0f %8.3f %9.3f\n", i + 1, d,
+        printf("%4d  %-64s %9.1f %8.1f %7.1f %8.1f %6.1f %9.0f %8.3f %9.3f\n", i + 1, d,
                1e3 * k->t_step, 1e3 * k->t_compute, 1e3 * k->t_codec, 1e3 * k->t_exposed,
                1e3 * k->t_optim, k->tokens_per_s, k->mem.total / 1e9, k->bytes_inter / 1e6);
     }
     printf("(%d configurations considered, %d over the memory limit, %d shown; times per step "
-           "and rank, inter MB sent across nodes per rank and step)\n",
-           r->considered, r->over_memory, r->n < top ? r->n : top);
+           "and rank, inter MB sent across nodes per rank and step; weights quantized to no "
+           "fewer than %d bits, gradients %d: zr.quant.qwz_bits / qgz_bits)\n",
+           r->considered, r->over_memory, r->n < top ? r->n : top, c->qwz_bits, c->qgz_bits);
     printf("%s\n", r->why);
 }
 
@@ -326,7 +327,7 @@ int zr_cli_plan(int argc, char **argv)
         if (json) {
             print_json(&r, &p, limit);
         } else {
-            print_table(&r, top);
+            print_table(&r, top, &cfg);
         }
         if (out_cfg != NULL && !json) {
             printf("wrote %s (zr train --config %s)\n", out_cfg, out_cfg);

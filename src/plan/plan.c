@@ -57,7 +57,13 @@ static int cmp_entry(const void *x, const void *y)
     return better(a, b) ? -1 : better(b, a) ? 1 : 0;
 }
 
-/* The candidates for one micro-batch split, appended to list (room for all). */
+/*
+ * The candidates for one micro-batch split, appended to list (room for all).
+ * Quantization is never coarser than the configuration's bits: a faster step
+ * is no gain if the model trains worse, and ZeRO++'s pre-training results
+ * hold for INT8 weights and INT4 gradients (zr's defaults), while 4-bit
+ * weights were shown for fine-tuning only. zr.quant.qwz_bits 4 opts in.
+ */
 static int enumerate(const zr_train_config *cfg, int D, size_t big_unit, int b, int a,
                      zr_plan_choice *list)
 {
@@ -69,13 +75,14 @@ static int enumerate(const zr_train_config *cfg, int D, size_t big_unit, int b, 
             for (int h = D == 1 ? 0 : 1; h <= D; h++) {
                 for (int gq = 0; gq < 3; gq++) {
                     for (int p = 0; p < 3; p++) {
+                        int gbits = gq == 1 ? 4 : gq == 2 ? 8 : 0;
                         if ((stage < 3 && (wq || h != 1 || p)) || (stage < 2 && gq) ||
-                            (h > 0 && D % h != 0) || (p == 2 && pre[2] <= pre[1])) {
+                            (h > 0 && D % h != 0) || (p == 2 && pre[2] <= pre[1]) ||
+                            (wq && qbits[wq] < cfg->qwz_bits) || (gq && gbits < cfg->qgz_bits)) {
                             continue;
                         }
-                        list[n++] = (zr_plan_choice){stage,  wq > 0, qbits[wq],
-                                                     h,      gq > 0, gq == 1 ? 4 : gq == 2 ? 8 : 0,
-                                                     pre[p], b,      a};
+                        list[n++] = (zr_plan_choice){stage, wq > 0, qbits[wq], h, gq > 0,
+                                                     gbits, pre[p], b,         a};
                     }
                 }
             }
