@@ -318,8 +318,10 @@ static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, 
 /*
  * Bandwidth is measured at the size of the engine's largest frequent message:
  * one rank's shard of a block's bf16 weights, sent to every peer (64 KiB to
- * 4 MiB). On a shaped link a larger burst from every peer at once overflows
- * queues the engine's messages fit in, and a much smaller one measures latency.
+ * 4 MiB). Throughput depends on it: on the emulated cluster's 1 Gbit/s links
+ * 4 MiB to every peer at once moved 84 MB/s per rank where the engine's own
+ * transfers moved 108 (bench/cluster/README.md), and a much smaller message
+ * measures latency instead.
  */
 static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel)
 {
