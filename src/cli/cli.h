@@ -12,6 +12,15 @@ int zr_cli_plot(int argc, char **argv);
 int zr_cli_probe(int argc, char **argv);
 int zr_cli_plan(int argc, char **argv);
 
+/*
+ * The value of a numeric flag of a subcommand: all of text a finite number in
+ * [lo, hi] (a whole one when integer), else ZR_ERR_INVALID naming the flag and
+ * its text (src/cli/main.c).
+ */
+#include "zr/base.h"
+zr_status zr_cli_number(const char *name, const char *text, double lo, double hi, int integer,
+                        double *out);
+
 /* zr train --auto: probe this allocation, plan, and apply the winner to cfg (collective). */
 #include "zr/config.h"
 #include <mpi.h>

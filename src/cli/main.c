@@ -14,11 +14,31 @@
  */
 #include "cli.h"
 
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+
+/* A later failure (no configuration fits, a probe of no batch size) would blame the request
+   for a typo, and atoi reads "lots" as 0: numbers are checked where they are read. */
+zr_status zr_cli_number(const char *name, const char *text, double lo, double hi, int integer,
+                        double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(text, &end);
+    if (end == text || *end != '\0' || errno != 0 || !isfinite(d) || d < lo || d > hi ||
+        (integer && d != floor(d))) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s \"%.40s\": expected %s from %.15g to %.15g", name, text,
+                integer ? "a whole number" : "a number", lo, hi);
+    }
+    *out = d;
+    return ZR_OK;
+}
 
 typedef struct command {
     const char *name;

@@ -16,8 +16,6 @@
 #include "zr/launch.h"
 #include "zr/plan.h"
 
-#include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,27 +60,6 @@ static int flag(int argc, char **argv, int i, const char *name, int want_value)
     return strcmp(argv[i], name) == 0 && (!want_value || i + 1 < argc);
 }
 
-/*
- * The value of a numeric flag: all of text a finite number in [lo, hi] (a
- * whole one when integer), or an error naming the flag and its text. A later
- * failure (no configuration fits, a probe of no batch size) would blame the
- * request for a typo.
- */
-static zr_status number_arg(const char *name, const char *text, double lo, double hi, int integer,
-                            double *out)
-{
-    char *end = NULL;
-    errno = 0;
-    double d = strtod(text, &end);
-    if (end == text || *end != '\0' || errno != 0 || !isfinite(d) || d < lo || d > hi ||
-        (integer && d != floor(d))) {
-        ZR_FAIL(ZR_ERR_INVALID, "%s \"%.40s\": expected %s from %g to %g", name, text,
-                integer ? "a whole number" : "a number", lo, hi);
-    }
-    *out = d;
-    return ZR_OK;
-}
-
 static int fail_msg(const char *cmd, zr_status st)
 {
     fprintf(stderr, "zr %s: error: %s\n", cmd, zr_error_message());
@@ -107,7 +84,7 @@ int zr_cli_probe(int argc, char **argv)
         } else if (flag(argc, argv, i, "--max-micro-batch", 1)) {
             double v = 0;
             if (arg_st == ZR_OK) {
-                arg_st = number_arg("--max-micro-batch", argv[i + 1], 1, 1 << 16, 1, &v);
+                arg_st = zr_cli_number("--max-micro-batch", argv[i + 1], 1, 1 << 16, 1, &v);
             }
             max_b = (int)v, i++;
         } else {
@@ -264,13 +241,13 @@ int zr_cli_plan(int argc, char **argv)
             probe_path = argv[++i];
         } else if (flag(argc, argv, i, "--memory-limit", 1)) {
             if (arg_st == ZR_OK) {
-                arg_st = number_arg("--memory-limit", argv[i + 1], 1e-6, 1e9, 0, &limit);
+                arg_st = zr_cli_number("--memory-limit", argv[i + 1], 1e-6, 1e9, 0, &limit);
                 limit *= 1e9; /* GB */
             }
             i++;
         } else if (flag(argc, argv, i, "--top", 1)) {
             if (arg_st == ZR_OK) {
-                arg_st = number_arg("--top", argv[i + 1], 1, 1e6, 1, &top_v);
+                arg_st = zr_cli_number("--top", argv[i + 1], 1, 1e6, 1, &top_v);
             }
             i++;
         } else if (flag(argc, argv, i, "--write-config", 1)) {

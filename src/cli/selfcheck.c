@@ -8,7 +8,6 @@
 
 #include "zr/comm.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +17,9 @@ int zr_cli_selfcheck(int argc, char **argv)
     int hpz = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--hpz") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            errno = 0;
-            long v = strtol(argv[++i], &end, 10);
-            if (end == argv[i] || *end != '\0' || errno != 0 || v < 0 || v > 1 << 20) {
-                fprintf(stderr,
-                        "zr selfcheck: error: --hpz \"%.40s\": expected a whole number "
-                        "from 0 to %d\n",
-                        argv[i], 1 << 20);
+            double v = 0;
+            if (zr_cli_number("--hpz", argv[++i], 0, 1 << 20, 1, &v) != ZR_OK) {
+                fprintf(stderr, "zr selfcheck: error: %s\n", zr_error_message());
                 return 2;
             }
             hpz = (int)v;
