@@ -2,7 +2,7 @@
  * zr/config.h - the configuration of "zr train": DeepSpeed's key names and
  * meanings where they apply, zr's own keys in the "zr" section.
  *
- * One table (src/train/config_keys.c) lists every key once with its type, default, range and
+ * One table (src/config/config_keys.c) lists every key once with its type, default, range and
  * help; the JSON reader, the command-line flags, --help and the printout of
  * the effective configuration are all generated from it, so they cannot
  * drift apart.
@@ -15,6 +15,7 @@
 #define ZR_CONFIG_H
 
 #include "zr/base.h"
+#include "zr/zero.h"
 
 #include <stdio.h>
 
@@ -163,6 +164,13 @@ struct zr_gpt_config;
  */
 zr_status zr_config_adopt_model(zr_train_config *c, const struct zr_gpt_config *file,
                                 const char *path);
+
+/*
+ * The engine settings a finalized configuration asks for (stage, wire type,
+ * ZeRO++ switches and their quantization, buckets, AdamW, clipping); the
+ * trainer runs with them and the planner costs them.
+ */
+zr_engine_config zr_config_engine(const zr_train_config *c);
 
 /* --help: every key with its type, default and meaning, grouped by section. */
 void zr_config_print_help(FILE *f);

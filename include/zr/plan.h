@@ -19,8 +19,10 @@
  *   plan     every valid choice for a global batch, those over the memory
  *            limit discarded, ranked by predicted tokens/s.
  *
- * Layers: the plan sits on the trainer's configuration (it writes the
- * winner as a config `zr train --config` accepts) and below the CLI.
+ * Layers: the plan sits on the configuration (src/config: it writes the
+ * winner as a config `zr train --config` accepts, and costs the engine
+ * settings zr_config_engine derives from it), beside the trainer (neither
+ * uses the other) and below the CLI.
  */
 #ifndef ZR_PLAN_H
 #define ZR_PLAN_H

@@ -8,6 +8,7 @@
  *   zr_trainer t;
  *   zr_trainer_init(&t, MPI_COMM_WORLD, &cfg, note, ctx);   data, model, engine, lock
  *   if (resuming) zr_trainer_resume(&t);                  newest (or --resume-from) checkpoint
+ *   zr_trainer_catch_signals(&t);                          optional: SIGINT/SIGTERM stop the run
  *   while (!zr_trainer_done(&t)) {
  *       zr_trainer_step(&t, &rec);                         one optimizer step; print rec
  *       if (rec.stop) break;                               a stop request, agreed by every rank
@@ -94,9 +95,6 @@ typedef struct zr_trainer {
     zr_train_summary sum;
 } zr_trainer;
 
-/* The engine configuration a finalized training configuration asks for (the plan uses it too). */
-zr_engine_config zr_trainer_engine_config(const zr_train_config *c);
-
 /*
  * Set up a run of cfg (finalized by zr_config_finalize and agreed by every
  * rank): the communicator with the configuration's hpZ group, the data, the
@@ -121,11 +119,16 @@ int zr_trainer_done(const zr_trainer *t);
  */
 zr_status zr_trainer_step(zr_trainer *t, zr_step_record *rec);
 
-/* Save a checkpoint of the current step now; path receives its directory. */
-zr_status zr_trainer_save(zr_trainer *t, char *path, size_t len);
-
 /* Ask the loop to stop after the current step (async-signal-safe). */
 void zr_trainer_request_stop(zr_trainer *t);
+
+/*
+ * SIGINT and SIGTERM call zr_trainer_request_stop(t) from now until
+ * zr_trainer_free(t): the run stops after the step every rank agrees on,
+ * with a checkpoint when it has a checkpoint dir. One trainer per process
+ * receives them (the last one that asked).
+ */
+void zr_trainer_catch_signals(zr_trainer *t);
 
 /* After the last step: the final checkpoint and the run's totals. */
 zr_status zr_trainer_finish(zr_trainer *t, zr_train_summary *sum);

@@ -13,7 +13,6 @@
 #include "zr/trainer.h"
 
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,16 +21,6 @@ extern char **environ; /* POSIX; unistd.h declares it only for _GNU_SOURCE */
 
 /* Exit codes: 0 done (or stopped cleanly by a signal), 1 runtime failure, 2 bad input. */
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_INPUT = 2 };
-
-static zr_trainer *signal_target; /* the run a SIGINT/SIGTERM asks to stop */
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    if (signal_target != NULL) {
-        zr_trainer_request_stop(signal_target);
-    }
-}
 
 /* Unknown-key warnings and notes: collected on every rank, printed by rank 0. */
 static void warn_rank0(void *ctx, const char *msg)
@@ -225,12 +214,7 @@ int zr_cli_train(int argc, char **argv)
         print_start(&t);
     }
     if (st == ZR_OK) {
-        signal_target = &t;
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_signal;
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGTERM, &sa, NULL);
+        zr_trainer_catch_signals(&t); /* a stop after the current step, on every rank */
     }
     int stopped = 0;
     while (st == ZR_OK && !zr_trainer_done(&t) && !stopped) {
@@ -252,7 +236,6 @@ int zr_cli_train(int argc, char **argv)
     st = zr_trainer_conclude(&t, st);
     int code = st == ZR_OK ? EXIT_OK : fail(rank, st);
     zr_trainer_free(&t, code);
-    signal_target = NULL;
     MPI_Finalize();
     return code;
 }

@@ -29,7 +29,7 @@
  */
 #include "zr/plan.h"
 
-#include "zr/trainer.h"
+#include "zr/config.h"
 
 #include <math.h>
 #include <string.h>
@@ -618,7 +618,7 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     sim s;
     memset(&s, 0, sizeof s);
     s.p = probe;
-    s.e = zr_trainer_engine_config(&c);
+    s.e = zr_config_engine(&c);
     s.W = nodes * D, s.N = nodes, s.D = D, s.h = ch->hpz > 0 ? ch->hpz : 1, s.nunits = sp.nunits;
     s.out = out;
     zr_status st = ZR_OK;

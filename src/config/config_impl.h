@@ -13,6 +13,8 @@
  *                   --zero_optimization.stage=3, --no-KEY, --config FILE
  *   config_print.c  --help, the printout and the JSON dump
  *   config_check.c  cross-field checks (zr_config_finalize), zr.model.init
+ *   config_engine.c the engine settings the configuration asks for
+ *                   (zr_config_engine), shared by the trainer and the planner
  *
  * Keys are DeepSpeed's where a DeepSpeed key means the same thing (a user's
  * ds_config.json should mostly just work), and zr's own under "zr". DeepSpeed
@@ -24,7 +26,7 @@
  * errors, with a did-you-mean, since a typo must not be silently ignored but
  * must not stop a job that DeepSpeed itself would run either.
  *
- * Not a public header: nothing outside src/train/config_*.c includes it.
+ * Not a public header: nothing outside src/config includes it.
  */
 #ifndef ZR_CONFIG_IMPL_H
 #define ZR_CONFIG_IMPL_H

@@ -1,5 +1,5 @@
 /*
- * ckpt_impl.h - what the checkpoint files of src/train share (not public).
+ * ckpt_impl.h - what the checkpoint files of src/ckpt share (not public).
  *
  *   checkpoint.c  rank files: saving them, checking their headers, reading
  *                 and resharding their slices; zr_ckpt_save / load / verify

@@ -1,0 +1,39 @@
+/*
+ * trainer_impl.h - what the files of the trainer share (not public).
+ *
+ *   trainer.c         the loop a reader follows top to bottom: init -> step
+ *                     -> save -> finish, and the end of a run
+ *   trainer_setup.c   what init prepares before the first step: the
+ *                     schedule, data, model shape, loaders, the size and
+ *                     memory checks, model and engine; the checkpoint dir
+ *                     claimed; the metrics file opened at the first step
+ *   trainer_resume.c  zr_trainer_resume: the checkpoint to continue from,
+ *                     checked against this run, loaded and resharded
+ */
+#ifndef ZR_TRAINER_IMPL_H
+#define ZR_TRAINER_IMPL_H
+
+#include "zr/trainer.h"
+
+/* Rank 0's notice to the caller, formatted (nothing on other ranks or without a callback). */
+__attribute__((format(printf, 3, 4))) void zr_trainer_note(const zr_trainer *t, zr_log_level level,
+                                                           const char *fmt, ...);
+
+/* Checkpoint-dir warnings (leftovers, set-aside checkpoints) from rank 0; ctx is the trainer. */
+void zr_trainer_warn_ckpt(void *ctx, const char *msg);
+
+/*
+ * Everything between the communicator and the parameters, each step agreed
+ * by every rank: the schedule, the data, the model's shape, the loaders, the
+ * size and memory checks, the model, its unit specs, the batch buffers and
+ * the engine.
+ */
+zr_status zr_trainer_setup(zr_trainer *t);
+
+/* Lock the checkpoint dir, clear a crashed save's leftovers, refuse to mix two runs. */
+zr_status zr_trainer_claim_dir(zr_trainer *t);
+
+/* Rank 0 opens the metrics file; a resumed run first cuts it back to its checkpoint's step. */
+zr_status zr_trainer_open_metrics(zr_trainer *t, int start);
+
+#endif /* ZR_TRAINER_IMPL_H */

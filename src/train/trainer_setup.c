@@ -1,0 +1,328 @@
+/*
+ * trainer_setup.c - what zr_trainer_init prepares before the first step
+ * (trainer_impl.h): the schedule, the data, the model's shape (from the
+ * configuration or a zr.model.init file), the loaders, sizes and memory
+ * checked against this node before anything large is allocated, the model
+ * and the engine; the checkpoint dir claimed; and, at the first step, the
+ * metrics file.
+ *
+ * Each check runs on every rank and is agreed on, so a file that one node
+ * cannot read or a node with less memory ends every rank with the same
+ * message, naming the keys to change.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "trainer_impl.h"
+
+#include "zr/launch.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+void zr_trainer_note(const zr_trainer *t, zr_log_level level, const char *fmt, ...)
+{
+    if (t->rank != 0 || t->note == NULL) {
+        return;
+    }
+    char msg[2 * ZR_PATH_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    t->note(t->note_ctx, level, msg);
+}
+
+void zr_trainer_warn_ckpt(void *ctx, const char *msg)
+{
+    zr_trainer_note((const zr_trainer *)ctx, ZR_LOG_WARN, "%s", msg);
+}
+/* ---- the schedule, data, model and engine ---------------------------------------- */
+
+/* The scheduler section as a schedule, built once (src/optim/schedule.c has the formulas). */
+static zr_status schedule_of(const zr_train_config *c, zr_lr_schedule *s)
+{
+    memset(s, 0, sizeof *s);
+    ZR_CHECK(zr_lr_kind_parse(c->scheduler_type, &s->kind));
+    ZR_CHECK(zr_lr_warmup_parse(c->warmup_type, &s->warmup));
+    s->lr = c->lr;
+    s->warmup_min_lr = c->warmup_min_lr;
+    s->warmup_max_lr = c->warmup_max_lr;
+    s->warmup_num_steps = c->warmup_num_steps;
+    s->total_num_steps = c->total_num_steps;
+    s->warmup_min_ratio = c->warmup_min_ratio;
+    s->cos_min_ratio = c->cos_min_ratio;
+    return ZR_OK;
+}
+
+static zr_status load_data(zr_trainer *t)
+{
+    const zr_train_config *c = &t->cfg;
+    if (c->data_path[0] == '\0') {
+        ZR_CHECK(zr_dataset_load_fortunes(&t->data, ZR_FORTUNES_DIR));
+        return zr_dataset_set_vocab(&t->data, "the bundled corpus", c->vocab_size);
+    }
+    /* what the file is (llm.c shard of either kind, or text) comes from its content */
+    return zr_dataset_load(&t->data, c->data_path, c->vocab_size);
+}
+
+/*
+ * The model's shape: from the configuration, or from the llm.c model file of
+ * zr.model.init, whose shape the keys given must match and whose vocabulary
+ * the data must have been tokenised for.
+ */
+static zr_status model_shape(zr_trainer *t)
+{
+    zr_train_config *c = &t->cfg;
+    int V = t->data.vocab;
+    if (c->init_path[0] == '\0') {
+        t->mcfg = (zr_gpt_config){c->max_seq_len, V,        (int)zr_round_up((size_t)V, 128),
+                                  c->layers,      c->heads, c->channels};
+        return ZR_OK;
+    }
+    zr_gpt_config fc;
+    ZR_CHECK(zr_gpt_read_llmc_config(c->init_path, &fc));
+    ZR_CHECK(zr_config_adopt_model(c, &fc, c->init_path));
+    if (V != fc.vocab) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s (zr.data.path) is %s with a vocabulary of %d tokens, but the model file %s "
+                "(zr.model.init) has %d; train it on data tokenised for it (an llm.c GPT-2 token "
+                "shard for GPT-2 weights), or set zr.model.vocab_size to %d if these tokens are "
+                "meant for it",
+                c->data_path[0] ? c->data_path : "the bundled corpus",
+                zr_data_kind_name(t->data.kind), V, c->init_path, fc.vocab, fc.vocab);
+    }
+    t->mcfg = fc;
+    return ZR_OK;
+}
+
+/*
+ * Sizes that are valid one by one but would cost hours, or more memory than
+ * the node has, before the first step could report anything are refused
+ * here, naming their keys (every key at its extreme either fails here or
+ * costs nothing until used).
+ */
+static zr_status check_sizes(zr_trainer *t)
+{
+    const zr_train_config *c = &t->cfg;
+    size_t train_batches = zr_loader_batches_per_epoch(&t->train);
+    size_t val_batches = zr_loader_batches_per_epoch(&t->val);
+    double global = (double)t->world * c->train_micro_batch_size_per_gpu * c->seq_len;
+    if (c->val_every > 0 && (size_t)c->val_batches > val_batches) {
+        ZR_FAIL(
+            ZR_ERR_INVALID,
+            "zr.data.val_batches (%d) is more than the %zu batches of %.0f tokens (%d ranks x "
+            "train_micro_batch_size_per_gpu %d x zr.model.seq_len %d) that the validation split "
+            "holds; each pass would read the same tokens again: use at most %zu (or "
+            "zr.data.val_every 0 for no validation)",
+            c->val_batches, val_batches, global, t->world, c->train_micro_batch_size_per_gpu,
+            c->seq_len, val_batches);
+    }
+    if ((size_t)c->gradient_accumulation_steps > train_batches) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "one optimizer step (gradient_accumulation_steps %d x %.0f tokens) reads more than "
+                "the whole training split (%zu batches of %.0f tokens): lower "
+                "gradient_accumulation_steps or train_batch_size to at most %zu batches",
+                c->gradient_accumulation_steps, global, train_batches, global, train_batches);
+    }
+    /* a lower bound of what one rank allocates: activations (layout of src/model/gpt.c) and
+       the fp32 model state (master, gradient, Adam m and v, sharded; the full parameters
+       below stage 3) */
+    const zr_gpt_config *m = &t->mcfg;
+    double BT = (double)c->train_micro_batch_size_per_gpu * c->seq_len, C = m->channels;
+    double acts = 4.0 * (BT * (m->layers * (16.0 * C + 4.0 + (double)m->heads * c->seq_len) +
+                               10.0 * C + m->padded_vocab + 3.0) +
+                         128.0 * c->seq_len);
+    double params = (double)zr_gpt_config_param_count(m);
+    double state = 16.0 * params / t->world + (c->stage < 3 ? 4.0 * params : 0.0);
+    struct sysinfo si;
+    double have =
+        sysinfo(&si) == 0 ? ((double)si.totalram + (double)si.totalswap) * si.mem_unit : INFINITY;
+    int per_node = t->comm.ranks_per_node > 0 ? t->comm.ranks_per_node : 1;
+    if ((acts + state) * per_node > have) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "this run needs at least %.1f GB per node (%d rank%s x (%.1f GB of activations "
+                "for train_micro_batch_size_per_gpu %d x zr.model.seq_len %d with zr.model.layers "
+                "%d, zr.model.channels %d, zr.model.heads %d + %.1f GB of model state for %.0f "
+                "parameters)), more than the %.1f GB of memory and swap of this node: lower "
+                "those keys",
+                (acts + state) * per_node / 1e9, per_node, per_node == 1 ? "" : "s", acts / 1e9,
+                c->train_micro_batch_size_per_gpu, c->seq_len, m->layers, m->channels, m->heads,
+                state / 1e9, params, have / 1e9);
+    }
+    return ZR_OK;
+}
+
+/* The number after key in a /proc file ("MemAvailable:" in kB, or the first field of statm). */
+static int proc_number(const char *path, const char *key, double *out)
+{
+    FILE *f = NULL;
+    if (zr_file_open_read(path, &f) != ZR_OK) {
+        zr_error_clear();
+        return 0;
+    }
+    char line[256];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f) != NULL) {
+        size_t n = strlen(key);
+        if (strncmp(line, key, n) == 0) {
+            found = sscanf(line + n, "%lf", out) == 1;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/*
+ * The predicted peak per rank (zr_gpt_engine_predict), printed by rank 0 and
+ * checked before the model and the engine allocate anything: against this
+ * process's address-space limit (RLIMIT_AS, counting what is mapped already)
+ * and against this rank's share of the node's available memory. A run that
+ * cannot fit is refused up front, on every rank, instead of being killed by
+ * the OOM killer or failing an allocation mid-run.
+ */
+static zr_status check_memory(zr_trainer *t)
+{
+    const zr_train_config *c = &t->cfg;
+    zr_engine_config ecfg = zr_config_engine(c);
+    zr_gpt_memory_prediction p;
+    ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
+                                   c->activation_checkpointing, &ecfg, &t->comm, &p));
+    const double GB = 1e9;
+    zr_trainer_note(
+        t, ZR_LOG_INFO,
+        "memory: predicted peak per rank %.2f GB = model state %.2f + activations %.2f + "
+        "engine buffers %.2f (bounded by the live-parameter, prefetch and reduce buckets) + "
+        "allowance %.2f",
+        p.total / GB, p.state / GB, p.activations / GB, p.pool / GB, p.allowance / GB);
+    struct rlimit rl;
+    double mapped_pages = 0;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        proc_number("/proc/self/statm", "", &mapped_pages)) {
+        double mapped = mapped_pages * (double)sysconf(_SC_PAGESIZE);
+        /* what zr will map: everything but the allowance, which is mapped already */
+        double need = mapped + (double)(p.total - p.allowance);
+        if (need > (double)rl.rlim_cur) {
+            ZR_FAIL(ZR_ERR_NOMEM,
+                    "needs %.2f GB, limit %.2f GB (RLIMIT_AS; %.2f GB mapped before the "
+                    "model, predicted %.2f GB of model state for zero_optimization.stage %d over "
+                    "%d ranks, %.2f GB of activations, %.2f GB of engine buffers): use more ranks, "
+                    "a higher stage, activation checkpointing, or smaller reduce/prefetch buckets",
+                    need / GB, (double)rl.rlim_cur / GB, mapped / GB, p.state / GB, c->stage,
+                    t->world, p.activations / GB, p.pool / GB);
+        }
+    }
+    double avail_kb = 0;
+    if (proc_number("/proc/meminfo", "MemAvailable:", &avail_kb)) {
+        int per_node = t->comm.ranks_per_node > 0 ? t->comm.ranks_per_node : 1;
+        double share = avail_kb * 1024.0 / per_node;
+        if ((double)p.total > share) {
+            ZR_FAIL(ZR_ERR_NOMEM,
+                    "needs %.2f GB, limit %.2f GB (this node's available memory %.2f GB "
+                    "shared by %d rank%s; predicted %.2f GB of model state for "
+                    "zero_optimization.stage %d over %d ranks, %.2f GB of activations, %.2f GB of "
+                    "engine buffers): use more nodes, a higher stage, or activation checkpointing",
+                    (double)p.total / GB, share / GB, avail_kb * 1024.0 / GB, per_node,
+                    per_node == 1 ? "" : "s", p.state / GB, c->stage, t->world, p.activations / GB,
+                    p.pool / GB);
+        }
+    }
+    return ZR_OK;
+}
+
+zr_status zr_trainer_setup(zr_trainer *t)
+{
+    zr_train_config *c = &t->cfg;
+    ZR_CHECK(zr_comm_agree(&t->comm, schedule_of(c, &t->sched)));
+    ZR_CHECK(zr_comm_agree(&t->comm, load_data(t)));
+    ZR_CHECK(zr_launch_check_data(&t->comm, &t->data, t->cfg.data_path));
+    ZR_CHECK(zr_comm_agree(&t->comm, model_shape(t)));
+    int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
+    zr_status st = zr_loader_init(&t->train, &t->data, ZR_SPLIT_TRAIN, B, T, t->rank, t->world);
+    if (st == ZR_OK) {
+        st = zr_loader_init(&t->val, &t->data, ZR_SPLIT_VAL, B, T, t->rank, t->world);
+    }
+    if (st != ZR_OK) {
+        /* the loader speaks of B and T; the user set them as keys */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", zr_error_message());
+        st = zr_error_at(st, __FILE__, __LINE__,
+                         "%s (data %s): lower train_micro_batch_size_per_gpu (%d) or "
+                         "zr.model.seq_len (%d)",
+                         msg, c->data_path[0] ? c->data_path : "the bundled corpus", B, T);
+    }
+    ZR_CHECK(zr_comm_agree(&t->comm, st));
+    ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
+    ZR_CHECK(zr_comm_agree(&t->comm, check_memory(t)));
+    st = zr_gpt_init_ex(&t->model, &t->mcfg, B, T, c->activation_checkpointing);
+    if (st == ZR_OK) {
+        st = zr_gpt_specs_init(&t->specs, &t->mcfg);
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&t->inputs, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
+    }
+    if (st == ZR_OK) {
+        st = zr_alloc_at((void **)&t->targets, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
+    }
+    ZR_CHECK(zr_comm_agree(&t->comm, st));
+    zr_engine_config ecfg = zr_config_engine(c);
+    ZR_CHECK(zr_engine_init(&t->engine, &t->comm, &ecfg, t->specs.nunits, t->specs.units));
+    t->engine_up = 1;
+    return ZR_OK;
+}
+
+/* ---- the checkpoint dir and the metrics file ------------------------------------- */
+
+zr_status zr_trainer_claim_dir(zr_trainer *t)
+{
+    const zr_train_config *c = &t->cfg;
+    if (c->checkpoint_dir[0] == '\0') {
+        return ZR_OK;
+    }
+    /* one run per checkpoint dir, for the whole run; then clear what a crashed save left,
+       so that it never blocks this run */
+    zr_status st = t->rank == 0 ? zr_ckpt_lock(c->checkpoint_dir, &t->lock) : ZR_OK;
+    if (st == ZR_OK && t->rank == 0) {
+        st = zr_ckpt_recover(c->checkpoint_dir, zr_trainer_warn_ckpt, t);
+    }
+    ZR_CHECK(zr_comm_agree(&t->comm, st));
+    if (c->resume || c->resume_from[0] != '\0') {
+        return ZR_OK;
+    }
+    /* a fresh run must not mix its checkpoints and metrics with another run's */
+    char found_path[ZR_PATH_MAX];
+    int found = 0;
+    st = zr_ckpt_find_latest(c->checkpoint_dir, found_path, sizeof found_path, &found);
+    if (st == ZR_OK && found) {
+        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                         "checkpoint dir %s already holds checkpoints (newest %s); pass "
+                         "--resume to continue from it, or choose an empty zr.checkpoint.dir",
+                         c->checkpoint_dir, found_path);
+    }
+    return zr_comm_agree(&t->comm, st);
+}
+
+zr_status zr_trainer_open_metrics(zr_trainer *t, int start)
+{
+    const zr_train_config *c = &t->cfg;
+    if (c->metrics_path[0] == '\0') {
+        return ZR_OK;
+    }
+    zr_status st = ZR_OK;
+    if (t->rank == 0) {
+        size_t dropped = 0;
+        /* a resumed run continues the curve, cut back to the step it resumes from */
+        int resumed = c->resume || c->resume_from[0] != '\0';
+        st = zr_metrics_open(&t->metrics, c->metrics_path, resumed, start, &dropped);
+        if (st == ZR_OK && dropped > 0) {
+            zr_trainer_note(t, ZR_LOG_INFO,
+                            "%s: dropped %zu line%s after step %d, the step resumed from",
+                            c->metrics_path, dropped, dropped == 1 ? "" : "s", start);
+        }
+    }
+    return zr_comm_agree(&t->comm, st);
+}
