@@ -8,8 +8,9 @@
 #   make NATIVE=1   release build with -march=native             -> build/native/
 #   make SAN=1      ASan+UBSan build                             -> build/asan/
 #   make MPI=mpich  release build against MPICH                  -> build/mpich/
-#   make test       set-up, the target/compiler matrix, all three builds with
-#                   warnings as errors, the whole test suite
+#   make test       set-up, the format and tree checks, the target/compiler
+#                   matrix, all three builds with warnings as errors, the whole
+#                   test suite
 #   make matrix     compile (only) the whole tree for gcc and clang x
 #                   -march=x86-64, x86-64-v3, x86-64-v4, warnings as errors
 #   make demo       set-up, release build, the main job
@@ -24,7 +25,10 @@
 # warning that a newer compiler invents.
 #
 # Layers (one folder each under src/, dependencies point one way):
-#   base -> quant -> comm -> coll -> optim -> zero -> model/data -> train -> plan -> cli
+#   base -> quant -> comm -> coll -> optim -> zero -> model/data -> config/ckpt -> train/plan -> cli
+# Layers joined by / stand side by side and never include each other;
+# scripts/check_tree.sh (make check-tree, run by make test) checks that
+# README says the same chain and that the includes of src/ follow it.
 # Every src/<layer>/*.c goes into libzr.a except src/cli, which with bench/
 # makes the zr program. tests/test_*.c are one program each.
 
@@ -87,7 +91,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PAR = $(if $(filter -j% --jobserver%,$(MAKEFLAGS)),,-j$(JOBS))
 
-.PHONY: all build objects print-cflags werror-check setup test matrix demo bench clean format check-format FORCE
+.PHONY: all build objects print-cflags werror-check setup test matrix demo bench clean format check-format check-tree FORCE
 .DEFAULT_GOAL := all
 
 all: build
@@ -174,6 +178,7 @@ setup:
 # warnings as errors; the matrix runs first because it fails fastest.
 test: setup
 	@$(MAKE) --no-print-directory -s check-format
+	@$(MAKE) --no-print-directory -s check-tree
 	@$(MAKE) --no-print-directory -s matrix
 	@$(MAKE) --no-print-directory -s $(PAR) build WERROR=1
 	@$(MAKE) --no-print-directory -s $(PAR) build WERROR=1 SAN=1
@@ -207,3 +212,8 @@ check-format:
 	else \
 	    $(CLANG_FORMAT) --dry-run -Werror $(FORMAT_SRC) && echo "check-format: ok"; \
 	fi
+
+# The layer chain, the include directions and the size limits (README "How
+# the code is laid out").
+check-tree:
+	@scripts/check_tree.sh

@@ -3,6 +3,9 @@
  * engine (see zr/gpt_engine.h for the schedule). This is the only place that
  * knows both the model's unit structure and the engine's life cycle; the
  * model knows nothing of sharding and the engine nothing of transformers.
+ * It lives in src/model (whose layer stands above the engine's) rather than
+ * with the trainer, because the planner predicts memory with it too
+ * (zr_gpt_engine_predict) and the trainer and the planner stand side by side.
  */
 #include "zr/gpt_engine.h"
 
