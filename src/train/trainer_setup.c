@@ -41,6 +41,7 @@ void zr_trainer_warn_ckpt(void *ctx, const char *msg)
 {
     zr_trainer_note((const zr_trainer *)ctx, ZR_LOG_WARN, "%s", msg);
 }
+
 /* ---- the schedule, data, model and engine ---------------------------------------- */
 
 /* The scheduler section as a schedule, built once (src/optim/schedule.c has the formulas). */
