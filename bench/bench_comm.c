@@ -103,11 +103,11 @@ static zr_status run_one(bench *b, int k, size_t count)
         return zr_qgz(c, &cfg, ZR_DTYPE_F32, b->full, count, b->out, NULL, &b->op);
     case C_MPI_AG:
         ZR_MPI_CHECK(MPI_Allgather(b->shard, (int)count, MPI_FLOAT, b->out, (int)count, MPI_FLOAT,
-                                   c->mpi[ZR_GROUP_WORLD]));
+                                   zr_comm_mpi(c, ZR_GROUP_WORLD)));
         return ZR_OK;
     case C_MPI_RS:
         ZR_MPI_CHECK(MPI_Reduce_scatter_block(b->full, b->out, (int)count, MPI_FLOAT, MPI_SUM,
-                                              c->mpi[ZR_GROUP_WORLD]));
+                                              zr_comm_mpi(c, ZR_GROUP_WORLD)));
         return ZR_OK;
     }
     ZR_FAIL(ZR_ERR_INVALID, "bench comm: unknown collective %d", k);
@@ -128,7 +128,7 @@ static zr_status measure(bench *b, int k, size_t count, int iters, row *r)
             st = run_one(b, k, count);
         }
         double mine = zr_now() - t0;
-        MPI_Allreduce(&mine, &t[i], 1, MPI_DOUBLE, MPI_MAX, c->mpi[ZR_GROUP_WORLD]);
+        MPI_Allreduce(&mine, &t[i], 1, MPI_DOUBLE, MPI_MAX, zr_comm_mpi(c, ZR_GROUP_WORLD));
     }
     if (st != ZR_OK) {
         zr_free(t);

@@ -3,8 +3,10 @@
  * group membership and sizes, layout errors (same message on every rank),
  * exchanges moving the right bytes, traffic counters against hand-computed
  * values, control all-reduces, error agreement (the failing rank's message
- * wins over the notices it sent), and ranks started with different
- * ZR_RANKS_PER_NODE / ZR_TIMEOUT (a user error naming ranks and values).
+ * wins over the notices it sent), ranks started with different
+ * ZR_RANKS_PER_NODE / ZR_TIMEOUT (a user error naming ranks and values), and
+ * the transport table (a transport's set-up agreed on, its state, control
+ * values kept on MPI, the peers a wait names).
  *
  * The layout under test comes from ZR_RANKS_PER_NODE (set by the runner) or,
  * without it, from real detection (one machine: one node).
@@ -44,7 +46,7 @@ static void test_groups(void)
     for (int g = 1; g < ZR_GROUP_COUNT; g++) {
         int sz = c.size[g];
         int *members = malloc(sizeof(int) * (size_t)sz);
-        MPI_Allgather(&R, 1, MPI_INT, members, 1, MPI_INT, c.mpi[g]);
+        MPI_Allgather(&R, 1, MPI_INT, members, 1, MPI_INT, zr_comm_mpi(&c, (zr_group)g));
         for (int k = 0; k < sz; k++) {
             TEST_CHECKF(members[k] == zr_comm_world_rank(&c, (zr_group)g, k),
                         "group %s member %d: MPI says world rank %d, zr says %d",
@@ -394,6 +396,137 @@ static void test_format_ranks(void)
     TEST_CHECKF(strcmp(buf, "ranks 0, 3, 7, 9 and 1 more") == 0, "%s", buf);
 }
 
+/* ---- the transport table ---------------------------------------------------------- */
+
+/* A transport that counts its set-ups, tear-downs and exchanges, moving bytes through MPI's. */
+static struct {
+    int inits, frees, posted;
+    int fail_rank; /* its init fails on this world rank (-1: nowhere) */
+} counted;
+
+static zr_status counting_init(zr_comm *c, const void *arg, void **state)
+{
+    if (c->rank[ZR_GROUP_WORLD] == counted.fail_rank) {
+        ZR_FAIL(ZR_ERR_INVALID, "no device for the counting transport");
+    }
+    int *s = NULL;
+    ZR_ALLOC(s, 1);
+    *s = *(const int *)arg;
+    *state = s;
+    counted.inits++;
+    return ZR_OK;
+}
+
+static void counting_free(zr_comm *c, void *state)
+{
+    (void)c;
+    zr_free(state);
+    counted.frees++;
+}
+
+static zr_status counting_iexchange(zr_comm *c, zr_group g, const void *send, const size_t *scount,
+                                    const size_t *sdisp, void *recv, const size_t *rcount,
+                                    const size_t *rdisp, zr_request *req)
+{
+    counted.posted++;
+    return zr_transport_mpi.iexchange(c, g, send, scount, sdisp, recv, rcount, rdisp, req);
+}
+
+static void test_transport(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    TEST_CHECK(c.transport == &zr_transport_mpi && c.transport_state == NULL);
+    zr_transport counting = zr_transport_mpi;
+    counting.name = "counting";
+    counting.init = counting_init;
+    counting.free = counting_free;
+    counting.iexchange = counting_iexchange;
+    int arg = 42;
+    /* a table of another version, or one that lacks a required member, is refused everywhere */
+    zr_transport bad = counting;
+    bad.version = ZR_TRANSPORT_VERSION - 1;
+    TEST_FAILS(zr_comm_use_transport(&c, &bad, &arg), ZR_ERR_INVALID, "version");
+    TEST_CHECK(same_everywhere(zr_error_message()));
+    bad = counting;
+    bad.pending = NULL;
+    TEST_FAILS(zr_comm_use_transport(&c, &bad, &arg), ZR_ERR_INVALID, "required");
+    /* set-up failing on one rank: every rank says so and keeps MPI, the others tear down */
+    memset(&counted, 0, sizeof counted);
+    counted.fail_rank = W - 1;
+    TEST_FAILS(zr_comm_use_transport(&c, &counting, &arg), ZR_ERR_INVALID, "no device");
+    TEST_CHECK(same_everywhere(zr_error_message()));
+    TEST_CHECK(c.transport == &zr_transport_mpi);
+    TEST_EQ_INT(counted.inits, R == W - 1 ? 0 : 1);
+    TEST_EQ_INT(counted.frees, counted.inits);
+    /* a working one: its state; exchanges go through it, control values over MPI */
+    memset(&counted, 0, sizeof counted);
+    counted.fail_rank = -1;
+    TEST_OK(zr_comm_use_transport(&c, &counting, &arg));
+    TEST_CHECK(c.transport == &counting);
+    TEST_EQ_INT(*(const int *)c.transport_state, 42);
+    int mine = R, all[64], ok = 1;
+    if (W <= 64) {
+        TEST_OK(zr_comm_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &mine, sizeof mine, all));
+        for (int p = 0; p < W; p++) {
+            ok &= all[p] == p;
+        }
+        TEST_CHECK(ok);
+        TEST_EQ_INT(counted.posted, 1);
+    }
+    double v = 1.0;
+    TEST_OK(zr_comm_allreduce_sum_f64(&c, ZR_GROUP_WORLD, &v, 1));
+    TEST_NEAR(v, (double)W, 0);
+    TEST_EQ_INT(counted.posted, W <= 64 ? 1 : 0);
+    zr_comm_free(&c);
+    TEST_EQ_INT(counted.inits, 1);
+    TEST_EQ_INT(counted.frees, 1);
+}
+
+/*
+ * What a wait still waits for, as the MPI transport names it: rank 0 posts an
+ * all-gather, the others post theirs only after a barrier rank 0 has not
+ * entered yet, so every receive of rank 0 is still open when it asks.
+ */
+static void test_pending(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    int mine = R, *all = calloc((size_t)W, sizeof *all);
+    zr_request req = ZR_REQUEST_INIT;
+    if (R == 0) {
+        TEST_OK(zr_comm_iallgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &mine, sizeof mine, all,
+                                   &req));
+        TEST_EQ_INT(req.active, W > 1);
+        if (W > 1) {
+            zr_pending *out = calloc(2 * (size_t)W, sizeof *out);
+            int n = req.transport->pending(&c, &req, out, 2 * W), seen = 0;
+            for (int i = 0; i < n; i++) {
+                /* receives first, from rank W-1 down to 1 (sends may be done already) */
+                if (out[i].recv) {
+                    TEST_CHECKF(i == seen && out[i].rank == W - 1 - i, "entry %d: rank %d", i,
+                                out[i].rank);
+                    seen++;
+                }
+            }
+            TEST_EQ_INT(seen, W - 1);
+            free(out);
+        }
+    }
+    TEST_OK(zr_comm_barrier(&c));
+    if (R != 0) {
+        TEST_OK(zr_comm_iallgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &mine, sizeof mine, all,
+                                   &req));
+    }
+    TEST_OK(zr_comm_wait(&c, &req));
+    TEST_CHECK(!req.active && req.impl == NULL);
+    for (int p = 0; p < W; p++) {
+        TEST_EQ_INT(all[p], p);
+    }
+    free(all);
+    zr_comm_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     zr_test_mpi_init(&argc, &argv);
@@ -409,5 +542,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_agree);
     TEST_RUN(test_launch_env);
     TEST_RUN(test_format_ranks);
+    TEST_RUN(test_transport);
+    TEST_RUN(test_pending);
     return zr_test_finish();
 }

@@ -1,6 +1,6 @@
 /*
- * zr/comm.h - the communicator: process groups of the node topology, the
- * point-to-point transport every zr collective is built from, and exact
+ * zr/comm.h - the communicator: process groups of the node topology, a
+ * control plane over MPI, a data plane behind a transport table, and exact
  * traffic accounting.
  *
  * Groups (W ranks, D ranks per node, N = W / D nodes, h = hpZ group size;
@@ -26,22 +26,34 @@
  * sizes (naming the ranks and their values), with a message that is the same
  * on every rank.
  *
- * Transport: collectives move bytes only through zr_comm_iexchange (each
- * rank sends a block to each peer of a group and receives one from each), so
- * zr knows exactly which bytes cross which link. Accounting records, per
- * collective kind, the calls and the bytes this rank sent to peers on its
- * own node and on other nodes; it is exact for zr's algorithms because these
- * are the bytes zr hands to the transport (the transport's own headers and
- * any staging inside MPI are not counted).
+ * Two planes:
  *
- * The transport sits behind a table of function pointers (zr_transport) so a
- * NCCL implementation can plug in later; MPI is the one implementation now.
+ *   control plane  the groups, the start-up agreement, abort notices, the
+ *                  watchdog, small control values (zr_comm_allreduce_*, and
+ *                  every exchange of kind ZR_KIND_CONTROL), barrier,
+ *                  broadcast, zr_comm_agree. Always MPI, always host memory.
+ *   data plane     the bulk exchanges the collectives make: zr_comm_iexchange
+ *                  and its wait / test, through the communicator's transport
+ *                  (zr_transport). MPI by default; a transport for device
+ *                  memory (NCCL, or host-staged MPI) plugs in with
+ *                  zr_comm_use_transport without changes to comm.
+ *
+ * Collectives move bytes only through exchanges (each rank sends a block to
+ * each peer of a group and receives one from each), so zr knows exactly
+ * which bytes cross which link. Accounting records, per collective kind, the
+ * calls and the bytes this rank sent to peers on its own node and on other
+ * nodes; it is exact for zr's algorithms because these are the bytes zr hands
+ * to the transport (the transport's own headers and any staging inside it
+ * are not counted). The accounting, the bounded waits and the abort notices
+ * are the same whatever the transport.
  */
 #ifndef ZR_COMM_H
 #define ZR_COMM_H
 
 #include "zr/base.h"
 
+/* for the control plane's entry points only (zr_comm_init, zr_comm_mpi, ZR_MPI_CHECK): the
+   data-plane types below (zr_request, zr_transport) mention no MPI type */
 #include <mpi.h>
 
 typedef enum zr_group {
@@ -79,17 +91,23 @@ typedef struct zr_traffic {
     zr_traffic_row kind[ZR_KIND_COUNT];
 } zr_traffic;
 
+/* One message an exchange still waits for, as its transport names it to the watchdog. */
+typedef struct zr_pending {
+    int rank; /* world rank at the other end; -1: not known (the watchdog names the group) */
+    int recv; /* 1: the data from rank has not arrived; 0: rank has not taken the data sent */
+} zr_pending;
+
+struct zr_transport;
+
 /*
- * One in-flight exchange. Caller-owned storage; zr_comm_wait releases its
- * internals. Zero-initialised storage is a valid idle request.
+ * One in-flight exchange. Caller-owned storage; zr_comm_wait (or a
+ * zr_comm_test that reports done) releases the transport's part. Zero-
+ * initialised storage is a valid idle request.
  */
 typedef struct zr_request {
-    MPI_Request *reqs; /* owned; freed by zr_comm_wait */
-    int *peer; /* inside the reqs block: 2 * count ints; peer[i] = world rank at the other end
-                  of reqs[i] (receives first, then sends), peer[count + i] = scratch */
-    int count;
-    int nrecv; /* reqs[0 .. nrecv) are receives, the rest sends */
-    int active;
+    const struct zr_transport *transport; /* that posted it, and owns impl */
+    void *impl;                           /* the transport's storage; NULL when idle */
+    int active;                           /* posted and not completed */
     zr_group group; /* what the watchdog names when the exchange does not complete */
     zr_kind kind;
     uint64_t seq;  /* exchanges this rank had posted before this one */
@@ -98,30 +116,58 @@ typedef struct zr_request {
 
 #define ZR_REQUEST_INIT                                                                            \
     {                                                                                              \
-        NULL, NULL, 0, 0, 0, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, 0, 0                               \
+        NULL, NULL, 0, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, 0, 0                                     \
     }
 
 typedef struct zr_comm zr_comm;
 
 /*
- * The transport: how bytes move between ranks of a group. Every member is
- * required unless marked optional. Implementations: zr_transport_mpi.
+ * The data-plane transport: how the bytes of an exchange move between the
+ * ranks of a group. The generic side (src/comm/exchange.c, watchdog.c) does
+ * the accounting, the block for myself, the bounded waits and the abort
+ * notices; a transport only posts, progresses, names what it waits for and
+ * releases. Members are required unless marked optional.
+ * Implementations: zr_transport_mpi.
+ *
+ * Its state: init runs once per communicator (zr_comm_use_transport),
+ * collectively over world, with the groups and the control plane in place,
+ * so it may build its own per-group communicators there (with zr_comm_bcast
+ * for an id, say). What it stores in *state is c->transport_state for every
+ * later call; free releases it (zr_comm_free, or another transport chosen).
  */
 typedef struct zr_transport {
     int version; /* ZR_TRANSPORT_VERSION */
     const char *name;
-    /* Start sending scount[p] bytes at send+sdisp[p] to group peer p and
-       receiving rcount[p] bytes into recv+rdisp[p] from p, for every p != me. */
+    /* Optional: set up on c; arg is zr_comm_use_transport's. */
+    zr_status (*init)(zr_comm *c, const void *arg, void **state);
+    /* Optional: tear down what init built. */
+    void (*free)(zr_comm *c, void *state);
+    /*
+     * Start sending scount[p] bytes at send+sdisp[p] to group peer p and
+     * receiving rcount[p] bytes into recv+rdisp[p] from p, for every p != me,
+     * and set req->impl to the transport's storage for it (NULL: nothing to
+     * move, the exchange is complete). After a failure, what was posted
+     * stays in req->impl and is completed by the waits like any exchange.
+     */
     zr_status (*iexchange)(zr_comm *c, zr_group g, const void *send, const size_t *scount,
                            const size_t *sdisp, void *recv, const size_t *rcount,
                            const size_t *rdisp, zr_request *req);
-    zr_status (*wait)(zr_comm *c, zr_request *req);
-    /* Optional: progress and report completion without blocking. */
-    zr_status (*test)(zr_comm *c, zr_request *req, int *done);
+    /*
+     * Progress req without blocking: *done = 1 once every message of it is
+     * complete; *progressed = 1 when a message completed in this call (the
+     * watchdog counts its timeout from the last progress).
+     */
+    zr_status (*test)(zr_comm *c, zr_request *req, int *done, int *progressed);
+    /* The messages of req not complete yet, receives first: at most max entries, returns how many.
+     */
+    int (*pending)(const zr_comm *c, const zr_request *req, zr_pending *out, int max);
+    /* Free req->impl: after completion, or after a failure of test. */
+    void (*release)(zr_comm *c, zr_request *req);
 } zr_transport;
 
-#define ZR_TRANSPORT_VERSION 1
+#define ZR_TRANSPORT_VERSION 2
 
+/* The default: one nonblocking send and receive per peer on the groups' MPI communicators. */
 extern const zr_transport zr_transport_mpi;
 
 typedef struct zr_comm_config {
@@ -132,51 +178,35 @@ typedef struct zr_comm_config {
 /* Default of the watchdog (zr.train.timeout_s, ZR_TIMEOUT): five minutes without progress. */
 #define ZR_COMM_TIMEOUT_DEFAULT 300.0
 
-/* Fault injection (ZR_FAULT_STEP=R:S[:stall]), for tests of the failure paths. */
-typedef enum zr_fault_mode { ZR_FAULT_NONE = 0, ZR_FAULT_FAIL, ZR_FAULT_STALL } zr_fault_mode;
-
-/* An abort notice: {world rank, status, posted[0 .. ZR_GROUP_COUNT]} (see zr_comm.posted). */
-#define ZR_NOTICE_LEN (ZR_GROUP_COUNT + 3)
+struct zr_comm_control;
 
 struct zr_comm {
-    const zr_transport *transport;
-    MPI_Comm mpi[ZR_GROUP_COUNT]; /* owned, except mpi[WORLD] (the caller's) */
-    int rank[ZR_GROUP_COUNT];     /* my rank inside each group */
-    int size[ZR_GROUP_COUNT];     /* size of each group */
-    int first[ZR_GROUP_COUNT];    /* world rank of in-group rank 0 */
-    int stride[ZR_GROUP_COUNT];   /* world rank of in-group rank k = first + k*stride */
-    int ranks_per_node;           /* D */
-    int n_nodes;                  /* N */
-    int node;                     /* my node index, 0..N-1 */
-    int emulated;                 /* 1 when nodes are emulated, 0 when detected */
-    zr_traffic traffic;
+    /* ---- topology (topology.c) ---- */
+    int rank[ZR_GROUP_COUNT];   /* my rank inside each group */
+    int size[ZR_GROUP_COUNT];   /* size of each group */
+    int first[ZR_GROUP_COUNT];  /* world rank of in-group rank 0 */
+    int stride[ZR_GROUP_COUNT]; /* world rank of in-group rank k = first + k*stride */
+    int ranks_per_node;         /* D */
+    int n_nodes;                /* N */
+    int node;                   /* my node index, 0..N-1 */
+    int emulated;               /* 1 when nodes are emulated, 0 when detected */
 
-    /* ---- watchdog and abort notices (see "Bounded waits" below) ---- */
-    MPI_Comm ctl;     /* owned: a duplicate of world for agreements and notices, never data */
-    double timeout_s; /* seconds a wait may go without progress; 0 = forever */
-    long long step;   /* training step named in messages; -1 = none */
-    uint64_t seq;     /* exchanges posted on this rank so far */
+    /* ---- data plane (exchange.c) ---- */
+    const zr_transport *transport; /* zr_transport_mpi unless zr_comm_use_transport chose */
+    void *transport_state;         /* the transport's own, from its init */
+    zr_traffic traffic;
+    uint64_t seq; /* exchanges posted on this rank so far */
     /* exchanges started per group, and [ZR_GROUP_COUNT]: MPI collectives on world; every rank
-       of a group starts them in the same order, so a notice carrying them tells a waiting rank
-       whether the failed rank ever took part in what it waits for */
+       of a group starts them in the same order, so an abort notice carrying them tells a
+       waiting rank whether the failed rank ever took part in what it waits for */
     uint64_t posted[ZR_GROUP_COUNT + 1];
-    int inflight;        /* exchanges posted and not yet completed */
-    int fail_fast;       /* a failed collective notifies the other ranks at once */
-    int notified;        /* this rank has sent its failure notice */
-    int noticed;         /* failure notices arrived since the last agreement; the first ... */
-    int notice_from;     /* ... (an original failure before a ZR_ERR_REMOTE) from this rank */
-    int notice_status;   /* ... with this status */
-    int notice_got;      /* notices received since the last agreement */
-    int64_t *notice_tab; /* owned: per world rank ZR_NOTICE_LEN values, [0] = 1 once it sent one */
-    int broken;          /* the last failed zr_comm_agree left exchanges in flight somewhere */
-    MPI_Request notice_req;            /* the posted receive of the next notice */
-    int64_t notice_buf[ZR_NOTICE_LEN]; /* its buffer (status -1: that rank timed out) */
-    MPI_Request *notice_sends;         /* owned: world-size slots for this rank's notices */
-    int notice_nsend;                  /* of which in flight */
-    int64_t notify_buf[ZR_NOTICE_LEN]; /* the notice this rank sends */
-    zr_fault_mode fault;
-    int fault_rank;
-    long long fault_step;
+    int inflight; /* exchanges posted and not yet completed */
+
+    /* ---- control plane (see "Bounded waits" below) ---- */
+    double timeout_s;                /* seconds a wait may go without progress; 0 = forever */
+    long long step;                  /* training step named in messages; -1 = none */
+    int fail_fast;                   /* a failed collective notifies the other ranks at once */
+    struct zr_comm_control *control; /* owned: MPI communicators, notices (src/comm) */
 };
 
 /*
@@ -187,6 +217,21 @@ struct zr_comm {
  */
 zr_status zr_comm_init(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg);
 void zr_comm_free(zr_comm *c);
+
+/*
+ * The MPI communicator of group g (owned by c; world is the caller's), for
+ * programs that run MPI's own collectives on zr's groups (tests, benchmarks)
+ * and for transports that move bytes over MPI.
+ */
+MPI_Comm zr_comm_mpi(const zr_comm *c, zr_group g);
+
+/*
+ * Make t the data-plane transport of c (zr_comm_init chose zr_transport_mpi):
+ * collective over world, with no exchange in flight. Runs t->init(c, arg)
+ * and agrees on its status, so every rank returns the same one; on failure
+ * c keeps its transport. The previous transport's state is freed.
+ */
+zr_status zr_comm_use_transport(zr_comm *c, const zr_transport *t, const void *arg);
 
 /* World rank of in-group rank k of my group g. */
 static inline int zr_comm_world_rank(const zr_comm *c, zr_group g, int k)
@@ -206,6 +251,9 @@ static inline int zr_comm_node_of(const zr_comm *c, int world_rank)
  * rcount[p] bytes from p into recv + rdisp[p]. The block for myself is copied
  * locally when both counts are non-zero and is not counted as traffic. Arrays
  * have size[g] entries. Buffers must stay valid until zr_comm_wait.
+ * Exchanges of kind ZR_KIND_CONTROL carry control values in host memory and
+ * always go over MPI (the control plane); every other kind goes through
+ * c->transport.
  */
 zr_status zr_comm_iexchange(zr_comm *c, zr_group g, zr_kind kind, const void *send,
                             const size_t *scount, const size_t *sdisp, void *recv,
@@ -263,7 +311,7 @@ zr_status zr_comm_allreduce_max_i64(zr_comm *c, zr_group g, int64_t *vals, int n
  * reaches the next zr_comm_agree promptly and reports the failing rank's
  * message there. Exchanges abandoned that way stay posted: zr_comm_broken
  * then says so, and the program ends with zr_comm_abort instead of freeing
- * buffers that MPI may still write into.
+ * buffers that the transport may still write into.
  */
 void zr_comm_set_timeout(zr_comm *c, double seconds);
 /* The training step named in watchdog messages (and matched by ZR_FAULT_STEP); -1 = none. */
