@@ -55,8 +55,7 @@ typedef struct zr_coll_op {
     zr_request req[4];
     void *work; /* owned workspace, reused across calls */
     size_t work_cap;
-    void *impl; /* per-algorithm state, owned */
-    zr_status (*advance)(zr_comm *c, struct zr_coll_op *op, int block);
+    void *impl;       /* the op core's state and the running algorithm's, owned */
     size_t nonfinite; /* non-finite quantization groups seen (qwZ/qgZ) */
 } zr_coll_op;
 

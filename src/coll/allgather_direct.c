@@ -19,12 +19,11 @@
  * fp32 wire: the exchange writes straight into out (no workspace); a bf16
  * input is widened into my own slot of out first and sent from there.
  */
-#include "coll_impl.h"
+#include "coll_direct.h"
 
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 {
-    zr_coll_state *s = op->impl;
-    zr_coll_direct *a = &s->u.direct;
+    zr_coll_direct *a = zr_coll_algo_state(op);
     int n = c->size[a->group], me = c->rank[a->group];
     if (op->phase == 0) {
         int ok = 0;
@@ -65,6 +64,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     return ZR_OK;
 }
 
+static const zr_coll_algo algo = {"allgather_direct", advance};
+
 size_t zr_allgather_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire, zr_dtype in_type,
                                 size_t count)
 {
@@ -81,14 +82,13 @@ zr_status zr_allgather_direct_start(zr_comm *c, zr_group g, zr_kind kind, zr_wir
 {
     int n = c->size[g];
     size_t work = zr_allgather_direct_work(c, g, wire, in_type, count);
-    zr_coll_state *s;
-    ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));
+    zr_coll_direct *a;
+    ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&a));
     zr_status st = zr_coll_reserve(op, work);
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;
     }
-    zr_coll_direct *a = &s->u.direct;
     a->group = g;
     a->kind = kind;
     a->wire = wire;

@@ -19,14 +19,27 @@
  * so all ranks hold the same dequantized weights. The non-finite group counts
  * of the received headers add up in op->nonfinite, the same on every rank.
  */
-#include "coll_impl.h"
+#include "coll_algo.h"
 
 #include <stdio.h>
 
+/* qwZ's state: one quantized block per rank. */
+typedef struct qwz_state {
+    zr_group group;
+    zr_kind kind;
+    zr_qparams q;
+    zr_dtype in_type;
+    const void *in;
+    size_t count, block; /* elements per rank, bytes per block */
+    float *out;
+    unsigned char *blocks; /* size[group] blocks, carved from op->work */
+} qwz_state;
+
+_Static_assert(sizeof(qwz_state) <= ZR_COLL_STATE_BYTES, "qwZ state fits in an op");
+
 static zr_status decode_all(zr_comm *c, zr_coll_op *op)
 {
-    zr_coll_state *s = op->impl;
-    zr_coll_qwz *w = &s->u.qwz;
+    qwz_state *w = zr_coll_algo_state(op);
     int n = c->size[w->group];
     for (int p = 0; p < n; p++) {
         const unsigned char *blk = w->blocks + (size_t)p * w->block;
@@ -45,8 +58,7 @@ static zr_status decode_all(zr_comm *c, zr_coll_op *op)
 
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 {
-    zr_coll_state *s = op->impl;
-    zr_coll_qwz *w = &s->u.qwz;
+    qwz_state *w = zr_coll_algo_state(op);
     if (op->phase == 0) {
         int ok = 0;
         ZR_CHECK(zr_coll_gate(c, op, w->group, block, &ok));
@@ -69,6 +81,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     return ZR_OK;
 }
 
+static const zr_coll_algo algo = {"allgather_qwz", advance};
+
 size_t zr_allgather_qwz_work(const zr_comm *c, zr_group g, const zr_qparams *q, size_t count)
 {
     return (size_t)c->size[g] * zr_quant_block_bytes(q, count);
@@ -80,14 +94,13 @@ zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_
 {
     ZR_CHECK(zr_qparams_check(q));
     size_t bytes = zr_quant_block_bytes(q, count);
-    zr_coll_state *s;
-    ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));
+    qwz_state *w;
+    ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&w));
     zr_status st = zr_coll_reserve(op, zr_allgather_qwz_work(c, g, q, count));
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;
     }
-    zr_coll_qwz *w = &s->u.qwz;
     w->group = g;
     w->kind = kind;
     w->q = *q;

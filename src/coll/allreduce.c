@@ -13,14 +13,13 @@
  * every rank ends with the same bits. With a bf16 wire each reduced value is
  * rounded to bf16 before the gather, mine included.
  */
-#include "coll_impl.h"
+#include "coll_direct.h"
 
 #include <string.h>
 
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 {
-    zr_coll_state *s = op->impl;
-    zr_coll_direct *a = &s->u.direct;
+    zr_coll_direct *a = zr_coll_algo_state(op);
     int n = c->size[a->group], me = c->rank[a->group];
     size_t per = a->count;
     if (op->phase == 0) {
@@ -31,7 +30,7 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         }
         memcpy(a->pad, a->out, a->total * sizeof(float));
         memset(a->pad + a->total, 0, ((size_t)n * per - a->total) * sizeof(float));
-        ZR_CHECK(zr_rs_direct_post(c, op, ZR_KIND_ALLREDUCE, a->pad));
+        ZR_CHECK(zr_reduce_scatter_direct_post(c, op, ZR_KIND_ALLREDUCE, a->pad));
         op->phase = 1;
     }
     if (op->phase == 1) {
@@ -42,7 +41,7 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         }
         /* the reduce-scatter's sends are complete, so pad is free for the gather */
         float *mine = a->pad + (size_t)me * per;
-        zr_rs_direct_finish(c, op, mine);
+        zr_reduce_scatter_direct_finish(c, op, mine);
         if (a->wire == ZR_WIRE_BF16) {
             zr_bf16 *gathered = a->recv;
             zr_bf16_from_f32_n(gathered + (size_t)me * per, mine, per);
@@ -69,10 +68,12 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     return ZR_OK;
 }
 
+static const zr_coll_algo algo = {"allreduce", advance};
+
 size_t zr_allreduce_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
 {
     size_t n = (size_t)c->size[g], per = zr_div_up(count, n);
-    return zr_rs_direct_work(c, g, wire, per) + zr_coll_span(n * per * sizeof(float));
+    return zr_reduce_scatter_direct_work(c, g, wire, per) + zr_coll_span(n * per * sizeof(float));
 }
 
 zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,
@@ -93,14 +94,13 @@ zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float 
     }
     int n = c->size[g];
     size_t per = zr_div_up(count, (size_t)n);
-    zr_coll_state *s;
-    ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));
+    zr_coll_direct *a;
+    ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&a));
     zr_status st = zr_coll_reserve(op, zr_allreduce_work(c, g, t, count));
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;
     }
-    zr_coll_direct *a = &s->u.direct;
     a->group = g;
     a->kind = ZR_KIND_ALLREDUCE;
     a->wire = t;
@@ -108,6 +108,6 @@ zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float 
     a->count = per;
     a->total = count;
     a->out = buf;
-    a->pad = (float *)((unsigned char *)op->work + zr_rs_direct_work(c, g, t, per));
+    a->pad = (float *)((unsigned char *)op->work + zr_reduce_scatter_direct_work(c, g, t, per));
     return zr_coll_kick(c, op);
 }

@@ -1,9 +1,11 @@
 /*
- * coll.c - the life of a collective: begin, the posting gate, test, wait,
- * failure, workspace; and the public dispatchers that pick an algorithm
- * file by wire type.
+ * coll.c - the op core: the life of a collective (begin, the posting gate,
+ * test, wait, failure, workspace). It runs every algorithm through the
+ * zr_coll_algo the algorithm registered at start and keeps the algorithm's
+ * state in storage it does not look into, so it names no algorithm; the
+ * public dispatchers that pick one live in coll_dispatch.c.
  *
- * Every algorithm is a state machine behind op->advance(c, op, block):
+ * Every algorithm is a state machine behind algo->advance(c, op, block):
  * block = 0 does whatever needs no waiting (posts, local work on completed
  * exchanges) and returns; block = 1 does not return before the op is
  * complete. Two ops in flight on one group (say an all-reduce and a
@@ -19,7 +21,22 @@
  */
 #include "coll_impl.h"
 
+#include <stddef.h>
 #include <string.h>
+
+/* What zr_coll_op.impl points to: the op core's bookkeeping and the algorithm's state. */
+typedef struct zr_coll_state {
+    zr_comm *comm;
+    struct zr_coll_op *op;
+    const zr_coll_algo *algo;          /* what runs the op */
+    struct zr_coll_state *prev, *next; /* registry of ops with posts pending, start order */
+    unsigned pending;                  /* bit g: this op will still post on group g */
+    int registered;
+    union {
+        max_align_t align;
+        unsigned char bytes[ZR_COLL_STATE_BYTES];
+    } algo_state; /* the algorithm's own, opaque here */
+} zr_coll_state;
 
 /*
  * Ops with posts still pending, in start order. One list per process: zr is
@@ -60,8 +77,8 @@ static void registry_remove(zr_coll_state *s)
     s->registered = 0;
 }
 
-zr_status zr_coll_begin(zr_comm *c, zr_coll_op *op, unsigned pending, zr_coll_advance_fn advance,
-                        zr_coll_state **st)
+zr_status zr_coll_begin(zr_comm *c, zr_coll_op *op, const zr_coll_algo *algo, unsigned pending,
+                        void **state)
 {
     if (op == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "collective: NULL zr_coll_op");
@@ -80,19 +97,25 @@ zr_status zr_coll_begin(zr_comm *c, zr_coll_op *op, unsigned pending, zr_coll_ad
     memset(s, 0, sizeof *s);
     s->comm = c;
     s->op = op;
+    s->algo = algo;
     s->pending = pending;
     for (int i = 0; i < 4; i++) {
         ZR_ASSERT(!op->req[i].active);
     }
-    op->advance = advance;
     op->phase = 0;
     op->nonfinite = 0;
     op->active = 1;
     if (pending != 0) {
         registry_add(s);
     }
-    *st = s;
+    *state = s->algo_state.bytes;
     return ZR_OK;
+}
+
+void *zr_coll_algo_state(zr_coll_op *op)
+{
+    zr_coll_state *s = op->impl;
+    return s->algo_state.bytes;
 }
 
 void zr_coll_end(zr_coll_op *op)
@@ -107,6 +130,8 @@ void zr_coll_end(zr_coll_op *op)
 
 zr_status zr_coll_fail(zr_comm *c, zr_coll_op *op, zr_status st)
 {
+    const zr_coll_state *s = op->impl;
+    ZR_DEBUG("collective %s failed (%s); draining its exchanges", s->algo->name, zr_status_str(st));
     /* where any failure ends the job, the other ranks hear of it before this
      * rank drains: they may be waiting for an exchange it will never post */
     if (c->fail_fast && st != ZR_ERR_REMOTE) {
@@ -124,7 +149,8 @@ zr_status zr_coll_fail(zr_comm *c, zr_coll_op *op, zr_status st)
 /* One advance call; a failure ends the op so that it never stays half-active. */
 static zr_status step(zr_comm *c, zr_coll_op *op, int block)
 {
-    zr_status st = op->advance(c, op, block);
+    const zr_coll_state *s = op->impl;
+    zr_status st = s->algo->advance(c, op, block);
     if (st != ZR_OK) {
         return zr_coll_fail(c, op, st);
     }
@@ -243,105 +269,4 @@ zr_status zr_coll_test(zr_comm *c, zr_coll_op *op, int *done)
     ZR_CHECK(step(c, op, 0));
     *done = !op->active;
     return ZR_OK;
-}
-
-/* ---- public: dispatch by wire type ------------------------------------------ */
-
-static zr_status check_group(const zr_comm *c, zr_group g, const char *what)
-{
-    if ((unsigned)g >= ZR_GROUP_COUNT) {
-        ZR_FAIL(ZR_ERR_INVALID, "%s: unknown group %d", what, (int)g);
-    }
-    if (c == NULL) {
-        ZR_FAIL(ZR_ERR_INVALID, "%s: NULL communicator", what);
-    }
-    return ZR_OK;
-}
-
-size_t zr_allgather_work(const zr_comm *c, zr_group g, const zr_wire *wire, zr_dtype in_type,
-                         size_t count)
-{
-    if (wire != NULL && wire->type == ZR_WIRE_QUANT) {
-        return zr_allgather_qwz_work(c, g, &wire->q, count);
-    }
-    return zr_allgather_direct_work(c, g, wire != NULL ? wire->type : ZR_WIRE_F32, in_type, count);
-}
-
-size_t zr_reduce_scatter_work(const zr_comm *c, zr_group g, const zr_wire *wire, size_t count)
-{
-    return zr_rs_direct_work(c, g, wire != NULL ? wire->type : ZR_WIRE_F32, count);
-}
-
-zr_status zr_allgather_start(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
-                             zr_dtype in_type, const void *in, size_t count, float *out,
-                             zr_coll_op *op)
-{
-    ZR_CHECK(check_group(c, g, "all-gather"));
-    if ((unsigned)kind >= ZR_KIND_COUNT) {
-        ZR_FAIL(ZR_ERR_INVALID, "all-gather: unknown traffic kind %d", (int)kind);
-    }
-    if (in_type != ZR_DTYPE_F32 && in_type != ZR_DTYPE_BF16) {
-        ZR_FAIL(ZR_ERR_INVALID, "all-gather: input type must be fp32 or bf16, got %d",
-                (int)in_type);
-    }
-    if (count > 0 && (in == NULL || out == NULL)) {
-        ZR_FAIL(ZR_ERR_INVALID, "all-gather: NULL %s buffer", in == NULL ? "input" : "output");
-    }
-    zr_wire_type t = wire != NULL ? wire->type : ZR_WIRE_F32;
-    switch (t) {
-    case ZR_WIRE_F32:
-    case ZR_WIRE_BF16:
-        return zr_allgather_direct_start(c, g, kind, t, in_type, in, count, out, op);
-    case ZR_WIRE_QUANT:
-        return zr_allgather_qwz_start(c, g, kind, &wire->q, in_type, in, count, out, op);
-    }
-    ZR_FAIL(ZR_ERR_INVALID, "all-gather: unknown wire type %d", (int)t);
-}
-
-zr_status zr_reduce_scatter_start(zr_comm *c, zr_group g, const zr_wire *wire, const float *in,
-                                  size_t count, float *out, zr_coll_op *op)
-{
-    ZR_CHECK(check_group(c, g, "reduce-scatter"));
-    if (count > 0 && (in == NULL || out == NULL)) {
-        ZR_FAIL(ZR_ERR_INVALID, "reduce-scatter: NULL %s buffer", in == NULL ? "input" : "output");
-    }
-    zr_wire_type t = wire != NULL ? wire->type : ZR_WIRE_F32;
-    if (t == ZR_WIRE_QUANT) {
-        ZR_FAIL(ZR_ERR_INVALID, "reduce-scatter: a quantized wire is qgZ's job (zr_qgz_start); "
-                                "the exact reduce-scatter takes ZR_WIRE_F32 or ZR_WIRE_BF16");
-    }
-    if (t != ZR_WIRE_F32 && t != ZR_WIRE_BF16) {
-        ZR_FAIL(ZR_ERR_INVALID, "reduce-scatter: unknown wire type %d", (int)t);
-    }
-    return zr_reduce_scatter_direct_start(c, g, t, in, count, out, op);
-}
-
-/* ---- public: blocking conveniences ------------------------------------------ */
-
-zr_status zr_allgather(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire, zr_dtype in_type,
-                       const void *in, size_t count, float *out, zr_coll_op *op)
-{
-    ZR_CHECK(zr_allgather_start(c, g, kind, wire, in_type, in, count, out, op));
-    return zr_coll_wait(c, op);
-}
-
-zr_status zr_reduce_scatter(zr_comm *c, zr_group g, const zr_wire *wire, const float *in,
-                            size_t count, float *out, zr_coll_op *op)
-{
-    ZR_CHECK(zr_reduce_scatter_start(c, g, wire, in, count, out, op));
-    return zr_coll_wait(c, op);
-}
-
-zr_status zr_allreduce(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,
-                       zr_coll_op *op)
-{
-    ZR_CHECK(zr_allreduce_start(c, g, wire, buf, count, op));
-    return zr_coll_wait(c, op);
-}
-
-zr_status zr_qgz(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
-                 size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op)
-{
-    ZR_CHECK(zr_qgz_start(c, cfg, in_type, in, count, out, fb, op));
-    return zr_coll_wait(c, op);
 }

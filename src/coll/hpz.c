@@ -14,7 +14,7 @@
  * The gather is zr_allgather over ZR_GROUP_HPZ accounted as ZR_KIND_HPZ,
  * with any wire: fp32, bf16 or quantized (qwZ inside the node).
  */
-#include "coll_impl.h"
+#include "zr/coll.h"
 
 #include <string.h>
 

@@ -15,13 +15,13 @@
  * bf16 wire: each term is rounded to bf16 once (my own too, so no rank's
  * contribution is special), widened to fp32 and summed in fp32.
  */
-#include "coll_impl.h"
+#include "coll_direct.h"
 
 /* Elements summed per pass: the partial sums stay in L1 while the terms stream by. */
 #define TILE 2048
 
 /* Bytes of workspace the exchange needs (send buffer for bf16, receive buffer always). */
-size_t zr_rs_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
+size_t zr_reduce_scatter_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
 {
     size_t n = (size_t)c->size[g];
     size_t esize = wire == ZR_WIRE_BF16 ? 2 : 4;
@@ -38,10 +38,9 @@ static void carve(zr_coll_op *op, zr_coll_direct *a, int n)
     a->send = a->wire == ZR_WIRE_BF16 ? zr_coll_carve(&cur, (size_t)n * a->count * 2) : NULL;
 }
 
-zr_status zr_rs_direct_post(zr_comm *c, zr_coll_op *op, zr_kind kind, const float *in)
+zr_status zr_reduce_scatter_direct_post(zr_comm *c, zr_coll_op *op, zr_kind kind, const float *in)
 {
-    zr_coll_state *s = op->impl;
-    zr_coll_direct *a = &s->u.direct;
+    zr_coll_direct *a = zr_coll_algo_state(op);
     int n = c->size[a->group];
     carve(op, a, n);
     const void *send = in;
@@ -54,10 +53,9 @@ zr_status zr_rs_direct_post(zr_comm *c, zr_coll_op *op, zr_kind kind, const floa
     return zr_comm_ialltoall(c, a->group, kind, send, a->count * esize, a->recv, &op->req[0]);
 }
 
-void zr_rs_direct_finish(zr_comm *c, zr_coll_op *op, float *out)
+void zr_reduce_scatter_direct_finish(zr_comm *c, zr_coll_op *op, float *out)
 {
-    zr_coll_state *s = op->impl;
-    zr_coll_direct *a = &s->u.direct;
+    zr_coll_direct *a = zr_coll_algo_state(op);
     int n = c->size[a->group];
     size_t count = a->count;
     float tmp[TILE];
@@ -91,15 +89,14 @@ void zr_rs_direct_finish(zr_comm *c, zr_coll_op *op, float *out)
 
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 {
-    zr_coll_state *s = op->impl;
-    zr_coll_direct *a = &s->u.direct;
+    zr_coll_direct *a = zr_coll_algo_state(op);
     if (op->phase == 0) {
         int ok = 0;
         ZR_CHECK(zr_coll_gate(c, op, a->group, block, &ok));
         if (!ok) {
             return ZR_OK;
         }
-        ZR_CHECK(zr_rs_direct_post(c, op, ZR_KIND_REDUCE_SCATTER, a->in));
+        ZR_CHECK(zr_reduce_scatter_direct_post(c, op, ZR_KIND_REDUCE_SCATTER, a->in));
         zr_coll_posted_last(op, a->group);
         op->phase = 1;
     }
@@ -108,22 +105,23 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     if (!done) {
         return ZR_OK;
     }
-    zr_rs_direct_finish(c, op, a->out);
+    zr_reduce_scatter_direct_finish(c, op, a->out);
     zr_coll_end(op);
     return ZR_OK;
 }
 
+static const zr_coll_algo algo = {"reduce_scatter_direct", advance};
+
 zr_status zr_reduce_scatter_direct_start(zr_comm *c, zr_group g, zr_wire_type wire, const float *in,
                                          size_t count, float *out, zr_coll_op *op)
 {
-    zr_coll_state *s;
-    ZR_CHECK(zr_coll_begin(c, op, ZR_COLL_BIT(g), advance, &s));
-    zr_status st = zr_coll_reserve(op, zr_rs_direct_work(c, g, wire, count));
+    zr_coll_direct *a;
+    ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&a));
+    zr_status st = zr_coll_reserve(op, zr_reduce_scatter_direct_work(c, g, wire, count));
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;
     }
-    zr_coll_direct *a = &s->u.direct;
     a->group = g;
     a->kind = ZR_KIND_REDUCE_SCATTER;
     a->wire = wire;

@@ -53,10 +53,35 @@
 #include <stdio.h>
 #include <string.h>
 
-#define SLOTS ZR_QGZ_SLOTS
+/* chunks in flight per hop: op->req[slot] intra, req[SLOTS + slot] inter */
+#define SLOTS 2
+
+/* qgZ's state: two quantized all-to-all hops, pipelined over chunks. */
+typedef struct qgz_state {
+    zr_qparams q;
+    zr_dtype in_type;
+    const void *in;
+    size_t count;
+    float *out;
+    zr_qgz_feedback *fb; /* NULL without error feedback */
+    float mul;           /* 1/W, applied at the first quantization */
+    int W, D, N, d;      /* world, ranks per node, nodes, my rank in the node */
+    size_t groups;       /* quantization groups per partition */
+    int chunks;          /* effective chunk count (<= groups) */
+    int next_encode;     /* first chunk whose intra hop is not posted yet */
+    int next_reduce;     /* first chunk whose intra hop is not reduced yet */
+    int next_final;      /* first chunk whose inter hop is not summed yet */
+    unsigned char *send1[SLOTS], *recv1[SLOTS];
+    unsigned char *send2[SLOTS], *recv2[SLOTS];
+    const void **blocks; /* D pointers for zr_quant_sum_requant, carved from op->work */
+} qgz_state;
+
+_Static_assert(sizeof(qgz_state) <= ZR_COLL_STATE_BYTES, "qgZ state fits in an op");
+_Static_assert(2 * SLOTS <= (int)(sizeof((zr_coll_op *)0)->req / sizeof(zr_request)),
+               "an op has a request for every chunk in flight");
 
 /* Elements [*lo, *lo + *len) of every partition form chunk k. */
-static void chunk_range(const zr_coll_qgz *q, int k, size_t *lo, size_t *len)
+static void chunk_range(const qgz_state *q, int k, size_t *lo, size_t *len)
 {
     size_t G = (size_t)q->q.group;
     size_t g0 = q->groups * (size_t)k / (size_t)q->chunks;
@@ -66,14 +91,13 @@ static void chunk_range(const zr_coll_qgz *q, int k, size_t *lo, size_t *len)
     *len = hi - *lo;
 }
 
-static const void *input_at(const zr_coll_qgz *q, size_t elem)
+static const void *input_at(const qgz_state *q, size_t elem)
 {
     return (const unsigned char *)q->in + elem * zr_dtype_size(q->in_type);
 }
 
-static zr_status check_blocks(zr_comm *c, const zr_coll_qgz *q, zr_group g,
-                              const unsigned char *recv, int peers, int per_peer, size_t bytes,
-                              size_t len)
+static zr_status check_blocks(zr_comm *c, const qgz_state *q, zr_group g, const unsigned char *recv,
+                              int peers, int per_peer, size_t bytes, size_t len)
 {
     for (int p = 0; p < peers; p++) {
         for (int b = 0; b < per_peer; b++) {
@@ -106,7 +130,7 @@ static zr_status sum_blocks(const void *const *blocks, int k, size_t len, float 
 /* Hop 1 of chunk k: quantize all W partitions in reordered layout, post the node all-to-all. */
 static zr_status post_intra(zr_comm *c, zr_coll_op *op, int k)
 {
-    zr_coll_qgz *q = &((zr_coll_state *)op->impl)->u.qgz;
+    qgz_state *q = zr_coll_algo_state(op);
     size_t lo, len;
     chunk_range(q, k, &lo, &len);
     size_t bytes = zr_quant_block_bytes(&q->q, len);
@@ -130,7 +154,7 @@ static zr_status post_intra(zr_comm *c, zr_coll_op *op, int k)
  */
 static zr_status reduce_chunk(zr_comm *c, zr_coll_op *op, int k)
 {
-    zr_coll_qgz *q = &((zr_coll_state *)op->impl)->u.qgz;
+    qgz_state *q = zr_coll_algo_state(op);
     size_t lo, len;
     chunk_range(q, k, &lo, &len);
     size_t bytes = zr_quant_block_bytes(&q->q, len);
@@ -164,7 +188,7 @@ static zr_status reduce_chunk(zr_comm *c, zr_coll_op *op, int k)
 /* After hop 2 of chunk k: out = sum over nodes in node order. */
 static zr_status final_chunk(zr_comm *c, zr_coll_op *op, int k)
 {
-    zr_coll_qgz *q = &((zr_coll_state *)op->impl)->u.qgz;
+    qgz_state *q = zr_coll_algo_state(op);
     if (q->N == 1) {
         return ZR_OK; /* reduce_chunk already wrote out */
     }
@@ -181,7 +205,7 @@ static zr_status final_chunk(zr_comm *c, zr_coll_op *op, int k)
 
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 {
-    zr_coll_qgz *q = &((zr_coll_state *)op->impl)->u.qgz;
+    qgz_state *q = zr_coll_algo_state(op);
     for (;;) {
         int moved = 0, ok = 0, done = 0;
         /* hop 1 of every chunk whose slot is free */
@@ -236,6 +260,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         }
     }
 }
+
+static const zr_coll_algo algo = {"qgz", advance};
 
 /* Residual buffers sized for this call; (re)allocated zeroed when the size changes. */
 static zr_status feedback_prepare(zr_qgz_feedback *fb, size_t n_intra, size_t n_inter)
@@ -349,8 +375,8 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
     }
     int W = c->size[ZR_GROUP_WORLD], D = c->ranks_per_node, N = c->n_nodes;
     if (W == 1 || count == 0) {
-        zr_coll_state *s;
-        ZR_CHECK(zr_coll_begin(c, op, 0, advance, &s));
+        qgz_state *none;
+        ZR_CHECK(zr_coll_begin(c, op, &algo, 0, (void **)&none));
         copy_exact(in_type, in, count, out);
         zr_coll_end(op);
         return ZR_OK;
@@ -365,14 +391,13 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
 
     unsigned pending =
         (D > 1 ? ZR_COLL_BIT(ZR_GROUP_NODE) : 0) | (N > 1 ? ZR_COLL_BIT(ZR_GROUP_CROSS) : 0);
-    zr_coll_state *s;
-    ZR_CHECK(zr_coll_begin(c, op, pending, advance, &s));
+    qgz_state *q;
+    ZR_CHECK(zr_coll_begin(c, op, &algo, pending, (void **)&q));
     zr_status st = zr_coll_reserve(op, work);
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;
     }
-    zr_coll_qgz *q = &s->u.qgz;
     q->q = cfg->q;
     q->in_type = in_type;
     q->in = in;
