@@ -126,7 +126,9 @@ typedef struct zr_comm zr_comm;
  * ranks of a group. The generic side (src/comm/exchange.c, watchdog.c) does
  * the accounting, the block for myself, the bounded waits and the abort
  * notices; a transport only posts, progresses, names what it waits for and
- * releases. Members are required unless marked optional.
+ * releases. The buffers are in the transport's memory: host memory for MPI,
+ * device memory for a GPU transport (which then also copies the block for
+ * myself). Members are required unless marked optional.
  * Implementations: zr_transport_mpi.
  *
  * Its state: init runs once per communicator (zr_comm_use_transport),
@@ -158,11 +160,15 @@ typedef struct zr_transport {
      * watchdog counts its timeout from the last progress).
      */
     zr_status (*test)(zr_comm *c, zr_request *req, int *done, int *progressed);
-    /* The messages of req not complete yet, receives first: at most max entries, returns how many.
+    /*
+     * The messages of req not complete yet, receives first, for the watchdog's
+     * messages and abort notices: at most max entries; returns how many.
      */
     int (*pending)(const zr_comm *c, const zr_request *req, zr_pending *out, int max);
     /* Free req->impl: after completion, or after a failure of test. */
     void (*release)(zr_comm *c, zr_request *req);
+    /* Optional: copy the block for myself, before iexchange (NULL: memmove, host memory). */
+    zr_status (*self_copy)(zr_comm *c, void *dst, const void *src, size_t bytes);
 } zr_transport;
 
 #define ZR_TRANSPORT_VERSION 2

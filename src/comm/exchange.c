@@ -71,13 +71,19 @@ zr_status zr_comm_iexchange(zr_comm *c, zr_group g, zr_kind kind, const void *se
         c->step == cp->fault_step) {
         ZR_CHECK(inject_fault(c, g, kind));
     }
+    const zr_transport *t = kind == ZR_KIND_CONTROL ? &zr_transport_mpi : c->transport;
     int me = c->rank[g];
     if (scount[me] != 0 && rcount[me] != 0) {
         ZR_ASSERT(scount[me] == rcount[me]);
-        memmove((char *)recv + rdisp[me], (const char *)send + sdisp[me], scount[me]);
+        char *dst = (char *)recv + rdisp[me];
+        const char *src = (const char *)send + sdisp[me];
+        if (t->self_copy != NULL) {
+            ZR_CHECK(t->self_copy(c, dst, src, scount[me]));
+        } else {
+            memmove(dst, src, scount[me]);
+        }
     }
     account(c, g, kind, scount);
-    const zr_transport *t = kind == ZR_KIND_CONTROL ? &zr_transport_mpi : c->transport;
     req->transport = t;
     req->impl = NULL;
     req->group = g;

@@ -153,4 +153,5 @@ const zr_transport zr_transport_mpi = {
     .test = mpi_test,
     .pending = mpi_pending,
     .release = mpi_release,
+    .self_copy = NULL, /* host memory: memmove */
 };
