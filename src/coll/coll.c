@@ -80,6 +80,7 @@ static void registry_remove(zr_coll_state *s)
 zr_status zr_coll_begin(zr_comm *c, zr_coll_op *op, const zr_coll_algo *algo, unsigned pending,
                         void **state)
 {
+    ZR_ASSERT(algo != NULL && algo->advance != NULL);
     if (op == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "collective: NULL zr_coll_op");
     }
@@ -137,8 +138,8 @@ zr_status zr_coll_fail(zr_comm *c, zr_coll_op *op, zr_status st)
     if (c->fail_fast && st != ZR_ERR_REMOTE) {
         zr_comm_notify(c, st);
     }
-    /* buffers of posted exchanges belong to MPI until they complete, so an op
-     * that gives up still drains them before its workspace can be reused */
+    /* buffers of posted exchanges belong to the transport until they complete,
+     * so an op that gives up still drains them before its workspace is reused */
     for (int i = 0; i < 4; i++) {
         (void)zr_comm_wait(c, &op->req[i]);
     }
