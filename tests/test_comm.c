@@ -400,7 +400,7 @@ static void test_format_ranks(void)
 
 /* A transport that counts its set-ups, tear-downs and exchanges, moving bytes through MPI's. */
 static struct {
-    int inits, frees, posted;
+    int inits, frees, posted, copies;
     int fail_rank; /* its init fails on this world rank (-1: nowhere) */
 } counted;
 
@@ -432,6 +432,14 @@ static zr_status counting_iexchange(zr_comm *c, zr_group g, const void *send, co
     return zr_transport_mpi.iexchange(c, g, send, scount, sdisp, recv, rcount, rdisp, req);
 }
 
+static zr_status counting_self_copy(zr_comm *c, void *dst, const void *src, size_t bytes)
+{
+    (void)c;
+    counted.copies++;
+    memmove(dst, src, bytes);
+    return ZR_OK;
+}
+
 static void test_transport(void)
 {
     zr_comm c;
@@ -442,6 +450,7 @@ static void test_transport(void)
     counting.init = counting_init;
     counting.free = counting_free;
     counting.iexchange = counting_iexchange;
+    counting.self_copy = counting_self_copy;
     int arg = 42;
     /* a table of another version, or one that lacks a required member, is refused everywhere */
     zr_transport bad = counting;
@@ -473,11 +482,13 @@ static void test_transport(void)
         }
         TEST_CHECK(ok);
         TEST_EQ_INT(counted.posted, 1);
+        TEST_EQ_INT(counted.copies, 1); /* my block, by the transport */
     }
     double v = 1.0;
     TEST_OK(zr_comm_allreduce_sum_f64(&c, ZR_GROUP_WORLD, &v, 1));
     TEST_NEAR(v, (double)W, 0);
     TEST_EQ_INT(counted.posted, W <= 64 ? 1 : 0);
+    TEST_EQ_INT(counted.copies, W <= 64 ? 1 : 0);
     zr_comm_free(&c);
     TEST_EQ_INT(counted.inits, 1);
     TEST_EQ_INT(counted.frees, 1);
