@@ -14,6 +14,8 @@
 #   make matrix     compile (only) the whole tree for gcc and clang x
 #                   -march=x86-64, x86-64-v3, x86-64-v4, warnings as errors
 #   make demo       set-up, release build, the main job
+#   make EMU=1      the tree on the GPU emulator (tests/emu/emu.mk)  -> build/emu/
+#   make EMU=1 TSAN=1  the same under ThreadSanitizer              -> build/emu-tsan/
 #
 # The default build is portable: vector kernels carry target attributes and
 # are chosen at run time (__builtin_cpu_supports), so a binary built on one
@@ -49,6 +51,11 @@ ifeq ($(SAN),1)
   VARIANT := asan$(if $(filter mpich,$(MPI)),-mpich,)
 else ifeq ($(NATIVE),1)
   VARIANT := $(if $(filter mpich,$(MPI)),mpich-native,native)
+endif
+# the GPU emulator build needs no CUDA toolkit and must not pick one up
+ifeq ($(EMU),1)
+  VARIANT := emu$(if $(filter 1,$(TSAN)),-tsan)
+  CUDA := 0
 endif
 BUILD ?= build/$(VARIANT)
 
@@ -124,6 +131,10 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libzr.a tests/test.h $(BUILD)/flags
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TEST_BIN:=.d)
 
+ifeq ($(EMU),1)
+  include tests/emu/emu.mk
+endif
+
 # ---- the target/compiler matrix ---------------------------------------------
 #
 # A warning can depend on the compiler and on the target: gcc 12 sees a
@@ -183,6 +194,8 @@ test: setup
 	@$(MAKE) --no-print-directory -s $(PAR) build WERROR=1
 	@$(MAKE) --no-print-directory -s $(PAR) build WERROR=1 SAN=1
 	@$(MAKE) --no-print-directory -s $(PAR) build WERROR=1 MPI=mpich
+	@$(MAKE) --no-print-directory -s $(PAR) build WERROR=1 EMU=1
+	@$(MAKE) --no-print-directory -s $(PAR) emu-tests WERROR=1 EMU=1 TSAN=1
 	@tests/run.sh
 
 demo: setup
@@ -199,7 +212,8 @@ clean:
 # The tree is formatted by Debian 12's clang-format (14); other versions
 # format some constructs differently, so check-format compares only with 14
 # and says so when it cannot (setup installs clang-format).
-FORMAT_SRC = $(wildcard include/zr/*.h src/*/*.c src/*/*.h tests/*.c tests/*.h bench/*.c)
+FORMAT_SRC = $(wildcard include/zr/*.h src/*/*.c src/*/*.h src/*/*.cu tests/*.c tests/*.h \
+               tests/*.cu tests/emu/*.cpp tests/emu/*.h tests/emu/include/*.h bench/*.c)
 CLANG_FORMAT ?= $(shell command -v clang-format-14 2>/dev/null || command -v clang-format 2>/dev/null)
 
 format:

@@ -21,6 +21,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* C++ (the .cu files, which g++ compiles in the GPU emulator build) sees C
+ * linkage */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum zr_status {
     ZR_OK = 0,
     ZR_ERR_INVALID,   /* bad argument, config value or layout */
@@ -135,8 +141,8 @@ void zr_log_at(zr_log_level level, const char *file, int line, const char *fmt, 
  * terminate the whole job (through the abort hook the communicator installs,
  * MPI_Abort; plain abort() otherwise). Never returns.
  */
-_Noreturn void zr_die(const char *file, int line, const char *hint, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+void zr_die(const char *file, int line, const char *hint, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 4, 5)));
 
 /* Installed by the communicator so that zr_die takes every rank down. */
 void zr_set_abort_hook(void (*hook)(int exit_code));
@@ -223,5 +229,9 @@ double zr_now(void);
 
 /* CRC-32C (Castagnoli) of a byte range, chainable: pass the previous value as crc. */
 uint32_t zr_crc32c(uint32_t crc, const void *data, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ZR_BASE_H */

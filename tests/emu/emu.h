@@ -1,0 +1,204 @@
+/*
+ * emu.h - what the parts of the GPU emulator share (tests/emu, issue 23).
+ *
+ *   runtime.cpp  configuration, errors, devices, memory and copies (the API)
+ *   stream.cpp   streams (a worker thread each), events, ordering, host sync
+ *   race.cpp     the allocation table and the race detector between streams
+ *   kernel.cpp   launches: blocks, barriers, warps, the watchdog
+ *   symtab.cpp   a kernel's static __shared__ arrays, from the symbol table
+ *
+ * Two sides, two kinds of lock. The host side (every runtime call) holds
+ * api_mutex() while it reads or changes streams, events, clocks and the
+ * allocation table; the workers that execute streams and the threads that
+ * play CUDA threads never take it. The host hands work to a worker through
+ * a lock-free queue and learns of its completion through atomic counters, so
+ * the only happens-before edges between host and device that ThreadSanitizer
+ * sees are the ones CUDA also has (a wait, a synchronisation, a query that
+ * succeeds): a host read of pinned memory that no synchronisation orders
+ * after the copy that wrote it is a race TSan can report.
+ */
+#ifndef ZR_EMU_INTERNAL_H
+#define ZR_EMU_INTERNAL_H
+
+#include "cuda_runtime.h"
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace zr_emu {
+
+/* ---- configuration (environment, read once) ------------------------------ */
+
+struct config {
+    int devices;       /* ZR_EMU_DEVICES: 0 = no GPU (cudaErrorNoDevice) */
+    bool no_driver;    /* ZR_EMU_DEVICES=nodriver: cudaErrorInsufficientDriver */
+    double watchdog_s; /* ZR_EMU_WATCHDOG_S: a block without progress this long fails */
+    bool abort_on_error; /* ZR_EMU_ABORT=1: abort() at the first emulator error */
+    size_t mem_bytes;  /* ZR_EMU_MEM_MB: each device's memory */
+    int sms;           /* ZR_EMU_SMS: multiProcessorCount reported */
+};
+const config &cfg(void);
+
+constexpr size_t kSharedPerBlock = 48 * 1024;    /* static + dynamic without opt-in */
+constexpr size_t kSharedOptin = 227 * 1024;      /* sharedMemPerBlockOptin (H100) */
+
+/* ---- errors --------------------------------------------------------------- */
+
+/* An emulator error: printed as "zr-emu: error: ...", counted, and the device
+ * enters the failed state (every later call returns cudaErrorLaunchFailure).
+ * Safe from any thread; never takes api_mutex. */
+void emu_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* cudaSuccess, or the sticky error every call returns after an emulator error */
+cudaError_t sticky_error(void);
+/* the calling thread's last error (cudaGetLastError) */
+cudaError_t set_last_error(cudaError_t e);
+
+/* Every runtime call starts here: lazy initialisation, the no-device modes,
+ * calls from kernels or host functions (not allowed), the sticky error. */
+cudaError_t api_enter(const char *call, bool check_sticky = true);
+int current_device(void);
+
+std::mutex &api_mutex(void);
+
+/* ---- futex-based waiting (no lock, so no hidden happens-before edge) ----- */
+
+void futex_wait(std::atomic<uint32_t> *word, uint32_t seen, double timeout_s);
+void futex_wake_all(std::atomic<uint32_t> *word);
+double now_ms(void);
+
+/* ---- vector clocks ---------------------------------------------------------- */
+
+/* For each stream id, how many of its operations are ordered before a point
+ * (an operation, an event, the host). Sparse, sorted by id. */
+struct vclock {
+    std::vector<std::pair<uint32_t, uint64_t>> e;
+    uint64_t get(uint32_t id) const;
+    void set(uint32_t id, uint64_t v);
+    void merge(const vclock &o);
+};
+
+/* ---- streams ------------------------------------------------------------------ */
+
+struct op;
+
+} // namespace zr_emu
+
+struct zr_emu_stream {
+    uint32_t id;
+    int device;
+    bool legacy;      /* the legacy default stream (0) of its device */
+    bool nonblocking; /* cudaStreamNonBlocking: no implicit order with stream 0 */
+    /* host side, under api_mutex */
+    zr_emu::vclock clock; /* what this stream's next operation is ordered after */
+    uint64_t enqueued = 0;
+    bool destroyed = false;
+    zr_emu::op *tail = nullptr;
+    std::atomic<uint32_t> pushed{0};
+    /* worker side: written by the worker, read by waiters */
+    std::atomic<uint64_t> completed{0};
+    std::atomic<uint32_t> done_word{0};
+};
+
+struct zr_emu_event {
+    unsigned int flags;
+    int device;
+    /* host side, under api_mutex: the last record */
+    bool recorded = false;
+    zr_emu_stream *stream = nullptr;
+    uint64_t seq = 0;
+    zr_emu::vclock clock;
+    std::shared_ptr<double> stamp; /* ms, written by the worker when it runs the record */
+};
+
+namespace zr_emu {
+
+/* One queued operation. run() executes on the stream's worker after every
+ * dependency (another stream's operation count) is complete. */
+struct op {
+    std::atomic<op *> next{nullptr};
+    uint64_t seq = 0;
+    std::vector<std::pair<zr_emu_stream *, uint64_t>> deps;
+    bool stop = false;
+    virtual ~op()
+    {
+    }
+    virtual void run()
+    {
+    }
+};
+
+/* An access of one operation to one tracked allocation, for the race check. */
+struct mem_access {
+    const void *ptr;
+    size_t bytes;
+    bool write;
+    std::string what; /* "argument 2 (float *)", "source", "destination" */
+};
+
+/* Resolves a handle (0 and cudaStreamLegacy = the current device's legacy
+ * stream); nullptr for an unknown or destroyed handle. Under api_mutex. */
+zr_emu_stream *resolve_stream(cudaStream_t s);
+/* Orders, race-checks and queues op on s. On a race nothing is queued and
+ * cudaErrorLaunchFailure is returned. Under api_mutex. */
+cudaError_t enqueue(zr_emu_stream *s, op *o, const char *what, const std::vector<mem_access> &acc,
+                    vclock *clock_out = nullptr);
+/* Waits (without api_mutex held) until s has completed `seq` operations. */
+void wait_completed(zr_emu_stream *s, uint64_t seq);
+/* The host now knows everything c is ordered after. Under api_mutex. */
+void host_learns(const vclock &c);
+/* Waits for every stream of a device (-1: all) and tells the host; at most
+ * timeout_s seconds per stream when positive (the exit path). Takes api_mutex. */
+void sync_device(int device, double timeout_s = 0);
+/* Drops every access record: after zr_emu_take_errors. Under api_mutex. */
+void race_reset(void);
+
+/* ---- allocations (race.cpp) ---------------------------------------------------- */
+
+enum mem_kind { MEM_PAGEABLE = 0, MEM_DEVICE = 1, MEM_PINNED = 2 };
+
+struct alloc_view {
+    mem_kind kind;
+    int device;
+    uintptr_t base; /* 0 for pageable memory */
+    size_t size;
+    uint64_t serial;
+};
+
+/* Under api_mutex. */
+void alloc_add(void *p, size_t size, mem_kind kind, int device);
+bool alloc_remove(void *p, mem_kind kind, size_t *size_out);
+/* The allocation holding [p, p+1); for pageable memory kind is MEM_PAGEABLE.
+ * at_end: p is one past the end of an allocation (nothing to access). */
+alloc_view alloc_find(const void *p, bool *at_end = nullptr);
+/* "freed device memory (allocation #3 of 64 bytes at 0x...)" when p lies in a
+ * recently freed allocation, else "" */
+std::string alloc_freed_note(const void *p);
+/* Race check of an operation's accesses, then their record. Returns false
+ * (after emu_error) on a race. */
+bool race_check_and_record(const zr_emu_stream *s, uint64_t seq, const vclock &c,
+                           const char *what, const std::vector<mem_access> &acc,
+                           const vclock &host);
+std::string stream_name(const zr_emu_stream *s);
+
+/* ---- kernels (kernel.cpp, symtab.cpp) ------------------------------------------- */
+
+struct shared_var {
+    void *addr;
+    size_t size;
+};
+/* The writable function-local statics of a kernel: its static __shared__
+ * arrays. Thread-safe; cached. */
+const std::vector<shared_var> &static_shared_of(const void *kernel);
+size_t func_max_dynamic_shared(const void *kernel);
+bool in_kernel_thread(void);
+extern thread_local bool t_in_host_fn;
+
+} // namespace zr_emu
+
+#endif /* ZR_EMU_INTERNAL_H */

@@ -1,0 +1,35 @@
+/*
+ * zr_emu.h - what only the GPU emulator has: its error count, for tests that
+ * check that the emulator catches a bug (tests/emu/README.md).
+ *
+ * An emulator error (a race between streams, a kernel's undefined behaviour,
+ * a bad pointer) is printed, counted, and puts the device into CUDA's failed
+ * state: every later runtime call returns cudaErrorLaunchFailure. A test
+ * that provoked one on purpose takes it back with zr_emu_take_errors(), which
+ * returns the count, copies the last message and clears the failed state.
+ * Errors nobody took back make the process exit with status 1.
+ *
+ * Include it only under #if ZR_CUDA_EMU: it does not exist for nvcc.
+ */
+#ifndef ZR_EMU_H
+#define ZR_EMU_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Emulator errors since the start or the last zr_emu_take_errors. */
+int zr_emu_error_count(void);
+
+/* Returns the count above and resets it to 0; copies the last error's message
+ * (NUL-terminated, truncated to cap) when msg is not NULL; clears the sticky
+ * cudaErrorLaunchFailure so the test can go on using the device. */
+int zr_emu_take_errors(char *msg, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZR_EMU_H */

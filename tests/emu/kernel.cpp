@@ -1,0 +1,827 @@
+/*
+ * kernel.cpp - the GPU emulator's launches: blocks, barriers, warps and the
+ * watchdog (tests/emu, issue 23).
+ *
+ * The emulated device has one multiprocessor: one block runs at a time in the
+ * whole process, its CUDA threads played by a team of OS threads that is
+ * reused from block to block and launch to launch (creating threads per block
+ * would cost more than the kernels). Running one block at a time is what lets
+ * a function-local static stand for __shared__ memory; it is poisoned (0xFF)
+ * before every block, as is the dynamic shared memory.
+ *
+ * Synchronisation that ThreadSanitizer understands (atomics, a mutex per
+ * warp), waiting on futexes:
+ *   - __syncthreads: one 64-bit counter (live threads << 32 | arrived) and a
+ *     phase. A thread that returns leaves the live count, so a barrier that
+ *     the remaining threads reach completes, as on sm_70+. The thread that
+ *     completes a barrier checks that every waiting thread called it from the
+ *     same line: threads split between two __syncthreads is a divergent
+ *     barrier, undefined in CUDA, and an error here.
+ *   - warp operations (__syncwarp, shuffles, votes): the lanes of one mask
+ *     meet in an entry of their warp's table; it completes when every lane of
+ *     the mask that has not exited has arrived (CUDA's rule since Volta). A
+ *     lane outside its own mask, lanes that disagree on the mask, a shuffle
+ *     whose source lane is not in the mask or has exited, a bad width: errors.
+ *   - a lane that waits at __syncthreads while lanes of its warp wait for it
+ *     in a warp operation (or the other way round) can never proceed: an
+ *     error at once, not a hang.
+ *   - anything else that stops a block (a spin on memory nobody writes) is
+ *     caught by the watchdog: no barrier, warp operation or exit for
+ *     ZR_EMU_WATCHDOG_S seconds. If every thread is waiting, the launch fails;
+ *     if some thread is still running, the process aborts (a thread that never
+ *     returns cannot be stopped).
+ * A kernel's error is thrown as an exception out of the failing thread's
+ * kernel code; the others are woken and unwind the same way, and the launch
+ * fails with a message naming the kernel, block, thread and line.
+ */
+#include "emu.h"
+
+#include <pthread.h>
+
+#include <map>
+#include <unordered_map>
+
+thread_local uint3 threadIdx;
+thread_local uint3 blockIdx;
+thread_local dim3 blockDim;
+thread_local dim3 gridDim;
+
+namespace zr_emu {
+
+namespace {
+
+enum thread_state : int { T_IDLE = 0, T_RUNNING, T_BAR, T_WARP, T_EXITED };
+enum warp_kind : int { K_SYNC = 0, K_SHFL, K_VOTE };
+
+struct kernel_abort {
+};
+
+struct slot {
+    std::atomic<uint32_t> go{0};
+    std::atomic<int> state{T_IDLE};
+    std::atomic<const char *> what{nullptr}; /* where it waits (reports, site checks) */
+    std::atomic<const char *> file{nullptr};
+    std::atomic<int> line{0};
+};
+
+struct warp_entry {
+    bool in_use = false, open = false;
+    unsigned int mask = 0, arrived = 0;
+    int kind = K_SYNC;
+    int readers = 0;
+    const char *what = nullptr, *file = nullptr;
+    int line = 0;
+    unsigned long long vals[32];
+    std::atomic<uint32_t> done{0};
+};
+
+struct warp {
+    std::mutex mu;
+    warp_entry e[32];
+    unsigned int exited = 0;            /* lanes that returned or do not exist; under mu */
+    std::atomic<uint32_t> pending{0};   /* union of the masks of open entries */
+    std::atomic<uint32_t> gen{0};       /* bumped when an entry completes */
+};
+
+struct launch_rec {
+    std::string name;
+    dim3 grid, block;
+    size_t shmem;
+    const launch_body *body;
+};
+
+struct block_state {
+    const launch_rec *L = nullptr;
+    uint3 idx{0, 0, 0};
+    unsigned int n = 0;
+    std::atomic<uint64_t> word{0}; /* live << 32 | arrived at __syncthreads */
+    std::atomic<uint32_t> phase{0};
+    std::atomic<uint32_t> done{0};
+    std::atomic<int> failed{0};
+    std::atomic<uint64_t> progress{0};
+    std::mutex msg_mu;
+    std::string msg;
+};
+
+struct multiprocessor {
+    std::mutex launch_mu; /* one launch, so one block, at a time */
+    std::vector<slot *> slots;
+    std::vector<warp *> warps;
+    block_state blk;
+    char *dyn = nullptr;
+};
+
+multiprocessor &M(void)
+{
+    static multiprocessor *m = new multiprocessor; /* never destroyed */
+    return *m;
+}
+
+thread_local bool t_team = false;
+thread_local unsigned int t_tid = 0;
+
+std::string where_am_i(void)
+{
+    const block_state &b = M().blk;
+    char buf[256];
+    snprintf(buf, sizeof buf,
+             "kernel '%s' (grid (%u,%u,%u), block (%u,%u,%u)), block (%u,%u,%u), thread "
+             "(%u,%u,%u)",
+             b.L->name.c_str(), b.L->grid.x, b.L->grid.y, b.L->grid.z, b.L->block.x,
+             b.L->block.y, b.L->block.z, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
+             threadIdx.y, threadIdx.z);
+    return buf;
+}
+
+void wake_everyone(block_state &b)
+{
+    b.phase.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&b.phase);
+    multiprocessor &m = M();
+    for (unsigned int w = 0; w < (b.n + 31) / 32; w++) {
+        m.warps[w]->gen.fetch_add(1, std::memory_order_release);
+        futex_wake_all(&m.warps[w]->gen);
+    }
+}
+
+/* The block fails with msg (the first failure's message is kept). */
+void mark_failed(const std::string &msg)
+{
+    block_state &b = M().blk;
+    {
+        std::lock_guard<std::mutex> lock(b.msg_mu);
+        if (b.msg.empty()) {
+            b.msg = msg;
+        }
+    }
+    b.failed.store(1);
+    wake_everyone(b);
+}
+
+[[noreturn]] void fail_here(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+[[noreturn]] void fail_here(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    mark_failed(where_am_i() + ": " + buf);
+    throw kernel_abort{};
+}
+
+void check_failed(const block_state &b)
+{
+    if (b.failed.load() != 0) {
+        throw kernel_abort{};
+    }
+}
+
+/* "0-31,40" */
+std::string lane_list(unsigned int bits, unsigned int base)
+{
+    std::string s;
+    for (unsigned int i = 0; i < 32;) {
+        if (!(bits >> i & 1u)) {
+            i++;
+            continue;
+        }
+        unsigned int j = i;
+        while (j + 1 < 32 && (bits >> (j + 1) & 1u)) {
+            j++;
+        }
+        char buf[32];
+        snprintf(buf, sizeof buf, j > i ? "%s%u-%u" : "%s%u", s.empty() ? "" : ",", base + i,
+                 base + j);
+        s += buf;
+        i = j + 1;
+    }
+    return s;
+}
+
+bool same_site(const slot &a, const slot &b)
+{
+    const char *fa = a.file.load(std::memory_order_relaxed);
+    const char *fb = b.file.load(std::memory_order_relaxed);
+    return a.line.load(std::memory_order_relaxed) == b.line.load(std::memory_order_relaxed) &&
+           (fa == fb || (fa != nullptr && fb != nullptr && strcmp(fa, fb) == 0));
+}
+
+std::string thread_coords(unsigned int tid)
+{
+    const dim3 bd = M().blk.L->block;
+    char buf[48];
+    snprintf(buf, sizeof buf, "(%u,%u,%u)", tid % bd.x, (tid / bd.x) % bd.y, tid / (bd.x * bd.y));
+    return buf;
+}
+
+/* Every live thread waits at this barrier: check they agree on the line,
+ * release them. Called by the last to arrive, or by the thread whose return
+ * made the waiting ones the only live ones. */
+void complete_barrier(block_state &b, uint32_t ph, uint32_t live)
+{
+    multiprocessor &m = M();
+    int ref = -1;
+    std::string split;
+    for (unsigned int i = 0; i < b.n && split.empty(); i++) {
+        const slot &s = *m.slots[i];
+        if (s.state.load() != T_BAR) {
+            continue;
+        }
+        if (ref < 0) {
+            ref = (int)i;
+        } else if (!same_site(*m.slots[(unsigned int)ref], s)) {
+            const slot &r = *m.slots[(unsigned int)ref];
+            char buf[512];
+            snprintf(buf, sizeof buf,
+                     "divergent __syncthreads: thread %s waits at %s:%d, thread %s at %s:%d "
+                     "(every thread of a block must reach the same __syncthreads)",
+                     thread_coords((unsigned int)ref).c_str(), r.file.load(), r.line.load(),
+                     thread_coords(i).c_str(), s.file.load(), s.line.load());
+            split = buf;
+        }
+    }
+    if (!split.empty()) {
+        char head[256];
+        snprintf(head, sizeof head, "kernel '%s' (grid (%u,%u,%u), block (%u,%u,%u)), block (%u,%u,%u): ",
+                 b.L->name.c_str(), b.L->grid.x, b.L->grid.y, b.L->grid.z, b.L->block.x,
+                 b.L->block.y, b.L->block.z, b.idx.x, b.idx.y, b.idx.z);
+        mark_failed(head + split);
+    }
+    for (unsigned int i = 0; i < b.n; i++) {
+        int st = T_BAR;
+        m.slots[i]->state.compare_exchange_strong(st, T_RUNNING);
+    }
+    b.word.store((uint64_t)live << 32, std::memory_order_relaxed);
+    b.phase.store(ph + 1, std::memory_order_release);
+    futex_wake_all(&b.phase);
+}
+
+/* ---- warps ---------------------------------------------------------------------------- */
+
+/* Under w.mu: the entry completes when every lane of its mask that has not
+ * exited has arrived. */
+void try_complete(warp &w, warp_entry &e, unsigned int warp_base)
+{
+    unsigned int need = e.mask & ~w.exited;
+    if ((e.arrived & need) != need) {
+        return;
+    }
+    e.open = false;
+    e.readers = __builtin_popcount(e.arrived);
+    uint32_t pending = 0;
+    for (const warp_entry &f : w.e) {
+        if (f.in_use && f.open) {
+            pending |= f.mask;
+        }
+    }
+    w.pending.store(pending);
+    for (unsigned int l = 0; l < 32; l++) {
+        if (e.arrived >> l & 1u) {
+            M().slots[warp_base + l]->state.store(T_RUNNING);
+        }
+    }
+    e.done.store(1, std::memory_order_release);
+    w.gen.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&w.gen);
+}
+
+void leave(warp &w, warp_entry *e)
+{
+    std::lock_guard<std::mutex> lock(w.mu);
+    if (--e->readers == 0) {
+        e->in_use = false;
+    }
+}
+
+const char *kind_word(int k)
+{
+    return k == K_SYNC ? "__syncwarp" : k == K_SHFL ? "a shuffle" : "a vote";
+}
+
+/* The calling lane joins the lanes of `mask` in a warp operation; returns the
+ * completed entry (the caller reads it, then calls leave). */
+warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const char *what,
+                   const char *file, int line)
+{
+    multiprocessor &m = M();
+    block_state &b = m.blk;
+    check_failed(b);
+    b.progress.fetch_add(1, std::memory_order_relaxed);
+    unsigned int lane = t_tid % 32, bit = 1u << lane, base = t_tid - lane;
+    if (!(mask & bit)) {
+        fail_here("%s at %s:%d: the mask 0x%08x does not include the calling lane %u", what, file,
+                  line, mask, lane);
+    }
+    warp &w = *m.warps[t_tid / 32];
+    std::unique_lock<std::mutex> lock(w.mu);
+    warp_entry *e = nullptr, *spare = nullptr;
+    for (warp_entry &f : w.e) {
+        if (!f.in_use) {
+            spare = spare != nullptr ? spare : &f;
+        } else if (f.open && f.mask == mask) {
+            e = &f;
+        } else if (f.open && (f.mask & mask) != 0) {
+            std::string lanes = lane_list(f.arrived, 0);
+            unsigned int fm = f.mask;
+            const char *fw = f.what, *ff = f.file;
+            int fl = f.line;
+            lock.unlock();
+            fail_here("%s at %s:%d with mask 0x%08x, while lanes %s of the warp wait in %s at "
+                      "%s:%d with mask 0x%08x: the lanes disagree on the mask",
+                      what, file, line, mask, lanes.c_str(), fw, ff, fl, fm);
+        }
+    }
+    if (e != nullptr && e->kind != kind) {
+        const char *ew = e->what, *ef = e->file;
+        int el = e->line;
+        lock.unlock();
+        fail_here("%s at %s:%d meets %s at %s:%d with the same mask 0x%08x: %s and %s cannot "
+                  "meet",
+                  what, file, line, ew, ef, el, mask, kind_word(kind), kind_word(e->kind));
+    }
+    if (e == nullptr) {
+        e = spare; /* a lane is in at most one entry, so 32 always suffice */
+        e->in_use = true;
+        e->open = true;
+        e->mask = mask;
+        e->arrived = 0;
+        e->kind = kind;
+        e->readers = 0;
+        e->what = what;
+        e->file = file;
+        e->line = line;
+        e->done.store(0, std::memory_order_relaxed);
+        w.pending.fetch_or(mask);
+        for (unsigned int l = 0; l < 32; l++) {
+            const slot &s = *m.slots[base + l];
+            if ((mask & ~w.exited & ~bit) >> l & 1u && s.state.load() == T_BAR) {
+                lock.unlock();
+                fail_here("%s at %s:%d waits for lane %u, which waits at __syncthreads (%s:%d): "
+                          "neither can go on",
+                          what, file, line, l, s.file.load(), s.line.load());
+            }
+        }
+    }
+    e->arrived |= bit;
+    e->vals[lane] = value;
+    slot &me = *m.slots[t_tid];
+    me.what.store(what, std::memory_order_relaxed);
+    me.file.store(file, std::memory_order_relaxed);
+    me.line.store(line, std::memory_order_relaxed);
+    me.state.store(T_WARP);
+    try_complete(w, *e, base);
+    lock.unlock();
+    while (e->done.load(std::memory_order_acquire) == 0) {
+        uint32_t g = w.gen.load(std::memory_order_acquire);
+        if (e->done.load(std::memory_order_acquire) != 0) {
+            break;
+        }
+        check_failed(b);
+        futex_wait(&w.gen, g, 0);
+    }
+    check_failed(b);
+    return e;
+}
+
+/* The thread's kernel function returned. */
+void thread_exit(block_state &b)
+{
+    multiprocessor &m = M();
+    unsigned int lane = t_tid % 32;
+    slot &me = *m.slots[t_tid];
+    me.state.store(T_EXITED);
+    b.progress.fetch_add(1, std::memory_order_relaxed);
+    warp &w = *m.warps[t_tid / 32];
+    {
+        std::lock_guard<std::mutex> lock(w.mu);
+        w.exited |= 1u << lane;
+        for (warp_entry &f : w.e) {
+            if (f.in_use && f.open && (f.mask >> lane & 1u)) {
+                try_complete(w, f, t_tid - lane);
+            }
+        }
+    }
+    uint64_t v = b.word.fetch_sub((uint64_t)1 << 32, std::memory_order_acq_rel);
+    uint32_t live = (uint32_t)(v >> 32) - 1, arrived = (uint32_t)v;
+    if (arrived > 0 && arrived == live) {
+        complete_barrier(b, b.phase.load(std::memory_order_acquire), live);
+    }
+}
+
+/* ---- the team ------------------------------------------------------------------------ */
+
+void *team_main(void *arg)
+{
+    t_team = true;
+    t_tid = (unsigned int)(uintptr_t)arg;
+    multiprocessor &m = M();
+    slot &me = *m.slots[t_tid];
+    uint32_t seen = 0;
+    for (;;) {
+        uint32_t g;
+        while ((g = me.go.load(std::memory_order_acquire)) == seen) {
+            futex_wait(&me.go, seen, 0);
+        }
+        seen = g;
+        block_state &b = m.blk;
+        const dim3 bd = b.L->block;
+        threadIdx = uint3{t_tid % bd.x, (t_tid / bd.x) % bd.y, t_tid / (bd.x * bd.y)};
+        blockIdx = b.idx;
+        blockDim = bd;
+        gridDim = b.L->grid;
+        try {
+            b.L->body->run_thread();
+            thread_exit(b);
+        } catch (kernel_abort &) {
+        } catch (std::exception &ex) {
+            mark_failed(where_am_i() + ": the kernel threw " + ex.what());
+        } catch (...) {
+            mark_failed(where_am_i() + ": the kernel threw an exception");
+        }
+        if (b.done.fetch_add(1, std::memory_order_acq_rel) + 1 == b.n) {
+            futex_wake_all(&b.done);
+        }
+    }
+    return nullptr;
+}
+
+void grow_team(unsigned int n)
+{
+    multiprocessor &m = M();
+    /* never reallocated: threads that are starting read these vectors */
+    m.slots.reserve(1024);
+    m.warps.reserve(32);
+    while (m.warps.size() < (n + 31) / 32) {
+        m.warps.push_back(new warp);
+    }
+    while (m.slots.size() < n) {
+        unsigned int i = (unsigned int)m.slots.size();
+        m.slots.push_back(new slot);
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, (size_t)2 << 20);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_t t;
+        if (pthread_create(&t, &attr, team_main, (void *)(uintptr_t)i) != 0) {
+            fprintf(stderr, "zr-emu: cannot create thread %u of a block\n", i);
+            abort();
+        }
+        pthread_attr_destroy(&attr);
+    }
+    if (m.dyn == nullptr) {
+        m.dyn = static_cast<char *>(aligned_alloc(256, kSharedOptin));
+    }
+}
+
+/* No progress for the watchdog period: report where the threads are. */
+void watchdog(block_state &b, double seconds)
+{
+    multiprocessor &m = M();
+    std::string running, waiting;
+    for (unsigned int i = 0; i < b.n; i++) {
+        const slot &s = *m.slots[i];
+        int st = s.state.load();
+        char buf[160];
+        if (st == T_RUNNING) {
+            snprintf(buf, sizeof buf, "%s%u", running.empty() ? "" : ",", i);
+            running += buf;
+        } else if (st == T_BAR || st == T_WARP) {
+            snprintf(buf, sizeof buf, "\n    thread %u waits in %s at %s:%d", i,
+                     st == T_BAR ? "__syncthreads" : s.what.load(), s.file.load(), s.line.load());
+            waiting += buf;
+        }
+    }
+    char head[512];
+    snprintf(head, sizeof head,
+             "kernel '%s', block (%u,%u,%u): no progress for %.0f s (ZR_EMU_WATCHDOG_S)",
+             b.L->name.c_str(), b.idx.x, b.idx.y, b.idx.z, seconds);
+    if (!running.empty() || b.failed.load() != 0) {
+        emu_error("%s; threads (linear ids) %s are still running: a loop that never ends, or a "
+                  "spin on memory no thread writes. A thread cannot be stopped: aborting.%s",
+                  head, running.empty() ? "?" : running.c_str(), waiting.c_str());
+        abort();
+    }
+    mark_failed(std::string(head) + "; every live thread waits:" + waiting);
+}
+
+bool run_block(const launch_rec &L, uint3 idx, const std::vector<shared_var> &statics)
+{
+    multiprocessor &m = M();
+    block_state &b = m.blk;
+    unsigned int n = L.block.x * L.block.y * L.block.z;
+    b.L = &L;
+    b.idx = idx;
+    b.n = n;
+    b.word.store((uint64_t)n << 32);
+    b.phase.store(0);
+    b.done.store(0);
+    b.failed.store(0);
+    b.progress.store(0);
+    b.msg.clear();
+    for (unsigned int w = 0; w < (n + 31) / 32; w++) {
+        warp &wp = *m.warps[w];
+        unsigned int lanes = std::min(32u, n - w * 32);
+        wp.exited = lanes == 32 ? 0u : ~((1u << lanes) - 1u);
+        wp.pending.store(0);
+        for (warp_entry &e : wp.e) {
+            e.in_use = false;
+        }
+    }
+    for (const shared_var &v : statics) {
+        memset(v.addr, 0xff, v.size);
+    }
+    memset(m.dyn, 0xff, L.shmem);
+    for (unsigned int i = 0; i < n; i++) {
+        m.slots[i]->state.store(T_RUNNING);
+        m.slots[i]->go.fetch_add(1, std::memory_order_release);
+        futex_wake_all(&m.slots[i]->go);
+    }
+    uint64_t last = ~(uint64_t)0;
+    double since = now_ms();
+    for (;;) {
+        uint32_t d = b.done.load(std::memory_order_acquire);
+        if (d == n) {
+            break;
+        }
+        futex_wait(&b.done, d, 0.25);
+        uint64_t p = b.progress.load(std::memory_order_relaxed);
+        if (p != last) {
+            last = p;
+            since = now_ms();
+        } else if (now_ms() - since > cfg().watchdog_s * 1000.0) {
+            watchdog(b, cfg().watchdog_s);
+            since = now_ms();
+        }
+    }
+    return b.failed.load() == 0;
+}
+
+struct kernel_op : op {
+    launch_rec L;
+    const void *fn = nullptr;
+    std::unique_ptr<launch_body> body;
+    void run() override
+    {
+        if (sticky_error() != cudaSuccess) {
+            return;
+        }
+        multiprocessor &m = M();
+        std::lock_guard<std::mutex> lock(m.launch_mu);
+        grow_team(L.block.x * L.block.y * L.block.z);
+        const std::vector<shared_var> &statics = static_shared_of(fn);
+        for (unsigned int z = 0; z < L.grid.z; z++) {
+            for (unsigned int y = 0; y < L.grid.y; y++) {
+                for (unsigned int x = 0; x < L.grid.x; x++) {
+                    if (!run_block(L, uint3{x, y, z}, statics)) {
+                        emu_error("%s", m.blk.msg.c_str());
+                        return;
+                    }
+                }
+            }
+        }
+    }
+};
+
+std::mutex g_attr_mu;
+std::unordered_map<const void *, size_t> g_max_dynamic;
+
+size_t static_bytes(const void *fn)
+{
+    size_t total = 0;
+    for (const shared_var &v : static_shared_of(fn)) {
+        total += v.size;
+    }
+    return total;
+}
+
+} // namespace
+
+bool in_kernel_thread(void)
+{
+    return t_team;
+}
+
+size_t func_max_dynamic_shared(const void *kernel)
+{
+    std::lock_guard<std::mutex> lock(g_attr_mu);
+    auto it = g_max_dynamic.find(kernel);
+    return it == g_max_dynamic.end() ? 0 : it->second;
+}
+
+/* ---- kernel-side entry points --------------------------------------------------------- */
+
+void syncthreads(const char *file, int line)
+{
+    multiprocessor &m = M();
+    block_state &b = m.blk;
+    check_failed(b);
+    b.progress.fetch_add(1, std::memory_order_relaxed);
+    slot &me = *m.slots[t_tid];
+    me.what.store("__syncthreads", std::memory_order_relaxed);
+    me.file.store(file, std::memory_order_relaxed);
+    me.line.store(line, std::memory_order_relaxed);
+    me.state.store(T_BAR);
+    warp &w = *m.warps[t_tid / 32];
+    unsigned int lane = t_tid % 32;
+    if (w.pending.load() >> lane & 1u) {
+        std::string other;
+        {
+            std::lock_guard<std::mutex> lock(w.mu);
+            for (const warp_entry &f : w.e) {
+                if (f.in_use && f.open && (f.mask >> lane & 1u)) {
+                    other = std::string(f.what) + " at " + f.file + ":" + std::to_string(f.line) +
+                            " (lanes " + lane_list(f.arrived, 0) + ")";
+                }
+            }
+        }
+        if (!other.empty()) {
+            fail_here("__syncthreads at %s:%d while lanes of its warp wait for this lane in %s: "
+                      "neither can go on",
+                      file, line, other.c_str());
+        }
+    }
+    uint32_t ph = b.phase.load(std::memory_order_acquire);
+    uint64_t v = b.word.fetch_add(1, std::memory_order_acq_rel) + 1;
+    if ((uint32_t)v == (uint32_t)(v >> 32)) {
+        complete_barrier(b, ph, (uint32_t)(v >> 32));
+    } else {
+        while (b.phase.load(std::memory_order_acquire) == ph) {
+            futex_wait(&b.phase, ph, 0);
+        }
+    }
+    check_failed(b);
+}
+
+void syncwarp(unsigned int mask, const char *file, int line)
+{
+    warp_entry *e = arrive(K_SYNC, mask, 0, "__syncwarp", file, line);
+    leave(*M().warps[t_tid / 32], e);
+}
+
+unsigned long long shfl(unsigned int mask, unsigned long long value, shfl_mode mode,
+                        unsigned int b, int width, const char *what, const char *file, int line)
+{
+    if (width < 1 || width > 32 || (width & (width - 1)) != 0) {
+        fail_here("%s at %s:%d: width %d is not a power of two from 1 to 32", what, file, line,
+                  width);
+    }
+    warp_entry *e = arrive(K_SHFL, mask, value, what, file, line);
+    /* the source lane, by the PTX ISA's rule for shfl.sync: the segment mask
+     * and clamp CUDA passes for `width`, and the low 5 bits of b */
+    unsigned int lane = t_tid % 32;
+    unsigned int seg = (unsigned int)(32 - width) & 31u;
+    unsigned int cval = mode == SHFL_UP ? 0u : 31u;
+    unsigned int bval = b & 31u;
+    int min_lane = (int)(lane & seg);
+    int max_lane = (int)((lane & seg) | (cval & ~seg & 31u));
+    int j = (int)lane;
+    bool in_range = true;
+    switch (mode) {
+    case SHFL_UP: j = (int)lane - (int)bval; in_range = j >= max_lane; break;
+    case SHFL_DOWN: j = (int)lane + (int)bval; in_range = j <= max_lane; break;
+    case SHFL_XOR: j = (int)(lane ^ bval); in_range = j <= max_lane; break;
+    case SHFL_IDX: j = min_lane | (int)(bval & ~seg & 31u); break;
+    }
+    if (!in_range) {
+        j = (int)lane; /* out of the segment: the lane's own value */
+    }
+    warp &w = *M().warps[t_tid / 32];
+    if (!(e->arrived >> j & 1u)) {
+        bool in_mask = (mask >> j & 1u) != 0;
+        leave(w, e);
+        fail_here("%s at %s:%d reads lane %d, which %s (mask 0x%08x)", what, file, line, j,
+                  in_mask ? "has exited" : "is not in the mask", mask);
+    }
+    unsigned long long r = e->vals[j];
+    leave(w, e);
+    return r;
+}
+
+vote_result vote(unsigned int mask, int pred, const char *what, const char *file, int line)
+{
+    warp_entry *e = arrive(K_VOTE, mask, pred != 0, what, file, line);
+    vote_result r{0, e->arrived};
+    for (unsigned int l = 0; l < 32; l++) {
+        if ((e->arrived >> l & 1u) && e->vals[l] != 0) {
+            r.ballot |= 1u << l;
+        }
+    }
+    leave(*M().warps[t_tid / 32], e);
+    return r;
+}
+
+void *dynamic_shared(void)
+{
+    multiprocessor &m = M();
+    return m.blk.L->shmem > 0 ? m.dyn : nullptr;
+}
+
+void note_progress(void)
+{
+    M().blk.progress.fetch_add(1, std::memory_order_relaxed);
+}
+
+void trap(const char *what, const char *file, int line)
+{
+    fail_here("%s at %s:%d", what, file, line);
+}
+
+/* ---- launches (host side) -------------------------------------------------------------- */
+
+cudaError_t launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t shmem,
+                   cudaStream_t stream, launch_body *body, const arg_info *args, int nargs)
+{
+    std::unique_ptr<launch_body> own(body);
+    cudaError_t e = api_enter("a kernel launch");
+    if (e != cudaSuccess) {
+        return set_last_error(e);
+    }
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 ||
+        grid.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 || threads > 1024 ||
+        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        fprintf(stderr,
+                "zr-emu: launch of '%s' with grid (%u,%u,%u), block (%u,%u,%u): invalid "
+                "configuration (at most 1024 threads per block, block z <= 64, grid y,z <= "
+                "65535, no zero)\n",
+                name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
+        return set_last_error(cudaErrorInvalidConfiguration);
+    }
+    size_t stat = static_bytes(kernel);
+    size_t optin = func_max_dynamic_shared(kernel);
+    size_t limit = optin > 0 ? optin : (stat < kSharedPerBlock ? kSharedPerBlock - stat : 0);
+    if (shmem > limit || stat > kSharedPerBlock) {
+        fprintf(stderr,
+                "zr-emu: launch of '%s': %zu bytes of dynamic shared memory, %zu static; the "
+                "limit is %zu dynamic (48 KiB in all unless cudaFuncSetAttribute raises it)\n",
+                name, shmem, stat, limit);
+        return set_last_error(cudaErrorInvalidValue);
+    }
+    std::lock_guard<std::mutex> lock(api_mutex());
+    zr_emu_stream *s = resolve_stream(stream);
+    if (s == nullptr) {
+        return set_last_error(cudaErrorInvalidResourceHandle);
+    }
+    std::vector<mem_access> acc;
+    for (int i = 0; i < nargs; i++) {
+        const arg_info &a = args[i];
+        if (!a.pointer || a.ptr == nullptr) {
+            continue;
+        }
+        bool at_end = false;
+        alloc_view v = alloc_find(a.ptr, &at_end);
+        if (v.kind == MEM_PAGEABLE && at_end) {
+            continue; /* one past the end: a valid pointer to nothing */
+        }
+        if (v.kind == MEM_PAGEABLE || (v.kind == MEM_DEVICE && v.device != s->device)) {
+            std::string freed = alloc_freed_note(a.ptr);
+            char what[160];
+            snprintf(what, sizeof what, "memory of device %d, not of the launch's device %d",
+                     v.device, s->device);
+            emu_error("kernel '%s': argument %d = %p is %s", name, i + 1, a.ptr,
+                      !freed.empty()                ? freed.c_str()
+                      : v.kind == MEM_PAGEABLE ? "not device memory (a host pointer? "
+                                                      "cudaMalloc or cudaMallocHost memory only)"
+                                                    : what);
+            return set_last_error(cudaErrorLaunchFailure);
+        }
+        char what[96];
+        snprintf(what, sizeof what, "argument %d, a %s pointer", i + 1,
+                 a.write ? "non-const" : "const");
+        acc.push_back(mem_access{a.ptr, a.bytes, a.write != 0, what});
+    }
+    auto *o = new kernel_op;
+    o->L.name = name;
+    o->L.grid = grid;
+    o->L.block = block;
+    o->L.shmem = shmem;
+    o->L.body = own.get();
+    o->fn = kernel;
+    o->body = std::move(own);
+    std::string what = std::string("kernel '") + name + "'";
+    return set_last_error(enqueue(s, o, what.c_str(), acc));
+}
+
+} // namespace zr_emu
+
+extern "C" cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
+                                            int value)
+{
+    using namespace zr_emu;
+    cudaError_t e = api_enter("cudaFuncSetAttribute");
+    if (e != cudaSuccess) {
+        return set_last_error(e);
+    }
+    if (func == nullptr) {
+        return set_last_error(cudaErrorInvalidDeviceFunction);
+    }
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        (size_t)value + static_bytes(func) > kSharedOptin) {
+        return set_last_error(cudaErrorInvalidValue);
+    }
+    std::lock_guard<std::mutex> lock(g_attr_mu);
+    g_max_dynamic[func] = (size_t)value;
+    return cudaSuccess;
+}
