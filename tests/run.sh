@@ -4,12 +4,15 @@
 # summed over every test program (each prints its own such line). A program
 # that crashes, times out or prints no closing line counts as one failed test.
 #
-# usage: tests/run.sh [--suite release|asan|mpich|all] [--filter REGEX] [--list FILE]
+# usage: tests/run.sh [--suite release|asan|mpich|emu|all] [--filter REGEX] [--list FILE]
 #
 # testlist lines:   program  np  rpn  suites  [args...]
 #   np      '-' runs the program directly; a number runs it under mpirun with np ranks
 #   rpn     ranks per emulated node (sets ZR_RANKS_PER_NODE), '-' for real detection
-#   suites  where the line runs: comma list of release, asan, mpich ('all' = every suite)
+#   suites  where the line runs: comma list of release, asan, mpich, emu, emu-tsan
+#           ('all' = release, asan and mpich). --suite emu runs the emu lines from
+#           build/emu and the emu-tsan lines from build/emu-tsan (the GPU emulator,
+#           tests/emu); --suite all runs every suite.
 set -u
 cd "$(dirname "$0")/.."
 
@@ -53,7 +56,11 @@ run_suite() {
     echo "== suite $name ($build)"
     while read -r prog np rpn suites args; do
         case "$prog" in ''|'#'*) continue ;; esac
-        case ",$suites," in *",$name,"*|*",all,"*) ;; *) continue ;; esac
+        case ",$suites," in
+            *",$name,"*) ;;
+            *",all,"*) case $name in release|asan|mpich) ;; *) continue ;; esac ;;
+            *) continue ;;
+        esac
         line="$prog np=$np rpn=$rpn $args"
         if [ -n "$filter" ] && ! echo "$line" | grep -Eq "$filter"; then continue; fi
         i=$((i + 1))
@@ -104,10 +111,16 @@ case "$suite" in
     release) run_suite release build/release openmpi ;;
     asan) run_suite asan build/asan openmpi ;;
     mpich) run_suite mpich build/mpich mpich ;;
+    emu)
+        run_suite emu build/emu openmpi
+        run_suite emu-tsan build/emu-tsan openmpi
+        ;;
     all)
         run_suite release build/release openmpi
         run_suite asan build/asan openmpi
         run_suite mpich build/mpich mpich
+        run_suite emu build/emu openmpi
+        run_suite emu-tsan build/emu-tsan openmpi
         ;;
     *) echo "run.sh: unknown suite $suite" >&2; exit 2 ;;
 esac

@@ -6,6 +6,7 @@
  *   race.cpp     the allocation table and the race detector between streams
  *   kernel.cpp   launches: blocks, barriers, warps, the watchdog
  *   symtab.cpp   a kernel's static __shared__ arrays, from the symbol table
+ *   memory.cpp   the address range device and pinned memory comes from
  *
  * Two sides, two kinds of lock. The host side (every runtime call) holds
  * api_mutex() while it reads or changes streams, events, clocks and the
@@ -169,6 +170,11 @@ struct alloc_view {
     size_t size;
     uint64_t serial;
 };
+
+/* Device and pinned memory, outside the malloc heap (memory.cpp): 256-byte
+ * aligned, ending before a guard page. Under api_mutex. */
+void *region_alloc(size_t size);
+void region_free(void *p, size_t size);
 
 /* Under api_mutex. */
 void alloc_add(void *p, size_t size, mem_kind kind, int device);

@@ -20,8 +20,11 @@
  *   - warp operations (__syncwarp, shuffles, votes): the lanes of one mask
  *     meet in an entry of their warp's table; it completes when every lane of
  *     the mask that has not exited has arrived (CUDA's rule since Volta). A
- *     lane outside its own mask, lanes that disagree on the mask, a shuffle
- *     whose source lane is not in the mask or has exited, a bad width: errors.
+ *     lane outside its own mask, a shuffle whose source lane is not in the
+ *     mask or has exited, a bad width: errors. Lanes may wait in entries with
+ *     overlapping masks (independent thread scheduling makes that legal); lanes
+ *     that wait for each other in a circle (they disagree on the masks) are a
+ *     deadlock, an error as soon as the circle closes.
  *   - a lane that waits at __syncthreads while lanes of its warp wait for it
  *     in a warp operation (or the other way round) can never proceed: an
  *     error at once, not a hang.
@@ -295,13 +298,60 @@ void leave(warp &w, warp_entry *e)
     }
 }
 
-const char *kind_word(int k)
+/* The open entry lane l waits in, or nullptr. Under w.mu. */
+warp_entry *waiting_in(warp &w, unsigned int l)
 {
-    return k == K_SYNC ? "__syncwarp" : k == K_SHFL ? "a shuffle" : "a vote";
+    for (warp_entry &f : w.e) {
+        if (f.in_use && f.open && (f.arrived >> l & 1u)) {
+            return &f;
+        }
+    }
+    return nullptr;
 }
 
-/* The calling lane joins the lanes of `mask` in a warp operation; returns the
- * completed entry (the caller reads it, then calls leave). */
+/* Does entry `from` wait, through lanes that wait in other entries, for
+ * itself? Each entry waits for the lanes of its mask that have neither
+ * arrived nor exited; a lane waits in at most one entry. Under w.mu. */
+bool waits_for_itself(warp &w, const warp_entry *from, std::string *why)
+{
+    const warp_entry *path[33];
+    int depth = 0;
+    path[depth++] = from;
+    unsigned int seen = 0;
+    while (depth > 0) {
+        const warp_entry *x = path[depth - 1];
+        unsigned int need = x->mask & ~x->arrived & ~w.exited;
+        const warp_entry *next = nullptr;
+        for (unsigned int l = 0; l < 32 && next == nullptr; l++) {
+            const warp_entry *y = (need >> l & 1u) ? waiting_in(w, l) : nullptr;
+            if (y == from) {
+                for (int i = 0; i < depth; i++) {
+                    char buf[256];
+                    snprintf(buf, sizeof buf, "\n    lanes %s wait in %s at %s:%d (mask 0x%08x)",
+                             lane_list(path[i]->arrived, 0).c_str(), path[i]->what,
+                             path[i]->file, path[i]->line, path[i]->mask);
+                    *why += buf;
+                }
+                return true;
+            }
+            unsigned int bit = y != nullptr ? 1u << (unsigned int)(y - w.e) : 0;
+            if (y != nullptr && !(seen & bit)) {
+                seen |= bit;
+                next = y;
+            }
+        }
+        if (next != nullptr) {
+            path[depth++] = next;
+        } else {
+            depth--;
+        }
+    }
+    return false;
+}
+
+/* The calling lane joins the lanes of `mask` in a warp operation of this
+ * kind (lanes at different lines meet, as on sm_70+); returns the completed
+ * entry (the caller reads it, then calls leave). */
 warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const char *what,
                    const char *file, int line)
 {
@@ -320,29 +370,12 @@ warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const 
     for (warp_entry &f : w.e) {
         if (!f.in_use) {
             spare = spare != nullptr ? spare : &f;
-        } else if (f.open && f.mask == mask) {
+        } else if (f.open && f.mask == mask && f.kind == kind) {
             e = &f;
-        } else if (f.open && (f.mask & mask) != 0) {
-            std::string lanes = lane_list(f.arrived, 0);
-            unsigned int fm = f.mask;
-            const char *fw = f.what, *ff = f.file;
-            int fl = f.line;
-            lock.unlock();
-            fail_here("%s at %s:%d with mask 0x%08x, while lanes %s of the warp wait in %s at "
-                      "%s:%d with mask 0x%08x: the lanes disagree on the mask",
-                      what, file, line, mask, lanes.c_str(), fw, ff, fl, fm);
         }
     }
-    if (e != nullptr && e->kind != kind) {
-        const char *ew = e->what, *ef = e->file;
-        int el = e->line;
-        lock.unlock();
-        fail_here("%s at %s:%d meets %s at %s:%d with the same mask 0x%08x: %s and %s cannot "
-                  "meet",
-                  what, file, line, ew, ef, el, mask, kind_word(kind), kind_word(e->kind));
-    }
     if (e == nullptr) {
-        e = spare; /* a lane is in at most one entry, so 32 always suffice */
+        e = spare; /* a lane waits in at most one entry, so 32 always suffice */
         e->in_use = true;
         e->open = true;
         e->mask = mask;
@@ -372,6 +405,13 @@ warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const 
     me.line.store(line, std::memory_order_relaxed);
     me.state.store(T_WARP);
     try_complete(w, *e, base);
+    std::string why;
+    if (e->open && waits_for_itself(w, e, &why)) {
+        lock.unlock();
+        fail_here("%s at %s:%d: the lanes of the warp wait for each other in a circle (they "
+                  "disagree on the masks or on the operation), so none can go on:%s",
+                  what, file, line, why.c_str());
+    }
     lock.unlock();
     while (e->done.load(std::memory_order_acquire) == 0) {
         uint32_t g = w.gen.load(std::memory_order_acquire);

@@ -117,6 +117,14 @@ void alloc_add(void *p, size_t size, mem_kind kind, int device)
     a->device = device;
     a->serial = ++g_serial;
     g_allocs[a->base] = a;
+    for (size_t i = 0; i < g_freed.size();) {
+        const freed_alloc &f = g_freed[i];
+        if (f.base < a->base + size && a->base < f.base + f.size) {
+            g_freed.erase(g_freed.begin() + (long)i); /* the address is in use again */
+        } else {
+            i++;
+        }
+    }
 }
 
 bool alloc_remove(void *p, mem_kind kind, size_t *size_out)

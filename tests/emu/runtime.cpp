@@ -493,7 +493,7 @@ cudaError_t cudaMalloc(void **devPtr, size_t size)
     if (rounded < size || rounded > cfg().mem_bytes - g_dev_bytes[dev]) {
         return set_last_error(cudaErrorMemoryAllocation);
     }
-    void *p = aligned_alloc(256, rounded);
+    void *p = region_alloc(size);
     if (p == nullptr) {
         return set_last_error(cudaErrorMemoryAllocation);
     }
@@ -537,7 +537,7 @@ static cudaError_t free_common(void *p, mem_kind kind, const char *call)
     if (kind == MEM_DEVICE) {
         g_dev_bytes[v.device] -= (size + 255) & ~(size_t)255;
     }
-    free(p);
+    region_free(p, size);
     return set_last_error(sticky_error());
 }
 
@@ -556,16 +556,16 @@ cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
     if (size == 0) {
         return cudaSuccess;
     }
-    size_t rounded = (size + 4095) & ~(size_t)4095;
+    size_t rounded = (size + 255) & ~(size_t)255;
     if (rounded < size) {
         return set_last_error(cudaErrorMemoryAllocation);
     }
-    void *p = aligned_alloc(4096, rounded);
+    std::lock_guard<std::mutex> lock(api_mutex());
+    void *p = region_alloc(size);
     if (p == nullptr) {
         return set_last_error(cudaErrorMemoryAllocation);
     }
     memset(p, 0xff, rounded);
-    std::lock_guard<std::mutex> lock(api_mutex());
     alloc_add(p, size, MEM_PINNED, current_device());
     *pHost = p;
     return cudaSuccess;
