@@ -33,7 +33,7 @@
 #define CK(call)                                                                                   \
     do {                                                                                           \
         cudaError_t e_ = (call);                                                                   \
-        TEST_CHECKF(e_ == cudaSuccess, "%s -> %s", #call, cudaGetErrorName(e_));                 \
+        TEST_CHECKF(e_ == cudaSuccess, "%s -> %s", #call, cudaGetErrorName(e_));                   \
     } while (0)
 
 template <typename T> static T *dev_alloc(size_t n)
@@ -329,9 +329,12 @@ static int model_src(int mode, int lane, int width, int a)
 {
     int start = lane / width * width;
     switch (mode) {
-    case M_IDX: return start + (a & (width - 1)); /* srcLane modulo width */
-    case M_UP: return lane - start >= a ? lane - a : lane;
-    case M_DOWN: return lane - start + a < width ? lane + a : lane;
+    case M_IDX:
+        return start + (a & (width - 1)); /* srcLane modulo width */
+    case M_UP:
+        return lane - start >= a ? lane - a : lane;
+    case M_DOWN:
+        return lane - start + a < width ? lane + a : lane;
     default: {
         int j = lane ^ a; /* earlier segments can be read, later ones cannot */
         return j >= start + width ? lane : j;
@@ -362,8 +365,7 @@ template <typename T> static void check_shfl(const char *type)
                     }
                 }
             }
-            TEST_CHECKF(bad == 0, "%s<%s> width %d: %d wrong lanes", names[mode], type, width,
-                        bad);
+            TEST_CHECKF(bad == 0, "%s<%s> width %d: %d wrong lanes", names[mode], type, width, bad);
         }
     }
     CK(cudaFree(d));
@@ -469,8 +471,8 @@ static void test_atomics(void)
     TEST_EQ_INT(to_host(mx, 1)[0], want_max);
     TEST_EQ_INT(to_host(mn, 1)[0], 1000 - (n - 1));
     TEST_EQ_INT(to_host(cas, 1)[0], 3 * n);
-    for (void *p : {(void *)ci, (void *)cu, (void *)cl, (void *)cf, (void *)mx, (void *)mn,
-                    (void *)cas}) {
+    for (void *p :
+         {(void *)ci, (void *)cu, (void *)cl, (void *)cf, (void *)mx, (void *)mn, (void *)cas}) {
         CK(cudaFree(p));
     }
 }
@@ -560,12 +562,18 @@ static void test_bf16(void)
     }
     TEST_CHECKF(wbad == 0, "%d of 65536 bf16 -> float conversions wrong", wbad);
 
-    const float xi[] = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 1e10f, -1e10f, u2f(0x7fc00000),
-                        2147483520.0f, 2147483648.0f, -1.0f, 4294967040.0f, 5e9f, -0.3f, 3.49f};
-    const int want_i[] = {0, 2, 2, 0, -2, -2, 2147483647, -2147483647 - 1, 0, 2147483520,
-                          2147483647, -1, 2147483647, 2147483647, 0, 3};
-    const unsigned int want_u[] = {0, 2, 2, 0, 0, 0, 4294967295u, 0, 0, 2147483520u,
-                                   2147483648u, 0, 4294967040u, 4294967295u, 0, 3};
+    const float xi[] = {0.5f,          1.5f,          2.5f,
+                        -0.5f,         -1.5f,         -2.5f,
+                        1e10f,         -1e10f,        u2f(0x7fc00000),
+                        2147483520.0f, 2147483648.0f, -1.0f,
+                        4294967040.0f, 5e9f,          -0.3f,
+                        3.49f};
+    const int want_i[] = {
+        0, 2,          2,          0,  -2,         -2,         2147483647, -2147483647 - 1,
+        0, 2147483520, 2147483647, -1, 2147483647, 2147483647, 0,          3};
+    const unsigned int want_u[] = {0, 2, 2,           0,           0, 0,           4294967295u,
+                                   0, 0, 2147483520u, 2147483648u, 0, 4294967040u, 4294967295u,
+                                   0, 3};
     int ni = (int)(sizeof xi / sizeof xi[0]);
     float *dxi = to_dev(std::vector<float>(xi, xi + ni));
     int *di = dev_alloc<int>((size_t)ni);
@@ -793,8 +801,8 @@ __global__ void k_sum_all(const float *x, float *out, int n)
 static void expect_emu_error(const char *what, std::initializer_list<const char *> parts)
 {
     cudaError_t e = cudaDeviceSynchronize();
-    TEST_CHECKF(e == cudaErrorLaunchFailure, "%s: synchronize -> %s, want the sticky failure",
-                what, cudaGetErrorName(e));
+    TEST_CHECKF(e == cudaErrorLaunchFailure, "%s: synchronize -> %s, want the sticky failure", what,
+                cudaGetErrorName(e));
     char msg[4096];
     int n = zr_emu_take_errors(msg, sizeof msg);
     TEST_CHECKF(n == 1, "%s: %d emulator errors, want 1", what, n);
@@ -835,9 +843,8 @@ static void test_race_detector(void)
     ZR_LAUNCH(k_copy, 2, 64, 0, s2, a, b, n);
     TEST_EQ_INT(cudaGetLastError(), cudaErrorLaunchFailure);
     g.open.store(1, std::memory_order_release);
-    expect_emu_error("dropped wait",
-                     {"race between streams", "kernel 'k_copy'", "kernel 'k_fill'", l1.c_str(),
-                      l2.c_str(), "reads", "writes"});
+    expect_emu_error("dropped wait", {"race between streams", "kernel 'k_copy'", "kernel 'k_fill'",
+                                      l1.c_str(), l2.c_str(), "reads", "writes"});
 
     /* the same with the wait: no error, and the data arrived */
     ZR_LAUNCH(k_fill, 2, 64, 0, s1, a, n, 2.0f);
@@ -1033,8 +1040,8 @@ __global__ void k_missing_sync(const float *x, float *y)
 static int child_main(const char *mode)
 {
     if (strcmp(mode, "--child-nodevice") == 0 || strcmp(mode, "--child-nodriver") == 0) {
-        cudaError_t want = strcmp(mode, "--child-nodevice") == 0 ? cudaErrorNoDevice
-                                                                  : cudaErrorInsufficientDriver;
+        cudaError_t want =
+            strcmp(mode, "--child-nodevice") == 0 ? cudaErrorNoDevice : cudaErrorInsufficientDriver;
         int count = -1;
         void *p = nullptr;
         cudaError_t e1 = cudaGetDeviceCount(&count), e2 = cudaMalloc(&p, 16);
@@ -1047,6 +1054,22 @@ static int child_main(const char *mode)
         ZR_LAUNCH(k_spin, 1, 32, 0, 0, flag);
         cudaDeviceSynchronize();
         return 0; /* never reached: the watchdog aborts */
+    }
+    if (strcmp(mode, "--child-host-race") == 0) {
+        /* the host reads pinned memory that a copy on a stream writes, with
+         * no synchronisation in between */
+        float *d = to_dev(std::vector<float>(256, 1.0f)), *pinned = nullptr;
+        cudaStream_t s;
+        CK(cudaMallocHost((void **)&pinned, 256 * sizeof(float)));
+        CK(cudaStreamCreate(&s));
+        CK(cudaMemcpyAsync(pinned, d, 256 * sizeof(float), cudaMemcpyDeviceToHost, s));
+        volatile float seen = pinned[7];
+        (void)seen;
+        CK(cudaStreamSynchronize(s));
+        CK(cudaStreamDestroy(s));
+        CK(cudaFreeHost(pinned));
+        CK(cudaFree(d));
+        return 0;
     }
     if (strcmp(mode, "--child-missing-sync") == 0) {
         float *x = to_dev(std::vector<float>(64, 1.0f)), *y = dev_alloc<float>(64);
@@ -1086,8 +1109,8 @@ static void test_no_device(void)
     std::string out;
     int rc = run_child("ZR_EMU_DEVICES=0", "--child-nodevice", &out);
     TEST_CHECKF(rc == 0, "ZR_EMU_DEVICES=0 child: exit %d: %s", rc, out.c_str());
-    TEST_CHECKF(strstr(out.c_str(), "count=0 cudaErrorNoDevice cudaErrorNoDevice") != nullptr,
-                "%s", out.c_str());
+    TEST_CHECKF(strstr(out.c_str(), "count=0 cudaErrorNoDevice cudaErrorNoDevice") != nullptr, "%s",
+                out.c_str());
     out.clear();
     rc = run_child("ZR_EMU_DEVICES=nodriver", "--child-nodriver", &out);
     TEST_CHECKF(rc == 0, "ZR_EMU_DEVICES=nodriver child: exit %d: %s", rc, out.c_str());
@@ -1112,6 +1135,12 @@ static void test_tsan_missing_sync(void)
     TEST_CHECKF(strstr(out.c_str(), "ThreadSanitizer: data race") != nullptr &&
                     strstr(out.c_str(), "k_missing_sync") != nullptr,
                 "ThreadSanitizer did not report the missing __syncthreads: %s", out.c_str());
+    out.clear();
+    rc = run_child("ZR_EMU_WATCHDOG_S=20", "--child-host-race", &out);
+    TEST_CHECKF(rc != 0 && strstr(out.c_str(), "ThreadSanitizer: data race") != nullptr,
+                "ThreadSanitizer did not report a host read of pinned memory racing with a "
+                "copy (exit %d): %s",
+                rc, out.c_str());
 }
 #endif
 

@@ -37,17 +37,17 @@ namespace zr_emu {
 /* ---- configuration (environment, read once) ------------------------------ */
 
 struct config {
-    int devices;       /* ZR_EMU_DEVICES: 0 = no GPU (cudaErrorNoDevice) */
-    bool no_driver;    /* ZR_EMU_DEVICES=nodriver: cudaErrorInsufficientDriver */
-    double watchdog_s; /* ZR_EMU_WATCHDOG_S: a block without progress this long fails */
+    int devices;         /* ZR_EMU_DEVICES: 0 = no GPU (cudaErrorNoDevice) */
+    bool no_driver;      /* ZR_EMU_DEVICES=nodriver: cudaErrorInsufficientDriver */
+    double watchdog_s;   /* ZR_EMU_WATCHDOG_S: a block without progress this long fails */
     bool abort_on_error; /* ZR_EMU_ABORT=1: abort() at the first emulator error */
-    size_t mem_bytes;  /* ZR_EMU_MEM_MB: each device's memory */
-    int sms;           /* ZR_EMU_SMS: multiProcessorCount reported */
+    size_t mem_bytes;    /* ZR_EMU_MEM_MB: each device's memory */
+    int sms;             /* ZR_EMU_SMS: multiProcessorCount reported */
 };
 const config &cfg(void);
 
-constexpr size_t kSharedPerBlock = 48 * 1024;    /* static + dynamic without opt-in */
-constexpr size_t kSharedOptin = 227 * 1024;      /* sharedMemPerBlockOptin (H100) */
+constexpr size_t kSharedPerBlock = 48 * 1024; /* static + dynamic without opt-in */
+constexpr size_t kSharedOptin = 227 * 1024;   /* sharedMemPerBlockOptin (H100) */
 
 /* ---- errors --------------------------------------------------------------- */
 
@@ -126,12 +126,8 @@ struct op {
     uint64_t seq = 0;
     std::vector<std::pair<zr_emu_stream *, uint64_t>> deps;
     bool stop = false;
-    virtual ~op()
-    {
-    }
-    virtual void run()
-    {
-    }
+    virtual ~op() {}
+    virtual void run() {}
 };
 
 /* An access of one operation to one tracked allocation, for the race check. */
@@ -187,9 +183,8 @@ alloc_view alloc_find(const void *p, bool *at_end = nullptr);
 std::string alloc_freed_note(const void *p);
 /* Race check of an operation's accesses, then their record. Returns false
  * (after emu_error) on a race. */
-bool race_check_and_record(const zr_emu_stream *s, uint64_t seq, const vclock &c,
-                           const char *what, const std::vector<mem_access> &acc,
-                           const vclock &host);
+bool race_check_and_record(const zr_emu_stream *s, uint64_t seq, const vclock &c, const char *what,
+                           const std::vector<mem_access> &acc, const vclock &host);
 std::string stream_name(const zr_emu_stream *s);
 
 /* ---- kernels (kernel.cpp, symtab.cpp) ------------------------------------------- */

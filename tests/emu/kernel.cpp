@@ -56,8 +56,7 @@ namespace {
 enum thread_state : int { T_IDLE = 0, T_RUNNING, T_BAR, T_WARP, T_EXITED };
 enum warp_kind : int { K_SYNC = 0, K_SHFL, K_VOTE };
 
-struct kernel_abort {
-};
+struct kernel_abort {};
 
 struct slot {
     std::atomic<uint32_t> go{0};
@@ -81,9 +80,9 @@ struct warp_entry {
 struct warp {
     std::mutex mu;
     warp_entry e[32];
-    unsigned int exited = 0;            /* lanes that returned or do not exist; under mu */
-    std::atomic<uint32_t> pending{0};   /* union of the masks of open entries */
-    std::atomic<uint32_t> gen{0};       /* bumped when an entry completes */
+    unsigned int exited = 0;          /* lanes that returned or do not exist; under mu */
+    std::atomic<uint32_t> pending{0}; /* union of the masks of open entries */
+    std::atomic<uint32_t> gen{0};     /* bumped when an entry completes */
 };
 
 struct launch_rec {
@@ -130,9 +129,9 @@ std::string where_am_i(void)
     snprintf(buf, sizeof buf,
              "kernel '%s' (grid (%u,%u,%u), block (%u,%u,%u)), block (%u,%u,%u), thread "
              "(%u,%u,%u)",
-             b.L->name.c_str(), b.L->grid.x, b.L->grid.y, b.L->grid.z, b.L->block.x,
-             b.L->block.y, b.L->block.z, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x,
-             threadIdx.y, threadIdx.z);
+             b.L->name.c_str(), b.L->grid.x, b.L->grid.y, b.L->grid.z, b.L->block.x, b.L->block.y,
+             b.L->block.z, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y,
+             threadIdx.z);
     return buf;
 }
 
@@ -247,7 +246,8 @@ void complete_barrier(block_state &b, uint32_t ph, uint32_t live)
     }
     if (!split.empty()) {
         char head[256];
-        snprintf(head, sizeof head, "kernel '%s' (grid (%u,%u,%u), block (%u,%u,%u)), block (%u,%u,%u): ",
+        snprintf(head, sizeof head,
+                 "kernel '%s' (grid (%u,%u,%u), block (%u,%u,%u)), block (%u,%u,%u): ",
                  b.L->name.c_str(), b.L->grid.x, b.L->grid.y, b.L->grid.z, b.L->block.x,
                  b.L->block.y, b.L->block.z, b.idx.x, b.idx.y, b.idx.z);
         mark_failed(head + split);
@@ -328,8 +328,8 @@ bool waits_for_itself(warp &w, const warp_entry *from, std::string *why)
                 for (int i = 0; i < depth; i++) {
                     char buf[256];
                     snprintf(buf, sizeof buf, "\n    lanes %s wait in %s at %s:%d (mask 0x%08x)",
-                             lane_list(path[i]->arrived, 0).c_str(), path[i]->what,
-                             path[i]->file, path[i]->line, path[i]->mask);
+                             lane_list(path[i]->arrived, 0).c_str(), path[i]->what, path[i]->file,
+                             path[i]->line, path[i]->mask);
                     *why += buf;
                 }
                 return true;
@@ -466,6 +466,9 @@ void *team_main(void *arg)
         }
         seen = g;
         block_state &b = m.blk;
+        /* read now: once this thread has counted itself done, the driver may
+         * set up the next block */
+        const unsigned int n = b.n;
         const dim3 bd = b.L->block;
         threadIdx = uint3{t_tid % bd.x, (t_tid / bd.x) % bd.y, t_tid / (bd.x * bd.y)};
         blockIdx = b.idx;
@@ -480,7 +483,7 @@ void *team_main(void *arg)
         } catch (...) {
             mark_failed(where_am_i() + ": the kernel threw an exception");
         }
-        if (b.done.fetch_add(1, std::memory_order_acq_rel) + 1 == b.n) {
+        if (b.done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
             futex_wake_all(&b.done);
         }
     }
@@ -700,8 +703,8 @@ void syncwarp(unsigned int mask, const char *file, int line)
     leave(*M().warps[t_tid / 32], e);
 }
 
-unsigned long long shfl(unsigned int mask, unsigned long long value, shfl_mode mode,
-                        unsigned int b, int width, const char *what, const char *file, int line)
+unsigned long long shfl(unsigned int mask, unsigned long long value, shfl_mode mode, unsigned int b,
+                        int width, const char *what, const char *file, int line)
 {
     if (width < 1 || width > 32 || (width & (width - 1)) != 0) {
         fail_here("%s at %s:%d: width %d is not a power of two from 1 to 32", what, file, line,
@@ -719,10 +722,21 @@ unsigned long long shfl(unsigned int mask, unsigned long long value, shfl_mode m
     int j = (int)lane;
     bool in_range = true;
     switch (mode) {
-    case SHFL_UP: j = (int)lane - (int)bval; in_range = j >= max_lane; break;
-    case SHFL_DOWN: j = (int)lane + (int)bval; in_range = j <= max_lane; break;
-    case SHFL_XOR: j = (int)(lane ^ bval); in_range = j <= max_lane; break;
-    case SHFL_IDX: j = min_lane | (int)(bval & ~seg & 31u); break;
+    case SHFL_UP:
+        j = (int)lane - (int)bval;
+        in_range = j >= max_lane;
+        break;
+    case SHFL_DOWN:
+        j = (int)lane + (int)bval;
+        in_range = j <= max_lane;
+        break;
+    case SHFL_XOR:
+        j = (int)(lane ^ bval);
+        in_range = j <= max_lane;
+        break;
+    case SHFL_IDX:
+        j = min_lane | (int)(bval & ~seg & 31u);
+        break;
     }
     if (!in_range) {
         j = (int)lane; /* out of the segment: the lane's own value */
@@ -779,8 +793,8 @@ cudaError_t launch(const char *name, const void *kernel, dim3 grid, dim3 block, 
         return set_last_error(e);
     }
     unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-    if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 ||
-        grid.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 || threads > 1024 ||
+    if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
+        block.x > 1024 || block.y > 1024 || block.z > 64 || threads > 1024 ||
         grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
         fprintf(stderr,
                 "zr-emu: launch of '%s' with grid (%u,%u,%u), block (%u,%u,%u): invalid "
@@ -821,10 +835,10 @@ cudaError_t launch(const char *name, const void *kernel, dim3 grid, dim3 block, 
             snprintf(what, sizeof what, "memory of device %d, not of the launch's device %d",
                      v.device, s->device);
             emu_error("kernel '%s': argument %d = %p is %s", name, i + 1, a.ptr,
-                      !freed.empty()                ? freed.c_str()
+                      !freed.empty()           ? freed.c_str()
                       : v.kind == MEM_PAGEABLE ? "not device memory (a host pointer? "
-                                                      "cudaMalloc or cudaMallocHost memory only)"
-                                                    : what);
+                                                 "cudaMalloc or cudaMallocHost memory only)"
+                                               : what);
             return set_last_error(cudaErrorLaunchFailure);
         }
         char what[96];

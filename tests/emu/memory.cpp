@@ -55,8 +55,8 @@ bool reserve(void)
     /* within what ThreadSanitizer lets an application map */
     for (size_t gib : {256, 64, 16, 4}) {
         size_t bytes = gib << 30;
-        void *p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                       -1, 0);
+        void *p =
+            mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p != MAP_FAILED) {
             g_base = g_next = (uintptr_t)p;
             g_end = g_base + bytes;

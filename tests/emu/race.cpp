@@ -185,17 +185,15 @@ static void report_race(const alloc *a, const zr_emu_stream *s, uint64_t seq, co
               "earlier one, no host synchronisation in between, no stream-0 ordering), so on a "
               "GPU they may run at the same time",
               kind_name(a->kind), (unsigned long long)a->serial, a->size, (unsigned long)a->base,
-              what, stream_name(s).c_str(), (unsigned long long)seq,
-              x.write ? "writes" : "reads", (unsigned long)(lo - a->base),
-              (unsigned long)(hi - a->base), x.what.c_str(), r.what->c_str(),
-              stream_name(r.stream).c_str(), (unsigned long long)r.seq,
+              what, stream_name(s).c_str(), (unsigned long long)seq, x.write ? "writes" : "reads",
+              (unsigned long)(lo - a->base), (unsigned long)(hi - a->base), x.what.c_str(),
+              r.what->c_str(), stream_name(r.stream).c_str(), (unsigned long long)r.seq,
               r.write ? "writes" : "reads", (unsigned long)(r.lo - a->base),
               (unsigned long)(r.hi - a->base));
 }
 
-bool race_check_and_record(const zr_emu_stream *s, uint64_t seq, const vclock &c,
-                           const char *what, const std::vector<mem_access> &acc,
-                           const vclock &host)
+bool race_check_and_record(const zr_emu_stream *s, uint64_t seq, const vclock &c, const char *what,
+                           const std::vector<mem_access> &acc, const vclock &host)
 {
     std::vector<std::pair<alloc *, std::pair<uintptr_t, uintptr_t>>> spans;
     for (const mem_access &x : acc) {

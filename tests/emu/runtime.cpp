@@ -161,8 +161,7 @@ cudaError_t api_enter(const char *call, bool check_sticky)
         return cudaErrorNotPermitted;
     }
     if (t_in_host_fn) {
-        emu_error("%s called from a host function (cudaLaunchHostFunc), which CUDA forbids",
-                  call);
+        emu_error("%s called from a host function (cudaLaunchHostFunc), which CUDA forbids", call);
         return cudaErrorNotPermitted;
     }
     if (c.no_driver) {
@@ -425,34 +424,83 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
     struct cudaDeviceProp p;
     fill_props(&p, device);
     switch (attr) {
-    case cudaDevAttrMaxThreadsPerBlock: *value = p.maxThreadsPerBlock; break;
-    case cudaDevAttrMaxBlockDimX: *value = p.maxThreadsDim[0]; break;
-    case cudaDevAttrMaxBlockDimY: *value = p.maxThreadsDim[1]; break;
-    case cudaDevAttrMaxBlockDimZ: *value = p.maxThreadsDim[2]; break;
-    case cudaDevAttrMaxGridDimX: *value = p.maxGridSize[0]; break;
-    case cudaDevAttrMaxGridDimY: *value = p.maxGridSize[1]; break;
-    case cudaDevAttrMaxGridDimZ: *value = p.maxGridSize[2]; break;
-    case cudaDevAttrMaxSharedMemoryPerBlock: *value = (int)p.sharedMemPerBlock; break;
-    case cudaDevAttrWarpSize: *value = p.warpSize; break;
-    case cudaDevAttrMultiProcessorCount: *value = p.multiProcessorCount; break;
-    case cudaDevAttrIntegrated: *value = p.integrated; break;
-    case cudaDevAttrCanMapHostMemory: *value = p.canMapHostMemory; break;
-    case cudaDevAttrConcurrentKernels: *value = p.concurrentKernels; break;
-    case cudaDevAttrPciBusId: *value = p.pciBusID; break;
-    case cudaDevAttrPciDeviceId: *value = p.pciDeviceID; break;
-    case cudaDevAttrGlobalMemoryBusWidth: *value = p.memoryBusWidth; break;
-    case cudaDevAttrL2CacheSize: *value = p.l2CacheSize; break;
-    case cudaDevAttrMaxThreadsPerMultiProcessor: *value = p.maxThreadsPerMultiProcessor; break;
-    case cudaDevAttrAsyncEngineCount: *value = p.asyncEngineCount; break;
-    case cudaDevAttrUnifiedAddressing: *value = p.unifiedAddressing; break;
-    case cudaDevAttrPciDomainId: *value = p.pciDomainID; break;
-    case cudaDevAttrComputeCapabilityMajor: *value = p.major; break;
-    case cudaDevAttrComputeCapabilityMinor: *value = p.minor; break;
+    case cudaDevAttrMaxThreadsPerBlock:
+        *value = p.maxThreadsPerBlock;
+        break;
+    case cudaDevAttrMaxBlockDimX:
+        *value = p.maxThreadsDim[0];
+        break;
+    case cudaDevAttrMaxBlockDimY:
+        *value = p.maxThreadsDim[1];
+        break;
+    case cudaDevAttrMaxBlockDimZ:
+        *value = p.maxThreadsDim[2];
+        break;
+    case cudaDevAttrMaxGridDimX:
+        *value = p.maxGridSize[0];
+        break;
+    case cudaDevAttrMaxGridDimY:
+        *value = p.maxGridSize[1];
+        break;
+    case cudaDevAttrMaxGridDimZ:
+        *value = p.maxGridSize[2];
+        break;
+    case cudaDevAttrMaxSharedMemoryPerBlock:
+        *value = (int)p.sharedMemPerBlock;
+        break;
+    case cudaDevAttrWarpSize:
+        *value = p.warpSize;
+        break;
+    case cudaDevAttrMultiProcessorCount:
+        *value = p.multiProcessorCount;
+        break;
+    case cudaDevAttrIntegrated:
+        *value = p.integrated;
+        break;
+    case cudaDevAttrCanMapHostMemory:
+        *value = p.canMapHostMemory;
+        break;
+    case cudaDevAttrConcurrentKernels:
+        *value = p.concurrentKernels;
+        break;
+    case cudaDevAttrPciBusId:
+        *value = p.pciBusID;
+        break;
+    case cudaDevAttrPciDeviceId:
+        *value = p.pciDeviceID;
+        break;
+    case cudaDevAttrGlobalMemoryBusWidth:
+        *value = p.memoryBusWidth;
+        break;
+    case cudaDevAttrL2CacheSize:
+        *value = p.l2CacheSize;
+        break;
+    case cudaDevAttrMaxThreadsPerMultiProcessor:
+        *value = p.maxThreadsPerMultiProcessor;
+        break;
+    case cudaDevAttrAsyncEngineCount:
+        *value = p.asyncEngineCount;
+        break;
+    case cudaDevAttrUnifiedAddressing:
+        *value = p.unifiedAddressing;
+        break;
+    case cudaDevAttrPciDomainId:
+        *value = p.pciDomainID;
+        break;
+    case cudaDevAttrComputeCapabilityMajor:
+        *value = p.major;
+        break;
+    case cudaDevAttrComputeCapabilityMinor:
+        *value = p.minor;
+        break;
     case cudaDevAttrMaxSharedMemoryPerMultiprocessor:
         *value = (int)p.sharedMemPerMultiprocessor;
         break;
-    case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = (int)p.sharedMemPerBlockOptin; break;
-    default: return set_last_error(cudaErrorInvalidValue);
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+        *value = (int)p.sharedMemPerBlockOptin;
+        break;
+    default:
+        return set_last_error(cudaErrorInvalidValue);
     }
     return cudaSuccess;
 }
@@ -634,9 +682,8 @@ bool check_side(const void *p, size_t n, const char *call, const char *side, all
     if (n > out->base + out->size - a) {
         emu_error("%s: the %s range [%p, +%zu) runs %zu bytes past the end of its %s "
                   "allocation (#%llu, %zu bytes at %#lx)",
-                  call, side, p, n, (size_t)(a + n - (out->base + out->size)),
-                  kind_word(out->kind), (unsigned long long)out->serial, out->size,
-                  (unsigned long)out->base);
+                  call, side, p, n, (size_t)(a + n - (out->base + out->size)), kind_word(out->kind),
+                  (unsigned long long)out->serial, out->size, (unsigned long)out->base);
         return false;
     }
     return true;
@@ -648,8 +695,8 @@ bool is_host(mem_kind k)
 }
 
 /* Validates a copy against its kind; under api_mutex. */
-cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
-                       const char *call, alloc_view *d, alloc_view *s)
+cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *call,
+                       alloc_view *d, alloc_view *s)
 {
     if ((unsigned)kind > (unsigned)cudaMemcpyDefault) {
         return cudaErrorInvalidMemcpyDirection;
@@ -662,11 +709,20 @@ cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
     }
     bool ok = true;
     switch (kind) {
-    case cudaMemcpyHostToHost: ok = is_host(d->kind) && is_host(s->kind); break;
-    case cudaMemcpyHostToDevice: ok = d->kind == MEM_DEVICE && is_host(s->kind); break;
-    case cudaMemcpyDeviceToHost: ok = is_host(d->kind) && s->kind == MEM_DEVICE; break;
-    case cudaMemcpyDeviceToDevice: ok = d->kind == MEM_DEVICE && s->kind == MEM_DEVICE; break;
-    case cudaMemcpyDefault: break;
+    case cudaMemcpyHostToHost:
+        ok = is_host(d->kind) && is_host(s->kind);
+        break;
+    case cudaMemcpyHostToDevice:
+        ok = d->kind == MEM_DEVICE && is_host(s->kind);
+        break;
+    case cudaMemcpyDeviceToHost:
+        ok = is_host(d->kind) && s->kind == MEM_DEVICE;
+        break;
+    case cudaMemcpyDeviceToDevice:
+        ok = d->kind == MEM_DEVICE && s->kind == MEM_DEVICE;
+        break;
+    case cudaMemcpyDefault:
+        break;
     }
     static const char *kinds[] = {"cudaMemcpyHostToHost", "cudaMemcpyHostToDevice",
                                   "cudaMemcpyDeviceToHost", "cudaMemcpyDeviceToDevice",
@@ -686,8 +742,8 @@ cudaError_t check_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind
 
 /* Queues a copy. host_wait: the call returns only when the copy is done
  * (CUDA's synchronous cases); the host then knows all that preceded it. */
-cudaError_t do_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
-                    cudaStream_t stream, bool sync_call, const char *call)
+cudaError_t do_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t stream,
+                    bool sync_call, const char *call)
 {
     std::unique_lock<std::mutex> lock(api_mutex());
     zr_emu_stream *s = resolve_stream(sync_call ? nullptr : stream);

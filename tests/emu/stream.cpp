@@ -268,7 +268,8 @@ zr_emu_event *resolve_event(cudaEvent_t e)
 }
 
 cudaError_t enqueue_after(zr_emu_stream *s, op *o, const char *what,
-                          const std::vector<mem_access> &acc, const vclock *extra, vclock *clock_out)
+                          const std::vector<mem_access> &acc, const vclock *extra,
+                          vclock *clock_out)
 {
     registry &r = R();
     vclock c = s->clock;
@@ -540,7 +541,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
         return cudaSuccess;
     }
     return query_targets({target{e->stream, e->seq, e->clock}}) ? sticky_error()
-                                                                 : cudaErrorNotReady;
+                                                                : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
@@ -569,7 +570,8 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
         ((a->flags | b->flags) & cudaEventDisableTiming) != 0 || a->device != b->device) {
         return set_last_error(cudaErrorInvalidResourceHandle);
     }
-    if (!query_targets({target{a->stream, a->seq, a->clock}, target{b->stream, b->seq, b->clock}})) {
+    if (!query_targets(
+            {target{a->stream, a->seq, a->clock}, target{b->stream, b->seq, b->clock}})) {
         return set_last_error(cudaErrorNotReady);
     }
     *ms = (float)(*b->stamp - *a->stamp);

@@ -34,7 +34,7 @@ namespace zr_emu {
 namespace {
 
 struct object_syms {
-    std::unordered_map<uintptr_t, std::string> funcs;     /* address -> mangled name */
+    std::unordered_map<uintptr_t, std::string> funcs;       /* address -> mangled name */
     std::vector<std::pair<std::string, shared_var>> locals; /* _ZZ... writable, by name */
 };
 
@@ -54,7 +54,7 @@ int find_object(struct dl_phdr_info *info, size_t size, void *data)
         uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
         if (ph.p_type == PT_LOAD && a->addr >= lo && a->addr < lo + ph.p_memsz) {
             a->path = info->dlpi_name != nullptr && info->dlpi_name[0] != '\0' ? info->dlpi_name
-                                                                             : "/proc/self/exe";
+                                                                               : "/proc/self/exe";
             a->bias = info->dlpi_addr;
             a->found = true;
             return 1;

@@ -52,16 +52,13 @@ inline float bf16_widen(unsigned short h)
 
 } // namespace zr_emu
 
-struct __align__(2) __nv_bfloat16 {
+struct __align__(2) __nv_bfloat16
+{
     unsigned short __x;
 
     __nv_bfloat16() = default;
-    constexpr __nv_bfloat16(const __nv_bfloat16_raw &r) : __x(r.x)
-    {
-    }
-    __nv_bfloat16(float f) : __x(zr_emu::bf16_rn(f))
-    {
-    }
+    constexpr __nv_bfloat16(const __nv_bfloat16_raw &r) : __x(r.x) {}
+    __nv_bfloat16(float f) : __x(zr_emu::bf16_rn(f)) {}
     __nv_bfloat16 &operator=(const __nv_bfloat16_raw &r)
     {
         __x = r.x;
@@ -82,13 +79,12 @@ struct __align__(2) __nv_bfloat16 {
     }
 };
 
-struct __align__(4) __nv_bfloat162 {
+struct __align__(4) __nv_bfloat162
+{
     __nv_bfloat16 x, y;
 
     __nv_bfloat162() = default;
-    __nv_bfloat162(const __nv_bfloat16 &a, const __nv_bfloat16 &b) : x(a), y(b)
-    {
-    }
+    __nv_bfloat162(const __nv_bfloat16 &a, const __nv_bfloat16 &b) : x(a), y(b) {}
 };
 
 typedef __nv_bfloat16 nv_bfloat16;

@@ -69,40 +69,47 @@ struct dim3 {
         : x(vx), y(vy), z(vz)
     {
     }
-    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z)
-    {
-    }
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
     constexpr operator uint3() const
     {
         return uint3{x, y, z};
     }
 };
 
-struct __align__(4) char4 {
+struct __align__(4) char4
+{
     signed char x, y, z, w;
 };
-struct __align__(4) uchar4 {
+struct __align__(4) uchar4
+{
     unsigned char x, y, z, w;
 };
-struct __align__(8) int2 {
+struct __align__(8) int2
+{
     int x, y;
 };
-struct __align__(16) int4 {
+struct __align__(16) int4
+{
     int x, y, z, w;
 };
-struct __align__(8) uint2 {
+struct __align__(8) uint2
+{
     unsigned int x, y;
 };
-struct __align__(16) uint4 {
+struct __align__(16) uint4
+{
     unsigned int x, y, z, w;
 };
-struct __align__(8) float2 {
+struct __align__(8) float2
+{
     float x, y;
 };
-struct __align__(16) float4 {
+struct __align__(16) float4
+{
     float x, y, z, w;
 };
-struct __align__(16) double2 {
+struct __align__(16) double2
+{
     double x, y;
 };
 
@@ -110,8 +117,7 @@ static inline char4 make_char4(signed char x, signed char y, signed char z, sign
 {
     return char4{x, y, z, w};
 }
-static inline uchar4 make_uchar4(unsigned char x, unsigned char y, unsigned char z,
-                                 unsigned char w)
+static inline uchar4 make_uchar4(unsigned char x, unsigned char y, unsigned char z, unsigned char w)
 {
     return uchar4{x, y, z, w};
 }
@@ -167,15 +173,16 @@ struct vote_result {
 
 void syncthreads(const char *file, int line);
 void syncwarp(unsigned int mask, const char *file, int line);
-unsigned long long shfl(unsigned int mask, unsigned long long value, shfl_mode mode,
-                        unsigned int b, int width, const char *what, const char *file, int line);
+unsigned long long shfl(unsigned int mask, unsigned long long value, shfl_mode mode, unsigned int b,
+                        int width, const char *what, const char *file, int line);
 vote_result vote(unsigned int mask, int pred, const char *what, const char *file, int line);
 void *dynamic_shared(void);
 void note_progress(void);
 [[noreturn]] void trap(const char *what, const char *file, int line);
 
-template <typename T> inline T shfl_as(unsigned int mask, T var, shfl_mode mode, unsigned int b,
-                                       int width, const char *what, const char *file, int line)
+template <typename T>
+inline T shfl_as(unsigned int mask, T var, shfl_mode mode, unsigned int b, int width,
+                 const char *what, const char *file, int line)
 {
     static_assert(std::is_trivially_copyable<T>::value && sizeof(T) <= 8,
                   "shuffles move values of up to 8 bytes");
@@ -222,8 +229,8 @@ template <typename T>
 inline T __shfl_down_sync(unsigned int mask, T var, unsigned int delta, int width = warpSize,
                           const char *file = __builtin_FILE(), int line = __builtin_LINE())
 {
-    return zr_emu::shfl_as<T>(mask, var, zr_emu::SHFL_DOWN, delta, width, "__shfl_down_sync",
-                              file, line);
+    return zr_emu::shfl_as<T>(mask, var, zr_emu::SHFL_DOWN, delta, width, "__shfl_down_sync", file,
+                              line);
 }
 
 template <typename T>
@@ -308,8 +315,7 @@ template <typename T> inline T atomicCAS(T *address, T compare, T val)
                       std::is_same<T, unsigned long long>::value ||
                       std::is_same<T, unsigned short>::value,
                   "atomicCAS takes int, unsigned int, unsigned long long or unsigned short");
-    __atomic_compare_exchange_n(address, &compare, val, false, __ATOMIC_RELAXED,
-                                __ATOMIC_RELAXED);
+    __atomic_compare_exchange_n(address, &compare, val, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return compare;
 }
 
@@ -594,17 +600,13 @@ struct arg_info {
 };
 
 /* One launch: the kernel and its arguments, run by every CUDA thread. */
-class launch_body
-{
+class launch_body {
   public:
-    virtual ~launch_body()
-    {
-    }
+    virtual ~launch_body() {}
     virtual void run_thread() const = 0;
 };
 
-template <typename... P> class launch_of : public launch_body
-{
+template <typename... P> class launch_of : public launch_body {
     void (*fn_)(P...);
     std::tuple<typename std::decay<P>::type...> args_;
 

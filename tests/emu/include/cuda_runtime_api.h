@@ -138,9 +138,7 @@ enum cudaDeviceAttr {
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 };
 
-enum cudaFuncAttribute {
-    cudaFuncAttributeMaxDynamicSharedMemorySize = 8
-};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 /* errors */
 const char *cudaGetErrorString(cudaError_t error);
