@@ -8,9 +8,10 @@ set -eu
 # compilers and MPI (Open MPI is the default transport; MPICH is built too so
 # that zr never depends on one implementation by accident; clang compiles the
 # tree in make test's matrix so a warning only one compiler sees fails on every
-# machine), BLAS, JSON, charts, the default training corpus (fortunes), and
-# iproute2 and jq for the emulated cluster.
-PKGS="make gcc clang clang-format pkg-config openmpi-bin libopenmpi-dev mpich libmpich-dev
+# machine; g++ builds the CUDA kernels for the GPU emulator, tests/emu), BLAS,
+# JSON, charts, the default training corpus (fortunes), and iproute2 and jq for
+# the emulated cluster.
+PKGS="make gcc g++ clang clang-format pkg-config openmpi-bin libopenmpi-dev mpich libmpich-dev
 libopenblas-dev libcjson-dev gnuplot-nox fortunes iproute2 procps jq"
 
 missing=""

@@ -1048,6 +1048,48 @@ static int child_main(const char *mode)
         printf("count=%d %s %s\n", count, cudaGetErrorName(e1), cudaGetErrorName(e2));
         return e1 == want && e2 == want && count == 0 ? 0 : 1;
     }
+    if (strcmp(mode, "--child-two-devices") == 0) {
+        const int n = 512;
+        int count = 0;
+        struct cudaDeviceProp p0, p1;
+        CK(cudaGetDeviceCount(&count));
+        TEST_EQ_INT(count, 2);
+        CK(cudaGetDeviceProperties(&p0, 0));
+        CK(cudaGetDeviceProperties(&p1, 1));
+        TEST_CHECK(p0.pciBusID != p1.pciBusID);
+        TEST_EQ_INT(cudaSetDevice(2), cudaErrorInvalidDevice);
+        CK(cudaSetDevice(1));
+        float *b1 = dev_alloc<float>(n);
+        cudaStream_t s1;
+        CK(cudaStreamCreate(&s1));
+        ZR_LAUNCH(k_fill, 2, 64, 0, 0, b1, n, 8.0f);
+        CK(cudaDeviceSynchronize());
+        CK(cudaSetDevice(0));
+        /* a stream of device 1 while device 0 is current */
+        ZR_LAUNCH(k_fill, 2, 64, 0, s1, b1, n, 8.0f);
+        TEST_EQ_INT(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+        float *b0 = dev_alloc<float>(n);
+        CK(cudaMemcpy(b0, b1, n * sizeof(float), cudaMemcpyDefault)); /* a peer copy */
+        TEST_CHECK(filled(b0, n, 8.0f));
+        /* device 1's stream 0 is not device 0's: its work is not ordered */
+        CK(cudaSetDevice(1));
+        ZR_LAUNCH(k_fill, 2, 64, 0, 0, b1, n, 9.0f);
+        CK(cudaSetDevice(0));
+        TEST_EQ_INT(cudaMemcpy(b0, b1, n * sizeof(float), cudaMemcpyDefault),
+                    cudaErrorLaunchFailure);
+        char msg[4096];
+        TEST_EQ_INT(zr_emu_take_errors(msg, sizeof msg), 1);
+        TEST_CHECKF(strstr(msg, "default stream (0) of device 1") != nullptr, "%s", msg);
+        ZR_LAUNCH(k_fill, 2, 64, 0, 0, b1, n, 8.0f);
+        TEST_EQ_INT(cudaGetLastError(), cudaErrorLaunchFailure);
+        TEST_EQ_INT(zr_emu_take_errors(msg, sizeof msg), 1);
+        TEST_CHECKF(strstr(msg, "memory of device 1") != nullptr, "%s", msg);
+        CK(cudaStreamDestroy(s1));
+        CK(cudaFree(b0));
+        CK(cudaFree(b1));
+        printf("two devices: %d failed checks\n", zr_test_failed_checks);
+        return zr_test_failed_checks != 0;
+    }
     if (strcmp(mode, "--child-spin") == 0) {
         int *flag = dev_alloc<int>(1);
         CK(cudaMemset(flag, 0, sizeof(int)));
@@ -1116,6 +1158,13 @@ static void test_no_device(void)
     TEST_CHECKF(rc == 0, "ZR_EMU_DEVICES=nodriver child: exit %d: %s", rc, out.c_str());
 }
 
+static void test_two_devices(void)
+{
+    std::string out;
+    int rc = run_child("ZR_EMU_DEVICES=2", "--child-two-devices", &out);
+    TEST_CHECKF(rc == 0, "ZR_EMU_DEVICES=2 child: exit %d: %s", rc, out.c_str());
+}
+
 static void test_watchdog(void)
 {
     std::string out;
@@ -1179,6 +1228,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_poison_and_pointers);
     TEST_RUN(test_kernel_errors);
     TEST_RUN(test_no_device);
+    TEST_RUN(test_two_devices);
     TEST_RUN(test_watchdog);
 #if defined(__SANITIZE_THREAD__)
     TEST_RUN(test_tsan_missing_sync);
