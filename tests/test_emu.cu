@@ -562,6 +562,14 @@ static void test_bf16(void)
     }
     TEST_CHECKF(wbad == 0, "%d of 65536 bf16 -> float conversions wrong", wbad);
 
+    for (void *p : {(void *)dx, (void *)db, (void *)dw}) {
+        CK(cudaFree(p));
+    }
+}
+
+/* float -> integer: round to nearest even, saturation, NaN -> 0 (PTX cvt.rni) */
+static void test_int_conversions(void)
+{
     const float xi[] = {0.5f,          1.5f,          2.5f,
                         -0.5f,         -1.5f,         -2.5f,
                         1e10f,         -1e10f,        u2f(0x7fc00000),
@@ -588,7 +596,7 @@ static void test_bf16(void)
         TEST_CHECKF(hu[(size_t)i] == want_u[i], "__float2uint_rn(%.9g) = %u, want %u", xi[i],
                     hu[(size_t)i], want_u[i]);
     }
-    for (void *p : {(void *)dx, (void *)db, (void *)dw, (void *)dxi, (void *)di, (void *)du}) {
+    for (void *p : {(void *)dxi, (void *)di, (void *)du}) {
         CK(cudaFree(p));
     }
 }
@@ -820,90 +828,108 @@ static std::string stream_label(cudaStream_t s)
     return buf;
 }
 
-static void test_race_detector(void)
-{
-    const int n = 2048;
-    float *a = dev_alloc<float>(n), *b = dev_alloc<float>(n);
-    float *pinned = nullptr;
-    CK(cudaMallocHost((void **)&pinned, n * sizeof(float)));
+/* Two buffers, pinned memory, two blocking streams, a non-blocking one, an event. */
+struct race_setup {
+    static const int n = 2048;
+    float *a, *b, *pinned = nullptr;
     cudaStream_t s1, s2, nb;
     cudaEvent_t ev;
-    CK(cudaStreamCreate(&s1));
-    CK(cudaStreamCreate(&s2));
-    CK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
-    CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    std::string l1 = stream_label(s1), l2 = stream_label(s2);
+    race_setup()
+    {
+        a = dev_alloc<float>(n);
+        b = dev_alloc<float>(n);
+        CK(cudaMallocHost((void **)&pinned, n * sizeof(float)));
+        CK(cudaStreamCreate(&s1));
+        CK(cudaStreamCreate(&s2));
+        CK(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking));
+        CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    }
+    ~race_setup()
+    {
+        CK(cudaEventDestroy(ev));
+        for (cudaStream_t s : {s1, s2, nb}) {
+            CK(cudaStreamDestroy(s));
+        }
+        CK(cudaFree(a));
+        CK(cudaFree(b));
+        CK(cudaFreeHost(pinned));
+    }
+};
+
+static void test_race_detector(void)
+{
+    race_setup r;
+    const int n = race_setup::n;
+    std::string l1 = stream_label(r.s1), l2 = stream_label(r.s2);
 
     /* the dropped wait, while the producer cannot even have started: the
      * verdict does not depend on timing */
     gate g;
-    CK(cudaLaunchHostFunc(s1, gate_wait, &g));
-    ZR_LAUNCH(k_fill, 2, 64, 0, s1, a, n, 1.0f);
-    CK(cudaEventRecord(ev, s1));
-    ZR_LAUNCH(k_copy, 2, 64, 0, s2, a, b, n);
+    CK(cudaLaunchHostFunc(r.s1, gate_wait, &g));
+    ZR_LAUNCH(k_fill, 2, 64, 0, r.s1, r.a, n, 1.0f);
+    CK(cudaEventRecord(r.ev, r.s1));
+    ZR_LAUNCH(k_copy, 2, 64, 0, r.s2, r.a, r.b, n);
     TEST_EQ_INT(cudaGetLastError(), cudaErrorLaunchFailure);
     g.open.store(1, std::memory_order_release);
     expect_emu_error("dropped wait", {"race between streams", "kernel 'k_copy'", "kernel 'k_fill'",
                                       l1.c_str(), l2.c_str(), "reads", "writes"});
 
     /* the same with the wait: no error, and the data arrived */
-    ZR_LAUNCH(k_fill, 2, 64, 0, s1, a, n, 2.0f);
-    CK(cudaEventRecord(ev, s1));
-    CK(cudaStreamWaitEvent(s2, ev, 0));
-    ZR_LAUNCH(k_copy, 2, 64, 0, s2, a, b, n);
+    ZR_LAUNCH(k_fill, 2, 64, 0, r.s1, r.a, n, 2.0f);
+    CK(cudaEventRecord(r.ev, r.s1));
+    CK(cudaStreamWaitEvent(r.s2, r.ev, 0));
+    ZR_LAUNCH(k_copy, 2, 64, 0, r.s2, r.a, r.b, n);
     CK(cudaGetLastError());
-    CK(cudaStreamSynchronize(s2));
-    TEST_CHECK(filled(b, n, 2.0f));
+    CK(cudaStreamSynchronize(r.s2));
+    TEST_CHECK(filled(r.b, n, 2.0f));
 
     /* a copy into the buffer, a kernel reading it on another stream */
-    CK(cudaMemcpyAsync(a, pinned, n * sizeof(float), cudaMemcpyHostToDevice, s1));
-    ZR_LAUNCH(k_copy, 2, 64, 0, s2, a, b, n);
+    CK(cudaMemcpyAsync(r.a, r.pinned, n * sizeof(float), cudaMemcpyHostToDevice, r.s1));
+    ZR_LAUNCH(k_copy, 2, 64, 0, r.s2, r.a, r.b, n);
     expect_emu_error("copy then kernel", {"cudaMemcpyAsync", "kernel 'k_copy'"});
 
     /* two writers of one range; then disjoint halves, which do not race */
-    CK(cudaMemsetAsync(a, 0, n * sizeof(float), s1));
-    TEST_EQ_INT(cudaMemsetAsync(a + n / 2, 0, sizeof(float), s2), cudaErrorLaunchFailure);
+    CK(cudaMemsetAsync(r.a, 0, n * sizeof(float), r.s1));
+    TEST_EQ_INT(cudaMemsetAsync(r.a + n / 2, 0, sizeof(float), r.s2), cudaErrorLaunchFailure);
     expect_emu_error("two memsets", {"cudaMemsetAsync", "writes"});
-    CK(cudaMemsetAsync(a, 0, n / 2 * sizeof(float), s1));
-    CK(cudaMemsetAsync(a + n / 2, 0, n / 2 * sizeof(float), s2));
+    CK(cudaMemsetAsync(r.a, 0, n / 2 * sizeof(float), r.s1));
+    CK(cudaMemsetAsync(r.a + n / 2, 0, n / 2 * sizeof(float), r.s2));
     CK(cudaDeviceSynchronize());
 
     /* two readers do not race */
-    ZR_LAUNCH(k_sum_all, 1, 1, 0, s1, a, b, n);
-    ZR_LAUNCH(k_sum_all, 1, 1, 0, s2, a, b + 1, n);
+    ZR_LAUNCH(k_sum_all, 1, 1, 0, r.s1, r.a, r.b, n);
+    ZR_LAUNCH(k_sum_all, 1, 1, 0, r.s2, r.a, r.b + 1, n);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
+}
 
+/* What orders operations of different streams for the detector, and what does not. */
+static void test_race_ordering(void)
+{
+    race_setup r;
+    const int n = race_setup::n;
     /* the host orders: a stream synchronisation, an event synchronisation */
-    ZR_LAUNCH(k_fill, 2, 64, 0, s1, a, n, 3.0f);
-    CK(cudaStreamSynchronize(s1));
-    ZR_LAUNCH(k_copy, 2, 64, 0, s2, a, b, n);
-    ZR_LAUNCH(k_fill, 2, 64, 0, s1, a, n, 4.0f);
+    ZR_LAUNCH(k_fill, 2, 64, 0, r.s1, r.a, n, 3.0f);
+    CK(cudaStreamSynchronize(r.s1));
+    ZR_LAUNCH(k_copy, 2, 64, 0, r.s2, r.a, r.b, n);
+    ZR_LAUNCH(k_fill, 2, 64, 0, r.s1, r.a, n, 4.0f);
     expect_emu_error("write after read", {"kernel 'k_fill'", "kernel 'k_copy'", "reads"});
-    ZR_LAUNCH(k_fill, 2, 64, 0, s1, a, n, 4.0f);
-    CK(cudaEventRecord(ev, s1));
-    CK(cudaEventSynchronize(ev));
-    ZR_LAUNCH(k_copy, 2, 64, 0, s2, a, b, n);
+    ZR_LAUNCH(k_fill, 2, 64, 0, r.s1, r.a, n, 4.0f);
+    CK(cudaEventRecord(r.ev, r.s1));
+    CK(cudaEventSynchronize(r.ev));
+    ZR_LAUNCH(k_copy, 2, 64, 0, r.s2, r.a, r.b, n);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
 
     /* stream 0 orders blocking streams, not non-blocking ones */
-    ZR_LAUNCH(k_fill, 2, 64, 0, s1, a, n, 5.0f);
-    ZR_LAUNCH(k_copy, 2, 64, 0, 0, a, b, n);
-    ZR_LAUNCH(k_fill, 2, 64, 0, s2, b, n, 6.0f);
+    ZR_LAUNCH(k_fill, 2, 64, 0, r.s1, r.a, n, 5.0f);
+    ZR_LAUNCH(k_copy, 2, 64, 0, 0, r.a, r.b, n);
+    ZR_LAUNCH(k_fill, 2, 64, 0, r.s2, r.b, n, 6.0f);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    ZR_LAUNCH(k_fill, 2, 64, 0, nb, a, n, 7.0f);
-    ZR_LAUNCH(k_copy, 2, 64, 0, 0, a, b, n);
+    ZR_LAUNCH(k_fill, 2, 64, 0, r.nb, r.a, n, 7.0f);
+    ZR_LAUNCH(k_copy, 2, 64, 0, 0, r.a, r.b, n);
     expect_emu_error("non-blocking stream vs stream 0", {"non-blocking", "default stream (0)"});
-
-    CK(cudaEventDestroy(ev));
-    for (cudaStream_t s : {s1, s2, nb}) {
-        CK(cudaStreamDestroy(s));
-    }
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    CK(cudaFreeHost(pinned));
 }
 
 static void test_poison_and_pointers(void)
@@ -1037,89 +1063,117 @@ __global__ void k_missing_sync(const float *x, float *y)
     y[threadIdx.x] = s[(threadIdx.x + 1) % 64];
 }
 
+/* ZR_EMU_DEVICES=0 or nodriver: every call says there is no GPU */
+static int child_no_device(cudaError_t want)
+{
+    int count = -1;
+    void *p = nullptr;
+    cudaError_t e1 = cudaGetDeviceCount(&count), e2 = cudaMalloc(&p, 16);
+    printf("count=%d %s %s\n", count, cudaGetErrorName(e1), cudaGetErrorName(e2));
+    return e1 == want && e2 == want && count == 0 ? 0 : 1;
+}
+
+/* ZR_EMU_DEVICES=2: per-device streams, memory and stream 0 */
+static int child_two_devices(void)
+{
+    const int n = 512;
+    int count = 0;
+    struct cudaDeviceProp p0, p1;
+    CK(cudaGetDeviceCount(&count));
+    TEST_EQ_INT(count, 2);
+    CK(cudaGetDeviceProperties(&p0, 0));
+    CK(cudaGetDeviceProperties(&p1, 1));
+    TEST_CHECK(p0.pciBusID != p1.pciBusID);
+    TEST_EQ_INT(cudaSetDevice(2), cudaErrorInvalidDevice);
+    CK(cudaSetDevice(1));
+    float *b1 = dev_alloc<float>(n);
+    cudaStream_t s1;
+    CK(cudaStreamCreate(&s1));
+    ZR_LAUNCH(k_fill, 2, 64, 0, 0, b1, n, 8.0f);
+    CK(cudaDeviceSynchronize());
+    CK(cudaSetDevice(0));
+    /* a stream of device 1 while device 0 is current */
+    ZR_LAUNCH(k_fill, 2, 64, 0, s1, b1, n, 8.0f);
+    TEST_EQ_INT(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+    float *b0 = dev_alloc<float>(n);
+    CK(cudaMemcpy(b0, b1, n * sizeof(float), cudaMemcpyDefault)); /* a peer copy */
+    TEST_CHECK(filled(b0, n, 8.0f));
+    /* device 1's stream 0 is not device 0's: its work is not ordered */
+    CK(cudaSetDevice(1));
+    ZR_LAUNCH(k_fill, 2, 64, 0, 0, b1, n, 9.0f);
+    CK(cudaSetDevice(0));
+    TEST_EQ_INT(cudaMemcpy(b0, b1, n * sizeof(float), cudaMemcpyDefault), cudaErrorLaunchFailure);
+    char msg[4096];
+    TEST_EQ_INT(zr_emu_take_errors(msg, sizeof msg), 1);
+    TEST_CHECKF(strstr(msg, "default stream (0) of device 1") != nullptr, "%s", msg);
+    ZR_LAUNCH(k_fill, 2, 64, 0, 0, b1, n, 8.0f);
+    TEST_EQ_INT(cudaGetLastError(), cudaErrorLaunchFailure);
+    TEST_EQ_INT(zr_emu_take_errors(msg, sizeof msg), 1);
+    TEST_CHECKF(strstr(msg, "memory of device 1") != nullptr, "%s", msg);
+    CK(cudaStreamDestroy(s1));
+    CK(cudaFree(b0));
+    CK(cudaFree(b1));
+    printf("two devices: %d failed checks\n", zr_test_failed_checks);
+    return zr_test_failed_checks != 0;
+}
+
+/* a kernel that never ends: the watchdog aborts the process */
+static int child_spin(void)
+{
+    int *flag = dev_alloc<int>(1);
+    CK(cudaMemset(flag, 0, sizeof(int)));
+    ZR_LAUNCH(k_spin, 1, 32, 0, 0, flag);
+    cudaDeviceSynchronize();
+    return 0; /* never reached: the watchdog aborts */
+}
+
+static int child_host_race(void)
+{
+    /* the host reads pinned memory that a copy on a stream writes, with
+     * no synchronisation in between */
+    float *d = to_dev(std::vector<float>(256, 1.0f)), *pinned = nullptr;
+    cudaStream_t s;
+    CK(cudaMallocHost((void **)&pinned, 256 * sizeof(float)));
+    CK(cudaStreamCreate(&s));
+    CK(cudaMemcpyAsync(pinned, d, 256 * sizeof(float), cudaMemcpyDeviceToHost, s));
+    volatile float seen = pinned[7];
+    (void)seen;
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    CK(cudaFreeHost(pinned));
+    CK(cudaFree(d));
+    return 0;
+}
+
+static int child_missing_sync(void)
+{
+    float *x = to_dev(std::vector<float>(64, 1.0f)), *y = dev_alloc<float>(64);
+    ZR_LAUNCH(k_missing_sync, 1, 64, 0, 0, x, y);
+    CK(cudaDeviceSynchronize());
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+    return 0;
+}
+
 static int child_main(const char *mode)
 {
-    if (strcmp(mode, "--child-nodevice") == 0 || strcmp(mode, "--child-nodriver") == 0) {
-        cudaError_t want =
-            strcmp(mode, "--child-nodevice") == 0 ? cudaErrorNoDevice : cudaErrorInsufficientDriver;
-        int count = -1;
-        void *p = nullptr;
-        cudaError_t e1 = cudaGetDeviceCount(&count), e2 = cudaMalloc(&p, 16);
-        printf("count=%d %s %s\n", count, cudaGetErrorName(e1), cudaGetErrorName(e2));
-        return e1 == want && e2 == want && count == 0 ? 0 : 1;
+    if (strcmp(mode, "--child-nodevice") == 0) {
+        return child_no_device(cudaErrorNoDevice);
+    }
+    if (strcmp(mode, "--child-nodriver") == 0) {
+        return child_no_device(cudaErrorInsufficientDriver);
     }
     if (strcmp(mode, "--child-two-devices") == 0) {
-        const int n = 512;
-        int count = 0;
-        struct cudaDeviceProp p0, p1;
-        CK(cudaGetDeviceCount(&count));
-        TEST_EQ_INT(count, 2);
-        CK(cudaGetDeviceProperties(&p0, 0));
-        CK(cudaGetDeviceProperties(&p1, 1));
-        TEST_CHECK(p0.pciBusID != p1.pciBusID);
-        TEST_EQ_INT(cudaSetDevice(2), cudaErrorInvalidDevice);
-        CK(cudaSetDevice(1));
-        float *b1 = dev_alloc<float>(n);
-        cudaStream_t s1;
-        CK(cudaStreamCreate(&s1));
-        ZR_LAUNCH(k_fill, 2, 64, 0, 0, b1, n, 8.0f);
-        CK(cudaDeviceSynchronize());
-        CK(cudaSetDevice(0));
-        /* a stream of device 1 while device 0 is current */
-        ZR_LAUNCH(k_fill, 2, 64, 0, s1, b1, n, 8.0f);
-        TEST_EQ_INT(cudaGetLastError(), cudaErrorInvalidResourceHandle);
-        float *b0 = dev_alloc<float>(n);
-        CK(cudaMemcpy(b0, b1, n * sizeof(float), cudaMemcpyDefault)); /* a peer copy */
-        TEST_CHECK(filled(b0, n, 8.0f));
-        /* device 1's stream 0 is not device 0's: its work is not ordered */
-        CK(cudaSetDevice(1));
-        ZR_LAUNCH(k_fill, 2, 64, 0, 0, b1, n, 9.0f);
-        CK(cudaSetDevice(0));
-        TEST_EQ_INT(cudaMemcpy(b0, b1, n * sizeof(float), cudaMemcpyDefault),
-                    cudaErrorLaunchFailure);
-        char msg[4096];
-        TEST_EQ_INT(zr_emu_take_errors(msg, sizeof msg), 1);
-        TEST_CHECKF(strstr(msg, "default stream (0) of device 1") != nullptr, "%s", msg);
-        ZR_LAUNCH(k_fill, 2, 64, 0, 0, b1, n, 8.0f);
-        TEST_EQ_INT(cudaGetLastError(), cudaErrorLaunchFailure);
-        TEST_EQ_INT(zr_emu_take_errors(msg, sizeof msg), 1);
-        TEST_CHECKF(strstr(msg, "memory of device 1") != nullptr, "%s", msg);
-        CK(cudaStreamDestroy(s1));
-        CK(cudaFree(b0));
-        CK(cudaFree(b1));
-        printf("two devices: %d failed checks\n", zr_test_failed_checks);
-        return zr_test_failed_checks != 0;
+        return child_two_devices();
     }
     if (strcmp(mode, "--child-spin") == 0) {
-        int *flag = dev_alloc<int>(1);
-        CK(cudaMemset(flag, 0, sizeof(int)));
-        ZR_LAUNCH(k_spin, 1, 32, 0, 0, flag);
-        cudaDeviceSynchronize();
-        return 0; /* never reached: the watchdog aborts */
+        return child_spin();
     }
     if (strcmp(mode, "--child-host-race") == 0) {
-        /* the host reads pinned memory that a copy on a stream writes, with
-         * no synchronisation in between */
-        float *d = to_dev(std::vector<float>(256, 1.0f)), *pinned = nullptr;
-        cudaStream_t s;
-        CK(cudaMallocHost((void **)&pinned, 256 * sizeof(float)));
-        CK(cudaStreamCreate(&s));
-        CK(cudaMemcpyAsync(pinned, d, 256 * sizeof(float), cudaMemcpyDeviceToHost, s));
-        volatile float seen = pinned[7];
-        (void)seen;
-        CK(cudaStreamSynchronize(s));
-        CK(cudaStreamDestroy(s));
-        CK(cudaFreeHost(pinned));
-        CK(cudaFree(d));
-        return 0;
+        return child_host_race();
     }
     if (strcmp(mode, "--child-missing-sync") == 0) {
-        float *x = to_dev(std::vector<float>(64, 1.0f)), *y = dev_alloc<float>(64);
-        ZR_LAUNCH(k_missing_sync, 1, 64, 0, 0, x, y);
-        CK(cudaDeviceSynchronize());
-        CK(cudaFree(x));
-        CK(cudaFree(y));
-        return 0;
+        return child_missing_sync();
     }
     return 2;
 }
@@ -1219,12 +1273,14 @@ int main(int argc, char **argv)
     TEST_RUN(test_shuffles);
     TEST_RUN(test_atomics);
     TEST_RUN(test_bf16);
+    TEST_RUN(test_int_conversions);
     TEST_RUN(test_event_wait);
     TEST_RUN(test_events);
     TEST_RUN(test_legacy_stream);
     TEST_RUN(test_limits);
 #if ZR_CUDA_EMU
     TEST_RUN(test_race_detector);
+    TEST_RUN(test_race_ordering);
     TEST_RUN(test_poison_and_pointers);
     TEST_RUN(test_kernel_errors);
     TEST_RUN(test_no_device);

@@ -1,10 +1,12 @@
 /*
  * emu.h - what the parts of the GPU emulator share (tests/emu, issue 23).
  *
- *   runtime.cpp  configuration, errors, devices, memory and copies (the API)
+ *   runtime.cpp  configuration, errors, devices
+ *   memcpy.cpp   memory, copies and memsets
  *   stream.cpp   streams (a worker thread each), events, ordering, host sync
  *   race.cpp     the allocation table and the race detector between streams
- *   kernel.cpp   launches: blocks, barriers, warps, the watchdog
+ *   launch.cpp   a launch's checks and queueing (the host side)
+ *   kernel.cpp   running a launch: blocks, barriers, warps, the watchdog
  *   symtab.cpp   a kernel's static __shared__ arrays, from the symbol table
  *   memory.cpp   the address range device and pinned memory comes from
  *
@@ -64,6 +66,15 @@ cudaError_t set_last_error(cudaError_t e);
  * calls from kernels or host functions (not allowed), the sticky error. */
 cudaError_t api_enter(const char *call, bool check_sticky = true);
 int current_device(void);
+
+/* The first line of every runtime call (returns its error from the call). */
+#define ZR_EMU_ENTER(call)                                                                         \
+    do {                                                                                           \
+        cudaError_t e_ = zr_emu::api_enter(call);                                                  \
+        if (e_ != cudaSuccess) {                                                                   \
+            return zr_emu::set_last_error(e_);                                                     \
+        }                                                                                          \
+    } while (0)
 
 std::mutex &api_mutex(void);
 
@@ -196,8 +207,10 @@ struct shared_var {
 /* The writable function-local statics of a kernel: its static __shared__
  * arrays. Thread-safe; cached. */
 const std::vector<shared_var> &static_shared_of(const void *kernel);
-size_t func_max_dynamic_shared(const void *kernel);
 bool in_kernel_thread(void);
+/* The queued operation that runs a launch (kernel.cpp). */
+op *make_kernel_op(const char *name, const void *kernel, dim3 grid, dim3 block, size_t shmem,
+                   std::unique_ptr<launch_body> body);
 extern thread_local bool t_in_host_fn;
 
 } // namespace zr_emu

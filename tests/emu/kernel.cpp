@@ -627,18 +627,6 @@ struct kernel_op : op {
     }
 };
 
-std::mutex g_attr_mu;
-std::unordered_map<const void *, size_t> g_max_dynamic;
-
-size_t static_bytes(const void *fn)
-{
-    size_t total = 0;
-    for (const shared_var &v : static_shared_of(fn)) {
-        total += v.size;
-    }
-    return total;
-}
-
 } // namespace
 
 bool in_kernel_thread(void)
@@ -646,11 +634,18 @@ bool in_kernel_thread(void)
     return t_team;
 }
 
-size_t func_max_dynamic_shared(const void *kernel)
+op *make_kernel_op(const char *name, const void *kernel, dim3 grid, dim3 block, size_t shmem,
+                   std::unique_ptr<launch_body> body)
 {
-    std::lock_guard<std::mutex> lock(g_attr_mu);
-    auto it = g_max_dynamic.find(kernel);
-    return it == g_max_dynamic.end() ? 0 : it->second;
+    auto *o = new kernel_op;
+    o->L.name = name;
+    o->L.grid = grid;
+    o->L.block = block;
+    o->L.shmem = shmem;
+    o->L.body = body.get();
+    o->fn = kernel;
+    o->body = std::move(body);
+    return o;
 }
 
 /* ---- kernel-side entry points --------------------------------------------------------- */
@@ -772,110 +767,9 @@ void *dynamic_shared(void)
     return m.blk.L->shmem > 0 ? m.dyn : nullptr;
 }
 
-void note_progress(void)
-{
-    M().blk.progress.fetch_add(1, std::memory_order_relaxed);
-}
-
 void trap(const char *what, const char *file, int line)
 {
     fail_here("%s at %s:%d", what, file, line);
 }
 
-/* ---- launches (host side) -------------------------------------------------------------- */
-
-cudaError_t launch(const char *name, const void *kernel, dim3 grid, dim3 block, size_t shmem,
-                   cudaStream_t stream, launch_body *body, const arg_info *args, int nargs)
-{
-    std::unique_ptr<launch_body> own(body);
-    cudaError_t e = api_enter("a kernel launch");
-    if (e != cudaSuccess) {
-        return set_last_error(e);
-    }
-    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
-    if (block.x == 0 || block.y == 0 || block.z == 0 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
-        block.x > 1024 || block.y > 1024 || block.z > 64 || threads > 1024 ||
-        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
-        fprintf(stderr,
-                "zr-emu: launch of '%s' with grid (%u,%u,%u), block (%u,%u,%u): invalid "
-                "configuration (at most 1024 threads per block, block z <= 64, grid y,z <= "
-                "65535, no zero)\n",
-                name, grid.x, grid.y, grid.z, block.x, block.y, block.z);
-        return set_last_error(cudaErrorInvalidConfiguration);
-    }
-    size_t stat = static_bytes(kernel);
-    size_t optin = func_max_dynamic_shared(kernel);
-    size_t limit = optin > 0 ? optin : (stat < kSharedPerBlock ? kSharedPerBlock - stat : 0);
-    if (shmem > limit || stat > kSharedPerBlock) {
-        fprintf(stderr,
-                "zr-emu: launch of '%s': %zu bytes of dynamic shared memory, %zu static; the "
-                "limit is %zu dynamic (48 KiB in all unless cudaFuncSetAttribute raises it)\n",
-                name, shmem, stat, limit);
-        return set_last_error(cudaErrorInvalidValue);
-    }
-    std::lock_guard<std::mutex> lock(api_mutex());
-    zr_emu_stream *s = resolve_stream(stream);
-    if (s == nullptr) {
-        return set_last_error(cudaErrorInvalidResourceHandle);
-    }
-    std::vector<mem_access> acc;
-    for (int i = 0; i < nargs; i++) {
-        const arg_info &a = args[i];
-        if (!a.pointer || a.ptr == nullptr) {
-            continue;
-        }
-        bool at_end = false;
-        alloc_view v = alloc_find(a.ptr, &at_end);
-        if (v.kind == MEM_PAGEABLE && at_end) {
-            continue; /* one past the end: a valid pointer to nothing */
-        }
-        if (v.kind == MEM_PAGEABLE || (v.kind == MEM_DEVICE && v.device != s->device)) {
-            std::string freed = alloc_freed_note(a.ptr);
-            char what[160];
-            snprintf(what, sizeof what, "memory of device %d, not of the launch's device %d",
-                     v.device, s->device);
-            emu_error("kernel '%s': argument %d = %p is %s", name, i + 1, a.ptr,
-                      !freed.empty()           ? freed.c_str()
-                      : v.kind == MEM_PAGEABLE ? "not device memory (a host pointer? "
-                                                 "cudaMalloc or cudaMallocHost memory only)"
-                                               : what);
-            return set_last_error(cudaErrorLaunchFailure);
-        }
-        char what[96];
-        snprintf(what, sizeof what, "argument %d, a %s pointer", i + 1,
-                 a.write ? "non-const" : "const");
-        acc.push_back(mem_access{a.ptr, a.bytes, a.write != 0, what});
-    }
-    auto *o = new kernel_op;
-    o->L.name = name;
-    o->L.grid = grid;
-    o->L.block = block;
-    o->L.shmem = shmem;
-    o->L.body = own.get();
-    o->fn = kernel;
-    o->body = std::move(own);
-    std::string what = std::string("kernel '") + name + "'";
-    return set_last_error(enqueue(s, o, what.c_str(), acc));
-}
-
 } // namespace zr_emu
-
-extern "C" cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
-                                            int value)
-{
-    using namespace zr_emu;
-    cudaError_t e = api_enter("cudaFuncSetAttribute");
-    if (e != cudaSuccess) {
-        return set_last_error(e);
-    }
-    if (func == nullptr) {
-        return set_last_error(cudaErrorInvalidDeviceFunction);
-    }
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
-        (size_t)value + static_bytes(func) > kSharedOptin) {
-        return set_last_error(cudaErrorInvalidValue);
-    }
-    std::lock_guard<std::mutex> lock(g_attr_mu);
-    g_max_dynamic[func] = (size_t)value;
-    return cudaSuccess;
-}

@@ -359,21 +359,13 @@ void sync_device(int device, double timeout_s)
 
 using namespace zr_emu;
 
-#define ENTER(call)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = api_enter(call);                                                          \
-        if (e_ != cudaSuccess) {                                                                   \
-            return set_last_error(e_);                                                             \
-        }                                                                                          \
-    } while (0)
-
 extern "C" {
 
 /* ---- streams ------------------------------------------------------------------------ */
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
 {
-    ENTER("cudaStreamCreateWithFlags");
+    ZR_EMU_ENTER("cudaStreamCreateWithFlags");
     if (pStream == nullptr || (flags & ~(unsigned)cudaStreamNonBlocking) != 0) {
         return set_last_error(cudaErrorInvalidValue);
     }
@@ -392,7 +384,7 @@ cudaError_t cudaStreamCreate(cudaStream_t *pStream)
 /* Returns at once; the worker finishes the queue, then stops (as CUDA). */
 cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    ENTER("cudaStreamDestroy");
+    ZR_EMU_ENTER("cudaStreamDestroy");
     std::lock_guard<std::mutex> lock(api_mutex());
     if (stream == nullptr || R().live.count(stream) == 0) {
         return set_last_error(cudaErrorInvalidResourceHandle);
@@ -407,7 +399,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream)
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 {
-    ENTER("cudaStreamSynchronize");
+    ZR_EMU_ENTER("cudaStreamSynchronize");
     std::unique_lock<std::mutex> lock(api_mutex());
     zr_emu_stream *s = resolve_stream(stream);
     if (s == nullptr) {
@@ -419,7 +411,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 
 cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
-    ENTER("cudaStreamQuery");
+    ZR_EMU_ENTER("cudaStreamQuery");
     std::lock_guard<std::mutex> lock(api_mutex());
     zr_emu_stream *s = resolve_stream(stream);
     if (s == nullptr) {
@@ -430,7 +422,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
-    ENTER("cudaStreamWaitEvent");
+    ZR_EMU_ENTER("cudaStreamWaitEvent");
     if (flags != 0) {
         return set_last_error(cudaErrorInvalidValue);
     }
@@ -448,7 +440,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
 {
-    ENTER("cudaLaunchHostFunc");
+    ZR_EMU_ENTER("cudaLaunchHostFunc");
     if (fn == nullptr) {
         return set_last_error(cudaErrorInvalidValue);
     }
@@ -465,7 +457,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userD
 
 cudaError_t cudaDeviceSynchronize(void)
 {
-    ENTER("cudaDeviceSynchronize");
+    ZR_EMU_ENTER("cudaDeviceSynchronize");
     sync_device(current_device());
     return set_last_error(sticky_error());
 }
@@ -474,7 +466,7 @@ cudaError_t cudaDeviceSynchronize(void)
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
 {
-    ENTER("cudaEventCreateWithFlags");
+    ZR_EMU_ENTER("cudaEventCreateWithFlags");
     if (event == nullptr || (flags & ~0x7u) != 0) {
         return set_last_error(cudaErrorInvalidValue);
     }
@@ -494,7 +486,7 @@ cudaError_t cudaEventCreate(cudaEvent_t *event)
 
 cudaError_t cudaEventDestroy(cudaEvent_t event)
 {
-    ENTER("cudaEventDestroy");
+    ZR_EMU_ENTER("cudaEventDestroy");
     std::lock_guard<std::mutex> lock(api_mutex());
     if (resolve_event(event) == nullptr) {
         return set_last_error(cudaErrorInvalidResourceHandle);
@@ -506,7 +498,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event)
 
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
-    ENTER("cudaEventRecord");
+    ZR_EMU_ENTER("cudaEventRecord");
     std::lock_guard<std::mutex> lock(api_mutex());
     zr_emu_stream *s = resolve_stream(stream);
     zr_emu_event *e = resolve_event(event);
@@ -531,7 +523,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 
 cudaError_t cudaEventQuery(cudaEvent_t event)
 {
-    ENTER("cudaEventQuery");
+    ZR_EMU_ENTER("cudaEventQuery");
     std::lock_guard<std::mutex> lock(api_mutex());
     zr_emu_event *e = resolve_event(event);
     if (e == nullptr) {
@@ -546,7 +538,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event)
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
-    ENTER("cudaEventSynchronize");
+    ZR_EMU_ENTER("cudaEventSynchronize");
     std::unique_lock<std::mutex> lock(api_mutex());
     zr_emu_event *e = resolve_event(event);
     if (e == nullptr) {
@@ -560,7 +552,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event)
 
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
 {
-    ENTER("cudaEventElapsedTime");
+    ZR_EMU_ENTER("cudaEventElapsedTime");
     if (ms == nullptr) {
         return set_last_error(cudaErrorInvalidValue);
     }

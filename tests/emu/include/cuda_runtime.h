@@ -177,7 +177,6 @@ unsigned long long shfl(unsigned int mask, unsigned long long value, shfl_mode m
                         int width, const char *what, const char *file, int line);
 vote_result vote(unsigned int mask, int pred, const char *what, const char *file, int line);
 void *dynamic_shared(void);
-void note_progress(void);
 [[noreturn]] void trap(const char *what, const char *file, int line);
 
 template <typename T>
