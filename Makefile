@@ -9,8 +9,8 @@
 #   make SAN=1      ASan+UBSan build                             -> build/asan/
 #   make MPI=mpich  release build against MPICH                  -> build/mpich/
 #   make test       set-up, the format and tree checks, the target/compiler
-#                   matrix, all three builds with warnings as errors, the whole
-#                   test suite
+#                   matrix, all three builds and the two GPU emulator builds
+#                   with warnings as errors, the whole test suite
 #   make matrix     compile (only) the whole tree for gcc and clang x
 #                   -march=x86-64, x86-64-v3, x86-64-v4, warnings as errors
 #   make demo       set-up, release build, the main job
