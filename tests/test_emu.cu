@@ -1262,7 +1262,7 @@ int main(int argc, char **argv)
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
-        printf("test_emu: skipped: no CUDA device (%s)\n", cudaGetErrorName(e));
+        printf("skipped: no CUDA device (%s)\n", cudaGetErrorName(e));
         printf("0 passed, 0 failed\n");
         return 0;
     }
