@@ -84,6 +84,51 @@ void futex_wait(std::atomic<uint32_t> *word, uint32_t seen, double timeout_s);
 void futex_wake_all(std::atomic<uint32_t> *word);
 double now_ms(void);
 
+/* A futex word that counts its sleepers, so that a waker who finds nobody
+ * asleep makes no system call (with hundreds of threads on two cores the
+ * calls, not the kernels, are where the time goes). Every change of v must be
+ * sequentially consistent (the defaults), then wake(): a sleeper counts
+ * itself before it looks at v, the waker changes v before it looks at the
+ * count, so one of them sees the other. Under ThreadSanitizer the count is
+ * left out: a sleeper's increment read by its waker is an ordering TSan would
+ * see and CUDA does not have (a worker falling asleep after a copy, then
+ * woken by the host's next call, would order the copy before everything the
+ * host does next, and hide a host read that races with the copy). */
+struct wait_word {
+    std::atomic<uint32_t> v{0};
+#if !defined(__SANITIZE_THREAD__)
+    std::atomic<int> sleepers{0};
+#endif
+    /* sleeps while v == seen; may return early (spuriously, or at the timeout) */
+    void wait(uint32_t seen, double timeout_s = 0)
+    {
+#if defined(__SANITIZE_THREAD__)
+        futex_wait(&v, seen, timeout_s);
+#else
+        sleepers.fetch_add(1);
+        if (v.load() == seen) {
+            futex_wait(&v, seen, timeout_s);
+        }
+        sleepers.fetch_sub(1);
+#endif
+    }
+    void wake()
+    {
+#if !defined(__SANITIZE_THREAD__)
+        if (sleepers.load() == 0) {
+            return;
+        }
+#endif
+        futex_wake_all(&v);
+    }
+    /* v + 1, then wake */
+    void bump()
+    {
+        v.fetch_add(1);
+        wake();
+    }
+};
+
 /* ---- vector clocks ---------------------------------------------------------- */
 
 /* For each stream id, how many of its operations are ordered before a point
@@ -111,10 +156,10 @@ struct zr_emu_stream {
     uint64_t enqueued = 0;
     bool destroyed = false;
     zr_emu::op *tail = nullptr;
-    std::atomic<uint32_t> pushed{0};
+    zr_emu::wait_word pushed;
     /* worker side: written by the worker, read by waiters */
     std::atomic<uint64_t> completed{0};
-    std::atomic<uint32_t> done_word{0};
+    zr_emu::wait_word done_word;
 };
 
 struct zr_emu_event {

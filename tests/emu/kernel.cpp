@@ -59,7 +59,6 @@ enum warp_kind : int { K_SYNC = 0, K_SHFL, K_VOTE };
 struct kernel_abort {};
 
 struct slot {
-    std::atomic<uint32_t> go{0};
     std::atomic<int> state{T_IDLE};
     std::atomic<const char *> what{nullptr}; /* where it waits (reports, site checks) */
     std::atomic<const char *> file{nullptr};
@@ -70,7 +69,7 @@ struct warp_entry {
     bool in_use = false, open = false;
     unsigned int mask = 0, arrived = 0;
     int kind = K_SYNC;
-    int readers = 0;
+    std::atomic<int> readers{0};
     const char *what = nullptr, *file = nullptr;
     int line = 0;
     unsigned long long vals[32];
@@ -82,7 +81,10 @@ struct warp {
     warp_entry e[32];
     unsigned int exited = 0;          /* lanes that returned or do not exist; under mu */
     std::atomic<uint32_t> pending{0}; /* union of the masks of open entries */
-    std::atomic<uint32_t> gen{0};     /* bumped when an entry completes */
+    wait_word gen;                    /* bumped when an entry completes */
+    /* the block generation << 11 | its thread count: set by the driver to
+     * start a block, read by the warp's team threads */
+    wait_word go;
 };
 
 struct launch_rec {
@@ -97,8 +99,8 @@ struct block_state {
     uint3 idx{0, 0, 0};
     unsigned int n = 0;
     std::atomic<uint64_t> word{0}; /* live << 32 | arrived at __syncthreads */
-    std::atomic<uint32_t> phase{0};
-    std::atomic<uint32_t> done{0};
+    wait_word phase;
+    wait_word done;
     std::atomic<int> failed{0};
     std::atomic<uint64_t> progress{0};
     std::mutex msg_mu;
@@ -110,6 +112,7 @@ struct multiprocessor {
     std::vector<slot *> slots;
     std::vector<warp *> warps;
     block_state blk;
+    uint64_t blocks = 0; /* blocks started, for the warps' go words */
     char *dyn = nullptr;
 };
 
@@ -137,12 +140,10 @@ std::string where_am_i(void)
 
 void wake_everyone(block_state &b)
 {
-    b.phase.fetch_add(1, std::memory_order_release);
-    futex_wake_all(&b.phase);
+    b.phase.bump();
     multiprocessor &m = M();
     for (unsigned int w = 0; w < (b.n + 31) / 32; w++) {
-        m.warps[w]->gen.fetch_add(1, std::memory_order_release);
-        futex_wake_all(&m.warps[w]->gen);
+        m.warps[w]->gen.bump();
     }
 }
 
@@ -257,8 +258,8 @@ void complete_barrier(block_state &b, uint32_t ph, uint32_t live)
         m.slots[i]->state.compare_exchange_strong(st, T_RUNNING);
     }
     b.word.store((uint64_t)live << 32, std::memory_order_relaxed);
-    b.phase.store(ph + 1, std::memory_order_release);
-    futex_wake_all(&b.phase);
+    b.phase.v.store(ph + 1);
+    b.phase.wake();
 }
 
 /* ---- warps ---------------------------------------------------------------------------- */
@@ -272,7 +273,7 @@ void try_complete(warp &w, warp_entry &e, unsigned int warp_base)
         return;
     }
     e.open = false;
-    e.readers = __builtin_popcount(e.arrived);
+    e.readers.store(__builtin_popcount(e.arrived));
     uint32_t pending = 0;
     for (const warp_entry &f : w.e) {
         if (f.in_use && f.open) {
@@ -286,14 +287,15 @@ void try_complete(warp &w, warp_entry &e, unsigned int warp_base)
         }
     }
     e.done.store(1, std::memory_order_release);
-    w.gen.fetch_add(1, std::memory_order_release);
-    futex_wake_all(&w.gen);
+    w.gen.bump();
 }
 
+/* The lane has read the entry; the last reader frees it (only the last
+ * takes the lock: 32 lanes woken at once would queue on it). */
 void leave(warp &w, warp_entry *e)
 {
-    std::lock_guard<std::mutex> lock(w.mu);
-    if (--e->readers == 0) {
+    if (e->readers.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> lock(w.mu);
         e->in_use = false;
     }
 }
@@ -381,7 +383,7 @@ warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const 
         e->mask = mask;
         e->arrived = 0;
         e->kind = kind;
-        e->readers = 0;
+        e->readers.store(0);
         e->what = what;
         e->file = file;
         e->line = line;
@@ -414,12 +416,12 @@ warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const 
     }
     lock.unlock();
     while (e->done.load(std::memory_order_acquire) == 0) {
-        uint32_t g = w.gen.load(std::memory_order_acquire);
+        uint32_t g = w.gen.v.load();
         if (e->done.load(std::memory_order_acquire) != 0) {
             break;
         }
         check_failed(b);
-        futex_wait(&w.gen, g, 0);
+        w.gen.wait(g);
     }
     check_failed(b);
     return e;
@@ -446,7 +448,7 @@ void thread_exit(block_state &b)
     uint64_t v = b.word.fetch_sub((uint64_t)1 << 32, std::memory_order_acq_rel);
     uint32_t live = (uint32_t)(v >> 32) - 1, arrived = (uint32_t)v;
     if (arrived > 0 && arrived == live) {
-        complete_barrier(b, b.phase.load(std::memory_order_acquire), live);
+        complete_barrier(b, b.phase.v.load(), live);
     }
 }
 
@@ -457,18 +459,21 @@ void *team_main(void *arg)
     t_team = true;
     t_tid = (unsigned int)(uintptr_t)arg;
     multiprocessor &m = M();
-    slot &me = *m.slots[t_tid];
+    wait_word &go = m.warps[t_tid / 32]->go;
     uint32_t seen = 0;
     for (;;) {
         uint32_t g;
-        while ((g = me.go.load(std::memory_order_acquire)) == seen) {
-            futex_wait(&me.go, seen, 0);
+        while ((g = go.v.load()) == seen) {
+            go.wait(seen);
         }
         seen = g;
+        /* the block's size comes with its start: this thread may be beyond
+         * it (the last warp of a block need not be full) */
+        const unsigned int n = g & 2047u;
+        if (t_tid >= n) {
+            continue;
+        }
         block_state &b = m.blk;
-        /* read now: once this thread has counted itself done, the driver may
-         * set up the next block */
-        const unsigned int n = b.n;
         const dim3 bd = b.L->block;
         threadIdx = uint3{t_tid % bd.x, (t_tid / bd.x) % bd.y, t_tid / (bd.x * bd.y)};
         blockIdx = b.idx;
@@ -483,8 +488,8 @@ void *team_main(void *arg)
         } catch (...) {
             mark_failed(where_am_i() + ": the kernel threw an exception");
         }
-        if (b.done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
-            futex_wake_all(&b.done);
+        if (b.done.v.fetch_add(1) + 1 == n) {
+            b.done.wake();
         }
     }
     return nullptr;
@@ -558,8 +563,8 @@ bool run_block(const launch_rec &L, uint3 idx, const std::vector<shared_var> &st
     b.idx = idx;
     b.n = n;
     b.word.store((uint64_t)n << 32);
-    b.phase.store(0);
-    b.done.store(0);
+    b.phase.v.store(0);
+    b.done.v.store(0);
     b.failed.store(0);
     b.progress.store(0);
     b.msg.clear();
@@ -578,17 +583,20 @@ bool run_block(const launch_rec &L, uint3 idx, const std::vector<shared_var> &st
     memset(m.dyn, 0xff, L.shmem);
     for (unsigned int i = 0; i < n; i++) {
         m.slots[i]->state.store(T_RUNNING);
-        m.slots[i]->go.fetch_add(1, std::memory_order_release);
-        futex_wake_all(&m.slots[i]->go);
+    }
+    m.blocks++;
+    for (unsigned int w = 0; w < (n + 31) / 32; w++) {
+        m.warps[w]->go.v.store((uint32_t)(m.blocks << 11) | n);
+        m.warps[w]->go.wake();
     }
     uint64_t last = ~(uint64_t)0;
     double since = now_ms();
     for (;;) {
-        uint32_t d = b.done.load(std::memory_order_acquire);
+        uint32_t d = b.done.v.load();
         if (d == n) {
             break;
         }
-        futex_wait(&b.done, d, 0.25);
+        b.done.wait(d, 0.25);
         uint64_t p = b.progress.load(std::memory_order_relaxed);
         if (p != last) {
             last = p;
@@ -680,13 +688,13 @@ void syncthreads(const char *file, int line)
                       file, line, other.c_str());
         }
     }
-    uint32_t ph = b.phase.load(std::memory_order_acquire);
+    uint32_t ph = b.phase.v.load();
     uint64_t v = b.word.fetch_add(1, std::memory_order_acq_rel) + 1;
     if ((uint32_t)v == (uint32_t)(v >> 32)) {
         complete_barrier(b, ph, (uint32_t)(v >> 32));
     } else {
-        while (b.phase.load(std::memory_order_acquire) == ph) {
-            futex_wait(&b.phase, ph, 0);
+        while (b.phase.v.load() == ph) {
+            b.phase.wait(ph);
         }
     }
     check_failed(b);

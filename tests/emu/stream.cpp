@@ -104,10 +104,10 @@ void worker_main(zr_emu_stream *s, op *cur)
     for (;;) {
         op *n = cur->next.load(std::memory_order_acquire);
         if (n == nullptr) {
-            uint32_t seen = s->pushed.load(std::memory_order_acquire);
+            uint32_t seen = s->pushed.v.load(std::memory_order_acquire);
             n = cur->next.load(std::memory_order_acquire);
             if (n == nullptr) {
-                futex_wait(&s->pushed, seen, 0);
+                s->pushed.wait(seen);
                 continue;
             }
         }
@@ -119,8 +119,7 @@ void worker_main(zr_emu_stream *s, op *cur)
         n->run();
         bool stop = n->stop;
         s->completed.store(n->seq, std::memory_order_release);
-        s->done_word.fetch_add(1, std::memory_order_release);
-        futex_wake_all(&s->done_word);
+        s->done_word.bump();
         if (stop) {
             delete n;
             return;
@@ -164,8 +163,7 @@ void push(zr_emu_stream *s, op *o)
 {
     s->tail->next.store(o, std::memory_order_release);
     s->tail = o;
-    s->pushed.fetch_add(1, std::memory_order_release);
-    futex_wake_all(&s->pushed);
+    s->pushed.bump();
 }
 
 struct record_op : op {
@@ -215,14 +213,14 @@ bool wait_completed_for(zr_emu_stream *s, uint64_t seq, double timeout_s)
 {
     double t0 = now_ms();
     while (s->completed.load(std::memory_order_acquire) < seq) {
-        uint32_t w = s->done_word.load(std::memory_order_acquire);
+        uint32_t w = s->done_word.v.load(std::memory_order_acquire);
         if (s->completed.load(std::memory_order_acquire) >= seq) {
             break;
         }
         if (timeout_s > 0 && now_ms() - t0 > timeout_s * 1000.0) {
             return false;
         }
-        futex_wait(&s->done_word, w, timeout_s > 0 ? 0.1 : 0);
+        s->done_word.wait(w, timeout_s > 0 ? 0.1 : 0);
     }
     return true;
 }
