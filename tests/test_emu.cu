@@ -763,6 +763,18 @@ static void test_legacy_stream(void)
     CK(cudaStreamSynchronize(nonblocking));
     TEST_CHECK(to_host(a, (size_t)n)[(size_t)n - 1] == 5.0f);
 
+    /* host to host is synchronous even when asynchronous: the data is there
+     * at once, although the stream is still busy with the gate's last poll
+     * (under TSan a copy that returned early would also be a reported race) */
+    float *pinned = nullptr;
+    CK(cudaMallocHost((void **)&pinned, n * sizeof(float)));
+    gate g4;
+    CK(cudaLaunchHostFunc(nonblocking, gate_wait, &g4));
+    g4.open.store(1, std::memory_order_release);
+    CK(cudaMemcpyAsync(pinned, src.data(), n * sizeof(float), cudaMemcpyHostToHost, nonblocking));
+    TEST_CHECK(pinned[n - 1] == 6.0f);
+    CK(cudaFreeHost(pinned));
+
     CK(cudaEventDestroy(e));
     CK(cudaStreamDestroy(nonblocking));
     CK(cudaFree(a));

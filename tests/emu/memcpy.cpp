@@ -9,7 +9,8 @@
  * they do, and nowhere else, so a program that relies on an implicit wait CUDA
  * does not make is caught: cudaMemcpy waits except device to device and
  * pageable host to device (staged: the source is copied at the call), the
- * async copy waits only for a pageable destination, cudaMemset only on pinned
+ * async copy waits only for a pageable destination or between two host
+ * buffers, cudaMemset only on pinned
  * memory, and cudaFree / cudaFreeHost synchronise the device.
  */
 #include "emu.h"
@@ -282,7 +283,8 @@ cudaError_t do_copy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, c
     } else if (sync_call) {
         host_wait = !(d.kind == MEM_DEVICE && sv.kind == MEM_DEVICE);
     } else {
-        host_wait = d.kind == MEM_PAGEABLE;
+        /* to pageable memory, and host to host, CUDA copies synchronously */
+        host_wait = d.kind == MEM_PAGEABLE || (d.kind != MEM_DEVICE && sv.kind != MEM_DEVICE);
     }
     std::vector<mem_access> acc;
     if (sv.kind != MEM_PAGEABLE) {
