@@ -23,6 +23,8 @@
  */
 #include "zr/optim.h"
 
+#include "adamw_rules.h" /* the element update, shared with the CUDA kernel */
+
 #include <math.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -42,28 +44,18 @@ zr_adamw zr_adamw_default(void)
     return h;
 }
 
-/* The step's constants, computed once in float as the scalar code uses them. */
-typedef struct adam_k {
-    float gs, b1, nb1, b2, nb2, c1, c2, eps, wd, lr;
-} adam_k;
+typedef zr_adamw_k adam_k;
 
 typedef void (*adam_fn)(const adam_k *k, float *restrict p, const float *restrict g,
                         float *restrict m, float *restrict v, size_t n);
 typedef double (*sumsq_fn)(const float *x, size_t n);
 
-/* The reference: the vector kernels below repeat these operations lane by lane. */
+/* The reference (adamw_rules.h): the vector kernels below repeat its operations lane by lane. */
 static void adam_scalar(const adam_k *k, float *restrict p, const float *restrict g,
                         float *restrict m, float *restrict v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        float gi = g[i] * k->gs;
-        float mi = k->b1 * m[i] + k->nb1 * gi;
-        float vi = k->b2 * v[i] + k->nb2 * (gi * gi);
-        float den = sqrtf(vi * k->c2);
-        float upd = (mi * k->c1) / (den + k->eps) + k->wd * p[i];
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = p[i] - k->lr * upd;
+        zr_adamw_elem(k, &p[i], g[i], &m[i], &v[i]);
     }
 }
 

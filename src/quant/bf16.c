@@ -2,9 +2,9 @@
  * bf16.c - element types of the codecs: fp32 <-> bf16 conversion of values.
  *
  * bf16 is the top half of an fp32, so widening is a shift and narrowing is a
- * rounding of the dropped 16 bits. The rounding rule lives in quant_impl.h
- * (zr_q_bf16_round) because the vector kernels must reproduce it exactly;
- * these functions are the public face of the same rule.
+ * rounding of the dropped 16 bits. The rounding rule lives in bf16_rules.h
+ * (zr_q_bf16_round) because the vector kernels and the CUDA kernels must
+ * reproduce it exactly; these functions are the public face of the same rule.
  */
 #include "quant_impl.h"
 

@@ -12,7 +12,6 @@
 #include <float.h>
 
 #define HEADER_BYTES ((size_t)sizeof(zr_qheader))
-#define QNAN_BITS    0x7fc00000u /* the one NaN written as a scale: blocks stay bit-identical */
 
 /* ---- scalar kernels (the oracle) ----------------------------------------- */
 
@@ -23,7 +22,7 @@ static void scalar_scan(zr_dtype t, const void *x, const float *r, size_t n, flo
     float mn = INFINITY, mx = -INFINITY;
     for (size_t i = 0; i < n; i++) {
         float v = zr_q_value(t, x, r, i, mul);
-        uint32_t a = zr_q_f32_bits(v) & 0x7fffffffu;
+        uint32_t a = zr_q_absbits(v);
         /* integer max of |v| bits orders every finite value and puts NaN above
          * Inf, so one compare finds both the absmax and non-finite values */
         absbits = a > absbits ? a : absbits;
@@ -47,31 +46,43 @@ static void scalar_encode(const zr_qgroup *g, zr_dtype t, const void *x, float *
             r[i] = v - zr_q_dequant(g, q);
         }
         if (g->bits == 8) {
-            payload[i] = (uint8_t)q;
+            payload[i] = (uint8_t)zr_q_pack(8, q);
         } else if ((i & 1) == 0) {
-            payload[i / 2] = (uint8_t)(q & 0xf);
+            payload[i / 2] = (uint8_t)zr_q_pack(4, q);
         } else {
-            payload[i / 2] |= (uint8_t)((q & 0xf) << 4);
+            payload[i / 2] |= (uint8_t)(zr_q_pack(4, q) << 4);
         }
+    }
+}
+
+static inline void put_decoded(zr_qout mode, void *out, size_t i, float v)
+{
+    switch (mode) {
+    case ZR_QOUT_F32:
+        ((float *)out)[i] = v;
+        break;
+    case ZR_QOUT_BF16:
+        ((zr_bf16 *)out)[i] = zr_q_bf16_round(v);
+        break;
+    case ZR_QOUT_ADD:
+        ((float *)out)[i] = zr_q_add(((float *)out)[i], v);
+        break;
     }
 }
 
 static void scalar_decode(const zr_qgroup *g, const uint8_t *payload, size_t n, zr_qout mode,
                           void *out)
 {
-    for (size_t i = 0; i < n; i++) {
-        float v = zr_q_dequant(g, zr_q_payload_get(g, payload, i));
-        switch (mode) {
-        case ZR_QOUT_F32:
-            ((float *)out)[i] = v;
-            break;
-        case ZR_QOUT_BF16:
-            ((zr_bf16 *)out)[i] = zr_q_bf16_round(v);
-            break;
-        case ZR_QOUT_ADD:
-            ((float *)out)[i] = ((float *)out)[i] + v;
-            break;
+    zr_qgroup gl = *g; /* a copy the stores below cannot alias */
+    if (zr_q_scale_nonfinite(gl.scale)) {
+        /* zr_q_decode1 of every element, decided once per segment */
+        for (size_t i = 0; i < n; i++) {
+            put_decoded(mode, out, i, zr_q_bits_f32(ZR_Q_QNAN_BITS));
         }
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        put_decoded(mode, out, i, zr_q_dequant(&gl, zr_q_payload_get(&gl, payload, i)));
     }
 }
 
@@ -319,8 +330,8 @@ static int encode_group(const zr_qkernels *k, int bits, int asym, zr_dtype t, co
     zr_qscan s;
     k->scan(t, x, r, n, mul, asym, &s);
     size_t si = asym ? 2 * gi : gi;
-    if (s.absbits >= 0x7f800000u) {
-        float nan = zr_q_bits_f32(QNAN_BITS);
+    if (zr_q_nonfinite(s.absbits)) {
+        float nan = zr_q_bits_f32(ZR_Q_QNAN_BITS);
         scale_put(block, si, nan);
         if (asym) {
             scale_put(block, si + 1, nan);
@@ -333,31 +344,7 @@ static int encode_group(const zr_qkernels *k, int bits, int asym, zr_dtype t, co
         }
         return 1;
     }
-    zr_qgroup g;
-    g.bits = bits;
-    g.asym = asym;
-    if (!asym) {
-        g.scale = zr_q_bits_f32(s.absbits) / (float)(1 << (bits - 1));
-        g.zero = 0.0f;
-        g.lo = -(float)(1 << (bits - 1));
-        g.hi = (float)((1 << (bits - 1)) - 1);
-    } else {
-        /* + 0.0f turns -0 into +0: which zero a min/max reduction returns
-         * depends on its order, and the zero point is stored */
-        float mn = s.mn + 0.0f, mx = s.mx + 0.0f;
-        /* the range in double cannot overflow for finite min and max */
-        g.scale = (float)(((double)mx - (double)mn) / (double)((1 << bits) - 1));
-        g.zero = mn;
-        g.lo = 0.0f;
-        g.hi = (float)((1 << bits) - 1);
-    }
-    g.div = g.scale;
-    if (g.scale == 0.0f) {
-        /* absmax 0 (or a range so small that the scale underflows): every
-         * code is 0 and the decoded group is exactly zero (sym) or min (asym) */
-        g.div = 1.0f;
-        g.lo = g.hi = 0.0f;
-    }
+    zr_qgroup g = zr_q_group_make(bits, asym, s.absbits, s.mn, s.mx);
     scale_put(block, si, g.scale);
     if (asym) {
         scale_put(block, si + 1, g.zero);

@@ -8,7 +8,8 @@
  * one group. The per-element rules are the static inline helpers below, and
  * vector kernels hand their tails (n % 16 elements) to the scalar kernel, so
  * the only thing a vector path can get wrong is its main loop, which the
- * tests compare bit for bit against the oracle.
+ * tests compare bit for bit against the oracle. The rules themselves live in
+ * quant_rules.h, which the CUDA kernels (quant_cuda.cu) include too.
  *
  * Not installed; nothing outside src/quant includes it.
  */
@@ -17,22 +18,10 @@
 
 #include "zr/quant.h"
 
+#include "quant_rules.h" /* zr_qgroup and the per-element rules, shared with the CUDA kernels */
+
 #include <math.h>
 #include <string.h>
-
-/*
- * How one group is coded. Encoding: t = v / div (sym) or (v - zero) / div
- * (asym), clamped to [lo, hi] in float, q = round_half_even(t). Decoding:
- * x' = q * scale (sym) or zero + q * scale (asym). A zero scale is coded with
- * div = 1 and lo = hi = 0 so that the same loop yields q = 0 without a
- * division by zero.
- */
-typedef struct zr_qgroup {
-    float div, lo, hi;
-    float scale, zero;
-    int bits; /* 8 or 4 */
-    int asym;
-} zr_qgroup;
 
 /* Result of scanning a group: max of |v| as bits (>= 0x7f800000 means Inf/NaN), min and max. */
 typedef struct zr_qscan {
@@ -71,71 +60,22 @@ extern const zr_qkernels zr_qkernels_avx512;
 int zr_qkernels_avx2_ok(void);
 int zr_qkernels_avx512_ok(void);
 
-/* ---- per-element rules, shared by every implementation ------------------ */
-
-static inline uint32_t zr_q_f32_bits(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static inline float zr_q_bits_f32(uint32_t u)
-{
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* fp32 -> bf16, round to nearest even; NaN stays a quiet NaN with its sign. */
-static inline zr_bf16 zr_q_bf16_round(float x)
-{
-    uint32_t u = zr_q_f32_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) {
-        return (zr_bf16)((u >> 16) | 0x0040u);
-    }
-    /* adding 0x7fff plus the kept LSB rounds ties to even; a carry out of the
-     * largest finite value lands on the Inf pattern, which is what we want */
-    return (zr_bf16)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static inline float zr_q_bf16_widen(zr_bf16 h)
-{
-    return zr_q_bits_f32((uint32_t)h << 16);
-}
+/* ---- per-element helpers over the rules of quant_rules.h ---------------- */
 
 static inline float zr_q_value(zr_dtype t, const void *x, const float *r, size_t i, float mul)
 {
-    float v = t == ZR_DTYPE_BF16 ? zr_q_bf16_widen(((const zr_bf16 *)x)[i]) : ((const float *)x)[i];
-    v = v * mul;
-    if (r != NULL) {
-        v = v + r[i];
-    }
-    return v;
-}
-
-static inline int zr_q_code(const zr_qgroup *g, float v)
-{
-    float t = g->asym ? (v - g->zero) / g->div : v / g->div;
-    t = t < g->lo ? g->lo : t;
-    t = t > g->hi ? g->hi : t;
-    return (int)nearbyintf(t); /* the default rounding mode: half to even */
-}
-
-static inline float zr_q_dequant(const zr_qgroup *g, int q)
-{
-    float p = (float)q * g->scale;
-    return g->asym ? g->zero + p : p;
+    float xi =
+        t == ZR_DTYPE_BF16 ? zr_q_bf16_widen(((const zr_bf16 *)x)[i]) : ((const float *)x)[i];
+    return zr_q_input(xi, mul, r != NULL, r != NULL ? r[i] : 0.0f);
 }
 
 /* Code of element i of a payload (8 or 4 bits, signed for sym). */
 static inline int zr_q_payload_get(const zr_qgroup *g, const uint8_t *payload, size_t i)
 {
     if (g->bits == 8) {
-        return g->asym ? (int)payload[i] : (int)(int8_t)payload[i];
+        return zr_q_unpack(8, g->asym, payload[i]);
     }
-    int nib = (payload[i / 2] >> ((i & 1) * 4)) & 0xf;
-    return g->asym ? nib : (nib ^ 8) - 8;
+    return zr_q_unpack(4, g->asym, (uint32_t)(payload[i / 2] >> ((i & 1) * 4)) & 0xfu);
 }
 
 #endif /* ZR_QUANT_IMPL_H */

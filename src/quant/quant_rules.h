@@ -1,0 +1,153 @@
+/*
+ * quant_rules.h - the per-element and per-group rules of the block codec
+ * (zr/quant.h), written once for the CPU code (C11: the scalar oracle, the
+ * tails of the x86 vector paths) and the CUDA kernels (nvcc and the GPU
+ * emulator), so that a block encoded on either decodes to the same bytes on
+ * the other (src/base/hd.h says how one source serves both).
+ *
+ * Bit-identity rests on: every operation below is one correctly rounded IEEE
+ * operation in the order written (the CPU builds with -ffp-contract=off,
+ * nvcc with --fmad=false, and neither with fast-math, so division and square
+ * root are exact); rounding to an integer is nearbyintf in the default mode
+ * (half to even); and the two places where processors disagree on NaNs are
+ * spelled out: a non-finite group decodes to ZR_Q_QNAN_BITS, and an addition
+ * involving a NaN returns the first NaN operand quieted (x86's rule; a GPU
+ * would return its canonical NaN instead).
+ */
+#ifndef ZR_QUANT_RULES_H
+#define ZR_QUANT_RULES_H
+
+#include "bf16_rules.h"
+
+#include <math.h>
+
+/* the one NaN written as a scale and decoded from a non-finite group */
+#define ZR_Q_QNAN_BITS 0x7fc00000u
+
+/*
+ * How one group is coded. Encoding: t = v / div (sym) or (v - zero) / div
+ * (asym), clamped to [lo, hi] in float, q = round_half_even(t). Decoding:
+ * x' = q * scale (sym) or zero + q * scale (asym). A zero scale is coded with
+ * div = 1 and lo = hi = 0 so that the same loop yields q = 0 without a
+ * division by zero.
+ */
+typedef struct zr_qgroup {
+    float div, lo, hi;
+    float scale, zero;
+    int bits; /* 8 or 4 */
+    int asym;
+} zr_qgroup;
+
+/* The value quantized: x * mul, then + r with error feedback. */
+ZR_HD float zr_q_input(float x, float mul, int has_r, float r)
+{
+    float v = x * mul;
+    if (has_r) {
+        v = v + r;
+    }
+    return v;
+}
+
+/* |v| as bits: integer order of these is the order of |v|, with NaN above Inf. */
+ZR_HD uint32_t zr_q_absbits(float v)
+{
+    return zr_q_f32_bits(v) & 0x7fffffffu;
+}
+
+/* A group whose largest |v| (as bits) is Inf or NaN is non-finite. */
+ZR_HD int zr_q_nonfinite(uint32_t absbits)
+{
+    return absbits >= 0x7f800000u;
+}
+
+/*
+ * The coding of a finite group from its scan: the largest |v| as bits, and
+ * (asym) its min and max.
+ */
+ZR_HD zr_qgroup zr_q_group_make(int bits, int asym, uint32_t absbits, float mn, float mx)
+{
+    zr_qgroup g;
+    g.bits = bits;
+    g.asym = asym;
+    if (!asym) {
+        g.scale = zr_q_bits_f32(absbits) / (float)(1 << (bits - 1));
+        g.zero = 0.0f;
+        g.lo = -(float)(1 << (bits - 1));
+        g.hi = (float)((1 << (bits - 1)) - 1);
+    } else {
+        /* + 0.0f turns -0 into +0: which zero a min/max reduction returns
+         * depends on its order, and the zero point is stored */
+        mn = mn + 0.0f;
+        mx = mx + 0.0f;
+        /* the range in double cannot overflow for finite min and max */
+        g.scale = (float)(((double)mx - (double)mn) / (double)((1 << bits) - 1));
+        g.zero = mn;
+        g.lo = 0.0f;
+        g.hi = (float)((1 << bits) - 1);
+    }
+    g.div = g.scale;
+    if (g.scale == 0.0f) {
+        /* absmax 0 (or a range so small that the scale underflows): every
+         * code is 0 and the decoded group is exactly zero (sym) or min (asym) */
+        g.div = 1.0f;
+        g.lo = g.hi = 0.0f;
+    }
+    return g;
+}
+
+/* The code of v in a finite group. */
+ZR_HD int zr_q_code(const zr_qgroup *g, float v)
+{
+    float t = g->asym ? (v - g->zero) / g->div : v / g->div;
+    t = t < g->lo ? g->lo : t;
+    t = t > g->hi ? g->hi : t;
+    return (int)nearbyintf(t); /* the default rounding mode: half to even */
+}
+
+/* The bits of a code in the payload: a byte (8 bits) or a nibble (4 bits). */
+ZR_HD uint32_t zr_q_pack(int bits, int q)
+{
+    return (uint32_t)q & (bits == 8 ? 0xffu : 0xfu);
+}
+
+/* The code stored in a byte or nibble (signed for sym). */
+ZR_HD int zr_q_unpack(int bits, int asym, uint32_t stored)
+{
+    if (bits == 8) {
+        return asym ? (int)stored : (int)(int8_t)(uint8_t)stored;
+    }
+    return asym ? (int)stored : (int)(stored ^ 8u) - 8;
+}
+
+/* x' of code q in a finite group. */
+ZR_HD float zr_q_dequant(const zr_qgroup *g, int q)
+{
+    float p = (float)q * g->scale;
+    return g->asym ? g->zero + p : p;
+}
+
+/* A decoded group is non-finite when its stored scale is NaN. */
+ZR_HD int zr_q_scale_nonfinite(float scale)
+{
+    return scale != scale;
+}
+
+/* x' of element with code q: ZR_Q_QNAN_BITS for a non-finite group. */
+ZR_HD float zr_q_decode1(const zr_qgroup *g, int q)
+{
+    return zr_q_scale_nonfinite(g->scale) ? zr_q_bits_f32(ZR_Q_QNAN_BITS) : zr_q_dequant(g, q);
+}
+
+/* a + b, where a NaN operand (the first one if both) is returned quieted. */
+ZR_HD float zr_q_add(float a, float b)
+{
+    if (a != a) {
+        return zr_q_bits_f32(zr_q_f32_bits(a) | 0x00400000u);
+    }
+    if (b != b) {
+        return zr_q_bits_f32(zr_q_f32_bits(b) | 0x00400000u);
+    }
+    return a + b;
+}
+
+#endif /* ZR_QUANT_RULES_H */
