@@ -8,11 +8,15 @@
 #   make NATIVE=1   release build with -march=native             -> build/native/
 #   make SAN=1      ASan+UBSan build                             -> build/asan/
 #   make MPI=mpich  release build against MPICH                  -> build/mpich/
+#   make CUDA=0     any of the above without the CUDA backend (the default
+#                   is on wherever nvcc is found: PATH, /usr/local/cuda/bin,
+#                   or CUDA_HOME; NCCL from the toolkit or NCCL_HOME)
 #   make test       set-up, the format and tree checks, the target/compiler
 #                   matrix, all three builds and the two GPU emulator builds
 #                   with warnings as errors, the whole test suite
 #   make matrix     compile (only) the whole tree for gcc and clang x
 #                   -march=x86-64, x86-64-v3, x86-64-v4, warnings as errors
+#   make gpu-test   the gpu suite (tests/testlist) on this machine's GPU
 #   make demo       set-up, release build, the main job
 #   make EMU=1      the tree on the GPU emulator (tests/emu/emu.mk)  -> build/emu/
 #   make EMU=1 TSAN=1  the same under ThreadSanitizer              -> build/emu-tsan/
@@ -32,7 +36,8 @@
 # scripts/check_tree.sh (make check-tree, run by make test) checks that
 # README says the same chain and that the includes of src/ follow it.
 # Every src/<layer>/*.c goes into libzr.a except src/cli, which with bench/
-# makes the zr program. tests/test_*.c are one program each.
+# makes the zr program. tests/test_*.c are one program each. With CUDA,
+# src/<layer>/*.cu (the kernels) are compiled by nvcc into libzr.a too.
 
 MPI ?= openmpi
 SAN ?= 0
@@ -58,6 +63,36 @@ ifeq ($(EMU),1)
   CUDA := 0
 endif
 BUILD ?= build/$(VARIANT)
+
+# ---- CUDA (issue 23) ---------------------------------------------------------
+#
+# On wherever nvcc is found, so that `make test` compiles and links the
+# kernels on every machine with a toolkit, GPU or not. ASan builds default to
+# CUDA=0: ASan's shadow memory and the CUDA driver's address-space
+# reservations do not mix (the ASan suite checks the host code; the kernels'
+# checks are the emulator's and the GPU's). MPICH builds keep CUDA: nothing
+# in it depends on the MPI.
+ifeq ($(SAN),1)
+  CUDA ?= 0
+endif
+CUDA ?= auto
+ZR_CUDA := 0
+ifneq ($(CUDA),0)
+  ifneq ($(CUDA_HOME),)
+    NVCC := $(wildcard $(CUDA_HOME)/bin/nvcc)
+  else
+    NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+    NVCC := $(if $(NVCC),$(realpath $(NVCC)))
+    CUDA_HOME := $(patsubst %/bin/nvcc,%,$(NVCC))
+  endif
+  ifneq ($(NVCC),)
+    ZR_CUDA := 1
+  else ifeq ($(CUDA),1)
+    $(error CUDA=1 but no nvcc in CUDA_HOME, on PATH or in /usr/local/cuda/bin)
+  else ifeq ($(MAKELEVEL),0)
+    $(info zr: no nvcc found (PATH, /usr/local/cuda/bin, CUDA_HOME): building without CUDA)
+  endif
+endif
 
 DEPS_CFLAGS := $(shell pkg-config --cflags openblas libcjson 2>/dev/null)
 DEPS_LIBS := $(shell pkg-config --libs openblas libcjson 2>/dev/null)
@@ -85,11 +120,38 @@ MARCH ?=
 CFLAGS += $(MARCH)
 LDLIBS := $(DEPS_LIBS) -lm
 
+ifeq ($(ZR_CUDA),1)
+  # NCCL: NCCL_HOME, else the toolkit's or the system's
+  ifneq ($(NCCL_HOME),)
+    NCCL_CFLAGS := -isystem $(NCCL_HOME)/include
+    NCCL_LIBS := -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib -lnccl
+  else ifneq ($(wildcard $(CUDA_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so),)
+    NCCL_LIBS := -lnccl
+  endif
+  ZR_NCCL := $(if $(NCCL_LIBS),1,0)
+  # C files see the runtime API as a system header (its own warnings are not ours)
+  CFLAGS += -DZR_CUDA=1 -DZR_NCCL=$(ZR_NCCL) -isystem $(CUDA_HOME)/include $(NCCL_CFLAGS)
+  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt \
+            $(NCCL_LIBS) -lstdc++
+  # --fmad=false: no fused multiply-add, so kernels round as the CPU code does
+  # (-ffp-contract=off there); sm_80 and sm_90 binaries plus sm_90 PTX for
+  # newer GPUs; ptxas reports registers, spills and local memory per kernel.
+  NVCCFLAGS := -std=c++17 --fmad=false -O3 -lineinfo -Iinclude \
+               -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+               -gencode arch=compute_90,code=compute_90 \
+               -Xptxas -v,-warn-spills,-warn-lmem-usage -Xcompiler -Wall,-Wextra
+  ifeq ($(WERROR),1)
+    NVCCFLAGS += -Werror all-warnings -Xcompiler -Werror
+  endif
+endif
+
 LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
+CU_SRC := $(if $(filter 1,$(ZR_CUDA)),$(wildcard src/*/*.cu))
 CLI_SRC := $(wildcard src/cli/*.c) $(wildcard bench/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CU_OBJ := $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -98,18 +160,21 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PAR = $(if $(filter -j% --jobserver%,$(MAKEFLAGS)),,-j$(JOBS))
 
-.PHONY: all build objects print-cflags werror-check setup test matrix demo bench clean format check-format check-tree FORCE
+.PHONY: all build objects print-cflags werror-check setup test gpu-test matrix demo bench clean \
+        format check-format check-tree FORCE
 .DEFAULT_GOAL := all
 
 all: build
-build: $(BUILD)/libzr.a $(BUILD)/zr $(TEST_BIN)
-# every file compiled, nothing linked (the matrix)
+build: $(BUILD)/libzr.a $(BUILD)/zr $(TEST_BIN) $(if $(CU_OBJ),$(BUILD)/ptxas.txt)
+# every C file compiled, nothing linked (the matrix: the .cu files are nvcc's,
+# compiled once by the build itself)
 objects: $(LIB_OBJ) $(CLI_OBJ) $(TEST_OBJ)
 
 # The compiler and flags a folder was built with: when they change (another
 # default target, a new flag), every object in it is rebuilt instead of old and
 # new code being linked together. -Werror changes no code, so it is left out.
-FLAGS_ID := $(CC) $(filter-out -Werror,$(CFLAGS)) $(LDFLAGS) $(LDLIBS) OMPI_CC=$(OMPI_CC)
+FLAGS_ID := $(CC) $(filter-out -Werror,$(CFLAGS)) $(LDFLAGS) $(LDLIBS) OMPI_CC=$(OMPI_CC) \
+            CUDA=$(ZR_CUDA) $(NVCC) $(filter-out -Werror all-warnings,$(NVCCFLAGS))
 $(BUILD)/flags: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(FLAGS_ID)' | cmp -s - $@ || echo '$(FLAGS_ID)' >$@
@@ -118,7 +183,19 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/libzr.a: $(LIB_OBJ)
+# nvcc; ptxas' report (-v) goes to <object>.ptxas, anything else to the terminal
+$(BUILD)/obj/%.cu.o: %.cu $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2>$(@:.o=.ptxas); \
+	rc=$$?; grep -Ev '^ptxas info|bytes stack frame' $(@:.o=.ptxas) >&2; exit $$rc
+
+# The kernels' registers, spills and local memory, one report per build; in
+# the test builds a kernel that spills or uses local memory fails the build.
+$(BUILD)/ptxas.txt: $(CU_OBJ)
+	@cat $(CU_OBJ:.o=.ptxas) >$@
+	@if [ "$(WERROR)" = 1 ] && ! scripts/ptxas_check.sh $@; then rm -f $@; exit 1; fi
+
+$(BUILD)/libzr.a: $(LIB_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -129,7 +206,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libzr.a tests/test.h $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $< $(BUILD)/libzr.a $(LDLIBS) -o $@
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TEST_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(TEST_BIN:=.d) $(CU_OBJ:.o=.d)
 
 ifeq ($(EMU),1)
   include tests/emu/emu.mk
@@ -201,6 +278,12 @@ test: setup
 demo: setup
 	@$(MAKE) --no-print-directory -s $(PAR) build
 	@scripts/demo.sh
+
+# The GPU programs of tests/testlist on this machine's GPU (each says it was
+# skipped, and why, where there is none).
+gpu-test: setup
+	@$(MAKE) --no-print-directory -s $(PAR) build WERROR=1
+	@tests/run.sh --suite gpu
 
 bench: setup
 	@$(MAKE) --no-print-directory -s $(PAR) build

@@ -4,15 +4,20 @@
 # summed over every test program (each prints its own such line). A program
 # that crashes, times out or prints no closing line counts as one failed test.
 #
-# usage: tests/run.sh [--suite release|asan|mpich|emu|all] [--filter REGEX] [--list FILE]
+# A program that cannot run here (the gpu suite without a GPU, an opt-in smoke
+# test) prints "skipped: <why>" and "0 passed, 0 failed": it is listed as
+# skipped, with its reason, and counts neither as passed nor as failed.
+#
+# usage: tests/run.sh [--suite release|asan|mpich|emu|gpu|all] [--filter REGEX] [--list FILE]
 #
 # testlist lines:   program  np  rpn  suites  [args...]
 #   np      '-' runs the program directly; a number runs it under mpirun with np ranks
 #   rpn     ranks per emulated node (sets ZR_RANKS_PER_NODE), '-' for real detection
-#   suites  where the line runs: comma list of release, asan, mpich, emu, emu-tsan
+#   suites  where the line runs: comma list of release, asan, mpich, emu, emu-tsan, gpu
 #           ('all' = release, asan and mpich). --suite emu runs the emu lines from
 #           build/emu and the emu-tsan lines from build/emu-tsan (the GPU emulator,
-#           tests/emu); --suite all runs every suite.
+#           tests/emu); gpu lines run from build/release on this machine's GPU
+#           (make gpu-test); --suite all runs every suite but gpu.
 set -u
 cd "$(dirname "$0")/.."
 
@@ -45,7 +50,9 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 TIMEOUT=${ZR_TEST_TIMEOUT:-600}
 total_pass=0
 total_fail=0
+total_skip=0
 failed_lines=()
+skipped_lines=()
 log_dir=build/test-logs
 mkdir -p "$log_dir"
 t_start=$(date +%s)
@@ -97,6 +104,14 @@ run_suite() {
         total_pass=$((total_pass + pass))
         total_fail=$((total_fail + fail))
         local dt=$((SECONDS - t0))
+        local skip
+        skip=$(grep -m 1 -E '^skipped: ' "$out")
+        if [ "$fail" -eq 0 ] && [ "$pass" -eq 0 ] && [ -n "$skip" ]; then
+            total_skip=$((total_skip + 1))
+            printf 'skip %-60s %3ss  (%s)\n' "$line" "$((SECONDS - t0))" "${skip#skipped: }"
+            skipped_lines+=("$name: $line: ${skip#skipped: }")
+            continue
+        fi
         if [ "$fail" -ne 0 ]; then
             printf 'FAIL %-60s %3ss  (%s passed, %s failed, exit %s)\n' "$line" "$dt" "$pass" "$fail" "$rc"
             failed_lines+=("$name: $line (log: $out)")
@@ -115,6 +130,7 @@ case "$suite" in
         run_suite emu build/emu openmpi
         run_suite emu-tsan build/emu-tsan openmpi
         ;;
+    gpu) run_suite gpu build/release openmpi ;;
     all)
         run_suite release build/release openmpi
         run_suite asan build/asan openmpi
@@ -129,6 +145,10 @@ echo
 if [ ${#failed_lines[@]} -gt 0 ]; then
     echo "failed:"
     printf '  %s\n' "${failed_lines[@]}"
+fi
+if [ ${#skipped_lines[@]} -gt 0 ]; then
+    echo "skipped (not counted as passed): $total_skip"
+    printf '  %s\n' "${skipped_lines[@]}"
 fi
 echo "suite time: $(( $(date +%s) - t_start ))s"
 echo "$total_pass passed, $total_fail failed"

@@ -145,10 +145,14 @@ static inline void zr_test_mpi_init(int *argc, char ***argv)
  */
 static inline int zr_test_finish(void)
 {
-    int leaked = zr_mem_current() != 0;
-    if (leaked) {
+    int leaked = zr_mem_current() != 0 || zr_mem_device_current() != 0;
+    if (zr_mem_current() != 0) {
         fprintf(stderr, "[rank %d] FAIL leak check: %zu bytes allocated by zr never freed\n",
                 zr_test_rank, zr_mem_current());
+    }
+    if (zr_mem_device_current() != 0) {
+        fprintf(stderr, "[rank %d] FAIL leak check: %zu device bytes allocated by zr never freed\n",
+                zr_test_rank, zr_mem_device_current());
     }
 #ifdef ZR_TEST_MPI
     if (zr_test_mpi) {
@@ -170,6 +174,32 @@ static inline int zr_test_finish(void)
     }
 #endif
     return zr_test_failed == 0 ? 0 : 1;
+}
+
+/*
+ * A program that cannot run here (no GPU, a build without CUDA) says so in
+ * one line, "skipped: <why>", and closes with "0 passed, 0 failed": tests/run.sh
+ * counts it as skipped, never as passed. Returns the exit status (0).
+ */
+static inline int zr_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static inline int zr_test_skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (zr_test_rank == 0) {
+        printf("skipped: ");
+        vprintf(fmt, ap);
+        printf("\n0 passed, 0 failed\n");
+        fflush(stdout);
+    }
+    va_end(ap);
+#ifdef ZR_TEST_MPI
+    if (zr_test_mpi) {
+        MPI_Finalize();
+    }
+#endif
+    return 0;
 }
 
 /* Write bytes to a file (test fixtures); a failure is a failed check. */

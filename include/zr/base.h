@@ -37,6 +37,7 @@ typedef enum zr_status {
     ZR_ERR_NONFINITE, /* Inf or NaN where a finite value is required */
     ZR_ERR_REMOTE,    /* another rank failed; its message is ours now */
     ZR_ERR_INTERNAL,  /* a bug in zr */
+    ZR_ERR_DEVICE,    /* the GPU, its driver or runtime failed, or there is none (zr/device.h) */
     ZR_STATUS_COUNT
 } zr_status;
 
@@ -184,6 +185,23 @@ void zr_free(void *ptr);
 /* Bytes currently allocated through zr_alloc_at in this process, and the peak. */
 size_t zr_mem_current(void);
 size_t zr_mem_peak(void);
+
+/*
+ * Memory zr obtains outside zr_alloc_at (zr/device.h), counted all the same:
+ * pinned host memory with the host bytes above (zr_mem_current, its site in
+ * zr_mem_sites), device memory apart (zr_mem_device_current). add is 1 when
+ * the bytes are obtained, 0 when they are released; file:line names the site
+ * that obtained them in both calls.
+ */
+typedef enum zr_mem_pool {
+    ZR_MEM_HOST = 0,
+    ZR_MEM_DEVICE = 1,
+} zr_mem_pool;
+void zr_mem_count_at(zr_mem_pool pool, size_t bytes, int add, const char *file, int line);
+
+/* Device bytes currently allocated by zr in this process (every GPU), and the peak. */
+size_t zr_mem_device_current(void);
+size_t zr_mem_device_peak(void);
 
 /*
  * Bytes held per allocation site (file:line of the zr_alloc_at call), to see

@@ -46,6 +46,7 @@ static const char *const status_names[ZR_STATUS_COUNT] = {
     [ZR_ERR_NONFINITE] = "non-finite value",
     [ZR_ERR_REMOTE] = "failure on another rank",
     [ZR_ERR_INTERNAL] = "internal error",
+    [ZR_ERR_DEVICE] = "device error",
 };
 
 const char *zr_status_str(zr_status st)
@@ -226,6 +227,7 @@ _Static_assert(sizeof(alloc_header) == ZR_ALIGN, "allocation header must be one 
 static zr_mem_site sites[MEM_SITES], sites_at_peak[MEM_SITES];
 static int sites_used, sites_at_peak_used;
 static size_t mem_current, mem_peak;
+static size_t mem_device_current, mem_device_peak;
 
 static int site_index(const char *file, int line)
 {
@@ -246,6 +248,18 @@ static int site_index(const char *file, int line)
     sites[MEM_SITES - 1].file = "(other sites)";
     sites_used = MEM_SITES;
     return MEM_SITES - 1;
+}
+
+static void host_count(int site, size_t bytes)
+{
+    sites[site].bytes += bytes;
+    sites[site].blocks++;
+    mem_current += bytes;
+    if (mem_current > mem_peak) {
+        mem_peak = mem_current;
+        memcpy(sites_at_peak, sites, sizeof(zr_mem_site) * (size_t)sites_used);
+        sites_at_peak_used = sites_used;
+    }
 }
 
 zr_status zr_alloc_at(void **out, size_t bytes, const char *file, int line)
@@ -280,14 +294,7 @@ zr_status zr_alloc_at(void **out, size_t bytes, const char *file, int line)
     h->magic = ALLOC_MAGIC;
     h->map_len = map_len;
     h->site = site_index(file, line);
-    sites[h->site].bytes += rounded;
-    sites[h->site].blocks++;
-    mem_current += rounded;
-    if (mem_current > mem_peak) {
-        mem_peak = mem_current;
-        memcpy(sites_at_peak, sites, sizeof(zr_mem_site) * (size_t)sites_used);
-        sites_at_peak_used = sites_used;
-    }
+    host_count(h->site, rounded);
     *out = (unsigned char *)raw + sizeof(alloc_header);
 #ifdef ZR_ASAN
     /* the rounding is the allocator's, not the caller's: a read past the
@@ -316,6 +323,36 @@ void zr_free(void *ptr)
     } else {
         free(h);
     }
+}
+
+void zr_mem_count_at(zr_mem_pool pool, size_t bytes, int add, const char *file, int line)
+{
+    if (pool == ZR_MEM_DEVICE) {
+        ZR_ASSERT(add || mem_device_current >= bytes);
+        mem_device_current = add ? mem_device_current + bytes : mem_device_current - bytes;
+        mem_device_peak =
+            mem_device_current > mem_device_peak ? mem_device_current : mem_device_peak;
+        return;
+    }
+    int site = site_index(file, line);
+    if (add) {
+        host_count(site, bytes);
+        return;
+    }
+    ZR_ASSERT(mem_current >= bytes && sites[site].bytes >= bytes && sites[site].blocks > 0);
+    mem_current -= bytes;
+    sites[site].bytes -= bytes;
+    sites[site].blocks--;
+}
+
+size_t zr_mem_device_current(void)
+{
+    return mem_device_current;
+}
+
+size_t zr_mem_device_peak(void)
+{
+    return mem_device_peak;
 }
 
 size_t zr_mem_current(void)
