@@ -12,6 +12,7 @@
 #define ZR_OPTIM_H
 
 #include "zr/base.h"
+#include "zr/device.h"
 
 #include <stddef.h>
 
@@ -44,6 +45,23 @@ float zr_clip_scale(double grad_norm, float max_norm);
  * the engine adds these per shard and takes the square root.
  */
 double zr_sumsq(const float *x, size_t n);
+
+/* ---- on a CUDA device (device pointers, queued on s; built without CUDA: ZR_ERR_DEVICE) ---- */
+
+/* zr_adamw_update on the device; the same bits as the CPU (NaN payloads aside). */
+zr_status zr_adamw_cuda_update(const zr_adamw *h, float lr, int t, float grad_scale, int decay,
+                               float *param, const float *grad, float *m, float *v, size_t n,
+                               zr_stream *s);
+
+/*
+ * Sum of squares of x in double into *result (device memory), using work, a
+ * device array of ZR_SUMSQ_CUDA_WORK doubles. The order of the additions is
+ * fixed by n alone (src/optim/sumsq_rules.h); zr_sumsq_cuda_order computes
+ * the same sum in the same order on the CPU, bit for bit.
+ */
+#define ZR_SUMSQ_CUDA_WORK 1024
+zr_status zr_sumsq_cuda(const float *x, size_t n, double *result, double *work, zr_stream *s);
+double zr_sumsq_cuda_order(const float *x, size_t n);
 
 /*
  * Which kernels zr_adamw_update and zr_sumsq run. AUTO (the default) is the

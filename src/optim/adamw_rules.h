@@ -35,4 +35,25 @@ ZR_HD void zr_adamw_elem(const zr_adamw_k *k, float *p, float g, float *m, float
     *p = *p - k->lr * upd;
 }
 
+/*
+ * The constants of step t (>= 1), on the host: bias corrections in double,
+ * rounded once to float. Shared by the CPU entry point and the CUDA one.
+ */
+static inline zr_adamw_k zr_adamw_consts(float beta1, float beta2, float eps, float weight_decay,
+                                         float lr, int t, float grad_scale, int decay)
+{
+    zr_adamw_k k;
+    k.gs = grad_scale;
+    k.b1 = beta1;
+    k.nb1 = 1.0f - beta1;
+    k.b2 = beta2;
+    k.nb2 = 1.0f - beta2;
+    k.c1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
+    k.c2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
+    k.eps = eps;
+    k.wd = decay ? weight_decay : 0.0f;
+    k.lr = lr;
+    return k;
+}
+
 #endif /* ZR_ADAMW_RULES_H */

@@ -269,18 +269,8 @@ void zr_adamw_update(const zr_adamw *h, float lr, int t, float grad_scale, int d
                      float *restrict param, const float *restrict grad, float *restrict m,
                      float *restrict v, size_t n)
 {
-    adam_k k = {
-        .gs = grad_scale,
-        .b1 = h->beta1,
-        .nb1 = 1.0f - h->beta1,
-        .b2 = h->beta2,
-        .nb2 = 1.0f - h->beta2,
-        .c1 = (float)(1.0 / (1.0 - pow((double)h->beta1, (double)t))),
-        .c2 = (float)(1.0 / (1.0 - pow((double)h->beta2, (double)t))),
-        .eps = h->eps,
-        .wd = decay ? h->weight_decay : 0.0f,
-        .lr = lr,
-    };
+    adam_k k =
+        zr_adamw_consts(h->beta1, h->beta2, h->eps, h->weight_decay, lr, t, grad_scale, decay);
     kernels()->adam(&k, param, grad, m, v, n);
 }
 

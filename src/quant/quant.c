@@ -13,6 +13,9 @@
 
 #define HEADER_BYTES ((size_t)sizeof(zr_qheader))
 
+_Static_assert(ZR_Q_MAGIC == ZR_QUANT_MAGIC && ZR_Q_HEADER_BYTES == sizeof(zr_qheader),
+               "quant_rules.h describes the block of zr/quant.h");
+
 /* ---- scalar kernels (the oracle) ----------------------------------------- */
 
 static void scalar_scan(zr_dtype t, const void *x, const float *r, size_t n, float mul, int asym,
@@ -156,7 +159,7 @@ const char *zr_qimpl_name(zr_qimpl impl)
 
 static int group_ok(uint64_t group)
 {
-    return group >= 32 && group <= 65536 && group % 8 == 0;
+    return zr_q_group_ok(group);
 }
 
 zr_status zr_qparams_check(const zr_qparams *p)
@@ -178,14 +181,9 @@ zr_status zr_qparams_check(const zr_qparams *p)
     return ZR_OK;
 }
 
-static size_t scale_floats(int scheme)
-{
-    return scheme == ZR_QASYM ? 2 : 1;
-}
-
 static size_t payload_offset_of(int scheme, uint64_t group, uint64_t count)
 {
-    return HEADER_BYTES + (size_t)zr_div_up(count, group) * scale_floats(scheme) * sizeof(float);
+    return (size_t)zr_q_payload_offset(scheme == ZR_QASYM, group, count);
 }
 
 static size_t payload_bytes_of(int bits, uint64_t count)

@@ -24,6 +24,24 @@
 /* the one NaN written as a scale and decoded from a non-finite group */
 #define ZR_Q_QNAN_BITS 0x7fc00000u
 
+/* ---- the wire block's layout (zr/quant.h) --------------------------------- */
+
+#define ZR_Q_MAGIC        0x3151525au /* "ZRQ1" little-endian, = ZR_QUANT_MAGIC */
+#define ZR_Q_HEADER_BYTES 32u         /* = sizeof(zr_qheader) */
+
+/* A group size the format allows: a multiple of 8 in 32..65536. */
+ZR_HD int zr_q_group_ok(uint64_t group)
+{
+    return group >= 32 && group <= 65536 && group % 8 == 0;
+}
+
+/* Bytes from a block's start to its payload: header, then one fp32 scale
+ * per group (asym: a scale and a zero point). */
+ZR_HD uint64_t zr_q_payload_offset(int asym, uint64_t group, uint64_t count)
+{
+    return ZR_Q_HEADER_BYTES + (count + group - 1) / group * (asym ? 2u : 1u) * 4u;
+}
+
 /*
  * How one group is coded. Encoding: t = v / div (sym) or (v - zero) / div
  * (asym), clamped to [lo, hi] in float, q = round_half_even(t). Decoding:
