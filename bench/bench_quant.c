@@ -3,7 +3,10 @@
  * memcpy, and their error by group size.
  *
  *   zr bench quant [--json] [--sizes 1M,16M,64M] [--impl auto|scalar|avx2|avx512]
- *                  [--group G] [--reps N]
+ *                  [--group G] [--reps N] [--device cpu|cuda|cuda:N]
+ *
+ * --device cuda runs the GPU kernels instead (bench_quant_cuda.c: against a
+ * device-to-device copy, 64M elements = 256 MiB of fp32 by default).
  *
  * For each size (M = 2^20 elements) it times quantize (fp32 and bf16 input)
  * and dequantize (to fp32 and bf16) at int8 and int4, and memcpy of the
@@ -146,7 +149,8 @@ static double rms_rel_error(const zr_qparams *p, const float *x, size_t n, float
 static int usage(void)
 {
     fprintf(stderr, "usage: zr bench quant [--json] [--sizes 1M,16M,64M] "
-                    "[--impl auto|scalar|avx2|avx512] [--group G] [--reps N]\n");
+                    "[--impl auto|scalar|avx2|avx512] [--group G] [--reps N] "
+                    "[--device cpu|cuda|cuda:N]\n");
     return 2;
 }
 
@@ -156,6 +160,8 @@ int zr_bench_quant(int argc, char **argv)
     size_t sizes[MAX_SIZES] = {1u << 20, 16u << 20, 64u << 20};
     int nsizes = 3;
     zr_qimpl impl = ZR_QIMPL_AUTO;
+    const char *device = "cpu";
+    int sizes_given = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
@@ -163,6 +169,7 @@ int zr_bench_quant(int argc, char **argv)
             char buf[256];
             snprintf(buf, sizeof buf, "%s", argv[++i]);
             nsizes = 0;
+            sizes_given = 1;
             for (char *tok = strtok(buf, ","); tok && nsizes < MAX_SIZES; tok = strtok(NULL, ",")) {
                 sizes[nsizes] = parse_size(tok);
                 if (sizes[nsizes] == 0) {
@@ -180,9 +187,16 @@ int zr_bench_quant(int argc, char **argv)
             group = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             reps_arg = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            device = argv[++i];
         } else {
             return usage();
         }
+    }
+    if (strcmp(device, "cpu") != 0) {
+        size_t gpu_default = (size_t)64 << 20;
+        return zr_bench_quant_cuda(device, json, sizes_given ? sizes : &gpu_default,
+                                   sizes_given ? nsizes : 1, group, reps_arg > 0 ? reps_arg : 20);
     }
     ZR_TRY(zr_quant_set_impl(impl), "choose an implementation this CPU supports");
     zr_qparams p8 = {8, group, ZR_QSYM}, p4 = {4, group, ZR_QSYM};

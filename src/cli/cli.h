@@ -4,6 +4,8 @@
 #ifndef ZR_CLI_H
 #define ZR_CLI_H
 
+#include <stddef.h>
+
 int zr_cli_selfcheck(int argc, char **argv);
 int zr_cli_bench(int argc, char **argv);
 int zr_cli_train(int argc, char **argv);
@@ -32,5 +34,8 @@ int zr_bench_model(int argc, char **argv);
 int zr_bench_train(int argc, char **argv);
 int zr_bench_comm(int argc, char **argv);
 int zr_bench_memory(int argc, char **argv);
+/* zr bench quant --device cuda[:N] (bench/bench_quant_cuda.c); 1 without a GPU. */
+int zr_bench_quant_cuda(const char *spec, int json, const size_t *sizes, int nsizes, int group,
+                        int reps);
 
 #endif
