@@ -9,10 +9,11 @@
  *
  * Where a CUDA device answers (the emulator's, build/emu; a real GPU, the gpu
  * suite): device and pinned memory accounting, copies and memsets on
- * streams, events ordering two streams - including a run with the event wait
- * left out, which must read the data before it was written (the other stream
- * is held back by a gate, so this is deterministic, not a race that may or
- * may not show) - and CUDA errors turned into zr_status.
+ * streams, events ordering two streams - and the same program with the event
+ * wait left out, which must not pass unnoticed: the emulator reports the
+ * race, a GPU reads the data before it was written (the other stream is held
+ * back by a gate, so this is certain, not a matter of timing) - and CUDA
+ * errors turned into zr_status.
  *
  * Arguments: --no-gpu hides every GPU before the first CUDA call
  * (ZR_EMU_DEVICES=0 for the emulator, CUDA_VISIBLE_DEVICES="" for CUDA) and
@@ -28,6 +29,10 @@
 
 #include <stdatomic.h>
 #include <time.h>
+
+#if ZR_CUDA_EMU
+#include <zr_emu.h> /* the emulator's error count: a race it must report */
+#endif
 
 static void test_cpu_device(void)
 {
@@ -214,68 +219,103 @@ static void CUDART_CB hold_until_open(void *arg)
 }
 
 /*
- * Stream A (held by the gate) writes 7s into dev; stream B copies dev to the
- * host. With the event wait, B finishes only after A and sees the 7s; without
- * it, B runs at once and sees what dev held before (1s).
+ * Two streams over one device buffer of 1s: stream A, held back by the gate,
+ * will write 7s into it and record an event; stream B copies it to the host.
  */
-static void two_streams(int wait, int *b_done_while_held, unsigned char *seen)
+typedef struct two_streams {
+    zr_stream *a, *b;
+    zr_event *ev, *eb;
+    unsigned char *dev, *host;
+} two_streams;
+
+enum { TWO_N = 4096 };
+
+static int two_open(two_streams *t)
 {
-    enum { N = 4096 };
-    zr_stream *sa = NULL, *sb = NULL;
-    zr_event *ev = NULL;
-    unsigned char *dev = NULL, *host = NULL;
-    TEST_OK(zr_stream_create(&gpu, &sa));
-    TEST_OK(zr_stream_create(&gpu, &sb));
-    TEST_OK(zr_event_create(&gpu, &ev));
-    TEST_OK(zr_device_alloc_at(&gpu, (void **)&dev, N, __FILE__, __LINE__));
-    TEST_OK(zr_host_alloc_pinned_at(&gpu, (void **)&host, N, __FILE__, __LINE__));
-    TEST_OK(zr_memset_async(dev, 1, N, sa));
-    TEST_OK(zr_stream_sync(sa));
-    atomic_store(&gate, 0);
-    TEST_CHECK(cudaLaunchHostFunc(zr_stream_cuda(sa), hold_until_open, NULL) == cudaSuccess);
-    TEST_OK(zr_memset_async(dev, 7, N, sa));
-    TEST_OK(zr_event_record(ev, sa));
-    if (wait) {
-        TEST_OK(zr_stream_wait_event(sb, ev));
+    memset(t, 0, sizeof *t);
+    int ok = zr_stream_create(&gpu, &t->a) == ZR_OK && zr_stream_create(&gpu, &t->b) == ZR_OK &&
+             zr_event_create(&gpu, &t->ev) == ZR_OK && zr_event_create(&gpu, &t->eb) == ZR_OK &&
+             zr_device_alloc_at(&gpu, (void **)&t->dev, TWO_N, __FILE__, __LINE__) == ZR_OK &&
+             zr_host_alloc_pinned_at(&gpu, (void **)&t->host, TWO_N, __FILE__, __LINE__) == ZR_OK &&
+             zr_memset_async(t->dev, 1, TWO_N, t->a) == ZR_OK && zr_stream_sync(t->a) == ZR_OK;
+    TEST_CHECKF(ok, "setting up two streams: %s", zr_error_message());
+    if (ok) {
+        atomic_store(&gate, 0);
+        ok = cudaLaunchHostFunc(zr_stream_cuda(t->a), hold_until_open, NULL) == cudaSuccess &&
+             zr_memset_async(t->dev, 7, TWO_N, t->a) == ZR_OK &&
+             zr_event_record(t->ev, t->a) == ZR_OK;
+        TEST_CHECKF(ok, "queueing stream A's work: %s", zr_error_message());
     }
-    TEST_OK(zr_memcpy_async(host, dev, N, sb));
-    zr_event *eb = NULL;
-    TEST_OK(zr_event_create(&gpu, &eb));
-    TEST_OK(zr_event_record(eb, sb));
-    if (!wait) {
-        TEST_OK(zr_event_sync(eb)); /* nothing holds B back */
-    }
-    int done = 0;
-    TEST_OK(zr_event_query(eb, &done));
-    *b_done_while_held = done;
-    atomic_store(&gate, 1);
-    TEST_OK(zr_stream_sync(sb));
-    TEST_OK(zr_stream_sync(sa));
-    *seen = host[N - 1];
-    int same = 1;
-    for (int i = 0; i < N; i++) {
-        same &= host[i] == host[0];
-    }
-    TEST_CHECK(same);
-    zr_event_destroy(eb);
-    zr_event_destroy(ev);
-    zr_stream_destroy(sa);
-    zr_stream_destroy(sb);
-    zr_device_free(&gpu, dev);
-    zr_host_free_pinned(&gpu, host);
+    return ok;
 }
 
+static void two_close(two_streams *t)
+{
+    atomic_store(&gate, 1);
+    if (t->a != NULL) {
+        TEST_OK(zr_stream_sync(t->a));
+    }
+    if (t->b != NULL) {
+        TEST_OK(zr_stream_sync(t->b));
+    }
+    zr_event_destroy(t->eb);
+    zr_event_destroy(t->ev);
+    zr_stream_destroy(t->a);
+    zr_stream_destroy(t->b);
+    zr_device_free(&gpu, t->dev);
+    zr_host_free_pinned(&gpu, t->host);
+}
+
+/* With the event wait, B cannot finish while A is held, and sees A's 7s. */
 static void test_cuda_streams_events(void)
 {
-    int held = -1;
-    unsigned char seen = 0;
-    two_streams(1, &held, &seen);
-    TEST_CHECKF(held == 0, "B finished while A was held despite waiting for A's event");
-    TEST_EQ_INT(seen, 7);
-    /* the same program without the wait: B reads before A writes */
-    two_streams(0, &held, &seen);
-    TEST_CHECKF(held == 1, "B did not run ahead without the event wait");
-    TEST_EQ_INT(seen, 1);
+    two_streams t;
+    if (two_open(&t)) {
+        TEST_OK(zr_stream_wait_event(t.b, t.ev));
+        TEST_OK(zr_memcpy_async(t.host, t.dev, TWO_N, t.b));
+        TEST_OK(zr_event_record(t.eb, t.b));
+        int done = -1;
+        TEST_OK(zr_event_query(t.eb, &done));
+        TEST_CHECKF(done == 0, "B finished while A was held despite waiting for A's event");
+        atomic_store(&gate, 1);
+        TEST_OK(zr_event_sync(t.eb));
+        int sevens = 1;
+        for (int i = 0; i < TWO_N; i++) {
+            sevens &= t.host[i] == 7;
+        }
+        TEST_CHECKF(sevens, "B did not see A's data after waiting for its event");
+    }
+    two_close(&t);
+}
+
+/*
+ * The same program without the event wait is a race, and must not pass
+ * unnoticed. The emulator reports it when the copy is queued; on a GPU, B
+ * runs ahead and copies the 1s (A is held by the gate, so this is certain,
+ * not a matter of timing).
+ */
+static void test_cuda_dropped_wait(void)
+{
+    two_streams t;
+    if (two_open(&t)) {
+#if ZR_CUDA_EMU
+        TEST_FAILS(zr_memcpy_async(t.host, t.dev, TWO_N, t.b), ZR_ERR_DEVICE, "cudaMemcpyAsync");
+        char msg[1024] = "";
+        int errors = zr_emu_take_errors(msg, sizeof msg);
+        TEST_CHECKF(errors >= 1 && strstr(msg, "race between streams") != NULL,
+                    "the emulator did not report the race (%d errors: %s)", errors, msg);
+#else
+        TEST_OK(zr_memcpy_async(t.host, t.dev, TWO_N, t.b));
+        TEST_OK(zr_event_record(t.eb, t.b));
+        TEST_OK(zr_event_sync(t.eb)); /* nothing holds B back */
+        int ones = 1;
+        for (int i = 0; i < TWO_N; i++) {
+            ones &= t.host[i] == 1;
+        }
+        TEST_CHECKF(ones, "B did not run ahead of A without the event wait");
+#endif
+    }
+    two_close(&t);
 }
 
 static void test_cuda_copies(void)
@@ -385,6 +425,7 @@ int main(int argc, char **argv)
     if (have_gpu && zr_device_open_cuda(0, &gpu) == ZR_OK) {
         TEST_RUN(test_cuda_memory);
         TEST_RUN(test_cuda_streams_events);
+        TEST_RUN(test_cuda_dropped_wait);
         TEST_RUN(test_cuda_copies);
         TEST_RUN(test_cuda_errors);
     }

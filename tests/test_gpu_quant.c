@@ -525,7 +525,8 @@ static void test_sumsq(void)
     }
     double *dres = (double *)d_c, *dwork = (double *)d_d;
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-        for (size_t off = 0; off < 2; off++) {
+        /* the largest once: a launch of 1024 blocks is slow in the emulator */
+        for (size_t off = 0; off < (ni == 7 ? 1u : 2u); off++) {
             size_t n = ns[ni];
             put(d_a + off * 4, x, n * 4);
             TEST_OK(zr_sumsq_cuda((float *)d_a + off, n, dres, dwork, st));
