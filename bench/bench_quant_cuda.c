@@ -211,6 +211,19 @@ static void teardown(const zr_device *dev, gbench *b)
     b->sq = NULL;
 }
 
+/* "64M", "96K" or "1000": a count of elements for the table. */
+static const char *count_str(size_t n, char *buf, size_t size)
+{
+    if (n >= ((size_t)1 << 20) && n % ((size_t)1 << 20) == 0) {
+        snprintf(buf, size, "%zuM", n >> 20);
+    } else if (n >= 1024 && n % 1024 == 0) {
+        snprintf(buf, size, "%zuK", n >> 10);
+    } else {
+        snprintf(buf, size, "%zu", n);
+    }
+    return buf;
+}
+
 typedef struct grow {
     int op;
     size_t n;
@@ -240,8 +253,9 @@ static zr_status bench_size(gbench *b, int reps, grow *rows, int *nrows, double 
         r->n = b->n;
         r->gbps = (double)bytes / (ms * 1e-3) / 1e9;
         r->d2d_gbps = (double)bytes / (ms_copy * 1e-3) / 1e9;
-        printf("%-20s %9zuM %10.1f %10.1f %8.2f\n", op_names[op], b->n >> 20, r->gbps, r->d2d_gbps,
-               r->gbps / r->d2d_gbps);
+        char cs[32];
+        printf("%-20s %10s %10.1f %10.1f %8.2f\n", op_names[op], count_str(b->n, cs, sizeof cs),
+               r->gbps, r->d2d_gbps, r->gbps / r->d2d_gbps);
         if (op == OP_ENC8_F32) {
             *headline = r->gbps / r->d2d_gbps;
         }
@@ -309,7 +323,10 @@ int zr_bench_quant_cuda(const char *spec, int json, const size_t *sizes, int nsi
         fprintf(stderr, "zr bench quant: %s: %s\n", zr_status_str(st), zr_error_message());
         return 1;
     }
-    printf("\nquant_int8_vs_d2d (fp32, %zuM elements): %.2f\n", sizes[nsizes - 1] >> 20, headline);
+    char cs[32];
+    printf("\nquant_int8_vs_d2d (INT8 encode of fp32, %s elements = %.0f MiB): %.2f\n",
+           count_str(sizes[nsizes - 1], cs, sizeof cs), (double)sizes[nsizes - 1] * 4 / (1 << 20),
+           headline);
     if (json) {
         print_json(&dev, group, rows, nrows, headline);
     }
