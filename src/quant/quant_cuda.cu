@@ -77,7 +77,8 @@ struct in_hdr {
 /* d[i] = x' of elements e..e+m-1 of an input block (0 beyond m). */
 __device__ __forceinline__ void decode8(const in_hdr &h, uint64_t e, int m, float d[8])
 {
-    uint64_t gi = e / h.group;
+    /* a 32-bit division where it suffices: 64-bit ones are long on a GPU */
+    uint64_t gi = e >> 32 ? e / h.group : (uint32_t)e / h.group;
     const float *sc = reinterpret_cast<const float *>(h.base + ZR_Q_HEADER_BYTES);
     zr_qgroup g;
     g.bits = h.bits;
@@ -96,12 +97,18 @@ __device__ __forceinline__ void decode8(const in_hdr &h, uint64_t e, int m, floa
     }
 }
 
-/* 8 floats from p (m valid), with one 16-byte pair of loads when allowed. */
+/*
+ * 8 floats from p (m valid), with one 16-byte pair of loads when allowed;
+ * through the read-only cache (__ldg) only for memory the kernel does not
+ * also write (RO = false for residuals and accumulators).
+ */
+template <bool RO = true>
 __device__ __forceinline__ void load_f32(const float *p, int m, bool vec, float v[8])
 {
     if (vec && m == 8) {
-        float4 a = __ldg(reinterpret_cast<const float4 *>(p));
-        float4 b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+        const float4 *q = reinterpret_cast<const float4 *>(p);
+        float4 a = RO ? __ldg(q) : q[0];
+        float4 b = RO ? __ldg(q + 1) : q[1];
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
         v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
         return;
@@ -201,7 +208,7 @@ __device__ __forceinline__ void load_values(const zr_qk_encode &a, const enc_ptr
     }
     float r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (p.r != NULL) {
-        load_f32(p.r + e, m, a.vec_in, r);
+        load_f32<false>(p.r + e, m, a.vec_in, r);
     }
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
@@ -451,7 +458,7 @@ __global__ void __launch_bounds__(EW_THREADS)
         } else {
             float *acc = static_cast<float *>(out) + e;
             float v[8];
-            load_f32(acc, m, a.vec, v);
+            load_f32<false>(acc, m, a.vec, v);
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
                 v[i] = zr_q_add(v[i], d[i]);
