@@ -91,8 +91,8 @@ __device__ __forceinline__ void decode8(const in_hdr &h, uint64_t e, int m, floa
     uint32_t w0 = pw[0], w1 = h.bits == 8 && m > 4 ? pw[1] : 0u;
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
-        uint32_t f = h.bits == 8 ? ((i < 4 ? w0 : w1) >> (8 * (i & 3))) & 0xffu
-                                 : (w0 >> (4 * i)) & 0xfu;
+        uint32_t f =
+            h.bits == 8 ? ((i < 4 ? w0 : w1) >> (8 * (i & 3))) & 0xffu : (w0 >> (4 * i)) & 0xfu;
         d[i] = i < m ? zr_q_decode1(&g, zr_q_unpack(h.bits, h.asym, f)) : 0.0f;
     }
 }
@@ -297,7 +297,7 @@ __device__ __forceinline__ void put_scales(const zr_qk_encode &a, const enc_ptrs
  */
 template <int SRC>
 __device__ __forceinline__ bool encode_prologue(const zr_qk_encode &a, const enc_ptrs &p,
-                                               in_hdr *hs, int *bad)
+                                                in_hdr *hs, int *bad)
 {
     bool ok = true;
     if (SRC == ZR_QK_SRC_BLOCKS) {
@@ -518,14 +518,14 @@ static unsigned int ew_grid(uint64_t n)
     return (unsigned int)(blocks < 1 ? 1 : blocks > 65535 ? 65535 : blocks);
 }
 
-template <int SRC, int BITS>
-static void launch_encode_t(const zr_qk_encode &a, cudaStream_t s)
+template <int SRC, int BITS> static void launch_encode_t(const zr_qk_encode &a, cudaStream_t s)
 {
     uint64_t ngroups = (a.count + a.group - 1) / a.group;
     int nch = a.group / 8;
     if (nch > 32 * MAX_R) {
         unsigned int grid = (unsigned int)(ngroups < 1 ? 1 : ngroups);
-        ZR_LAUNCH((encode_group<SRC, BITS>), grid, GROUP_THREADS, 0, s, a, a.x, a.in[0], a.r, a.block);
+        ZR_LAUNCH((encode_group<SRC, BITS>), grid, GROUP_THREADS, 0, s, a, a.x, a.in[0], a.r,
+                  a.block);
         return;
     }
     int width = 1;
