@@ -19,7 +19,9 @@
  *       sum has absmax <= sum over its D ranks of (absmax + hop-1 scale).
  *       Checked for odd counts, bf16 inputs, one node, three nodes, D = 1.
  *   traffic: exact byte counts from zr_quant_block_bytes; the qwZ / bf16 and
- *       qgZ / bf16 inter-node ratios.
+ *       qgZ / bf16 inter-node ratios; every algorithm's cost (zr_coll_cost, on
+ *       a layout built without MPI) equals the calls and bytes the run
+ *       accounts and the workspace it reserves.
  *   pipelining bit-identical to one chunk; error feedback's running mean
  *   converges; several collectives in flight at once; errors.
  */
@@ -644,6 +646,94 @@ static void test_traffic(void)
     zr_comm_free(&c);
 }
 
+/* ---- costs known before the run ----------------------------------------------------- */
+
+/* What the run counted (calls and bytes of its kind) and the op's workspace equal the cost. */
+static void check_cost(const zr_comm *c, const zr_traffic *before, const zr_coll_op *op,
+                       const zr_coll_cost *k, const char *what, size_t count)
+{
+    const zr_traffic_row *a = &before->kind[k->kind], *b = &c->traffic.kind[k->kind];
+    uint64_t calls = b->calls - a->calls, intra = b->bytes_intra - a->bytes_intra,
+             inter = b->bytes_inter - a->bytes_inter;
+    TEST_CHECKF(calls == k->exchanges && intra == k->intra[0] + k->intra[1] &&
+                    inter == k->inter[0] + k->inter[1] && op->work_cap == k->work,
+                "%s, count %zu: ran %llu calls %llu/%llu bytes, work %zu; cost %llu calls "
+                "%llu/%llu bytes, work %zu",
+                what, count, (unsigned long long)calls, (unsigned long long)intra,
+                (unsigned long long)inter, op->work_cap, (unsigned long long)k->exchanges,
+                (unsigned long long)(k->intra[0] + k->intra[1]),
+                (unsigned long long)(k->inter[0] + k->inter[1]), k->work);
+}
+
+/*
+ * Every algorithm's cost, computed on a layout built without MPI for this
+ * rank, equals what the run accounts and reserves (a fresh op each time, so
+ * its workspace is exactly what the run asked for).
+ */
+static void test_costs(void)
+{
+    zr_comm c, L;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    TEST_OK(zr_comm_init_layout(&L, N, D, 0, R));
+    for (int g = 0; g < ZR_GROUP_COUNT; g++) {
+        TEST_CHECKF(L.rank[g] == c.rank[g] && L.size[g] == c.size[g] && L.first[g] == c.first[g] &&
+                        L.stride[g] == c.stride[g],
+                    "group %s: the layout differs from the communicator", zr_group_name(g));
+    }
+    TEST_EQ_INT(L.node, c.node);
+    zr_wire wires[] = {wire_of(ZR_WIRE_F32, 0, 0), wire_of(ZR_WIRE_BF16, 0, 0),
+                       wire_of(ZR_WIRE_QUANT, 8, ZR_QUANT_DEFAULT_GROUP),
+                       wire_of(ZR_WIRE_QUANT, 4, 64)};
+    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+        size_t count = counts[ci];
+        float *in = make_input(R, 0, (size_t)W * count, 5, ZR_DTYPE_F32);
+        float *out = malloc(sizeof(float) * ((size_t)W * count + 1));
+        for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+            zr_group g = groups[gi];
+            for (int w = 0; w < 4; w++) {
+                for (int t = 0; t < 2; t++) {
+                    zr_dtype in_type = t ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+                    zr_coll_op op = ZR_COLL_OP_INIT;
+                    zr_traffic before = c.traffic;
+                    zr_coll_cost k =
+                        zr_allgather_cost(&L, g, ZR_KIND_HPZ, &wires[w], in_type, count);
+                    TEST_OK(
+                        zr_allgather(&c, g, ZR_KIND_HPZ, &wires[w], in_type, in, count, out, &op));
+                    check_cost(&c, &before, &op, &k, "all-gather", count);
+                    zr_coll_op_free(&op);
+                }
+                if (w >= 2) {
+                    continue;
+                }
+                zr_coll_op op = ZR_COLL_OP_INIT;
+                zr_traffic before = c.traffic;
+                zr_coll_cost k = zr_reduce_scatter_cost(&L, g, &wires[w], count);
+                TEST_OK(zr_reduce_scatter(&c, g, &wires[w], in, count, out, &op));
+                check_cost(&c, &before, &op, &k, "reduce-scatter", count);
+                zr_coll_op_free(&op);
+                before = c.traffic;
+                k = zr_allreduce_cost(&L, g, wires[w].type, count);
+                TEST_OK(zr_allreduce(&c, g, &wires[w], out, count, &op));
+                check_cost(&c, &before, &op, &k, "all-reduce", count);
+                zr_coll_op_free(&op);
+            }
+        }
+        for (int chunks = 1; chunks <= 3; chunks += 2) {
+            zr_qgz_config cfg = zr_qgz_config_default();
+            cfg.chunks = chunks;
+            cfg.q.group = 64;
+            zr_coll_op op = ZR_COLL_OP_INIT;
+            zr_traffic before = c.traffic;
+            zr_coll_cost k = zr_qgz_cost(&L, &cfg, count);
+            TEST_OK(zr_qgz(&c, &cfg, ZR_DTYPE_F32, in, count, out, NULL, &op));
+            check_cost(&c, &before, &op, &k, "qgZ", count);
+            zr_coll_op_free(&op);
+        }
+        free(in), free(out);
+    }
+    zr_comm_free(&c);
+}
+
 /* ---- nonblocking ------------------------------------------------------------------- */
 
 static void test_nonblocking(void)
@@ -875,6 +965,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_qgz_pipeline);
     TEST_RUN(test_qgz_feedback);
     TEST_RUN(test_traffic);
+    TEST_RUN(test_costs);
     TEST_RUN(test_nonblocking);
     TEST_RUN(test_empty);
     TEST_RUN(test_errors);

@@ -158,6 +158,35 @@ size_t zr_reduce_scatter_work(const zr_comm *c, zr_group g, const zr_wire *wire,
 size_t zr_allreduce_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count);
 size_t zr_qgz_work(const zr_comm *c, const zr_qgz_config *cfg, size_t count);
 
+/*
+ * What one rank does in one collective, known from the layout of c alone,
+ * before (or instead of) running it: dry runs of the engine and the planner
+ * read it. The exchanges it posts and the bytes it sends to peers on its own
+ * node and on other nodes are exactly what zr_comm_iexchange will account;
+ * bytes are split by hop (hop 1 starts only once hop 0 has arrived: the
+ * all-reduce's gather, qgZ's cross-node all-to-all). The element counts are
+ * the CPU work the algorithm does around the exchanges, and work is what
+ * zr_*_work gives (the op's workspace grows to it and keeps it).
+ */
+typedef struct zr_coll_cost {
+    zr_kind kind;                /* the traffic row it is accounted under */
+    uint64_t exchanges;          /* zr_comm_iexchange calls (the row's calls) */
+    uint64_t intra[2], inter[2]; /* bytes sent to peers on my node / other nodes, per hop */
+    size_t bf16_enc, bf16_dec;   /* elements converted fp32 -> bf16, bf16 -> fp32 */
+    size_t f32_add;              /* elements summed in fp32 */
+    size_t q_enc, q_dec;         /* elements quantized; dequantized (or dequantized and added) */
+    int q_bits;                  /* the quantization's bits, when q_enc or q_dec */
+    size_t work;                 /* workspace bytes */
+} zr_coll_cost;
+
+/* The cost of the collective the same arguments to its *_start would run. */
+zr_coll_cost zr_allgather_cost(const zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
+                               zr_dtype in_type, size_t count);
+zr_coll_cost zr_reduce_scatter_cost(const zr_comm *c, zr_group g, const zr_wire *wire,
+                                    size_t count);
+zr_coll_cost zr_allreduce_cost(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count);
+zr_coll_cost zr_qgz_cost(const zr_comm *c, const zr_qgz_config *cfg, size_t count);
+
 /* Blocking conveniences: start + wait. */
 zr_status zr_allgather(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire, zr_dtype in_type,
                        const void *in, size_t count, float *out, zr_coll_op *op);

@@ -239,6 +239,23 @@ MPI_Comm zr_comm_mpi(const zr_comm *c, zr_group g);
  */
 zr_status zr_comm_use_transport(zr_comm *c, const zr_transport *t, const void *arg);
 
+/*
+ * A layout without MPI: the groups zr_comm_init would build for world rank
+ * `rank` of nodes x ranks_per_node ranks with hpZ groups of hpz_size (0: the
+ * ranks per node), by the same arithmetic and the same checks. Nothing is
+ * allocated and nothing can be sent on it (it needs no zr_comm_free): it is
+ * what the collectives' cost functions and dry engines (zr_engine_init_dry)
+ * read to know who is where.
+ */
+zr_status zr_comm_init_layout(zr_comm *c, int nodes, int ranks_per_node, int hpz_size, int rank);
+
+/*
+ * Peers of my group g on my node and on other nodes: how the traffic of an
+ * exchange that sends the same bytes to every peer splits between the two
+ * rows of the accounting.
+ */
+void zr_comm_peers(const zr_comm *c, zr_group g, int *on_node, int *off_node);
+
 /* World rank of in-group rank k of my group g. */
 static inline int zr_comm_world_rank(const zr_comm *c, zr_group g, int k)
 {

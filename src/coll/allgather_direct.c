@@ -76,6 +76,21 @@ size_t zr_allgather_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire,
     return zr_coll_span(n * count * 2) + (in_type == ZR_DTYPE_F32 ? zr_coll_span(count * 2) : 0);
 }
 
+zr_coll_cost zr_allgather_direct_cost(const zr_comm *c, zr_group g, zr_kind kind, zr_wire_type wire,
+                                      zr_dtype in_type, size_t count)
+{
+    size_t n = (size_t)c->size[g];
+    zr_coll_cost k = {.kind = kind, .work = zr_allgather_direct_work(c, g, wire, in_type, count)};
+    zr_coll_cost_send(c, g, count * (wire == ZR_WIRE_BF16 ? 2 : 4), 0, &k);
+    if (wire == ZR_WIRE_BF16) {
+        k.bf16_enc = in_type == ZR_DTYPE_F32 ? count : 0;
+        k.bf16_dec = n * count;
+    } else if (in_type == ZR_DTYPE_BF16) {
+        k.bf16_dec = count; /* my own shard, widened into out */
+    }
+    return k;
+}
+
 zr_status zr_allgather_direct_start(zr_comm *c, zr_group g, zr_kind kind, zr_wire_type wire,
                                     zr_dtype in_type, const void *in, size_t count, float *out,
                                     zr_coll_op *op)

@@ -88,6 +88,17 @@ size_t zr_allgather_qwz_work(const zr_comm *c, zr_group g, const zr_qparams *q, 
     return (size_t)c->size[g] * zr_quant_block_bytes(q, count);
 }
 
+zr_coll_cost zr_allgather_qwz_cost(const zr_comm *c, zr_group g, zr_kind kind, const zr_qparams *q,
+                                   size_t count)
+{
+    zr_coll_cost k = {.kind = kind, .work = zr_allgather_qwz_work(c, g, q, count)};
+    zr_coll_cost_send(c, g, zr_quant_block_bytes(q, count), 0, &k);
+    k.q_enc = count;
+    k.q_dec = (size_t)c->size[g] * count;
+    k.q_bits = q->bits;
+    return k;
+}
+
 zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_qparams *q,
                                  zr_dtype in_type, const void *in, size_t count, float *out,
                                  zr_coll_op *op)

@@ -76,6 +76,20 @@ size_t zr_allreduce_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t
     return zr_reduce_scatter_direct_work(c, g, wire, per) + zr_coll_span(n * per * sizeof(float));
 }
 
+zr_coll_cost zr_allreduce_cost(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
+{
+    size_t n = (size_t)c->size[g], per = zr_div_up(count, n), esize = wire == ZR_WIRE_BF16 ? 2 : 4;
+    zr_coll_cost k = zr_reduce_scatter_direct_cost(c, g, wire, per);
+    k.kind = ZR_KIND_ALLREDUCE;
+    k.work = zr_allreduce_work(c, g, wire, count);
+    zr_coll_cost_send(c, g, per * esize, 1, &k); /* the gather of the reduced parts */
+    if (wire == ZR_WIRE_BF16) {
+        k.bf16_enc += per; /* my reduced part */
+        k.bf16_dec += count;
+    }
+    return k;
+}
+
 zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,
                              zr_coll_op *op)
 {

@@ -224,6 +224,15 @@ zr_status zr_coll_reserve(zr_coll_op *op, size_t bytes)
     return ZR_OK;
 }
 
+void zr_coll_cost_send(const zr_comm *c, zr_group g, size_t bytes, int hop, zr_coll_cost *k)
+{
+    int on, off;
+    zr_comm_peers(c, g, &on, &off);
+    k->exchanges++;
+    k->intra[hop] += (uint64_t)on * bytes;
+    k->inter[hop] += (uint64_t)off * bytes;
+}
+
 size_t zr_coll_block_nonfinite(const void *block)
 {
     zr_qheader h;

@@ -35,6 +35,21 @@ size_t zr_reduce_scatter_work(const zr_comm *c, zr_group g, const zr_wire *wire,
     return zr_reduce_scatter_direct_work(c, g, wire != NULL ? wire->type : ZR_WIRE_F32, count);
 }
 
+zr_coll_cost zr_allgather_cost(const zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
+                               zr_dtype in_type, size_t count)
+{
+    if (wire != NULL && wire->type == ZR_WIRE_QUANT) {
+        return zr_allgather_qwz_cost(c, g, kind, &wire->q, count);
+    }
+    return zr_allgather_direct_cost(c, g, kind, wire != NULL ? wire->type : ZR_WIRE_F32, in_type,
+                                    count);
+}
+
+zr_coll_cost zr_reduce_scatter_cost(const zr_comm *c, zr_group g, const zr_wire *wire, size_t count)
+{
+    return zr_reduce_scatter_direct_cost(c, g, wire != NULL ? wire->type : ZR_WIRE_F32, count);
+}
+
 zr_status zr_allgather_start(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
                              zr_dtype in_type, const void *in, size_t count, float *out,
                              zr_coll_op *op)

@@ -101,4 +101,7 @@ zr_status zr_coll_progress(zr_comm *c, zr_request *req, int block, int *done);
 /* Non-finite groups recorded in the header of a validated block. */
 size_t zr_coll_block_nonfinite(const void *block);
 
+/* Costs (zr_coll_cost): one exchange of bytes to every peer of group g, as hop `hop` of k. */
+void zr_coll_cost_send(const zr_comm *c, zr_group g, size_t bytes, int hop, zr_coll_cost *k);
+
 #endif /* ZR_COLL_IMPL_H */

@@ -29,6 +29,21 @@ size_t zr_reduce_scatter_direct_work(const zr_comm *c, zr_group g, zr_wire_type 
     return zr_coll_span(n * count * esize) + send;
 }
 
+zr_coll_cost zr_reduce_scatter_direct_cost(const zr_comm *c, zr_group g, zr_wire_type wire,
+                                           size_t count)
+{
+    size_t n = (size_t)c->size[g];
+    zr_coll_cost k = {.kind = ZR_KIND_REDUCE_SCATTER,
+                      .work = zr_reduce_scatter_direct_work(c, g, wire, count)};
+    zr_coll_cost_send(c, g, count * (wire == ZR_WIRE_BF16 ? 2 : 4), 0, &k);
+    if (wire == ZR_WIRE_BF16) {
+        k.bf16_enc = n * count;
+        k.bf16_dec = n * count;
+    }
+    k.f32_add = n * count;
+    return k;
+}
+
 /* Lay the exchange buffers out at the start of the workspace. */
 static void carve(zr_coll_op *op, zr_coll_direct *a, int n)
 {

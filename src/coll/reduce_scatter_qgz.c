@@ -80,15 +80,20 @@ _Static_assert(sizeof(qgz_state) <= ZR_COLL_STATE_BYTES, "qgZ state fits in an o
 _Static_assert(2 * SLOTS <= (int)(sizeof((zr_coll_op *)0)->req / sizeof(zr_request)),
                "an op has a request for every chunk in flight");
 
-/* Elements [*lo, *lo + *len) of every partition form chunk k. */
-static void chunk_range(const qgz_state *q, int k, size_t *lo, size_t *len)
+/* Elements [*lo, *lo + *len) of every partition of count (groups of G) form chunk k. */
+static void chunk_span(size_t groups, int chunks, size_t G, size_t count, int k, size_t *lo,
+                       size_t *len)
 {
-    size_t G = (size_t)q->q.group;
-    size_t g0 = q->groups * (size_t)k / (size_t)q->chunks;
-    size_t g1 = q->groups * (size_t)(k + 1) / (size_t)q->chunks;
-    size_t hi = g1 * G < q->count ? g1 * G : q->count;
+    size_t g0 = groups * (size_t)k / (size_t)chunks;
+    size_t g1 = groups * (size_t)(k + 1) / (size_t)chunks;
+    size_t hi = g1 * G < count ? g1 * G : count;
     *lo = g0 * G;
     *len = hi - *lo;
+}
+
+static void chunk_range(const qgz_state *q, int k, size_t *lo, size_t *len)
+{
+    chunk_span(q->groups, q->chunks, (size_t)q->q.group, q->count, k, lo, len);
 }
 
 static const void *input_at(const qgz_state *q, size_t elem)
@@ -348,6 +353,36 @@ size_t zr_qgz_work(const zr_comm *c, const zr_qgz_config *cfg, size_t count)
         return 0;
     }
     return layout(c, cfg, count).work;
+}
+
+zr_coll_cost zr_qgz_cost(const zr_comm *c, const zr_qgz_config *cfg, size_t count)
+{
+    zr_qgz_config def = zr_qgz_config_default();
+    cfg = cfg != NULL ? cfg : &def;
+    zr_coll_cost k = {.kind = ZR_KIND_QGZ, .work = zr_qgz_work(c, cfg, count)};
+    size_t W = (size_t)c->size[ZR_GROUP_WORLD], D = (size_t)c->ranks_per_node,
+           N = (size_t)c->n_nodes;
+    if (W == 1 || count == 0) {
+        return k; /* a copy */
+    }
+    qgz_layout L = layout(c, cfg, count);
+    for (int i = 0; i < L.chunks; i++) {
+        size_t lo, len;
+        chunk_span(L.groups, L.chunks, (size_t)cfg->q.group, count, i, &lo, &len);
+        size_t bytes = zr_quant_block_bytes(&cfg->q, len);
+        if (D > 1) {
+            zr_coll_cost_send(c, ZR_GROUP_NODE, N * bytes, 0, &k);
+        }
+        if (N > 1) {
+            zr_coll_cost_send(c, ZR_GROUP_CROSS, bytes, 1, &k);
+        }
+    }
+    /* hop 1 quantizes all W partitions (D = 1: my N), the node sum dequantizes D blocks of each
+       of N and requantizes them for hop 2, the final sum dequantizes N blocks */
+    k.q_enc = (D > 1 ? W : 0) * count + (N > 1 ? N : 0) * count;
+    k.q_dec = (D > 1 ? D * N : 0) * count + (N > 1 ? N : 0) * count;
+    k.q_bits = cfg->q.bits;
+    return k;
 }
 
 zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,

@@ -2,7 +2,9 @@
  * topology.c - the groups: how many ranks share a node (detected, or
  * emulated for tests and demos), the checks a layout must pass, the start-up
  * agreement that every rank was given the same layout, and the node, cross
- * and hpZ communicators.
+ * and hpZ communicators; and the same groups without MPI
+ * (zr_comm_init_layout), for what must know who is where before or instead
+ * of running: the collectives' cost functions and dry engines.
  *
  * Every group is a strided set of world ranks (first + k*stride), which is
  * what node-major placement gives: NODE and HPZ groups are consecutive ranks,
@@ -258,6 +260,60 @@ fail:
     return st;
 }
 
+/* The hpZ group size of hpz_size (0: the ranks per node), checked with rpn against size. */
+static zr_status check_layout(int size, int rpn, int hpz_size, int *h_out)
+{
+    if (rpn < 0 || size % rpn != 0) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "world of %d ranks is not divisible by %d ranks per node; use a rank count that "
+                "is a multiple of the ranks per node",
+                size, rpn);
+    }
+    int h = hpz_size > 0 ? hpz_size : rpn;
+    if (hpz_size < 0 || size % h != 0) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "world of %d ranks is not divisible by the hpZ partition size %d; choose "
+                "zero_hpz_partition_size dividing the world size (usually the ranks per node)",
+                size, h);
+    }
+    if (rpn % h != 0 && h % rpn != 0) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "hpZ partition size %d neither divides nor is a multiple of the %d ranks per "
+                "node, so its groups would straddle node boundaries",
+                h, rpn);
+    }
+    *h_out = h;
+    return ZR_OK;
+}
+
+/*
+ * Every group's rank, size, first and stride, the node and the node count of
+ * world rank `rank` in a layout check_layout accepted (node-major: rank r is
+ * on node r / rpn; hpZ groups are h consecutive ranks).
+ */
+static void set_layout(zr_comm *c, int rank, int size, int rpn, int h)
+{
+    c->rank[ZR_GROUP_WORLD] = rank;
+    c->size[ZR_GROUP_WORLD] = size;
+    c->first[ZR_GROUP_WORLD] = 0;
+    c->stride[ZR_GROUP_WORLD] = 1;
+    c->ranks_per_node = rpn;
+    c->n_nodes = size / rpn;
+    c->node = rank / rpn;
+    c->rank[ZR_GROUP_NODE] = rank % rpn;
+    c->size[ZR_GROUP_NODE] = rpn;
+    c->first[ZR_GROUP_NODE] = rank / rpn * rpn;
+    c->stride[ZR_GROUP_NODE] = 1;
+    c->rank[ZR_GROUP_CROSS] = rank / rpn;
+    c->size[ZR_GROUP_CROSS] = size / rpn;
+    c->first[ZR_GROUP_CROSS] = rank % rpn;
+    c->stride[ZR_GROUP_CROSS] = rpn;
+    c->rank[ZR_GROUP_HPZ] = rank % h;
+    c->size[ZR_GROUP_HPZ] = h;
+    c->first[ZR_GROUP_HPZ] = rank / h * h;
+    c->stride[ZR_GROUP_HPZ] = 1;
+}
+
 /*
  * The ranks per node (from the config, ZR_RANKS_PER_NODE or the hosts the
  * ranks run on) and the hpZ partition size, checked against the world size.
@@ -283,53 +339,63 @@ static zr_status choose_layout(zr_comm *c, MPI_Comm world, const zr_comm_config 
             ZR_FAIL(ZR_ERR_INVALID, "cannot use this rank placement: %s", why);
         }
     }
-    if (rpn < 0 || size % rpn != 0) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "world of %d ranks is not divisible by %d ranks per node; use a rank count that "
-                "is a multiple of the ranks per node",
-                size, rpn);
-    }
-    int h = cfg->hpz_size > 0 ? cfg->hpz_size : rpn;
-    if (cfg->hpz_size < 0 || size % h != 0) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "world of %d ranks is not divisible by the hpZ partition size %d; choose "
-                "zero_hpz_partition_size dividing the world size (usually the ranks per node)",
-                size, h);
-    }
-    if (rpn % h != 0 && h % rpn != 0) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "hpZ partition size %d neither divides nor is a multiple of the %d ranks per "
-                "node, so its groups would straddle node boundaries",
-                h, rpn);
-    }
     *rpn_out = rpn;
-    *h_out = h;
-    return ZR_OK;
+    return check_layout(size, rpn, cfg->hpz_size, h_out);
 }
 
 /* The node, cross-node and hpZ communicators of a layout chose_layout accepted. */
 static zr_status split_groups(zr_comm *c, int rpn, int h)
 {
     int rank = c->rank[ZR_GROUP_WORLD];
-    c->ranks_per_node = rpn;
-    c->n_nodes = c->size[ZR_GROUP_WORLD] / rpn;
-    c->node = rank / rpn;
-
+    zr_comm want; /* the groups by arithmetic */
+    set_layout(&want, rank, c->size[ZR_GROUP_WORLD], rpn, h);
+    c->ranks_per_node = want.ranks_per_node;
+    c->n_nodes = want.n_nodes;
+    c->node = want.node;
     ZR_CHECK(split(c, ZR_GROUP_NODE, rank / rpn, rank));
-    c->first[ZR_GROUP_NODE] = rank / rpn * rpn;
-    c->stride[ZR_GROUP_NODE] = 1;
     ZR_CHECK(split(c, ZR_GROUP_CROSS, rank % rpn, rank));
-    c->first[ZR_GROUP_CROSS] = rank % rpn;
-    c->stride[ZR_GROUP_CROSS] = rpn;
     ZR_CHECK(split(c, ZR_GROUP_HPZ, rank / h, rank));
-    c->first[ZR_GROUP_HPZ] = rank / h * h;
-    c->stride[ZR_GROUP_HPZ] = 1;
-
-    /* the arithmetic above must agree with what MPI built */
+    /* the arithmetic must agree with what MPI built */
     for (int g = 1; g < ZR_GROUP_COUNT; g++) {
+        ZR_ASSERT(c->rank[g] == want.rank[g] && c->size[g] == want.size[g]);
+        c->first[g] = want.first[g];
+        c->stride[g] = want.stride[g];
         ZR_ASSERT(zr_comm_world_rank(c, (zr_group)g, c->rank[g]) == rank);
     }
     return ZR_OK;
+}
+
+zr_status zr_comm_init_layout(zr_comm *c, int nodes, int ranks_per_node, int hpz_size, int rank)
+{
+    memset(c, 0, sizeof *c);
+    c->step = -1;
+    if (nodes < 1 || ranks_per_node < 1) {
+        ZR_FAIL(ZR_ERR_INVALID, "a layout needs at least one node and one rank per node, got %dx%d",
+                nodes, ranks_per_node);
+    }
+    int size = nodes * ranks_per_node, h;
+    if (rank < 0 || rank >= size) {
+        ZR_FAIL(ZR_ERR_INVALID, "rank %d is outside a layout of %d ranks", rank, size);
+    }
+    ZR_CHECK(check_layout(size, ranks_per_node, hpz_size, &h));
+    set_layout(c, rank, size, ranks_per_node, h);
+    return ZR_OK;
+}
+
+void zr_comm_peers(const zr_comm *c, zr_group g, int *on_node, int *off_node)
+{
+    *on_node = 0;
+    *off_node = 0;
+    for (int p = 0; p < c->size[g]; p++) {
+        if (p == c->rank[g]) {
+            continue;
+        }
+        if (zr_comm_node_of(c, zr_comm_world_rank(c, g, p)) == c->node) {
+            ++*on_node;
+        } else {
+            ++*off_node;
+        }
+    }
 }
 
 zr_status zr_comm_groups_build(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)
