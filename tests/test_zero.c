@@ -7,7 +7,9 @@
  * the wire) at stages 0-3, with parameters identical on every rank after
  * every step. Also: hpZ never reads a stale secondary (after a step, after a
  * load), model-state memory matches the plan's formula, non-finite gradients
- * skip the step on every rank, and the live-parameter budget holds.
+ * skip the step on every rank, and the live-parameter budget holds. A dry
+ * engine driven by the same calls reports exactly the traffic the real one
+ * counts and ends every step with the same memory.
  */
 #define ZR_TEST_MPI
 #include "test.h"
@@ -624,6 +626,118 @@ static void test_usage_sketch(void)
     }
 }
 
+/* ---- dry runs ------------------------------------------------------------------ */
+
+/* A dry engine's observer that counts the traffic its collectives would account. */
+static void count_posts(void *ctx, const zr_engine_event *ev)
+{
+    zr_traffic *t = ctx;
+    if (ev->type == ZR_ENGINE_POST) {
+        zr_traffic_row *row = &t->kind[ev->cost.kind];
+        row->calls += ev->cost.exchanges;
+        row->bytes_intra += ev->cost.intra[0] + ev->cost.intra[1];
+        row->bytes_inter += ev->cost.inter[0] + ev->cost.inter[1];
+    }
+}
+
+/* Real and dry run side by side for three steps of two micro-batches. */
+static void check_dry(const zr_engine_config *cfg, const zr_comm *layout, const char *what)
+{
+    zr_engine e, d;
+    zr_gpt m;
+    zr_gpt_specs sp;
+    engine_up(&e, &m, &sp, cfg, 5);
+    zr_traffic dry;
+    zr_engine_observer obs = {count_posts, &dry};
+    TEST_OK(zr_engine_init_dry(&d, (zr_comm *)layout, cfg, sp.nunits, sp.units, obs));
+    for (int u = 0; u < sp.nunits; u++) {
+        TEST_OK(zr_engine_set_params(&d, u, NULL));
+    }
+    int *in = malloc(sizeof(int) * W * B * T), *tg = malloc(sizeof(int) * W * B * T);
+    for (int s = 0; s < 3; s++) {
+        zr_traffic before = zr_comm_traffic_get(&comm);
+        memset(&dry, 0, sizeof dry);
+        zr_step_stats st, dst;
+        for (int k = 0; k < 2; k++) {
+            global_batch(40 + 2 * s + k, in, tg);
+            float local;
+            TEST_OK(zr_gpt_engine_micro(&m, &e, in + (size_t)R * B * T, tg + (size_t)R * B * T,
+                                        &local));
+            TEST_OK(zr_gpt_engine_walk(&d));
+        }
+        TEST_OK(zr_engine_step(&e, LR, &st));
+        TEST_OK(zr_engine_step(&d, LR, &dst));
+        zr_traffic after = zr_comm_traffic_get(&comm);
+        for (int k = 0; k < ZR_KIND_COUNT; k++) {
+            if (k == ZR_KIND_CONTROL) {
+                continue; /* norms and losses: a dry engine has none */
+            }
+            zr_traffic_row *a = &before.kind[k], *b = &after.kind[k], *r = &dry.kind[k];
+            TEST_CHECKF(
+                b->calls - a->calls == r->calls &&
+                    b->bytes_intra - a->bytes_intra == r->bytes_intra &&
+                    b->bytes_inter - a->bytes_inter == r->bytes_inter,
+                "%s, step %d, %s: real %llu calls %llu/%llu bytes, dry %llu calls "
+                "%llu/%llu",
+                what, s, zr_kind_name((zr_kind)k), (unsigned long long)(b->calls - a->calls),
+                (unsigned long long)(b->bytes_intra - a->bytes_intra),
+                (unsigned long long)(b->bytes_inter - a->bytes_inter), (unsigned long long)r->calls,
+                (unsigned long long)r->bytes_intra, (unsigned long long)r->bytes_inter);
+        }
+        zr_memory rm = zr_engine_memory(&e), dm = zr_engine_memory(&d);
+        TEST_CHECKF(rm.params == dm.params && rm.grads == dm.grads && rm.optim == dm.optim &&
+                        rm.secondary == dm.secondary && rm.pool == dm.pool &&
+                        rm.pool_peak == dm.pool_peak,
+                    "%s, step %d: real pool %zu peak %zu, dry %zu peak %zu", what, s, rm.pool,
+                    rm.pool_peak, dm.pool, dm.pool_peak);
+        TEST_CHECKF(st.live_peak == dst.live_peak && st.zero3_bytes_inter == dst.zero3_bytes_inter,
+                    "%s, step %d: live peak %zu / %zu, ZeRO-3 shadow %llu / %llu", what, s,
+                    st.live_peak, dst.live_peak, (unsigned long long)st.zero3_bytes_inter,
+                    (unsigned long long)dst.zero3_bytes_inter);
+    }
+    float x;
+    TEST_FAILS(zr_engine_get_params(&d, 0, &x), ZR_ERR_INVALID, "dry engine");
+    free(in);
+    free(tg);
+    zr_engine_free(&d);
+    engine_down(&e, &m, &sp);
+}
+
+/*
+ * A dry engine over this rank's layout built without MPI, driven by the same
+ * calls (zr_gpt_engine_walk in place of the micro-batch), reports in every
+ * step exactly the exchanges and bytes the real engine's counters count, and
+ * ends each step with the same model state, pool and pool peak, live peak
+ * and ZeRO-3 shadow count: it takes the real run's decisions.
+ */
+static void test_dry_run(void)
+{
+    zr_comm layout;
+    TEST_OK(zr_comm_init_layout(&layout, comm.n_nodes, comm.ranks_per_node, comm.size[ZR_GROUP_HPZ],
+                                R));
+    for (int stage = 0; stage <= 3; stage++) {
+        zr_engine_config cfg = zr_engine_config_default();
+        cfg.stage = stage;
+        cfg.reduce_bucket = 3000; /* several reductions queued */
+        char what[64];
+        snprintf(what, sizeof what, "stage %d bf16", stage);
+        check_dry(&cfg, &layout, what);
+        if (stage % 2 == 1) {
+            cfg = exact_config(stage); /* fp32, a small live budget */
+            snprintf(what, sizeof what, "stage %d fp32", stage);
+            check_dry(&cfg, &layout, what);
+        }
+    }
+    zr_engine_config cfg = zr_engine_config_default();
+    cfg.qwz = cfg.hpz = cfg.qgz = 1;
+    cfg.qgz_cfg.chunks = 2;
+    cfg.qgz_cfg.error_feedback = 1;
+    cfg.prefetch_bucket = 5000;
+    check_dry(&cfg, &layout, "ZeRO++");
+    cfg.overlap = 0;
+    check_dry(&cfg, &layout, "ZeRO++ without overlap");
+}
+
 static void test_bad_config(void)
 {
     zr_gpt_specs sp;
@@ -666,6 +780,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_nonfinite_skips);
     TEST_RUN(test_bad_config);
     TEST_RUN(test_usage_sketch);
+    TEST_RUN(test_dry_run);
     zr_comm_free(&comm);
     return zr_test_finish();
 }

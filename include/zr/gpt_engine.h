@@ -52,6 +52,15 @@ zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const 
                               float *loss);
 
 /*
+ * The same micro-batch walked on a dry engine (zr_engine_init_dry over the
+ * GPT's unit specs), with no model: the engine reports every collective and
+ * its own work, and each unit's forward and backward is reported in place
+ * of the computation (zr_engine_note_compute), in the order the real
+ * micro-batch runs them.
+ */
+zr_status zr_gpt_engine_walk(zr_engine *e);
+
+/*
  * What one rank of GPT training holds at its peak, predicted before any of it
  * is allocated: the engine's model state, the model's activations, a bound
  * of the engine's pool for this schedule (which holds at most

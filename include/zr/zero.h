@@ -46,6 +46,15 @@
  * it until the next optimizer step or load. With ZR_SAFE=1 in the
  * environment, ranks compare each decision before gathering and fail loudly
  * on a divergence instead of hanging.
+ *
+ * Dry runs. An engine made by zr_engine_init_dry runs the same code over a
+ * layout only (zr_comm_init_layout: who is where, no MPI): the same budgets,
+ * reduction queue, hpZ life cycle, pool (sizes tracked, payloads not held)
+ * and workspaces, but no data and no collective. Where a real engine starts
+ * a collective, waits for one or works on the CPU, a dry one tells its
+ * observer, with what src/coll says the collective will send and convert
+ * (zr_coll_cost). Driving it with the same calls as a real run (for the GPT:
+ * zr_gpt_engine_walk) walks that run's schedule; the planner costs it.
  */
 #ifndef ZR_ZERO_H
 #define ZR_ZERO_H
@@ -138,6 +147,39 @@ typedef struct zr_step_stats {
                                    nodes from this rank for the same gathers and reductions */
 } zr_step_stats;
 
+/* ---- dry runs --------------------------------------------------------------- */
+
+typedef enum zr_engine_event_type {
+    ZR_ENGINE_POST,    /* a collective starts on op; cost says what it sends and converts */
+    ZR_ENGINE_WAIT,    /* the engine blocks until the collective on op is complete */
+    ZR_ENGINE_WORK,    /* CPU work of the engine itself: work, elements */
+    ZR_ENGINE_COMPUTE, /* the caller computes unit (phase): zr_engine_note_compute */
+} zr_engine_event_type;
+
+typedef enum zr_engine_work {
+    ZR_WORK_HPZ_CUT,   /* a secondary cut from a gathered unit into bf16 (conversions) */
+    ZR_WORK_GRAD_ZERO, /* a pooled gradient buffer zeroed for the backward to accumulate into */
+    ZR_WORK_GRAD_FOLD, /* a reduced gradient added into its shard (fp32 adds) */
+    ZR_WORK_NORM,      /* the step's sum of squares for the gradient norm */
+    ZR_WORK_ADAMW,     /* AdamW updates of this rank's slice */
+    ZR_WORK_CLEAR,     /* accumulated gradients cleared after the step */
+} zr_engine_work;
+
+typedef struct zr_engine_event {
+    zr_engine_event_type type;
+    const void *op;      /* POST, WAIT: the collective (an op is reused after its wait) */
+    zr_coll_cost cost;   /* POST */
+    zr_engine_work work; /* WORK */
+    size_t elements;     /* WORK */
+    int unit;            /* COMPUTE */
+    zr_phase phase;      /* COMPUTE */
+} zr_engine_event;
+
+typedef struct zr_engine_observer {
+    void (*event)(void *ctx, const zr_engine_event *ev);
+    void *ctx;
+} zr_engine_observer;
+
 typedef struct zr_unit_state zr_unit_state;   /* private to the engine */
 typedef struct zr_engine_pool zr_engine_pool; /* private: reused transient buffers and ops */
 
@@ -158,7 +200,8 @@ typedef struct zr_engine {
     size_t prefetched;      /* elements of gathers started ahead of use, not yet waited on */
     double t_comm, t_optim, t_begin;
     zr_traffic traffic_begin;
-    uint64_t zero3_inter; /* the ZeRO-3 bf16 shadow count of this step */
+    uint64_t zero3_inter;   /* the ZeRO-3 bf16 shadow count of this step */
+    zr_engine_observer dry; /* dry runs: where events go; event == NULL: a real engine */
 } zr_engine;
 
 /*
@@ -168,6 +211,19 @@ typedef struct zr_engine {
 zr_status zr_engine_init(zr_engine *e, zr_comm *comm, const zr_engine_config *cfg, int nunits,
                          const zr_unit_spec *units);
 void zr_engine_free(zr_engine *e);
+
+/*
+ * A dry engine (see "Dry runs" above) over layout, which it reads and never
+ * sends on; events go to obs. Not collective. The life-cycle calls, the
+ * step and zr_engine_memory work as on a real engine (fetch and grads hand
+ * out tokens that must not be read or written); zr_engine_set_params takes
+ * a NULL buffer; reading or loading parameters is refused.
+ */
+zr_status zr_engine_init_dry(zr_engine *e, zr_comm *layout, const zr_engine_config *cfg, int nunits,
+                             const zr_unit_spec *units, zr_engine_observer obs);
+
+/* Tell a dry engine's observer that the caller computes unit u now; no-op on a real engine. */
+void zr_engine_note_compute(zr_engine *e, int u, zr_phase phase);
 
 /*
  * Set unit u's parameters from a full buffer (numel elements, identical on

@@ -6,6 +6,11 @@
  * It lives in src/model (whose layer stands above the engine's) rather than
  * with the trainer, because the planner predicts memory with it too
  * (zr_gpt_engine_predict) and the trainer and the planner stand side by side.
+ *
+ * The schedule is written once: a real micro-batch runs it with the model,
+ * and a dry walk (zr_gpt_engine_walk, for the planner) runs it with no model
+ * on a dry engine, each unit's computation reported to the engine's observer
+ * in its place.
  */
 #include "zr/gpt_engine.h"
 
@@ -77,42 +82,66 @@ zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt *m, uint64_t seed
     return ZR_OK;
 }
 
+/* Unit u's forward: the model's, or (m == NULL, a dry walk) its report. */
+static zr_status fwd(zr_gpt *m, zr_engine *e, int u, const float *p, const float *p0)
+{
+    if (m == NULL) {
+        zr_engine_note_compute(e, u, ZR_PHASE_FORWARD);
+        return ZR_OK;
+    }
+    return zr_gpt_forward_unit(m, u, p, p0);
+}
+
+static zr_status bwd(zr_gpt *m, zr_engine *e, int u, const float *p, const float *p0, float *g,
+                     float *g0)
+{
+    if (m == NULL) {
+        zr_engine_note_compute(e, u, ZR_PHASE_BACKWARD);
+        return ZR_OK;
+    }
+    return zr_gpt_backward_unit(m, u, p, p0, g, g0);
+}
+
 /* Forward through every unit; leaves units last (L+1) and 0 gathered for the backward. */
 static zr_status forward(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
                          const float **p_last, const float **p_unit0)
 {
-    int last = zr_gpt_unit_count(m) - 1;
-    ZR_CHECK(zr_gpt_forward_begin(m, inputs, targets));
+    int last = e->nunits - 1;
+    if (m != NULL) {
+        ZR_ASSERT(zr_gpt_unit_count(m) == e->nunits);
+        ZR_CHECK(zr_gpt_forward_begin(m, inputs, targets));
+    }
     ZR_CHECK(zr_engine_prefetch(e, 0, ZR_PHASE_FORWARD));
     for (int u = 0; u < last; u++) {
         const float *p;
         ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p));
         ZR_CHECK(zr_engine_prefetch(e, u + 1, ZR_PHASE_FORWARD));
-        ZR_CHECK(zr_gpt_forward_unit(m, u, p, NULL));
+        ZR_CHECK(fwd(m, e, u, p, NULL));
         ZR_CHECK(zr_engine_release(e, u));
     }
     /* the tied LM head: unit 0 comes back (from the hpZ secondary when there is one) */
     ZR_CHECK(zr_engine_prefetch(e, 0, ZR_PHASE_FORWARD));
     ZR_CHECK(zr_engine_fetch(e, last, ZR_PHASE_FORWARD, p_last));
     ZR_CHECK(zr_engine_fetch(e, 0, ZR_PHASE_FORWARD, p_unit0));
-    return zr_gpt_forward_unit(m, last, *p_last, *p_unit0);
+    return fwd(m, e, last, *p_last, *p_unit0);
 }
 
-zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
-                              float *loss)
+/* One micro-batch; m == NULL walks it on a dry engine (no loss, no inputs). */
+static zr_status micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets, float *loss)
 {
-    int last = zr_gpt_unit_count(m) - 1;
+    int last = e->nunits - 1;
     const float *p_last, *p0;
     ZR_CHECK(zr_engine_micro_begin(e));
     ZR_CHECK(forward(m, e, inputs, targets, &p_last, &p0));
-    *loss = zr_gpt_loss(m);
-
-    ZR_CHECK(zr_gpt_backward_begin(m));
+    if (m != NULL) {
+        *loss = zr_gpt_loss(m);
+        ZR_CHECK(zr_gpt_backward_begin(m));
+    }
     float *g_last, *g0;
     ZR_CHECK(zr_engine_grads(e, last, &g_last));
     ZR_CHECK(zr_engine_grads(e, 0, &g0));
     ZR_CHECK(zr_engine_prefetch(e, last - 1, ZR_PHASE_BACKWARD));
-    ZR_CHECK(zr_gpt_backward_unit(m, last, p_last, p0, g_last, g0));
+    ZR_CHECK(bwd(m, e, last, p_last, p0, g_last, g0));
     ZR_CHECK(zr_engine_release(e, last));
     ZR_CHECK(zr_engine_release(e, 0));
     ZR_CHECK(zr_engine_grads_done(e, last));
@@ -122,13 +151,26 @@ zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const 
         ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_BACKWARD, &p));
         ZR_CHECK(zr_engine_prefetch(e, u - 1 >= 1 ? u - 1 : -1, ZR_PHASE_BACKWARD));
         ZR_CHECK(zr_engine_grads(e, u, &g));
-        ZR_CHECK(zr_gpt_backward_unit(m, u, p, NULL, g, NULL));
+        ZR_CHECK(bwd(m, e, u, p, NULL, g, NULL));
         ZR_CHECK(zr_engine_release(e, u));
         ZR_CHECK(zr_engine_grads_done(e, u));
     }
     /* the embedding's backward reads no parameters: no gather */
-    ZR_CHECK(zr_gpt_backward_unit(m, 0, NULL, NULL, g0, NULL));
+    ZR_CHECK(bwd(m, e, 0, NULL, NULL, g0, NULL));
     return zr_engine_grads_done(e, 0);
+}
+
+zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+                              float *loss)
+{
+    ZR_ASSERT(m != NULL);
+    return micro(m, e, inputs, targets, loss);
+}
+
+zr_status zr_gpt_engine_walk(zr_engine *e)
+{
+    ZR_ASSERT(e->dry.event != NULL && e->nunits >= 2);
+    return micro(NULL, e, NULL, NULL, NULL);
 }
 
 zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
@@ -137,7 +179,7 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
     const float *p_last, *p0;
     ZR_CHECK(forward(m, e, inputs, targets, &p_last, &p0));
     *loss = zr_gpt_loss(m);
-    ZR_CHECK(zr_engine_release(e, zr_gpt_unit_count(m) - 1));
+    ZR_CHECK(zr_engine_release(e, e->nunits - 1));
     ZR_CHECK(zr_engine_release(e, 0));
     /* The releases above cut hpZ secondaries from this forward's gathers. A
      * training step starts by gathering from the primary shards; if these

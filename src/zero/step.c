@@ -1,0 +1,204 @@
+/*
+ * step.c - the optimizer step: the reductions still to do (all of them at
+ * stages 0 and 1, whose gradients stay local until here), the global
+ * gradient norm, a step skipped on every rank when it is not finite,
+ * clipping, AdamW on this rank's slice, the refresh of replicated working
+ * parameters from the new shards, and the per-step statistics.
+ *
+ * A dry engine reports the CPU work of the norm, AdamW and the clearing
+ * instead of doing it, and takes every step (its gradients are finite).
+ */
+#include "zero_impl.h"
+
+#include "zr/optim.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Reduce the gradients that are still local: all of them at stages 0 and 1. */
+static zr_status reduce_replicated_grads(zr_engine *e)
+{
+    for (int u = 0; u < e->nunits; u++) {
+        zr_unit_state *s = &e->units[u];
+        if (e->plan.grads == ZR_SHARDED) {
+            if (s->grad_full != NULL && !s->grad_inflight) {
+                ZR_FAIL(ZR_ERR_INVALID,
+                        "unit %d has a gradient buffer that was never handed back with "
+                        "zr_engine_grads_done",
+                        u);
+            }
+            continue;
+        }
+        if (s->grad_full == NULL) {
+            /* a unit that got no gradient this step still takes part in the reduction */
+            ZR_CHECK(zr_alloc_at((void **)&s->grad_full,
+                                 zr_engine_held(e, s->padded) * sizeof(float), __FILE__, __LINE__));
+        }
+        ZR_CHECK(zr_engine_reduce_begin(e, s));
+        if (e->plan.optim == ZR_SHARDED) {
+            ZR_CHECK(zr_engine_reduce_scatter(e, s->grad_full, s->shard, s->grad_tmp, s->rop));
+        } else {
+            ZR_CHECK(zr_engine_allreduce(e, s->grad_full, s->padded, s->rop));
+        }
+        zr_engine_pool_account(e->pool);
+    }
+    while (e->nreducing > 0) {
+        ZR_CHECK(zr_engine_finish_oldest(e));
+    }
+    return ZR_OK;
+}
+
+/* This rank's slice of unit u's reduced gradient (shard elements). */
+static const float *grad_slice(const zr_engine *e, const zr_unit_state *s)
+{
+    if (e->plan.grads == ZR_SHARDED) {
+        return s->grad_shard;
+    }
+    if (e->plan.optim == ZR_SHARDED) {
+        return s->grad_tmp; /* stage 1: reduce-scattered at the step */
+    }
+    return s->grad_full + (size_t)zr_engine_rank(e) * s->shard;
+}
+
+/* AdamW on this rank's slice of s; returns the elements updated. */
+static size_t adamw_unit(zr_engine *e, zr_unit_state *s, float lr, float grad_scale)
+{
+    zr_adamw h = {lr, e->cfg.beta1, e->cfg.beta2, e->cfg.eps, e->cfg.weight_decay};
+    int dry = zr_engine_is_dry(e);
+    /* the element range this rank updates, in unit coordinates */
+    size_t lo = 0, hi = s->padded, n = 0;
+    const float *g = NULL;
+    float *master = NULL, *m = NULL, *v = NULL;
+    if (e->plan.optim == ZR_SHARDED) {
+        lo = (size_t)zr_engine_rank(e) * s->shard;
+        hi = lo + s->shard;
+    }
+    if (!dry && e->plan.optim == ZR_SHARDED) {
+        g = grad_slice(e, s) - lo;
+        master = s->master - lo;
+        m = s->m - lo;
+        v = s->v - lo;
+    } else if (!dry) {
+        g = s->grad_full;
+        master = s->master;
+        m = s->m;
+        v = s->v;
+    }
+    for (int i = 0; i < s->nranges; i++) {
+        size_t a = s->ranges[i].offset, b = a + s->ranges[i].numel;
+        if (a < lo) {
+            a = lo;
+        }
+        if (b > hi) {
+            b = hi;
+        }
+        if (a < b && !dry) {
+            zr_adamw_update(&h, lr, e->step, grad_scale, s->ranges[i].decay, master + a, g + a,
+                            m + a, v + a, b - a);
+        }
+        n += a < b ? b - a : 0;
+    }
+    return n;
+}
+
+/* The global norm of the averaged gradient (each rank sums its slice); dry: its work. */
+static zr_status grad_norm(zr_engine *e, double *norm)
+{
+    double sq = 0.0;
+    size_t n = 0;
+    for (int u = 0; u < e->nunits; u++) {
+        n += e->units[u].shard;
+        if (!zr_engine_is_dry(e)) {
+            sq += zr_sumsq(grad_slice(e, &e->units[u]), e->units[u].shard);
+        }
+    }
+    zr_engine_report_work(e, ZR_WORK_NORM, n);
+    if (!zr_engine_is_dry(e)) {
+        /* control values: not data traffic, and no part of a dry run's report */
+        ZR_CHECK(zr_comm_allreduce_sum_f64(e->comm, ZR_GROUP_WORLD, &sq, 1));
+    }
+    *norm = sqrt(sq) * (1.0 / (double)e->micro);
+    return ZR_OK;
+}
+
+/* Refresh unit s's replicated working copy from the new shard and clear its gradients. */
+static zr_status refresh_and_clear(zr_engine *e, zr_unit_state *s, int finite)
+{
+    int dry = zr_engine_is_dry(e);
+    if (finite && e->plan.params == ZR_REPLICATED && !s->full_is_master) {
+        if (!dry) {
+            memcpy(s->full + (size_t)zr_engine_rank(e) * s->shard, s->master,
+                   s->shard * sizeof(float));
+        }
+        ZR_CHECK(zr_engine_gather_slices(e, s, s->full, &e->cfg.param_wire));
+    }
+    if (s->grad_shard != NULL) {
+        zr_engine_report_work(e, ZR_WORK_CLEAR, s->shard);
+        if (!dry) {
+            memset(s->grad_shard, 0, s->shard * sizeof(float));
+        }
+    }
+    if (e->plan.grads == ZR_REPLICATED && s->grad_full != NULL) {
+        zr_engine_report_work(e, ZR_WORK_CLEAR, s->padded);
+        if (!dry) {
+            memset(s->grad_full, 0, s->padded * sizeof(float));
+        }
+    }
+    return ZR_OK;
+}
+
+static void fill_stats(zr_engine *e, zr_step_stats *stats)
+{
+    stats->t_comm = e->t_comm;
+    stats->t_optim = e->t_optim;
+    stats->t_total = zr_now() - e->t_begin;
+    stats->live_peak = e->live_peak;
+    stats->zero3_bytes_inter = e->zero3_inter;
+    zr_traffic now = zr_comm_traffic_get(e->comm);
+    for (int k = 0; k < ZR_KIND_COUNT; k++) {
+        stats->traffic.kind[k].calls = now.kind[k].calls - e->traffic_begin.kind[k].calls;
+        stats->traffic.kind[k].bytes_intra =
+            now.kind[k].bytes_intra - e->traffic_begin.kind[k].bytes_intra;
+        stats->traffic.kind[k].bytes_inter =
+            now.kind[k].bytes_inter - e->traffic_begin.kind[k].bytes_inter;
+    }
+}
+
+zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
+{
+    if (e->micro == 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "zr_engine_step called before any micro-batch");
+    }
+    ZR_CHECK(reduce_replicated_grads(e));
+    double norm;
+    ZR_CHECK(grad_norm(e, &norm));
+    int finite = isfinite(norm);
+    stats->grad_norm = norm;
+    stats->skipped = !finite;
+
+    double t0 = zr_now();
+    if (finite) {
+        e->step++;
+        float scale = zr_clip_scale(norm, e->cfg.grad_clip) * (float)(1.0 / (double)e->micro);
+        size_t n = 0;
+        for (int u = 0; u < e->nunits; u++) {
+            n += adamw_unit(e, &e->units[u], lr, scale);
+        }
+        zr_engine_report_work(e, ZR_WORK_ADAMW, n);
+    } else if (zr_engine_rank(e) == 0) {
+        ZR_WARN("non-finite gradient norm (%g) at step %d: skipping the optimizer step on every "
+                "rank",
+                norm, e->step + 1);
+    }
+    e->t_optim += zr_now() - t0;
+
+    for (int u = 0; u < e->nunits; u++) {
+        ZR_CHECK(refresh_and_clear(e, &e->units[u], finite));
+    }
+    if (finite) {
+        zr_engine_invalidate_secondary(e);
+    }
+    e->micro = 0;
+    fill_stats(e, stats);
+    return ZR_OK;
+}

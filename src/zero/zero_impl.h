@@ -1,0 +1,107 @@
+/*
+ * zero_impl.h - what the files of src/zero share: a unit's state, the pool
+ * of transient buffers and ops (pool.c), and the engine's door to the
+ * collectives (exchange.c), through which a dry engine reports instead of
+ * running.
+ *
+ *   engine.c     plan, configuration, init / free, parameters in and out,
+ *                memory accounting and prediction
+ *   pool.c       transient buffers and collective ops, reused by size
+ *   lifecycle.c  stage-3 gathers (prefetch, fetch, release, hpZ secondaries)
+ *                and gradient reductions in flight
+ *   step.c       the optimizer step: remaining reductions, norm, AdamW,
+ *                refresh of replicated parameters
+ *   exchange.c   every collective start and wait, real or dry; dry runs
+ */
+#ifndef ZR_ZERO_IMPL_H
+#define ZR_ZERO_IMPL_H
+
+#include "zr/zero.h"
+
+struct zr_unit_state {
+    size_t numel, padded, shard;
+    int nranges;
+    const zr_range *ranges;
+
+    float *full;        /* owned; see engine.c for its lifetime */
+    int full_is_master; /* full aliases master (stage 0) */
+    int gathered;       /* stage 3: full holds the current parameters */
+    int inflight;       /* stage 3: a gather into full is in flight */
+    int from_primary;   /* the gather in full came from the primary shards */
+    int prefetched;     /* the gather was started ahead of use (counts in e->prefetched) */
+    zr_coll_op *gop;    /* pooled; the gather in flight into full */
+
+    void *secondary; /* owned; hpZ slice, sec_count elements of sec_type */
+    size_t sec_count;
+    zr_dtype sec_type;
+    int sec_valid;
+
+    float *grad_full;  /* owned (replicated grads) or pooled (sharded) */
+    float *grad_shard; /* owned; sharded grads: S floats */
+    float *grad_tmp;   /* reduce-scatter output, S floats: owned (stage 1) or pooled */
+    int grad_inflight;
+    zr_coll_op *rop; /* pooled; the reduction in flight */
+    zr_qgz_feedback fb;
+
+    float *master, *m, *v; /* owned; S or P floats each */
+};
+
+static inline int zr_engine_is_dry(const zr_engine *e)
+{
+    return e->dry.event != NULL;
+}
+
+/* Elements to allocate for a payload of n: a dry engine holds a one-element token instead. */
+static inline size_t zr_engine_held(const zr_engine *e, size_t n)
+{
+    return zr_engine_is_dry(e) ? 1 : n;
+}
+
+static inline int zr_engine_rank(const zr_engine *e)
+{
+    return e->comm->rank[ZR_GROUP_WORLD];
+}
+
+/* ---- pool.c ---------------------------------------------------------------- */
+
+/* A pool; dry: buffers are one-float tokens (sizes are tracked, payloads are not held). */
+zr_status zr_engine_pool_init(zr_engine_pool **p, int dry);
+/* Hand every buffer and op back to the allocator; c != NULL: finish ops in flight first. */
+void zr_engine_pool_free(zr_comm *c, zr_engine_pool *p);
+/* A buffer of at least n floats, zeroed if asked; reused when one of close size is free. */
+zr_status zr_engine_pool_get(zr_engine_pool *p, size_t n, int zero, float **out);
+void zr_engine_pool_put(zr_engine_pool *p, float *ptr);
+/* An idle collective op; the most recently used first (its workspace is warm). */
+zr_status zr_engine_pool_get_op(zr_engine_pool *p, zr_coll_op **out);
+void zr_engine_pool_put_op(zr_engine_pool *p, zr_coll_op *op);
+/* Recount the pool's bytes (buffers + op workspaces) after a workspace may have grown. */
+void zr_engine_pool_account(zr_engine_pool *p);
+/* Bytes held now and at the peak since the pool was made. */
+void zr_engine_pool_bytes(const zr_engine_pool *p, size_t *now, size_t *peak);
+
+/* ---- exchange.c ------------------------------------------------------------- */
+
+/* Start a collective on op (zr_*_start), or report it when dry. */
+zr_status zr_engine_allgather(zr_engine *e, zr_group g, zr_kind kind, const zr_wire *wire,
+                              zr_dtype in_type, const void *in, size_t count, float *out,
+                              zr_coll_op *op);
+zr_status zr_engine_reduce_scatter(zr_engine *e, const float *in, size_t count, float *out,
+                                   zr_coll_op *op);
+zr_status zr_engine_allreduce(zr_engine *e, float *buf, size_t count, zr_coll_op *op);
+zr_status zr_engine_qgz(zr_engine *e, const float *in, size_t count, float *out,
+                        zr_qgz_feedback *fb, zr_coll_op *op);
+/* Wait for the collective on op; the blocked time counts as exposed communication. */
+zr_status zr_engine_wait(zr_engine *e, zr_coll_op *op);
+/* Exact all-gather of this rank's slices of buf (padded elements) in place, blocking. */
+zr_status zr_engine_gather_slices(zr_engine *e, zr_unit_state *s, float *buf, const zr_wire *wire);
+/* Tell a dry engine's observer of CPU work of the engine itself. */
+void zr_engine_report_work(zr_engine *e, zr_engine_work work, size_t elements);
+
+/* ---- lifecycle.c --------------------------------------------------------------- */
+
+/* Make room for a reduction of s and take its op (the caller starts it). */
+zr_status zr_engine_reduce_begin(zr_engine *e, zr_unit_state *s);
+/* Complete the oldest reduction in flight. */
+zr_status zr_engine_finish_oldest(zr_engine *e);
+
+#endif /* ZR_ZERO_IMPL_H */
