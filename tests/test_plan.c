@@ -2,11 +2,12 @@
  * test_plan.c - the cost model and the planner (src/plan).
  *
  *   bytes      for every stage and ZeRO++ combination the layout allows, with
- *              and without accumulation and prefetch, the bytes of each
- *              collective kind the model predicts for one step equal, on
- *              every rank, what the engine's counters count while the
- *              trainer runs that step; the model state equals the engine's
- *              accounting and its pool stays under the predicted bound
+ *              and without accumulation, prefetch and qgZ chunks, the bytes
+ *              and exchanges of each collective kind the model predicts for
+ *              one step (from its dry engine) equal, on every rank, what the
+ *              engine's counters count while the trainer runs that step; the
+ *              model state equals the engine's accounting and the pool's
+ *              peak equals the engine's
  *   by hand    ZeRO-3 bf16 inter-node bytes and the step time of a made-up
  *              probe, computed here from first principles
  *   probe      zr_probe_run on this layout, written and read back equal;
@@ -63,6 +64,7 @@ static void measure(const zr_train_config *base, const zr_plan_choice *ch, zr_tr
     TEST_OK(zr_trainer_step(&t, &rec));
     zr_traffic b = zr_comm_traffic_get(&t.comm);
     for (int k = 0; k < ZR_KIND_COUNT; k++) {
+        out->kind[k].calls = b.kind[k].calls - a.kind[k].calls;
         out->kind[k].bytes_intra = b.kind[k].bytes_intra - a.kind[k].bytes_intra;
         out->kind[k].bytes_inter = b.kind[k].bytes_inter - a.kind[k].bytes_inter;
     }
@@ -88,12 +90,16 @@ static void check_choice(const zr_train_config *base, const zr_plan_choice *ch)
             continue; /* norms and losses: not the plan's business */
         }
         TEST_CHECKF(got.kind[k].bytes_intra == cost.traffic.kind[k].bytes_intra &&
-                        got.kind[k].bytes_inter == cost.traffic.kind[k].bytes_inter,
-                    "%s, %s: engine intra %llu inter %llu, plan intra %llu inter %llu", d,
-                    zr_kind_name((zr_kind)k), (unsigned long long)got.kind[k].bytes_intra,
+                        got.kind[k].bytes_inter == cost.traffic.kind[k].bytes_inter &&
+                        got.kind[k].calls == cost.traffic.kind[k].calls,
+                    "%s, %s: engine intra %llu inter %llu in %llu exchanges, plan intra %llu inter "
+                    "%llu in %llu",
+                    d, zr_kind_name((zr_kind)k), (unsigned long long)got.kind[k].bytes_intra,
                     (unsigned long long)got.kind[k].bytes_inter,
+                    (unsigned long long)got.kind[k].calls,
                     (unsigned long long)cost.traffic.kind[k].bytes_intra,
-                    (unsigned long long)cost.traffic.kind[k].bytes_inter);
+                    (unsigned long long)cost.traffic.kind[k].bytes_inter,
+                    (unsigned long long)cost.traffic.kind[k].calls);
     }
     double sum = 0;
     for (int k = 0; k < ZR_KIND_COUNT; k++) {
@@ -130,6 +136,11 @@ static void test_bytes_match_engine(void)
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
         check_choice(&base, &list[i]);
     }
+    /* qgZ pipelined in chunks: each chunk's blocks carry their own headers and scales */
+    base.qgz_chunks = 3;
+    check_choice(&base, &list[9]);
+    check_choice(&base, &list[10]);
+    base.qgz_chunks = 1;
     /* the shape of bench/cluster with the default buckets: several reductions in flight, and
        ops that a later step hands a bigger collective (the pool grows in the second step) */
     base.layers = 4, base.channels = 256, base.heads = 4, base.seq_len = 8, base.max_seq_len = 8;

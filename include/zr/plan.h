@@ -13,9 +13,11 @@
  *            (stage, qwZ, hpZ, qgZ, prefetch, micro-batch x accumulation)
  *            and a probe: the bytes of every collective of one step, per
  *            kind, exactly as the engine's counters will count them; the
- *            memory the engine and model will hold (zr_gpt_engine_predict);
- *            and the step time, by walking the engine's schedule unit by
- *            unit with the probe's figures and its measured overlap.
+ *            memory the engine and model will hold (zr_gpt_engine_predict,
+ *            and the pool's peak exactly); and the step time: a dry engine
+ *            (zr_engine_init_dry) runs the trainer's schedule and reports
+ *            each collective, its CPU work and each unit's computation,
+ *            priced with the probe's figures and its measured overlap.
  *   plan     every valid choice for a global batch, those over the memory
  *            limit discarded, ranked by predicted tokens/s.
  *
