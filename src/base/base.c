@@ -10,6 +10,8 @@
 
 #include "zr/base.h"
 
+#include "zr/file.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,15 +96,22 @@ static const char *short_file(const char *file)
 
 zr_status zr_error_at(zr_status st, const char *file, int line, const char *fmt, ...)
 {
-    char body[sizeof err_msg];
+    /* formatted whole, then cut in the middle if it must be: the start says what failed,
+       the end says why, and a long path in between must not push the reason out */
+    static char body[4 * 4096 + 1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
+    int n = vsnprintf(body, sizeof body, fmt, ap);
     va_end(ap);
-    /* The message is what the user reads; the location is for us. */
-    snprintf(err_msg, sizeof err_msg, "%s", body);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof body ? (size_t)n : sizeof body - 1;
+    if (len < sizeof err_msg) {
+        memcpy(err_msg, body, len + 1);
+    } else {
+        size_t head = sizeof err_msg / 3, tail = sizeof err_msg - head - 8;
+        snprintf(err_msg, sizeof err_msg, "%.*s [...] %s", (int)head, body, body + len - tail);
+    }
     err_agreed = 0;
-    zr_log_at(ZR_LOG_DEBUG, file, line, "error (%s): %s", zr_status_str(st), body);
+    zr_log_at(ZR_LOG_DEBUG, file, line, "error (%s): %s", zr_status_str(st), err_msg);
     return st;
 }
 
@@ -177,8 +186,8 @@ _Noreturn void zr_die(const char *file, int line, const char *hint, const char *
     if (hint != NULL && hint[0] != '\0') {
         fprintf(stderr, "  hint: %s\n", hint);
     }
-    fflush(stderr);
-    fflush(stdout);
+    /* a launcher may act on the abort before it reads these lines: let it read them first */
+    zr_file_drain_std(5.0);
     if (abort_hook != NULL) {
         abort_hook(1);
     }

@@ -15,6 +15,8 @@
 
 #include "comm_impl.h"
 
+#include "zr/file.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -301,8 +303,9 @@ int zr_comm_broken(const zr_comm *c)
 
 _Noreturn void zr_comm_abort(zr_comm *c, int exit_code)
 {
-    fflush(stdout);
-    fflush(stderr);
+    /* the launcher may act on the abort before it reads a rank's last lines (MPICH's
+       mpiexec lost the line saying why a job died): wait until they are read */
+    zr_file_drain_std(5.0);
     /* everyone is here, so the message printed before this call is out */
     int32_t one = 1, *all = NULL;
     (void)zr_alloc_at((void **)&all, sizeof *all * (size_t)c->size[ZR_GROUP_WORLD], __FILE__,
