@@ -155,7 +155,8 @@ static void test_reshard(void)
     fill(&w4);
     zr_ckpt_meta m7 = meta_for(7);
     char path[ZR_PATH_MAX];
-    TEST_OK(zr_ckpt_save(&w4.comm, &w4.engine, dir, &m7, "{\"note\": 1}", 0, path, sizeof path));
+    zr_ckpt_save_opts o7 = {"{\"note\": 1}", NULL, 0, -1};
+    TEST_OK(zr_ckpt_save(&w4.comm, &w4.engine, dir, &m7, &o7, path, sizeof path));
     world_close(&w4);
     for (int n = 1; n <= W; n++) {
         for (int stage = 0; stage <= 3; stage++) {
@@ -175,7 +176,8 @@ static void test_reshard(void)
                 if (n == 3 && stage == 1) {
                     /* and back up: saved at 3, loaded at W below */
                     zr_ckpt_meta m9 = meta_for(9);
-                    TEST_OK(zr_ckpt_save(&w.comm, &w.engine, dir, &m9, NULL, 0, NULL, 0));
+                    zr_ckpt_save_opts o9 = {NULL, NULL, 0, -1};
+                    TEST_OK(zr_ckpt_save(&w.comm, &w.engine, dir, &m9, &o9, NULL, 0));
                 }
             }
             world_close(&w);
@@ -560,7 +562,7 @@ static void test_lock_and_recover(void)
     TEST_EQ_INT(warnings, 1);
     snprintf(p, sizeof p, "%s/step_00000009.set-aside", rs);
     TEST_CHECK(is_dir(p));
-    TEST_OK(zr_ckpt_find_latest(rs, path, sizeof path, &found));
+    TEST_OK(zr_ckpt_find_latest(rs, path, sizeof path, &found, count_warning, NULL));
     TEST_CHECK(found && strstr(path, "step_00000007") != NULL);
 }
 

@@ -13,6 +13,8 @@
 
 #include <cJSON.h>
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -258,7 +260,7 @@ static void test_load_file_and_flags(void)
     char *argv2[] = {"--config", path, "--micro-batch", "8", "--world-is-not-a-flag"};
     TEST_FAILS(flags(&c, 5, argv2), ZR_ERR_INVALID, "--world-is-not-a-flag");
     char *argv3[] = {"--config=", "--stage", "3"};
-    TEST_FAILS(flags(&c, 3, argv3), ZR_ERR_IO, "cannot open config file");
+    TEST_FAILS(flags(&c, 3, argv3), ZR_ERR_INVALID, "flag --config: the path is empty");
     char *argv4[] = {"--config",
                      path,
                      "--micro-batch",
@@ -309,7 +311,7 @@ static void test_bad_input(void)
                "got 2.5");
     /* 5: array for an object */
     TEST_FAILS(parse(&c, "{\"zero_optimization\": [3]}", NULL), ZR_ERR_INVALID,
-               "\"zero_optimization\" must be an object, got an array");
+               "\"zero_optimization\" must be an object (a section of keys), got an array");
     /* 6: out of range */
     TEST_FAILS(parse(&c, "{\"zero_optimization\": {\"stage\": 4}}", NULL), ZR_ERR_INVALID,
                "\"zero_optimization.stage\" must be an integer in [0, 3], got 4");
@@ -448,13 +450,15 @@ static void test_warnings_and_notes(void)
     zr_train_config c;
     notes n;
     memset(&n, 0, sizeof n);
-    /* unknown keys warn with their path, the file and a suggestion */
-    TEST_OK(parse(&c, "{\"zero_optimization\": {\"stgae\": 2}}", &n));
-    TEST_EQ_INT(n.warnings, 1);
-    TEST_CHECKF(strstr(n.last_warning, "cfg.json: unknown key \"zero_optimization.stgae\" (did "
-                                       "you mean \"stage\"?)") != NULL,
-                "%s", n.last_warning);
-    TEST_EQ_INT(c.stage, 3); /* untouched */
+    /* an unknown key inside a section zr knows is refused (as DeepSpeed refuses it), with its
+       path, the file and a suggestion: a typo there would train with the default */
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": {\"stgae\": 2}}", &n), ZR_ERR_INVALID,
+               "cfg.json: unknown key \"zero_optimization.stgae\" in section "
+               "\"zero_optimization\" (did you mean \"stage\"?)");
+    TEST_FAILS(parse(&c, "{\"zr\": {\"train\": {\"sed\": 2}}}", &n), ZR_ERR_INVALID,
+               "unknown key \"zr.train.sed\" in section \"zr.train\" (did you mean \"seed\"?)");
+    TEST_EQ_INT(n.warnings, 0);
+    /* unknown top-level keys warn (the section of a DeepSpeed feature zr does not have) */
     memset(&n, 0, sizeof n);
     TEST_OK(parse(&c, "{\"zero_optimisation\": {\"stage\": 1}, \"stage\": 2, \"zzz\": 1}", &n));
     TEST_EQ_INT(n.warnings, 3);
@@ -482,13 +486,12 @@ static void test_warnings_and_notes(void)
     TEST_EQ_INT(n.notes, 5);
     TEST_CHECKF(strstr(n.last_note, "\"fp16.loss_scale\" accepted, has no effect in zr") != NULL,
                 "%s", n.last_note);
-    /* DeepSpeed's non-stage3 names, and null keeping a default */
+    /* DeepSpeed's non-stage3 names */
     memset(&n, 0, sizeof n);
-    TEST_OK(
-        parse(&c,
-              "{\"zero_optimization\": {\"prefetch_bucket_size\": 1234, \"max_live_parameters\":"
-              " 5678, \"overlap_comm\": null}, \"communication_data_type\": null}",
-              &n));
+    TEST_OK(parse(&c,
+                  "{\"zero_optimization\": {\"prefetch_bucket_size\": 1234, "
+                  "\"max_live_parameters\": 5678}}",
+                  &n));
     TEST_EQ_INT(n.warnings, 0);
     TEST_EQ_INT(c.stage3_prefetch_bucket_size, 1234);
     TEST_EQ_INT(c.stage3_max_live_parameters, 5678);
@@ -665,6 +668,16 @@ static void json_value(const zr_train_config *c, const char *path, char *out, si
         snprintf(out, n, "%s", s);
         free(s);
     }
+    /* a number as the dump wrote it: cJSON would read 2^63 - 1 back as a double */
+    char key[160];
+    const char *leaf = strrchr(path, '.');
+    snprintf(key, sizeof key, "\"%s\":", leaf != NULL ? leaf + 1 : path);
+    const char *at = text != NULL && cJSON_IsNumber(v) ? strstr(text, key) : NULL;
+    if (at != NULL) {
+        at += strlen(key);
+        at += strspn(at, " \t");
+        snprintf(out, n, "%.*s", (int)strspn(at, "-0123456789.eE+"), at);
+    }
     cJSON_Delete(root);
     zr_free(text);
 }
@@ -840,7 +853,8 @@ static void test_boolean_flags(void)
     zr_train_config c;
     char *a[] = {"--no-steps"};
     TEST_FAILS(flags(&c, 1, a), ZR_ERR_INVALID,
-               "flag --no-steps: --no- applies to true/false keys only, and zr.train.train_steps");
+               "flag --no-steps: --no- applies to true/false keys and --no-hpz only, and "
+               "zr.train.train_steps");
     printf("  %d boolean flag names x 12 spellings\n", tested);
     zr_error_clear();
 }
@@ -957,7 +971,7 @@ static void test_metrics(void)
     write_temp(path, sizeof path, "");
     FILE *f = fopen(path, "w");
     for (int s = 0; s < 300; s++) {
-        zr_metrics_point q = {s, 5.0 - s * 0.01, 1000 + s, s % 50 == 0 ? 4.0 : NAN, 1e-3};
+        zr_metrics_point q = {s, 5.0 - s * 0.01, 1000 + s, s % 50 == 0 ? 4.0 : NAN, 1e-3, 0};
         TEST_OK(zr_metrics_write(f, &q));
     }
     fputs("\n{\"step\": 300, \"lo", f);
@@ -1060,18 +1074,42 @@ static void test_metrics_writer(void)
     unlink(path);
     TEST_OK(zr_metrics_keep_through(path, 3, &dropped));
     TEST_EQ_INT(dropped, 0);
-    /* a full disk: the write fails naming the file, it never passes silently */
+    /* a write that fails (here beyond RLIMIT_FSIZE, as on a full disk) fails naming the file,
+       it never passes silently */
     char full[128];
     snprintf(full, sizeof full, "%s/full.jsonl", dir);
-    TEST_CHECK(symlink("/dev/full", full) == 0);
     TEST_OK(zr_metrics_open(&m, full, 0, 0, &dropped));
+    struct rlimit old_fsize, small = {64, 64};
+    TEST_CHECK(getrlimit(RLIMIT_FSIZE, &old_fsize) == 0);
+    small.rlim_max = old_fsize.rlim_max;
+    void (*old_xfsz)(int) = signal(SIGXFSZ, SIG_IGN);
+    TEST_CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
     zr_metrics_line_begin(&l, 1);
+    for (int k = 0; k < 8; k++) {
+        zr_metrics_line_f64(&l, "tokens_per_s", 1e9 + k);
+    }
     TEST_FAILS(zr_metrics_append(&m, zr_metrics_line_end(&l)), ZR_ERR_IO,
                "cannot write metrics file");
     TEST_CHECK(strstr(zr_error_message(), "full.jsonl") != NULL);
+    TEST_CHECK(setrlimit(RLIMIT_FSIZE, &old_fsize) == 0);
+    signal(SIGXFSZ, old_xfsz);
     zr_metrics_close(&m);
-    /* a resume over something that is not a regular file is refused, not rewritten */
-    TEST_FAILS(zr_metrics_open(&m, full, 1, 3, &dropped), ZR_ERR_INVALID, "not a regular file");
+    unlink(full);
+    /* a resume (or a fresh run) over something that is not a regular file is refused, not
+       rewritten: a link (zr never writes through one), a device */
+    TEST_CHECK(symlink("/dev/full", full) == 0);
+    TEST_FAILS(zr_metrics_open(&m, full, 1, 3, &dropped), ZR_ERR_INVALID, "symbolic link");
+    TEST_FAILS(zr_metrics_open(&m, full, 0, 0, &dropped), ZR_ERR_INVALID, "symbolic link");
+    unlink(full);
+    TEST_FAILS(zr_metrics_open(&m, "/dev/full", 0, 0, &dropped), ZR_ERR_INVALID,
+               "a character device");
+    /* a fresh run never cuts another run's metrics file short */
+    TEST_OK(zr_metrics_open(&m, full, 0, 0, &dropped));
+    zr_metrics_line_begin(&l, 1);
+    TEST_OK(zr_metrics_append(&m, zr_metrics_line_end(&l)));
+    TEST_OK(zr_metrics_close(&m));
+    TEST_FAILS(zr_metrics_open(&m, full, 0, 0, &dropped), ZR_ERR_INVALID,
+               "written by another run; a fresh run does not overwrite them");
     unlink(full);
     char sub[128];
     snprintf(sub, sizeof sub, "%s/sub dir", dir);
@@ -1102,10 +1140,275 @@ static void test_not_regular_files(void)
     zr_metrics_file m;
     memset(&m, 0, sizeof m);
     size_t dropped = 0;
-    TEST_FAILS(zr_metrics_open(&m, fifo, 0, 0, &dropped), ZR_ERR_IO, "FIFO with no reader");
+    TEST_FAILS(zr_metrics_open(&m, fifo, 0, 0, &dropped), ZR_ERR_INVALID, "is a FIFO");
     TEST_CHECK(m.f == NULL);
     unlink(fifo);
     rmdir(dir);
+    zr_error_clear();
+}
+
+/* ---- strictness: duplicates, null, NUL, unknown keys, exact integers ----------------------- */
+
+static void test_strict_files(void)
+{
+    zr_train_config c;
+    notes n;
+    /* a key or a section twice: one would be kept silently */
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": {\"stage\": 1, \"stage\": 2}}", NULL),
+               ZR_ERR_INVALID, "key \"zero_optimization.stage\" appears twice");
+    TEST_FAILS(parse(&c,
+                     "{\"zero_optimization\": {\"stage\": 1}, \"bf16\": {\"enabled\": true}, "
+                     "\"zero_optimization\": {\"overlap_comm\": false}}",
+                     NULL),
+               ZR_ERR_INVALID, "key \"zero_optimization\" appears twice");
+    /* one key under two names (DeepSpeed's and its stage3_ name) */
+    TEST_FAILS(parse(&c,
+                     "{\"zero_optimization\": {\"max_live_parameters\": 1, "
+                     "\"stage3_max_live_parameters\": 2}}",
+                     NULL),
+               ZR_ERR_INVALID, "set the same key; give it once");
+    /* null where a value is required: refused, naming what it must be */
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": {\"stage\": null}}", NULL), ZR_ERR_INVALID,
+               "\"zero_optimization.stage\" is null; it must be an integer in [0, 3]");
+    TEST_FAILS(parse(&c, "{\"communication_data_type\": null}", NULL), ZR_ERR_INVALID, "is null");
+    TEST_FAILS(parse(&c, "{\"zero_optimization\": null}", NULL), ZR_ERR_INVALID,
+               "must be an object (a section of keys), got null");
+    /* a NUL would cut a path short: refused with its place */
+    TEST_FAILS(parse(&c, "{\"zr\": {\"data\": {\"path\": \"corpus.txt\\u0000.bak\"}}}", NULL),
+               ZR_ERR_INVALID, "cfg.json:1:37: \"zr.data.path\": a string holds \\u0000");
+    TEST_FAILS(parse(&c, "{\"zr\\u0000\": 1}", NULL), ZR_ERR_INVALID, "\\u0000");
+    /* DeepSpeed keys without effect still take anything, null included */
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c, "{\"zero_optimization\": {\"offload_param\": null}}", &n));
+    TEST_EQ_INT(n.notes, 1);
+    /* notes and warnings carry no "warning:" of their own (the program adds it once) */
+    memset(&n, 0, sizeof n);
+    TEST_OK(parse(&c, "{\"zzz\": 1, \"wall_clock_breakdown\": true}", &n));
+    TEST_CHECKF(strncmp(n.last_warning, "warning", 7) != 0 && strstr(n.last_warning, "zzz"), "%s",
+                n.last_warning);
+    TEST_CHECKF(strncmp(n.last_note, "note: ", 6) == 0, "%s", n.last_note);
+    /* 100,000 unknown top-level keys: ten named, then one line with the rest */
+    enum { MANY = 100000 };
+    size_t cap = (size_t)MANY * 16 + 16, used = 0;
+    char *text = malloc(cap);
+    TEST_CHECK(text != NULL);
+    if (text != NULL) {
+        used += (size_t)snprintf(text + used, cap - used, "{");
+        for (int i = 0; i < MANY; i++) {
+            used += (size_t)snprintf(text + used, cap - used, "%s\"k%d\": %d", i ? "," : "", i, i);
+        }
+        snprintf(text + used, cap - used, "}");
+        memset(&n, 0, sizeof n);
+        double t0 = zr_now();
+        TEST_OK(parse(&c, text, &n));
+        TEST_EQ_INT(n.warnings, 11);
+        TEST_CHECKF(strstr(n.last_warning, "99990 more unknown top-level keys") != NULL, "%s",
+                    n.last_warning);
+        printf("  100000 unknown top-level keys: %d warnings, read in %.2f s\n", n.warnings,
+               zr_now() - t0);
+        free(text);
+    }
+    zr_error_clear();
+}
+
+static void test_exact_integers(void)
+{
+    zr_train_config c;
+    /* 2^53 + 1 is read exactly, as a flag and from a file (a double rounds it to 2^53) */
+    char *a1[] = {"--seed", "9007199254740993"};
+    TEST_OK(flags(&c, 2, a1));
+    TEST_CHECK(c.seed == 9007199254740993ull);
+    TEST_OK(parse(&c, "{\"zr\": {\"train\": {\"seed\": 9007199254740993}}}", NULL));
+    TEST_CHECK(c.seed == 9007199254740993ull);
+    /* the whole 64-bit range of the seed, and not one more */
+    char *a2[] = {"--seed", "18446744073709551615"};
+    TEST_OK(flags(&c, 2, a2));
+    TEST_CHECK(c.seed == 18446744073709551615ull);
+    char *a3[] = {"--seed", "18446744073709551616"};
+    TEST_FAILS(flags(&c, 2, a3), ZR_ERR_INVALID,
+               "must be an integer in [0, 18446744073709551615], got 18446744073709551616");
+    char *a4[] = {"--seed", "9223372036854775807"};
+    TEST_OK(flags(&c, 2, a4));
+    TEST_CHECK(c.seed == 9223372036854775807ull);
+    /* refusals state the real range and the value as written */
+    char *a5[] = {"--steps", "2147483648"};
+    TEST_FAILS(flags(&c, 2, a5), ZR_ERR_INVALID,
+               "must be an integer in [0, 2147483647], got 2147483648");
+    TEST_FAILS(parse(&c, "{\"train_batch_size\": 2147483648}", NULL), ZR_ERR_INVALID,
+               "\"train_batch_size\" must be an integer in [0, 2147483647], got 2147483648");
+    /* exponents are fine where exact; not beyond 2^53 */
+    char *a6[] = {"--steps", "1e3"};
+    TEST_OK(flags(&c, 2, a6));
+    TEST_EQ_INT(c.train_steps, 1000);
+    char *a7[] = {"--seed", "1e19"};
+    TEST_FAILS(flags(&c, 2, a7), ZR_ERR_INVALID, "not exactly such an integer");
+    TEST_FAILS(parse(&c, "{\"zr\": {\"train\": {\"seed\": 1.5}}}", NULL), ZR_ERR_INVALID,
+               "got 1.5");
+    /* the dump (manifests, --write-config) keeps every digit, and reads back */
+    char *a8[] = {"--seed", "18446744073709551557"};
+    TEST_OK(flags(&c, 2, a8));
+    char *text = NULL;
+    TEST_OK(zr_config_to_json(&c, &text));
+    TEST_CHECKF(text != NULL && strstr(text, "18446744073709551557") != NULL, "%s",
+                text ? text : "");
+    zr_train_config back;
+    if (text != NULL) {
+        TEST_OK(parse(&back, text, NULL));
+        TEST_CHECK(back.seed == 18446744073709551557ull);
+    }
+    zr_free(text);
+    /* --help states each integer key's real range */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    zr_config_print_help(f);
+    fclose(f);
+    TEST_CHECK(buf != NULL && strstr(buf, "an integer in [0, 18446744073709551615]") != NULL);
+    TEST_CHECK(buf != NULL && strstr(buf, "an integer in [1, 2147483647]") != NULL);
+    TEST_CHECK(buf != NULL && strstr(buf, ">= 1;") == NULL);
+    free(buf);
+    zr_error_clear();
+}
+
+static void test_flag_spellings(void)
+{
+    zr_train_config c;
+    /* --no-hpz like --no-qwz and --no-qgz: hpZ off (partition size 1) */
+    char *a1[] = {"--no-hpz", "--no-qwz", "--no-qgz"};
+    TEST_OK(flags(&c, 3, a1));
+    TEST_EQ_INT(c.zero_hpz_partition_size, 1);
+    TEST_EQ_INT(c.zero_quantized_weights, 0);
+    TEST_EQ_INT(c.zero_quantized_gradients, 0);
+    TEST_OK(zr_config_finalize(&c, 4));
+    char *a2[] = {"--no-hpz=2"};
+    TEST_FAILS(flags(&c, 1, a2), ZR_ERR_INVALID, "flag --no-hpz takes no value");
+    /* --steps 0: allowed (the initial weights are the checkpoint) */
+    char *a3[] = {"--steps", "0"};
+    TEST_OK(flags(&c, 2, a3));
+    TEST_OK(zr_config_finalize(&c, 2));
+    TEST_EQ_INT(c.train_steps, 0);
+    /* one configuration file */
+    char path[64];
+    write_temp(path, sizeof path, "{}");
+    char *a4[] = {"--config", path, "--config", path};
+    TEST_FAILS(flags(&c, 4, a4), ZR_ERR_INVALID, "--config is given twice");
+    TEST_OK(flags(&c, 2, a4));
+    TEST_CHECK(strcmp(c.config_path, path) == 0);
+    unlink(path);
+    zr_error_clear();
+}
+
+/* ---- the resume table ---------------------------------------------------------------------- */
+
+/*
+ * Every key of the table against a checkpoint's saved configuration: a value
+ * that differs is listed by zr_config_compare with both values and the key's
+ * policy, except the LOCAL keys, which are not compared. The policies are the
+ * table's; the sets below pin them, so that moving a key from one to another
+ * is a decision a test sees.
+ */
+static void test_resume_table(void)
+{
+    static const char *const cands[] = {"7",
+                                        "3",
+                                        "2",
+                                        "1",
+                                        "0",
+                                        "64",
+                                        "8",
+                                        "4",
+                                        "true",
+                                        "false",
+                                        "0.5",
+                                        "0.25",
+                                        "fp32",
+                                        "Adam",
+                                        "WarmupLR",
+                                        "linear",
+                                        "0.8,0.9",
+                                        "x.txt",
+                                        "123456789012345"};
+    static const struct {
+        const char *key;
+        zr_config_policy p;
+    } pinned[] = {
+        {"zr.train.seed", ZR_RESUME_MATCH},
+        {"zr.model.init", ZR_RESUME_MATCH},
+        {"zr.model.layers", ZR_RESUME_MODEL},
+        {"zr.model.heads", ZR_RESUME_MODEL},
+        {"zr.model.channels", ZR_RESUME_MODEL},
+        {"zr.model.max_seq_len", ZR_RESUME_MODEL},
+        {"zr.model.vocab_size", ZR_RESUME_MODEL},
+        {"zr.data.path", ZR_RESUME_DATA},
+        {"zr.checkpoint.resume", ZR_RESUME_LOCAL},
+        {"zr.checkpoint.resume_from", ZR_RESUME_LOCAL},
+        {"zr.checkpoint.resume_new_data", ZR_RESUME_LOCAL},
+    };
+    static zr_train_config base, c;
+    zr_config_defaults(&base);
+    char *saved = NULL;
+    TEST_OK(zr_config_to_json(&base, &saved));
+    size_t nk = zr_config_key_count();
+    zr_config_change *out = calloc(nk, sizeof *out);
+    TEST_CHECK(out != NULL && saved != NULL);
+    int keys = 0, listed = 0, local = 0;
+    for (size_t i = 0; out != NULL && saved != NULL && i < nk; i++) {
+        char was[300], now[300], flag[200];
+        const char *path = zr_config_key_value(&base, i, was, sizeof was);
+        if (path == NULL) {
+            continue;
+        }
+        keys++;
+        snprintf(flag, sizeof flag, "--%s", path);
+        int found = 0;
+        for (size_t j = 0; j < sizeof cands / sizeof cands[0] && !found; j++) {
+            char *argv[] = {flag, (char *)cands[j]};
+            found = flags(&c, 2, argv) == ZR_OK &&
+                    strcmp(zr_config_key_value(&c, i, now, sizeof now) ? now : "", was) != 0;
+        }
+        zr_error_clear();
+        TEST_CHECKF(found, "%s: no other value to try", path);
+        if (!found) {
+            continue;
+        }
+        int n = -1;
+        TEST_OK(zr_config_compare(&c, saved, out, &n));
+        zr_config_policy p = zr_config_key_policy(path);
+        for (size_t k = 0; k < sizeof pinned / sizeof pinned[0]; k++) {
+            if (strcmp(pinned[k].key, path) == 0) {
+                TEST_CHECKF(p == pinned[k].p, "%s: policy %d, pinned %d", path, p, pinned[k].p);
+            }
+        }
+        if (p == ZR_RESUME_LOCAL) {
+            local++;
+            TEST_CHECKF(n == 0, "%s: a LOCAL key was compared (%d differences)", path, n);
+            continue;
+        }
+        listed++;
+        TEST_CHECKF(n == 1 && strcmp(out[0].key, path) == 0 && out[0].policy == p &&
+                        strcmp(out[0].was, was) == 0 && strcmp(out[0].now, now) == 0,
+                    "%s %s -> %s: %d differences (%s: %s -> %s)", path, was, now, n,
+                    n > 0 ? out[0].key : "-", n > 0 ? out[0].was : "", n > 0 ? out[0].now : "");
+    }
+    /* a key the checkpoint does not record (an older zr) is not compared; nor are unknown ones */
+    c = base;
+    c.lr = 0.5;
+    int n = -1;
+    TEST_OK(
+        zr_config_compare(&c, "{\"zr\": {\"train\": {\"seed\": 1337}}, \"future\": 1}", out, &n));
+    TEST_EQ_INT(n, 0);
+    /* the seed compared exactly beyond 2^53 */
+    c = base;
+    c.seed = 18446744073709551557ull;
+    TEST_OK(
+        zr_config_compare(&c, "{\"zr\": {\"train\": {\"seed\": 18446744073709551556}}}", out, &n));
+    TEST_CHECKF(n == 1 && strcmp(out[0].was, "18446744073709551556") == 0 &&
+                    strcmp(out[0].now, "18446744073709551557") == 0 &&
+                    out[0].policy == ZR_RESUME_MATCH,
+                "%d %s %s", n, n ? out[0].was : "", n ? out[0].now : "");
+    printf("  %d keys: %d compared on resume, %d local to the launch\n", keys, listed, local);
+    free(out);
+    zr_free(saved);
     zr_error_clear();
 }
 
@@ -1126,5 +1429,9 @@ int main(void)
     TEST_RUN(test_metrics);
     TEST_RUN(test_metrics_writer);
     TEST_RUN(test_not_regular_files);
+    TEST_RUN(test_strict_files);
+    TEST_RUN(test_exact_integers);
+    TEST_RUN(test_flag_spellings);
+    TEST_RUN(test_resume_table);
     return zr_test_finish();
 }

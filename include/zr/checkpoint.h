@@ -57,23 +57,44 @@ typedef struct zr_ckpt_meta {
     int world; /* ranks that wrote it (filled by save/read) */
     int stage;
     zr_gpt_config model;
+    char
+        data[192]; /* what the run trained on ("text, 1234 tokens, ends CRC-32C ..."); "" unknown */
 } zr_ckpt_meta;
+
+/* What a save records beside the state, and how it rotates. */
+typedef struct zr_ckpt_save_opts {
+    const char *config_json;  /* the run's effective configuration (JSON object), or NULL */
+    const char *history_json; /* the resumes that led here (JSON array, see below), or NULL */
+    int keep;                 /* > 0: keep this many of zr's checkpoints, the newest */
+    int64_t protect;          /* a step rotation never deletes (the one resumed from); -1 none */
+} zr_ckpt_save_opts;
 
 /*
  * Save a checkpoint of engine e as "<dir>/step_<meta->step>". Collective.
- * config_json (may be NULL) is stored in the manifest for reference. keep > 0
- * deletes the oldest complete checkpoints beyond keep after success. On any
- * failure every rank returns the same error and no existing checkpoint is
- * touched. *path_out (may be NULL) receives the checkpoint path.
+ * The manifest records opts->config_json and opts->history_json: an array
+ * with one object per resume that led to this state, oldest first:
+ *   {"step": 40, "from": "ckpt/step_00000040", "changed": {"key": ["was", "now"], ...}}
+ * so that it never claims a provenance it does not have. keep > 0 then
+ * deletes the oldest checkpoints beyond keep among those zr wrote and
+ * verified, older than this one, never opts->protect. On any failure every
+ * rank returns the same error and no existing checkpoint is touched.
+ * *path_out (may be NULL) receives the checkpoint path.
  */
 zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_meta *meta,
-                       const char *config_json, int keep, char *path_out, size_t path_len);
+                       const zr_ckpt_save_opts *opts, char *path_out, size_t path_len);
 
 /*
- * Newest complete checkpoint under dir. *found = 0 (and ZR_OK) when there is
- * none; a missing dir is "none".
+ * The newest checkpoint under dir: the highest step among the folders whose
+ * manifest passes its checks and whose name is the one zr gives that step
+ * (step_%08lld). Anything else named like a checkpoint (a symbolic link, a
+ * copy or rename under another step's name) is reported through warn (NULL:
+ * ZR_WARN) and left alone. A folder with a checkpoint's name and marker but
+ * a manifest that fails is taken when it is the newest, so that loading it
+ * says why. *found = 0 (and ZR_OK) when there is none; a missing dir has none.
  */
-zr_status zr_ckpt_find_latest(const char *dir, char *path, size_t len, int *found);
+typedef void (*zr_ckpt_warn_fn)(void *ctx, const char *msg);
+zr_status zr_ckpt_find_latest(const char *dir, char *path, size_t len, int *found,
+                              zr_ckpt_warn_fn warn, void *ctx);
 
 /*
  * Newest checkpoint under dir older than step before (any step if before < 0)
@@ -84,9 +105,6 @@ zr_status zr_ckpt_find_intact(const char *dir, int64_t before, char *path, size_
 
 /* Validate a checkpoint completely: manifest, rank file headers and every CRC (no MPI). */
 zr_status zr_ckpt_verify(const char *path);
-
-/* Receives each warning of the functions below; NULL = print it with ZR_WARN. */
-typedef void (*zr_ckpt_warn_fn)(void *ctx, const char *msg);
 
 /*
  * Clear what crashed saves left in dir, with a warning for each: an
@@ -122,6 +140,13 @@ void zr_ckpt_unlock(zr_ckpt_dir_lock *lk);
 
 /* Read and validate a checkpoint's manifest (no MPI needed). */
 zr_status zr_ckpt_read_meta(const char *path, zr_ckpt_meta *meta);
+
+/*
+ * A section of a checkpoint's checked manifest as JSON text ("config": the
+ * run's configuration, "resumes": its history), from the counted allocator
+ * (free with zr_free); *out = NULL when the manifest has no such section.
+ */
+zr_status zr_ckpt_read_section(const char *path, const char *section, char **out);
 
 /*
  * Load a checkpoint into engine e (any world size and stage); the engine's

@@ -86,6 +86,7 @@ typedef struct zr_train_config {
     int keep_checkpoints;            /* newest complete checkpoints kept; 0 = all */
     int resume;                      /* continue from the newest complete checkpoint */
     char resume_from[ZR_CFG_STR];    /* "" = none; else continue from this checkpoint */
+    int resume_new_data;             /* a resume may train on other data than the checkpoint's */
     /* zr.quant */
     int qwz_bits, qwz_group;
     int qgz_bits, qgz_group;
@@ -93,6 +94,9 @@ typedef struct zr_train_config {
     int qgz_chunks;
     /* zr.compare: also report what ZeRO-3 bf16 would have sent (demo) */
     int compare_zero3;
+
+    /* the --config file read (not a key: it names where the keys came from), "" = none */
+    char config_path[4096];
 
     /*
      * ZR_GIVEN_* bits of the keys that a file or a flag set explicitly. The
@@ -122,9 +126,12 @@ void zr_config_defaults(zr_train_config *c);
  * Read a JSON file over c. Errors: unreadable file (ZR_ERR_IO naming it),
  * malformed JSON (ZR_ERR_FORMAT with the file, line and column), wrong type
  * or out-of-range value (ZR_ERR_INVALID naming the key, its value and the
- * expected type/range). Unknown keys are not errors: each is reported
- * through warn (one line, naming the key and the file) so the caller can
- * print it on rank 0 only.
+ * expected type/range), an unknown key inside a section zr knows (with a
+ * did-you-mean), a key given twice, null, \u0000 in a string, an integer
+ * that is not exactly a whole number in range. An unknown top-level key is
+ * a warning through warn (the first 10 named, then their count) so the
+ * caller can print it on rank 0 only; so are the notes on DeepSpeed keys
+ * without effect ("note: " + text).
  */
 zr_status zr_config_load_json(zr_train_config *c, const char *path,
                               void (*warn)(void *ctx, const char *msg), void *ctx);
@@ -193,6 +200,44 @@ const char *zr_config_key_value(const zr_train_config *c, size_t i, char *buf, s
  */
 zr_status zr_config_to_json(const zr_train_config *c, char **out);
 
+/*
+ * What a resume may do with a key, decided once per key in the key table
+ * (src/config/config_keys.c):
+ *   MATCH   must be the checkpoint's (the seed, zr.model.init): refused, naming
+ *           the key, both values and the checkpoint;
+ *   MODEL   a dimension of the model: the checkpoint's model must be this one
+ *           (compared as the model's shape, whatever the keys said);
+ *   DATA    the training data: compared by content; other data is refused
+ *           unless zr.checkpoint.resume_new_data;
+ *   CHANGE  may change on purpose (a new learning rate, batch, stage...): every
+ *           change is listed at start-up and recorded in the manifest and the
+ *           metrics file;
+ *   LOCAL   how this launch resumes (--resume, --resume-from): not compared.
+ */
+typedef enum zr_config_policy {
+    ZR_RESUME_CHANGE = 0,
+    ZR_RESUME_MATCH,
+    ZR_RESUME_MODEL,
+    ZR_RESUME_DATA,
+    ZR_RESUME_LOCAL
+} zr_config_policy;
+
+/* One key whose value differs from the checkpoint's configuration. */
+typedef struct zr_config_change {
+    const char *key; /* dotted path */
+    zr_config_policy policy;
+    char was[160], now[160]; /* as printed: 3, 0.001, true, "AdamW" */
+} zr_config_change;
+
+/*
+ * Compare c with saved_json, the configuration a checkpoint's manifest
+ * recorded: out[0..*n) gets every key (not LOCAL) whose value differs; a key
+ * the saved text lacks (an older zr) is not compared. out must hold
+ * zr_config_key_count() entries.
+ */
+zr_status zr_config_compare(const zr_train_config *c, const char *saved_json, zr_config_change *out,
+                            int *n);
+
 /* What a key holds, for tools and tests that walk every key. */
 typedef enum zr_config_kind { ZR_CFG_INTEGER, ZR_CFG_BOOLEAN, ZR_CFG_OTHER } zr_config_kind;
 
@@ -202,5 +247,8 @@ typedef enum zr_config_kind { ZR_CFG_INTEGER, ZR_CFG_BOOLEAN, ZR_CFG_OTHER } zr_
  * is past the last key.
  */
 int zr_config_key_info(size_t i, const char **path, const char **flag, zr_config_kind *kind);
+
+/* The resume policy of the key at dotted path (ZR_RESUME_CHANGE for an unknown path). */
+zr_config_policy zr_config_key_policy(const char *path);
 
 #endif /* ZR_CONFIG_H */

@@ -39,6 +39,24 @@ zr_status zr_launch_read_config(MPI_Comm world, int argc, char **argv, zr_train_
 zr_status zr_launch_check_data(zr_comm *c, const zr_dataset *d, const char *path);
 
 /*
+ * What the data is, in one line a checkpoint records and a resume compares:
+ * "text, 123456 tokens, vocabulary 256, CRC-32C of the first and last MiB
+ * 1a2b3c4d" (the same fingerprint ranks compare at launch).
+ */
+void zr_launch_data_id(const zr_dataset *d, char *buf, size_t n);
+
+/*
+ * Seconds the launcher waits between the SIGTERM it forwards (for Ctrl-C or
+ * a SIGTERM of its own) and the SIGKILL that follows, where zr can see it
+ * from the environment envp: Open MPI's odls_base_sigkill_timeout (its
+ * OMPI_MCA_ variable, set by --mca too; else the MCA parameter files; else
+ * Open MPI's default, 1 s). -1 when it cannot be seen (MPICH's mpiexec waits
+ * for the ranks; Slurm's KillWait is not visible to a job). how receives
+ * where the value came from.
+ */
+double zr_launch_grace_s(char *const *envp, char *how, size_t n);
+
+/*
  * The general form: n named values per rank (names the same on every rank,
  * values any text) compared across world; on a difference ZR_ERR_INVALID
  * with "<what>: NAME is VALUE on RANKS, VALUE on RANKS; ...; <hint>".

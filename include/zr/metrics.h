@@ -7,6 +7,10 @@
  * "val_loss" may leave out "loss" and "tokens_per_s" (a validation-only
  * line). Other fields are allowed and ignored, so the trainer may add more.
  * A number may be null where the trainer had no finite value; it reads as NaN.
+ * A line with "event" records something that happened at its step (a resume,
+ * with the settings it changed: {"step": 40, "event": "resume", "from":
+ * "ckpt/step_00000040", "changed": {"optimizer.params.lr": ["0.001", "0.01"]}})
+ * and is no point of a curve.
  */
 #ifndef ZR_METRICS_H
 #define ZR_METRICS_H
@@ -22,6 +26,7 @@ typedef struct zr_metrics_point {
     double tokens_per_s; /* NaN if absent or null */
     double val_loss;     /* NaN if absent or null */
     double lr;           /* NaN if absent or null */
+    int event;           /* 1: an event line (a resume), not a point; the other fields unset */
 } zr_metrics_point;
 
 typedef struct zr_metrics_series {
@@ -80,15 +85,21 @@ typedef struct zr_metrics_file {
 } zr_metrics_file;
 
 /*
- * Open path for a run, creating its folder (mkdir(2), no shell). A fresh run
- * starts an empty file. A resumed run first rewrites the file atomically
- * (zr_metrics_keep_through) so that it ends at last_step, the step of the
- * checkpoint it resumes from, then appends: every step appears once, with the
- * values of the run that produced the checkpoint and then of the resumed run.
- * *dropped counts the lines removed. ZR_ERR_IO naming the path on failure.
+ * Open path for a run, creating its folder (mkdir(2), no shell). Only a
+ * regular file or nothing may stand at path (never a link, a device, a FIFO,
+ * a folder: zr_file_output_kind). A fresh run starts the file, and refuses
+ * one that already holds lines (another run's history). A resumed run first
+ * rewrites the file atomically (zr_metrics_keep_through) so that it ends at
+ * last_step, the step of the checkpoint it resumes from, then appends: every
+ * step appears once, with the values of the run that produced the checkpoint
+ * and then of the resumed run. *dropped counts the lines removed. ZR_ERR_IO
+ * or ZR_ERR_INVALID naming the path on failure.
  */
 zr_status zr_metrics_open(zr_metrics_file *m, const char *path, int resume, long long last_step,
                           size_t *dropped);
+
+/* A fresh run's metrics file must be new or empty: ZR_ERR_INVALID naming it otherwise. */
+zr_status zr_metrics_check_fresh(const char *path);
 
 /* Append one line (from zr_metrics_line_end) and flush; a short write (full disk) is ZR_ERR_IO. */
 zr_status zr_metrics_append(zr_metrics_file *m, const char *line);

@@ -93,6 +93,12 @@ typedef struct zr_trainer {
     int nonfinite;              /* consecutive steps with a non-finite loss or gradient */
     double t_run;
     zr_train_summary sum;
+    char data_id[192];    /* what the data is (kind, tokens, CRC of its ends), for manifests */
+    int64_t resumed_from; /* the step this run resumed from (rotation keeps it), -1: none */
+    char *history_json;   /* the resumes that led to this state (JSON array), or NULL */
+    char *resume_event;   /* the metrics line recording this run's resume, or NULL */
+    double grace_s;       /* seconds the launcher waits after SIGTERM before SIGKILL; <0 unknown */
+    int grace_warned;     /* the warning that a stop may not fit in it was given */
 } zr_trainer;
 
 /*
@@ -105,7 +111,14 @@ typedef struct zr_trainer {
 zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *cfg,
                           zr_trainer_note_fn note, void *note_ctx);
 
-/* Restore from zr.checkpoint.resume_from or the dir's newest complete checkpoint. */
+/*
+ * Restore from zr.checkpoint.resume_from or the dir's newest checkpoint.
+ * What the checkpoint's configuration and this run's differ in is decided
+ * per key (zr_config_policy): a MATCH key (seed, zr.model.init), another
+ * model or other data (unless zr.checkpoint.resume_new_data) is refused,
+ * naming the key, both values and the checkpoint; every other difference is
+ * listed at start-up and recorded in the next manifests and the metrics file.
+ */
 zr_status zr_trainer_resume(zr_trainer *t);
 
 /* 1 when every step up to zr.train.train_steps has run. */

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define RANK_MAGIC "ZRCKRANK"
 
@@ -84,6 +85,27 @@ void zr_ckpt_fault_point(int stage, int64_t step, int rank)
     }
 }
 
+/*
+ * ZR_SLOW_SAVE=S: every rank sleeps S seconds (a fraction allowed) after
+ * writing its rank file, so that a save takes long enough for a test to stop
+ * the job in the middle of it, as a large model's save would. Signals do not
+ * cut the sleep short: a handler only asks the run to stop after the save.
+ */
+static void slow_point(void)
+{
+    const char *env = getenv("ZR_SLOW_SAVE");
+    char *end = NULL;
+    double s = env != NULL ? strtod(env, &end) : 0.0;
+    if (env == NULL || end == env || *end != '\0' || !(s > 0) || s > 3600) {
+        return;
+    }
+    double until = zr_now() + s;
+    for (double left = s; left > 0; left = until - zr_now()) {
+        struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* Byte offset in a rank file of element i of array which (0 master, 1 m, 2 v) of unit u. */
 static uint64_t file_offset(const zr_ckpt_unit_layout *lay, int u, int which, size_t i)
 {
@@ -135,11 +157,11 @@ static zr_status write_rank_file(zr_engine *e, const char *dir, int rank, int64_
 
 /* Rank 0's part of a save, after every rank file is in step_N.partial. */
 static zr_status commit(zr_engine *e, const char *partial, const char *final, const char *dir,
-                        const zr_ckpt_meta *meta, const char *config_json, const uint32_t *crcs,
-                        const uint64_t *bytes, int keep)
+                        const zr_ckpt_meta *meta, const zr_ckpt_save_opts *o, const uint32_t *crcs,
+                        const uint64_t *bytes)
 {
     zr_ckpt_fault_point(ZR_CKPT_FAULT_RANK_FILES, meta->step, 0);
-    char *text = zr_ckpt_manifest_text(e, meta, config_json, crcs, bytes);
+    char *text = zr_ckpt_manifest_text(e, meta, o, crcs, bytes);
     if (text == NULL) {
         ZR_FAIL(ZR_ERR_NOMEM, "out of memory writing the checkpoint manifest");
     }
@@ -165,8 +187,8 @@ static zr_status commit(zr_engine *e, const char *partial, const char *final, co
     }
     zr_ckpt_fault_point(ZR_CKPT_FAULT_RENAMED, meta->step, 0);
     ZR_CHECK(zr_file_sync_dir(dir));
-    if (keep > 0) {
-        ZR_CHECK(zr_ckpt_rotate(dir, meta->step, keep));
+    if (o->keep > 0) {
+        ZR_CHECK(zr_ckpt_rotate(dir, meta->step, o->keep, o->protect));
     }
     zr_ckpt_fault_point(ZR_CKPT_FAULT_DONE, meta->step, 0);
     return ZR_OK;
@@ -193,7 +215,7 @@ static zr_status prepare_partial(const char *dir, const char *final, const char 
 }
 
 zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_meta *meta,
-                       const char *config_json, int keep, char *path_out, size_t path_len)
+                       const zr_ckpt_save_opts *opts, char *path_out, size_t path_len)
 {
     int R = c->rank[ZR_GROUP_WORLD], W = c->size[ZR_GROUP_WORLD];
     char final[ZR_PATH_MAX], partial[ZR_PATH_MAX];
@@ -205,6 +227,7 @@ zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_
     uint32_t crc = 0;
     uint64_t bytes = 0;
     st = write_rank_file(e, partial, R, meta->step, &crc, &bytes);
+    slow_point();
     st = zr_comm_agree(c, st);
     if (st != ZR_OK) {
         if (R == 0) {
@@ -232,7 +255,7 @@ zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_
             sizes[r] = all[2 * r + 1];
         }
         if (R == 0) {
-            st = commit(e, partial, final, dir, meta, config_json, crcs, sizes, keep);
+            st = commit(e, partial, final, dir, meta, opts, crcs, sizes);
             if (st != ZR_OK) {
                 zr_ckpt_remove_dir(partial, 0, 0);
             }
@@ -328,6 +351,14 @@ static zr_status open_manifest(const char *path, zr_ckpt_manifest *m)
         zr_ckpt_manifest_free(m);
     }
     return st;
+}
+
+zr_status zr_ckpt_read_section(const char *path, const char *section, char **out)
+{
+    zr_ckpt_manifest m;
+    ZR_CHECK(zr_ckpt_manifest_read_section(path, &m, section, out));
+    zr_ckpt_manifest_free(&m);
+    return ZR_OK;
 }
 
 zr_status zr_ckpt_read_meta(const char *path, zr_ckpt_meta *meta)

@@ -119,23 +119,95 @@ static int parse_step_name(const char *name, int64_t *step, const char **suffix)
     return 1;
 }
 
-static int cmp_i64(const void *a, const void *b)
+/*
+ * What an entry named step_<digits> (no suffix) of a checkpoint dir is.
+ * Only a CKPT is a checkpoint: a folder (not a link) with COMPLETE, a
+ * manifest that passes every check, and the name its manifest's step gives.
+ * A DAMAGED one has a checkpoint's name and marker but a manifest that fails
+ * (the load that picks it says why); anything else named like a checkpoint is
+ * FOREIGN: a link, a file, a copy under another step's name. Only CKPTs are
+ * resumed from, exported by default or rotated out; the rest is reported and
+ * left alone.
+ */
+typedef enum { ENTRY_CKPT, ENTRY_DAMAGED, ENTRY_FOREIGN } entry_kind;
+
+typedef struct ckpt_entry {
+    int64_t step; /* the manifest's for a CKPT; the name's otherwise */
+    entry_kind kind;
+    char name[64];
+    char why[256]; /* FOREIGN: what it is */
+} ckpt_entry;
+
+static int cmp_entry(const void *a, const void *b)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+    const ckpt_entry *x = a, *y = b;
+    return (x->step > y->step) - (x->step < y->step);
 }
 
-/* Complete checkpoints under dir (step_N holding COMPLETE), sorted by step (ascending). */
-static zr_status list_complete(const char *dir, int64_t **steps, int *n)
+/* Classify dir/name (named step_<step>); 0 when it is no entry at all (no COMPLETE). */
+static int classify(const char *dir, const char *name, int64_t step, ckpt_entry *e)
 {
-    *steps = NULL;
+    char p[ZR_PATH_MAX], marker[ZR_PATH_MAX + 16];
+    memset(e, 0, sizeof *e);
+    e->step = step;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    if (zr_ckpt_pathf(p, sizeof p, "%s/%s", dir, name) != ZR_OK) {
+        return 0;
+    }
+    struct stat sb;
+    if (lstat(p, &sb) != 0) {
+        return 0;
+    }
+    e->kind = ENTRY_FOREIGN;
+    if (S_ISLNK(sb.st_mode)) {
+        char target[160];
+        ssize_t n = readlink(p, target, sizeof target - 1);
+        target[n > 0 ? n : 0] = '\0';
+        snprintf(e->why, sizeof e->why, "a symbolic link (to %s), which zr never makes", target);
+        return 1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(e->why, sizeof e->why, "not a folder");
+        return 1;
+    }
+    snprintf(marker, sizeof marker, "%s/COMPLETE", p);
+    if (!zr_ckpt_exists(marker)) {
+        return 0; /* a save that stopped midway: zr_ckpt_recover's */
+    }
+    zr_ckpt_manifest m;
+    if (zr_ckpt_manifest_read(p, &m) != ZR_OK) {
+        zr_error_clear();
+        e->kind = ENTRY_DAMAGED;
+        return 1;
+    }
+    char canon[64];
+    snprintf(canon, sizeof canon, "step_%08lld", (long long)m.meta.step);
+    if (strcmp(canon, name) != 0) {
+        snprintf(e->why, sizeof e->why,
+                 "its manifest says step %lld, which zr saves as %s: a copy or a rename, not a "
+                 "checkpoint of step %lld",
+                 (long long)m.meta.step, canon, (long long)step);
+    } else {
+        e->kind = ENTRY_CKPT;
+        e->step = m.meta.step;
+    }
+    zr_ckpt_manifest_free(&m);
+    return 1;
+}
+
+/* Every step_<digits> entry of dir (classified), sorted by step; a missing dir has none. */
+static zr_status scan(const char *dir, ckpt_entry **out, int *n)
+{
+    *out = NULL;
     *n = 0;
     DIR *d = opendir(dir);
     if (d == NULL) {
         if (errno == ENOENT) {
             return ZR_OK;
         }
-        ZR_FAIL(ZR_ERR_IO, "cannot read checkpoint directory %s: %s", dir, strerror(errno));
+        char shown[160];
+        ZR_FAIL(ZR_ERR_IO, "cannot read checkpoint directory %s: %s",
+                zr_file_show(dir, shown, sizeof shown), strerror(errno));
     }
     zr_status st = ZR_OK;
     int cap = 0;
@@ -143,101 +215,135 @@ static zr_status list_complete(const char *dir, int64_t **steps, int *n)
     while ((ent = readdir(d)) != NULL) {
         int64_t s;
         const char *suffix;
-        char marker[ZR_PATH_MAX];
+        ckpt_entry e;
+        /* "step_N.partial" and other suffixed names are leftovers, never checkpoints */
         if (!parse_step_name(ent->d_name, &s, &suffix) || suffix[0] != '\0' ||
-            zr_ckpt_pathf(marker, sizeof marker, "%s/%s/COMPLETE", dir, ent->d_name) != ZR_OK ||
-            !zr_ckpt_exists(marker)) {
-            continue; /* also skips "step_N.partial" and other set-aside names */
+            strlen(ent->d_name) >= sizeof e.name || !classify(dir, ent->d_name, s, &e)) {
+            continue;
         }
         if (*n == cap) {
-            int64_t *grown = NULL;
+            ckpt_entry *grown = NULL;
             cap = cap ? 2 * cap : 16;
-            st = zr_alloc_at((void **)&grown, sizeof(int64_t) * (size_t)cap, __FILE__, __LINE__);
+            st = zr_alloc_at((void **)&grown, sizeof *grown * (size_t)cap, __FILE__, __LINE__);
             if (st != ZR_OK) {
                 break;
             }
             if (*n > 0) {
-                memcpy(grown, *steps, sizeof(int64_t) * (size_t)*n);
+                memcpy(grown, *out, sizeof *grown * (size_t)*n);
             }
-            zr_free(*steps);
-            *steps = grown;
+            zr_free(*out);
+            *out = grown;
         }
-        (*steps)[(*n)++] = s;
+        (*out)[(*n)++] = e;
     }
     closedir(d);
     if (st != ZR_OK) {
-        zr_free(*steps);
-        *steps = NULL;
+        zr_free(*out);
+        *out = NULL;
         *n = 0;
         return st;
     }
     if (*n > 1) {
-        qsort(*steps, (size_t)*n, sizeof(int64_t), cmp_i64);
+        qsort(*out, (size_t)*n, sizeof **out, cmp_entry);
     }
     return ZR_OK;
 }
 
-/* Delete the oldest complete checkpoints beyond keep, never the one just saved. */
-zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep)
+/* Delete the oldest checkpoints zr wrote beyond keep (current counts), never protect. */
+zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep, int64_t protect)
 {
-    int64_t *steps;
+    ckpt_entry *v;
     int n;
-    ZR_CHECK(list_complete(dir, &steps, &n));
+    ZR_CHECK(scan(dir, &v, &n));
     zr_status st = ZR_OK;
-    for (int i = 0; i + keep < n; i++) {
-        if (steps[i] == current) {
+    int kept = 1; /* the one just written */
+    for (int i = n - 1; i >= 0 && st == ZR_OK; i--) {
+        /* only checkpoints zr wrote and verified, older than the one just written: nothing
+           newer (it is another run's future or was set aside), nothing it cannot vouch for */
+        if (v[i].kind != ENTRY_CKPT || v[i].step >= current) {
+            continue;
+        }
+        if (kept < keep || v[i].step == protect) {
+            kept += v[i].step != protect;
             continue;
         }
         /* one rename takes it out of the list, so a crash during the removal
            never leaves a "complete" checkpoint with files missing */
         char old[ZR_PATH_MAX], gone[ZR_PATH_MAX];
-        ZR_CHECK_GOTO(zr_ckpt_pathf(old, sizeof old, "%s/step_%08lld", dir, (long long)steps[i]),
-                      st, done);
-        ZR_CHECK_GOTO(zr_ckpt_pathf(gone, sizeof gone, "%s.deleting", old), st, done);
+        st = zr_ckpt_pathf(old, sizeof old, "%s/%s", dir, v[i].name);
+        if (st == ZR_OK) {
+            st = zr_ckpt_pathf(gone, sizeof gone, "%s.deleting", old);
+        }
+        if (st != ZR_OK) {
+            break;
+        }
         zr_ckpt_remove_dir(gone, 0, 0); /* a leftover of an earlier interrupted removal */
         if (rename(old, gone) != 0) {
-            ZR_FAIL_GOTO(st, done, ZR_ERR_IO, "cannot rename %s to %s: %s", old, gone,
-                         strerror(errno));
+            st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot rename %s to %s: %s", old, gone,
+                             strerror(errno));
+            break;
         }
         zr_ckpt_fault_point(ZR_CKPT_FAULT_ROTATE_MOVED, current, 0);
         zr_ckpt_remove_dir(gone, ZR_CKPT_FAULT_ROTATE_HALF, current);
     }
-done:
-    zr_free(steps);
+    zr_free(v);
     return st;
 }
 
-zr_status zr_ckpt_find_latest(const char *dir, char *path, size_t len, int *found)
+/* Report what is named like a checkpoint but is none; it is left alone. */
+static void report_foreign(const char *dir, const ckpt_entry *v, int n, zr_ckpt_warn_fn fn,
+                           void *ctx)
 {
-    int64_t *steps;
-    int n;
-    ZR_CHECK(list_complete(dir, &steps, &n));
-    *found = n > 0;
-    zr_status st = ZR_OK;
-    if (n > 0) {
-        st = zr_ckpt_pathf(path, len, "%s/step_%08lld", dir, (long long)steps[n - 1]);
+    char shown[160];
+    for (int i = 0; i < n; i++) {
+        if (v[i].kind == ENTRY_FOREIGN) {
+            warn(fn, ctx,
+                 "%s/%s is named like a checkpoint but is %s; it is left alone (never "
+                 "resumed from, exported or deleted by zr)",
+                 zr_file_show(dir, shown, sizeof shown), v[i].name, v[i].why);
+        }
     }
-    zr_free(steps);
+}
+
+zr_status zr_ckpt_find_latest(const char *dir, char *path, size_t len, int *found,
+                              zr_ckpt_warn_fn fn, void *ctx)
+{
+    ckpt_entry *v;
+    int n;
+    *found = 0;
+    ZR_CHECK(scan(dir, &v, &n));
+    report_foreign(dir, v, n, fn, ctx);
+    zr_status st = ZR_OK;
+    /* the newest by its manifest; a damaged one newer than that is taken too, so that
+       loading it says why it cannot be used (and names the newest intact one) */
+    for (int i = n - 1; i >= 0 && !*found; i--) {
+        if (v[i].kind != ENTRY_FOREIGN) {
+            *found = 1;
+            st = zr_ckpt_pathf(path, len, "%s/%s", dir, v[i].name);
+        }
+    }
+    zr_free(v);
     return st;
 }
 
 zr_status zr_ckpt_find_intact(const char *dir, int64_t before, char *path, size_t len, int *found)
 {
-    int64_t *steps;
+    ckpt_entry *v;
     int n;
     *found = 0;
-    ZR_CHECK(list_complete(dir, &steps, &n));
+    ZR_CHECK(scan(dir, &v, &n));
     zr_status st = ZR_OK;
     for (int i = n - 1; i >= 0 && st == ZR_OK && !*found; i--) {
-        if (before >= 0 && steps[i] >= before) {
+        if (v[i].kind != ENTRY_CKPT || (before >= 0 && v[i].step >= before)) {
             continue;
         }
-        st = zr_ckpt_pathf(path, len, "%s/step_%08lld", dir, (long long)steps[i]);
+        st = zr_ckpt_pathf(path, len, "%s/%s", dir, v[i].name);
         if (st == ZR_OK) {
             *found = zr_ckpt_verify(path) == ZR_OK;
+            zr_error_clear();
         }
     }
-    zr_free(steps);
+    zr_free(v);
     return st;
 }
 
@@ -302,28 +408,32 @@ zr_status zr_ckpt_recover(const char *dir, zr_ckpt_warn_fn fn, void *ctx)
 
 zr_status zr_ckpt_set_aside_after(const char *dir, int64_t step, zr_ckpt_warn_fn fn, void *ctx)
 {
-    int64_t *steps;
+    ckpt_entry *v;
     int n;
-    ZR_CHECK(list_complete(dir, &steps, &n));
+    ZR_CHECK(scan(dir, &v, &n));
     zr_status st = ZR_OK;
+    int moved = 0;
     for (int i = 0; i < n && st == ZR_OK; i++) {
         char p[ZR_PATH_MAX], q[ZR_PATH_MAX];
-        if (steps[i] <= step) {
+        /* checkpoints (damaged ones too) whose step a later save of this run would take;
+           what is not zr's stays where it is */
+        if (v[i].kind == ENTRY_FOREIGN || v[i].step <= step) {
             continue;
         }
-        st = zr_ckpt_pathf(p, sizeof p, "%s/step_%08lld", dir, (long long)steps[i]);
+        st = zr_ckpt_pathf(p, sizeof p, "%s/%s", dir, v[i].name);
         if (st == ZR_OK) {
             st = rename_aside(p, ".set-aside", q, sizeof q);
         }
         if (st == ZR_OK) {
+            moved++;
             warn(fn, ctx,
                  "moved %s aside to %s: it is newer than the checkpoint this run resumes "
                  "from; nothing was deleted",
                  p, q);
         }
     }
-    zr_free(steps);
-    if (st == ZR_OK && n > 0) {
+    zr_free(v);
+    if (st == ZR_OK && moved > 0) {
         st = zr_file_sync_dir(dir);
     }
     return st;

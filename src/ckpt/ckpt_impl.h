@@ -49,8 +49,12 @@ int zr_ckpt_exists(const char *path);
  */
 void zr_ckpt_remove_dir(const char *path, int fault, int64_t step);
 
-/* Delete the oldest complete checkpoints beyond keep, never the one just saved. */
-zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep);
+/*
+ * Delete the oldest checkpoints beyond keep (the one just saved, current,
+ * counts): only checkpoints zr wrote and whose manifest checks, older than
+ * current, never protect (-1: none).
+ */
+zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep, int64_t protect);
 
 /* ---- the manifest (manifest.c) ----------------------------------------------------- */
 
@@ -69,7 +73,7 @@ typedef struct zr_ckpt_manifest {
 } zr_ckpt_manifest;
 
 /* The manifest of engine e's checkpoint as JSON text (free with cJSON_free); NULL: no memory. */
-char *zr_ckpt_manifest_text(zr_engine *e, const zr_ckpt_meta *meta, const char *config_json,
+char *zr_ckpt_manifest_text(zr_engine *e, const zr_ckpt_meta *meta, const zr_ckpt_save_opts *o,
                             const uint32_t *crcs, const uint64_t *bytes);
 
 /*
@@ -78,6 +82,9 @@ char *zr_ckpt_manifest_text(zr_engine *e, const zr_ckpt_meta *meta, const char *
  * range and agrees with the model. The rank files are not looked at.
  */
 zr_status zr_ckpt_manifest_read(const char *path, zr_ckpt_manifest *m);
+/* The same, also returning a section as unformatted JSON text (zr_free; NULL if absent). */
+zr_status zr_ckpt_manifest_read_section(const char *path, zr_ckpt_manifest *m, const char *section,
+                                        char **out);
 void zr_ckpt_manifest_free(zr_ckpt_manifest *m);
 
 #endif /* ZR_CKPT_IMPL_H */

@@ -95,7 +95,7 @@ static cJSON *files_json(int world, const uint32_t *crcs, const uint64_t *bytes)
     return files;
 }
 
-char *zr_ckpt_manifest_text(zr_engine *e, const zr_ckpt_meta *meta, const char *config_json,
+char *zr_ckpt_manifest_text(zr_engine *e, const zr_ckpt_meta *meta, const zr_ckpt_save_opts *o,
                             const uint32_t *crcs, const uint64_t *bytes)
 {
     int W = e->comm->size[ZR_GROUP_WORLD];
@@ -118,8 +118,19 @@ char *zr_ckpt_manifest_text(zr_engine *e, const zr_ckpt_meta *meta, const char *
         cJSON_AddItemToArray(units, o);
     }
     cJSON_AddItemToObject(root, "files", files_json(W, crcs, bytes));
-    if (config_json != NULL) {
-        cJSON *cfg = cJSON_Parse(config_json);
+    if (meta->data[0] != '\0') {
+        cJSON_AddStringToObject(root, "data", meta->data);
+    }
+    if (o->history_json != NULL) {
+        cJSON *h = cJSON_Parse(o->history_json);
+        if (cJSON_IsArray(h)) {
+            cJSON_AddItemToObject(root, "resumes", h);
+        } else {
+            cJSON_Delete(h);
+        }
+    }
+    if (o->config_json != NULL) {
+        cJSON *cfg = cJSON_Parse(o->config_json);
         if (cfg != NULL) {
             cJSON_AddItemToObject(root, "config", cfg);
         }
@@ -445,12 +456,45 @@ static zr_status read_files(const cJSON *root, const char *mpath, zr_ckpt_manife
     return ZR_OK;
 }
 
-/* "config" (optional): the run's configuration, kept for reference only. */
-static zr_status read_config(const cJSON *root, const char *mpath)
+/*
+ * "config" (optional): the run's configuration, which a resume compares
+ * with its own; "data" (optional): what the run trained on; "resumes"
+ * (optional): one object per resume that led to this state.
+ */
+static zr_status read_config(const cJSON *root, const char *mpath, zr_ckpt_meta *meta)
 {
+    static const char *const resume_keys[] = {"step", "from", "changed", NULL};
     const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "config");
     if (cfg != NULL && !cJSON_IsObject(cfg)) {
         ZR_FAIL(ZR_ERR_FORMAT, "%s: \"config\" must be an object, not %s", mpath, json_kind(cfg));
+    }
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    if (data != NULL) {
+        if (!cJSON_IsString(data) || strlen(data->valuestring) >= sizeof meta->data) {
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: \"data\" must be a string of at most %zu characters", mpath,
+                    sizeof meta->data - 1);
+        }
+        snprintf(meta->data, sizeof meta->data, "%s", data->valuestring);
+    }
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(root, "resumes");
+    if (res == NULL) {
+        return ZR_OK;
+    }
+    ZR_CHECK(json_kind_is(res, is_array, "an array", mpath, "resumes"));
+    int i = 0;
+    for (const cJSON *it = res->child; it != NULL; it = it->next, i++) {
+        char obj[32];
+        int64_t v = 0;
+        const char *from;
+        snprintf(obj, sizeof obj, "resumes[%d]", i);
+        ZR_CHECK(json_kind_is(it, is_object, "an object", mpath, obj));
+        ZR_CHECK(only_keys(it, obj, resume_keys, mpath));
+        ZR_CHECK(json_int(it, obj, "step", mpath, 0, MAX_EXACT, &v));
+        ZR_CHECK(json_str(it, obj, "from", mpath, &from));
+        char key[48];
+        snprintf(key, sizeof key, "%s.changed", obj);
+        ZR_CHECK(json_kind_is(cJSON_GetObjectItemCaseSensitive(it, "changed"), is_object,
+                              "an object", mpath, key));
     }
     return ZR_OK;
 }
@@ -458,9 +502,10 @@ static zr_status read_config(const cJSON *root, const char *mpath)
 /* The manifest's sections, in the order of their dependencies (units need model and world). */
 static zr_status read_fields(const cJSON *root, const char *mpath, zr_ckpt_manifest *m)
 {
-    static const char *const top_keys[] = {
-        "format",     "version", "step",  "optim_steps", "data_position", "tokens", "seed",
-        "world_size", "plan",    "model", "units",       "files",         "config", NULL};
+    static const char *const top_keys[] = {"format",        "version", "step",    "optim_steps",
+                                           "data_position", "tokens",  "seed",    "world_size",
+                                           "plan",          "model",   "units",   "files",
+                                           "config",        "data",    "resumes", NULL};
     if (!cJSON_IsObject(root)) {
         ZR_FAIL(ZR_ERR_FORMAT, "%s is not a JSON object", mpath);
     }
@@ -470,7 +515,7 @@ static zr_status read_fields(const cJSON *root, const char *mpath, zr_ckpt_manif
     ZR_CHECK(read_model(root, mpath, &m->meta.model));
     ZR_CHECK(read_units(root, mpath, m));
     ZR_CHECK(read_files(root, mpath, m));
-    ZR_CHECK(read_config(root, mpath));
+    ZR_CHECK(read_config(root, mpath, &m->meta));
     return ZR_OK;
 }
 
@@ -508,6 +553,36 @@ void zr_ckpt_manifest_free(zr_ckpt_manifest *m)
 
 zr_status zr_ckpt_manifest_read(const char *path, zr_ckpt_manifest *m)
 {
+    return zr_ckpt_manifest_read_section(path, m, NULL, NULL);
+}
+
+/* The section of root as unformatted text in counted memory (NULL when absent). */
+static zr_status section_text(const cJSON *root, const char *section, char **out)
+{
+    *out = NULL;
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, section);
+    if (it == NULL) {
+        return ZR_OK;
+    }
+    char *text = cJSON_PrintUnformatted(it);
+    if (text == NULL) {
+        ZR_FAIL(ZR_ERR_NOMEM, "out of memory reading the manifest's \"%s\"", section);
+    }
+    size_t n = strlen(text) + 1;
+    zr_status st = zr_alloc_at((void **)out, n, __FILE__, __LINE__);
+    if (st == ZR_OK) {
+        memcpy(*out, text, n);
+    }
+    cJSON_free(text);
+    return st;
+}
+
+zr_status zr_ckpt_manifest_read_section(const char *path, zr_ckpt_manifest *m, const char *section,
+                                        char **out)
+{
+    if (out != NULL) {
+        *out = NULL;
+    }
     memset(m, 0, sizeof *m);
     char mpath[ZR_PATH_MAX], marker[ZR_PATH_MAX];
     ZR_CHECK(zr_ckpt_pathf(mpath, sizeof mpath, "%s/manifest.json", path));
@@ -533,6 +608,9 @@ zr_status zr_ckpt_manifest_read(const char *path, zr_ckpt_manifest *m)
         ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT, "%s is not valid JSON", mpath);
     }
     ZR_CHECK_GOTO(read_fields(root, mpath, m), st, fail);
+    if (section != NULL) {
+        ZR_CHECK_GOTO(section_text(root, section, out), st, fail);
+    }
     cJSON_Delete(root);
     zr_free(text);
     zr_free(mtext);

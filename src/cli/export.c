@@ -7,6 +7,7 @@
 #include "cli.h"
 
 #include "zr/checkpoint.h"
+#include "zr/file.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,33 +18,75 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: zr export --checkpoint DIR [--llmc OUT.bin] [--safetensors OUT.safetensors]\n"
             "  DIR is one checkpoint (ckpt/step_00000200) or a checkpoint directory, in which\n"
-            "  case the newest complete checkpoint is used. At least one output is required.\n");
+            "  case its newest checkpoint (by the step its manifest says) is used. At least one\n"
+            "  output is required; no output may be a file of the checkpoint, or the other.\n");
+}
+
+static void warn_export(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, "zr export: warning: %s\n", msg);
+}
+
+/*
+ * The checkpoint to export: ckpt itself, or the newest in the checkpoint dir
+ * ckpt (by what its manifest says). Its folder, and the dir's lock file, are
+ * inputs no output may be.
+ */
+static zr_status pick(const char *ckpt, char *path, size_t n, zr_ckpt_meta *meta,
+                      zr_file_inputs *in)
+{
+    char probe[4096];
+    int found = 0;
+    snprintf(probe, sizeof probe, "%s/manifest.json", ckpt);
+    if (access(probe, F_OK) == 0) {
+        /* one checkpoint: why it cannot be read is the message, not "not a checkpoint" */
+        ZR_CHECK(zr_ckpt_read_meta(ckpt, meta));
+        snprintf(path, n, "%s", ckpt);
+    } else {
+        ZR_CHECK(zr_ckpt_find_latest(ckpt, path, n, &found, warn_export, NULL));
+        if (!found) {
+            ZR_FAIL(ZR_ERR_IO, "%s is neither a complete checkpoint nor a directory holding one",
+                    ckpt);
+        }
+        ZR_CHECK(zr_ckpt_read_meta(path, meta));
+        snprintf(probe, sizeof probe, "%s/%s", ckpt, ZR_CKPT_LOCK_FILE);
+        ZR_CHECK(zr_file_inputs_add(in, probe, "the lock file of the checkpoint dir"));
+    }
+    return zr_file_inputs_add(in, path, "the checkpoint exported");
+}
+
+/* Each output obeys the rule of zr/file.h; *replaces: a file stood there. */
+static zr_status check_out(const char *out, const char *what, zr_file_inputs *in, int *replaces)
+{
+    if (out == NULL) {
+        return ZR_OK;
+    }
+    ZR_CHECK(zr_file_output_check(out, what, in, replaces));
+    return zr_file_inputs_add_output(in, out, what);
 }
 
 static zr_status run(const char *ckpt, const char *llmc, const char *st_path)
 {
     char path[4096];
-    int found = 0;
     zr_ckpt_meta meta;
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s/manifest.json", ckpt);
-    if (access(probe, F_OK) == 0) {
-        /* one checkpoint: why it cannot be read is the message, not "not a checkpoint" */
-        ZR_CHECK(zr_ckpt_read_meta(ckpt, &meta));
-        snprintf(path, sizeof path, "%s", ckpt);
-    } else {
-        ZR_CHECK(zr_ckpt_find_latest(ckpt, path, sizeof path, &found));
-        if (!found) {
-            ZR_FAIL(ZR_ERR_IO, "%s is neither a complete checkpoint nor a directory holding one",
-                    ckpt);
-        }
-        ZR_CHECK(zr_ckpt_read_meta(path, &meta));
+    zr_file_inputs in;
+    zr_file_inputs_init(&in);
+    int rep_llmc = 0, rep_st = 0;
+    zr_status st = pick(ckpt, path, sizeof path, &meta, &in);
+    /* before anything is read or written: no output may be an input or the other output */
+    if (st == ZR_OK) {
+        st = check_out(llmc, "--llmc", &in, &rep_llmc);
     }
+    if (st == ZR_OK) {
+        st = check_out(st_path, "--safetensors", &in, &rep_st);
+    }
+    zr_file_inputs_free(&in);
+    ZR_CHECK(st);
     /* every depth a run can train (zr.model.layers) can be exported: one buffer per unit */
     int n = zr_gpt_config_unit_count(&meta.model);
     float **units;
     ZR_ALLOC(units, (size_t)n);
-    zr_status st = ZR_OK;
     for (int u = 0; u < n && st == ZR_OK; u++) {
         st = zr_alloc_at((void **)&units[u],
                          zr_gpt_config_unit_numel(&meta.model, u) * sizeof(float), __FILE__,
@@ -55,13 +98,15 @@ static zr_status run(const char *ckpt, const char *llmc, const char *st_path)
     if (st == ZR_OK && llmc != NULL) {
         st = zr_gpt_write_llmc(llmc, &meta.model, units);
         if (st == ZR_OK) {
-            printf("wrote %s (llm.c GPT-2, fp32) from %s\n", llmc, path);
+            printf("wrote %s (llm.c GPT-2, fp32) from %s%s\n", llmc, path,
+                   rep_llmc ? "; it replaced the file that was there" : "");
         }
     }
     if (st == ZR_OK && st_path != NULL) {
         st = zr_gpt_write_safetensors(st_path, &meta.model, units);
         if (st == ZR_OK) {
-            printf("wrote %s (safetensors, Hugging Face GPT-2 names) from %s\n", st_path, path);
+            printf("wrote %s (safetensors, Hugging Face GPT-2 names) from %s%s\n", st_path, path,
+                   rep_st ? "; it replaced the file that was there" : "");
         }
     }
     for (int u = 0; u < n; u++) {

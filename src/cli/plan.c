@@ -25,7 +25,7 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_INPUT = 2 };
 static void warn_rank0(void *ctx, const char *msg)
 {
     if (ctx == NULL || *(int *)ctx == 0) {
-        fprintf(stderr, "zr: warning: %s\n", msg);
+        fprintf(stderr, "zr: %s%s\n", strncmp(msg, "note: ", 6) == 0 ? "" : "warning: ", msg);
     }
 }
 
@@ -58,6 +58,34 @@ static zr_status vocab_of(const zr_train_config *c, int *vocab)
 static int flag(int argc, char **argv, int i, const char *name, int want_value)
 {
     return strcmp(argv[i], name) == 0 && (!want_value || i + 1 < argc);
+}
+
+/*
+ * out (what: the flag naming it) obeys the output rule (zr/file.h): it is none
+ * of the files the command reads (the probe, the configuration, the data,
+ * the model file), no link, no device.
+ */
+static zr_status check_output(const char *out, const char *what, const zr_train_config *c,
+                              const char *probe)
+{
+    zr_file_inputs in;
+    zr_file_inputs_init(&in);
+    int exists = 0;
+    zr_status st = zr_file_inputs_add(&in, probe, "the probe file (--probe)");
+    if (st == ZR_OK) {
+        st = zr_file_inputs_add(&in, c->config_path, "the configuration file (--config)");
+    }
+    if (st == ZR_OK) {
+        st = zr_file_inputs_add(&in, c->data_path, "the training data (zr.data.path)");
+    }
+    if (st == ZR_OK) {
+        st = zr_file_inputs_add(&in, c->init_path, "the model file (zr.model.init)");
+    }
+    if (st == ZR_OK) {
+        st = zr_file_output_check(out, what, &in, &exists);
+    }
+    zr_file_inputs_free(&in);
+    return st;
 }
 
 static int fail_msg(const char *cmd, zr_status st)
@@ -115,6 +143,9 @@ int zr_cli_probe(int argc, char **argv)
     int vocab = 0;
     zr_dataset data;
     memset(&data, 0, sizeof data);
+    if (st == ZR_OK) {
+        st = check_output(out, "zr probe -o", &cfg, NULL);
+    }
     if (st == ZR_OK) {
         st = load_data(&cfg, &data, &vocab);
     }
@@ -277,6 +308,9 @@ int zr_cli_plan(int argc, char **argv)
                "the memory limit defaults to the probe's available memory per rank.\n");
         free(rest);
         return help ? EXIT_OK : EXIT_INPUT;
+    }
+    if (st == ZR_OK && out_cfg != NULL) {
+        st = check_output(out_cfg, "--write-config", &cfg, probe_path);
     }
     if (st == ZR_OK) {
         st = zr_probe_read(probe_path, &p);

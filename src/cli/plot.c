@@ -6,7 +6,10 @@
  *
  * gnuplot does the drawing (no plotting code in C): the metrics are copied
  * into plain whitespace-separated data files and a small script in a
- * temporary folder, gnuplot runs it, and the folder is removed. One curve per
+ * temporary folder, gnuplot runs it and draws into that folder, zr checks
+ * the PNG is whole and writes it to OUT by the rule of every output
+ * (zr/file.h: never one of the metrics files, never a device or a link),
+ * and the folder is removed. One curve per
  * run, labelled by the metrics file's folder name; two panels: loss (train
  * solid, validation dashed) and tokens/s against the step.
  */
@@ -14,6 +17,7 @@
 
 #include "cli.h"
 
+#include "zr/file.h"
 #include "zr/metrics.h"
 
 #include <errno.h>
@@ -83,7 +87,8 @@ static int write_data(const char *dir, int k, const zr_metrics_series *s, int *h
         *has_loss |= isfinite(p->loss) != 0;
         *has_tps |= isfinite(p->tokens_per_s) != 0;
     }
-    int ok = fclose(f) == 0;
+    int ok = !ferror(f);
+    ok &= fclose(f) == 0;
     snprintf(path, sizeof path, "%s/run%d.val", dir, k);
     f = fopen(path, "w");
     if (f == NULL) {
@@ -96,6 +101,7 @@ static int write_data(const char *dir, int k, const zr_metrics_series *s, int *h
             *has_val = 1;
         }
     }
+    ok &= !ferror(f);
     ok &= fclose(f) == 0;
     if (!ok) {
         fprintf(stderr, "zr plot: cannot write the data files in %s\n", dir);
@@ -148,7 +154,40 @@ static void cleanup(const char *dir, int nruns)
     }
     snprintf(path, sizeof path, "%s/plot.gp", dir);
     unlink(path);
+    snprintf(path, sizeof path, "%s/plot.png", dir);
+    unlink(path);
     rmdir(dir);
+}
+
+/*
+ * gnuplot's PNG (dir/plot.png) to out: only a whole PNG (its signature, and
+ * the IEND chunk that ends every PNG: gnuplot exits 0 after a write it could
+ * not finish), through zr's writer (zr/file.h), every byte checked.
+ */
+static int install_png(const char *dir, const char *out)
+{
+    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
+    char png[320];
+    snprintf(png, sizeof png, "%s/plot.png", dir);
+    char *data = NULL;
+    size_t n = 0;
+    zr_status st = zr_file_read_all(png, &data, &n);
+    if (st == ZR_OK && (n < sizeof sig + sizeof iend || memcmp(data, sig, sizeof sig) != 0 ||
+                        memcmp(data + n - sizeof iend, iend, sizeof iend) != 0)) {
+        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__,
+                         "gnuplot did not write a whole PNG (%zu bytes, no end chunk): is %s full?",
+                         n, dir);
+    }
+    if (st == ZR_OK) {
+        st = zr_file_write_atomic(out, data, n);
+    }
+    zr_free(data);
+    if (st != ZR_OK) {
+        fprintf(stderr, "zr plot: %s; nothing was written to %s\n", zr_error_message(), out);
+        return 0;
+    }
+    return 1;
 }
 
 /* One panel: column col of every run's train file, plus validation curves if val. */
@@ -255,7 +294,7 @@ static int make_tmpdir(char *dir, size_t cap)
 }
 
 /* The gnuplot script that draws both panels into out; 0 (reported) when it cannot be written. */
-static int write_script(const char *script, const char *dir, const char *out, const char *title,
+static int write_script(const char *script, const char *dir, const char *title,
                         zr_metrics_series *runs, int nruns, const int *has)
 {
     const int *has_loss = has, *has_tps = has + nruns, *has_val = has + 2 * nruns;
@@ -264,14 +303,17 @@ static int write_script(const char *script, const char *dir, const char *out, co
         fprintf(stderr, "zr plot: cannot write %s: %s\n", script, strerror(errno));
         return 0;
     }
-    /* pngcairo draws nicer lines; plain png (libgd) is the fallback */
+    /* pngcairo draws nicer lines; plain png (libgd) is the fallback. gnuplot writes into the
+       private folder; install_png checks the result and puts it in place */
     fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
                "    set terminal pngcairo size 1000,900 noenhanced font ',10'\n"
                "} else {\n"
                "    set terminal png size 1000,900 noenhanced\n"
                "}\n"
                "set output ");
-    put_quoted(f, out);
+    char png[320];
+    snprintf(png, sizeof png, "%s/plot.png", dir);
+    put_quoted(f, png);
     fprintf(f,
             "\nset datafile missing 'NaN'\nset grid\nset key top right opaque\nset xlabel 'step'\n"
             "set multiplot layout 2,1 title ");
@@ -280,7 +322,8 @@ static int write_script(const char *script, const char *dir, const char *out, co
     panel(f, dir, runs, nruns, has_loss, has_val, 2, "loss", "loss");
     panel(f, dir, runs, nruns, has_tps, NULL, 3, "throughput", "tokens/s");
     fprintf(f, "unset multiplot\nset output\n");
-    if (fclose(f) != 0) {
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
         fprintf(stderr, "zr plot: cannot write %s\n", script);
         return 0;
     }
@@ -304,8 +347,11 @@ int zr_cli_plot(int argc, char **argv)
         return 1;
     }
     int *has_loss = has, *has_tps = has + nruns, *has_val = has + 2 * nruns;
-    int rc = 1, k = 0, nread = 0;
+    int rc = 1, k = 0, nread = 0, replaces = 0;
     char dir[256] = "";
+    zr_file_inputs in;
+    zr_file_inputs_init(&in);
+    zr_status ist = ZR_OK;
     for (int i = first; i < argc; i++) {
         if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0 ||
             strcmp(argv[i], "--title") == 0) {
@@ -314,10 +360,24 @@ int zr_cli_plot(int argc, char **argv)
         }
         zr_status st = zr_metrics_read(argv[i], &runs[nread]);
         nread++;
+        if (st == ZR_OK && ist == ZR_OK) {
+            ist = zr_file_inputs_add(&in, argv[i], "a metrics file plotted");
+        }
         if (st != ZR_OK) {
             fprintf(stderr, "zr plot: %s\n", zr_error_message());
+            zr_file_inputs_free(&in);
             goto done;
         }
+    }
+    /* the picture never replaces what it is drawn from */
+    if (ist == ZR_OK) {
+        ist = zr_file_output_check(out, "-o", &in, &replaces);
+    }
+    zr_file_inputs_free(&in);
+    if (ist != ZR_OK) {
+        fprintf(stderr, "zr plot: %s\n", zr_error_message());
+        rc = 2;
+        goto done;
     }
     if (!make_tmpdir(dir, sizeof dir)) {
         goto done;
@@ -330,12 +390,13 @@ int zr_cli_plot(int argc, char **argv)
     }
     char script[320];
     snprintf(script, sizeof script, "%s/plot.gp", dir);
-    if (!write_script(script, dir, out, title, runs, nruns, has)) {
+    if (!write_script(script, dir, title, runs, nruns, has)) {
         goto done;
     }
     int gp = run_gnuplot(script);
-    if (gp == 0) {
-        printf("zr plot: wrote %s (%d run%s)\n", out, nruns, nruns == 1 ? "" : "s");
+    if (gp == 0 && install_png(dir, out)) {
+        printf("zr plot: wrote %s (%d run%s)%s\n", out, nruns, nruns == 1 ? "" : "s",
+               replaces ? "; it replaced the file that was there" : "");
         rc = 0;
     } else if (gp == 2) {
         dir[0] = '\0'; /* keep the files for a look at what gnuplot disliked */

@@ -22,11 +22,11 @@ extern char **environ; /* POSIX; unistd.h declares it only for _GNU_SOURCE */
 /* Exit codes: 0 done (or stopped cleanly by a signal), 1 runtime failure, 2 bad input. */
 enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_INPUT = 2 };
 
-/* Unknown-key warnings and notes: collected on every rank, printed by rank 0. */
+/* Unknown-key warnings and notes ("note: ..."): collected on every rank, printed by rank 0. */
 static void warn_rank0(void *ctx, const char *msg)
 {
     if (*(int *)ctx == 0) {
-        fprintf(stderr, "zr train: warning: %s\n", msg);
+        fprintf(stderr, "zr train: %s%s\n", strncmp(msg, "note: ", 6) == 0 ? "" : "warning: ", msg);
     }
 }
 
@@ -143,15 +143,21 @@ static void print_start(const zr_trainer *t)
     fflush(stdout);
 }
 
-static void print_summary(const zr_train_summary *s, int stage)
+static void print_summary(const zr_train_summary *s, int stage, int steps)
 {
     if (s->checkpoint[0] != '\0') {
         printf("checkpoint: %s\n", s->checkpoint);
     }
+    if (steps == 0) {
+        printf("done: 0 steps (zr.train.train_steps 0): %s\n",
+               s->checkpoint[0] != '\0' ? "the initial weights are the checkpoint above"
+                                        : "nothing to do without zr.checkpoint.dir");
+    }
     if (s->start >= s->end) {
         return;
     }
-    printf("done: %d steps in %.1f s, loss %.9g -> %.9g", s->end - s->start, s->seconds,
+    int n = s->end - s->start;
+    printf("done: %d step%s in %.1f s, loss %.9g -> %.9g", n, n == 1 ? "" : "s", s->seconds,
            s->first_loss, s->last_loss);
     if (!isnan(s->val_loss)) {
         printf(" (val %.9g)", s->val_loss);
@@ -201,8 +207,16 @@ int zr_cli_train(int argc, char **argv)
         return code;
     }
     if (rank == 0) {
-        /* before anything can fail: the effective configuration explains most errors */
-        zr_config_print(stdout, &cfg);
+        /* before anything can fail: the effective configuration explains most errors; with
+           zr.model.init, with the shape the file gives (the trainer checks it again) */
+        static zr_train_config shown;
+        shown = cfg;
+        zr_gpt_config fc;
+        if (cfg.init_path[0] != '\0' && zr_gpt_read_llmc_config(cfg.init_path, &fc) == ZR_OK) {
+            (void)zr_config_adopt_model(&shown, &fc, cfg.init_path);
+        }
+        zr_error_clear();
+        zr_config_print(stdout, &shown);
         fflush(stdout);
     }
     static zr_trainer t;
@@ -230,7 +244,7 @@ int zr_cli_train(int argc, char **argv)
         zr_train_summary sum;
         st = zr_trainer_finish(&t, &sum);
         if (st == ZR_OK && rank == 0) {
-            print_summary(&sum, cfg.stage);
+            print_summary(&sum, cfg.stage, cfg.train_steps);
         }
     }
     st = zr_trainer_conclude(&t, st);

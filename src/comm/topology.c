@@ -422,7 +422,7 @@ MPI_Comm zr_comm_mpi(const zr_comm *c, zr_group g)
 
 void zr_comm_describe(const zr_comm *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "%d ranks = %d node%s x %d (%s), hpZ group %d", c->size[ZR_GROUP_WORLD],
-             c->n_nodes, c->n_nodes == 1 ? "" : "s", c->ranks_per_node,
-             c->emulated ? "emulated" : "detected", c->size[ZR_GROUP_HPZ]);
+    snprintf(buf, len, "%d rank%s = %d node%s x %d (%s), hpZ group %d", c->size[ZR_GROUP_WORLD],
+             c->size[ZR_GROUP_WORLD] == 1 ? "" : "s", c->n_nodes, c->n_nodes == 1 ? "" : "s",
+             c->ranks_per_node, c->emulated ? "emulated" : "detected", c->size[ZR_GROUP_HPZ]);
 }

@@ -1,7 +1,8 @@
 /*
  * config_args.c - the command-line flags of "zr train": --KEY VALUE and
  * --KEY=VALUE for every key of the table (dotted path or short alias),
- * --KEY / --no-KEY for booleans, and --config FILE. A flag's text is turned
+ * --KEY / --no-KEY for booleans (and --no-hpz: hpZ off, its partition size
+ * 1), and --config FILE (one). Integers are read from their text exactly. A flag's text is turned
  * into the JSON value a file would hold, so flags and files share one check.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -97,15 +98,23 @@ static zr_status apply_text(zr_train_config *c, const cfg_key *k, const char *te
                             const char *where, warn_fn warn, void *ctx)
 {
     int numeric = k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_DBL;
-    if (numeric && zr_cfg_number_overflows(text, strlen(text))) {
+    size_t len = strlen(text);
+    if (numeric && zr_cfg_number_overflows(text, len)) {
         char shown[80], expect[200];
-        zr_cfg_show_number(text, strlen(text), shown, sizeof shown);
+        zr_cfg_show_number(text, len, shown, sizeof shown);
         zr_cfg_describe_expect(k, expect, sizeof expect);
         ZR_FAIL(ZR_ERR_INVALID, "%s: %s is out of range: it must be %s", where, shown, expect);
     }
+    cfg_int exact;
+    if (zr_cfg_is_int(k) && zr_cfg_int_parse(text, len, &exact) != 0) {
+        /* a number: read from its text, exactly (a double would round 2^53 + 1) */
+        ZR_CHECK(zr_cfg_store_int(c, k, where, text, len));
+        c->given |= k->given;
+        return ZR_OK;
+    }
     cJSON *v = NULL;
     ZR_CHECK(value_from_text(k, text, where, &v));
-    zr_status st = zr_cfg_apply_value(c, k, v, where, warn, ctx);
+    zr_status st = zr_cfg_apply_value(c, k, v, where, NULL, 0, warn, ctx);
     cJSON_Delete(v);
     return st;
 }
@@ -137,9 +146,9 @@ static zr_status flag_key(const char *name, const char *value, const char *next,
         const cfg_key *nk = zr_cfg_find_key(name + 3);
         nk = zr_cfg_resolve(nk != NULL ? nk : zr_cfg_find_flag(name + 3));
         int b;
-        if (nk != NULL && nk->type != K_BOOL) {
+        if (nk != NULL && nk->type != K_BOOL && nk->negate == NULL) {
             ZR_FAIL(ZR_ERR_INVALID,
-                    "flag --%s: --no- applies to true/false keys only, and %s "
+                    "flag --%s: --no- applies to true/false keys and --no-hpz only, and %s "
                     "is not one; write --%s VALUE",
                     name, nk->path, name + 3);
         }
@@ -176,7 +185,7 @@ static zr_status flag_value(const cfg_key *target, int negated, const char *wher
                             char **argv, int *i, const char **value)
 {
     if (negated) {
-        *value = "false";
+        *value = target->negate != NULL ? target->negate : "false";
     } else if (*value == NULL && target->type == K_BOOL) {
         /* a bare boolean is true; it takes the next argument only if that is a boolean word */
         int b;
@@ -239,7 +248,21 @@ static zr_status args_pass(zr_train_config *c, int argc, char **argv, int pass, 
                 value = argv[++i];
             }
             if (pass == 0) {
+                /* one file: a second would merge silently, key by key, into the first */
+                if (c->config_path[0] != '\0') {
+                    ZR_FAIL(ZR_ERR_INVALID,
+                            "--config is given twice (%.200s and %.200s): give one configuration "
+                            "file, and flags for what differs from it",
+                            c->config_path, value);
+                }
+                if (strlen(value) >= sizeof c->config_path || value[0] == '\0') {
+                    ZR_FAIL(ZR_ERR_INVALID,
+                            "flag --config: the path is empty or longer than %zu "
+                            "bytes",
+                            sizeof c->config_path - 1);
+                }
                 ZR_CHECK(zr_config_load_json(c, value, warn, ctx));
+                snprintf(c->config_path, sizeof c->config_path, "%s", value);
             }
             continue;
         }

@@ -9,6 +9,10 @@
  *   config_value.c  one key's value: what it accepts, setting it from a JSON
  *                   value (files and flags both end there), printing it
  *   config_json.c   reading a DeepSpeed JSON file (zr_config_load_json)
+ *   config_literals.c  the text of that file where cJSON's tree is not
+ *                   enough: integers as written, \u0000, huge numbers
+ *   config_diff.c   a configuration against the one a checkpoint saved
+ *                   (zr_config_compare, for a resume)
  *   config_args.c   command-line flags (zr_config_from_args): --stage 3,
  *                   --zero_optimization.stage=3, --no-KEY, --config FILE
  *   config_print.c  --help, the printout and the JSON dump
@@ -22,9 +26,12 @@
  * implementation, ...) are accepted with a one-line note rather than flagged
  * as unknown, because the file is usually shared with a DeepSpeed run; keys
  * that would silently change the meaning of training (fp16, Adam without
- * decoupled weight decay) are refused. Truly unknown keys are warnings, not
- * errors, with a did-you-mean, since a typo must not be silently ignored but
- * must not stop a job that DeepSpeed itself would run either.
+ * decoupled weight decay) are refused. An unknown key inside a section zr
+ * knows is refused with a did-you-mean, as DeepSpeed's own config models
+ * refuse it (a typo there would train with the default); an unknown
+ * top-level key is a warning (a section of a DeepSpeed feature zr does not
+ * have), at most a few of them listed. Duplicate keys, null values and
+ * \u0000 in strings are refused, and every integer is read exactly.
  *
  * Not a public header: nothing outside src/config includes it.
  */
@@ -76,6 +83,8 @@ typedef struct cfg_key {
     const char *refuse;  /* value refused with why ("true", "false", "fp16") */
     const char *why;     /* NOEFFECT: why it has no effect; refuse: why it is refused */
     const char *target;  /* ALIAS: path of the real key */
+    const char *negate;  /* what --no-KEY sets (booleans: "false"), or NULL */
+    zr_config_policy resume; /* what a resume may do with it (zr/config.h) */
     const char *help;
 } cfg_key;
 
@@ -102,7 +111,58 @@ const char *zr_cfg_leaf(const char *path);
 void zr_cfg_suggest_json(const char *parent, const char *name, char *out, size_t n);
 void zr_cfg_suggest_flag(const char *name, char *out, size_t n);
 
+/* ---- config_literals.c: what cJSON does not keep -------------------------- */
+
+/* The text of one number of a JSON file at an integer key, as written. */
+typedef struct cfg_literal {
+    const cfg_key *key; /* resolved */
+    const char *text;   /* into the file's text, len characters */
+    size_t len;
+    int line, col;
+} cfg_literal;
+
+typedef struct cfg_literals {
+    cfg_literal *v; /* counted allocation */
+    int n, cap;
+} cfg_literals;
+
+/*
+ * Read the text of a JSON file (which cJSON parsed) for what its tree loses:
+ * each number at an integer key as written (cJSON keeps a double, which
+ * rounds beyond 2^53), a number no double holds (1e999; refused, naming key
+ * and line:column) and, when strict, a \u0000 in a string (refused: cJSON
+ * would cut the string there).
+ */
+zr_status zr_cfg_scan_literals(const char *text, const char *name, int strict, cfg_literals *out);
+void zr_cfg_literals_free(cfg_literals *l);
+/* The literal of key k (resolved), or NULL. */
+const cfg_literal *zr_cfg_find_literal(const cfg_literals *l, const cfg_key *k);
+
+/* ---- config_json.c --------------------------------------------------------- */
+
+/* Read a configuration zr saved (a manifest's "config") over c, leniently:
+   unknown keys, nulls and values this zr does not take leave c as it was. */
+zr_status zr_cfg_parse_saved(zr_train_config *c, const char *text, const char *name);
+
 /* ---- config_value.c: one key's value ------------------------------------- */
+
+/* An integer exactly as written: sign and magnitude (every 64-bit value of either sign). */
+typedef struct cfg_int {
+    int neg;
+    unsigned long long mag;
+} cfg_int;
+
+/*
+ * Read the integer written as s[0..len): digits with an optional '-' read
+ * exactly; a fraction or exponent only when the value is whole and at most
+ * 2^53 (where a double is exact). 1: *out holds it; 0: not a number at all;
+ * -1: a number, but not a whole one, or beyond 64 bits, or not exact.
+ */
+int zr_cfg_int_parse(const char *s, size_t len, cfg_int *out);
+/* Set integer key k to v when its range (and choices, multiple) allow it; else refuse
+   naming where, the range and the text as written. */
+zr_status zr_cfg_store_int(zr_train_config *c, const cfg_key *k, const char *where, const char *s,
+                           size_t len);
 
 /* A warning or note to warn, or to stderr when warn is NULL. */
 void zr_cfg_emit(warn_fn warn, void *ctx, const char *msg);
@@ -114,9 +174,16 @@ void zr_cfg_describe_expect(const cfg_key *k, char *buf, size_t n);
 int zr_cfg_num_ok(const cfg_key *k, double v);
 /* A JSON value in a message: compact, cut at 48 characters. */
 void zr_cfg_render_json(const cJSON *v, char *buf, size_t n);
-/* Set key k from JSON value v; where names the key for messages. */
+/*
+ * Set key k from JSON value v; where names the key for messages. lit: the
+ * number as written, for an integer key (NULL: the text is v's double, exact
+ * up to 2^53). null is refused (leave the key out for its default).
+ */
 zr_status zr_cfg_apply_value(zr_train_config *c, const cfg_key *k, const cJSON *v,
-                             const char *where, warn_fn warn, void *ctx);
+                             const char *where, const char *lit, size_t lit_len, warn_fn warn,
+                             void *ctx);
+/* Is k an integer key (int, long long, unsigned long long)? */
+int zr_cfg_is_int(const cfg_key *k);
 /* Does the number written as s[0..len) lie beyond a double? s is '\0'-terminated. */
 int zr_cfg_number_overflows(const char *s, size_t len);
 /* A number's text for a message: as written, or its start and length when it is long. */

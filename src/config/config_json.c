@@ -1,8 +1,12 @@
 /*
  * config_json.c - reading a DeepSpeed-style JSON configuration file. Each
- * key found is set through the key table (config_value.c); an unknown key is
- * a warning with a did-you-mean, since the file is often shared with a
- * DeepSpeed run.
+ * key found is set through the key table (config_value.c), integers from
+ * their text as written (config_literals.c). An unknown key inside a section
+ * zr knows is refused with a did-you-mean, as DeepSpeed refuses it; an
+ * unknown top-level key (a DeepSpeed feature zr does not have) is a warning,
+ * the first few by name. A key given twice (or by two names) and null are
+ * refused. A configuration zr saved in a checkpoint is read leniently (what
+ * an older or newer zr wrote must not stop a resume): zr_cfg_parse_saved.
  *
  * cJSON reports no line numbers; the error offset it returns is turned into
  * line:column here.
@@ -12,6 +16,7 @@
 #include "config_impl.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -40,158 +45,230 @@ static const char *json_kind(const cJSON *v)
     return "an object";
 }
 
-static zr_status walk(zr_train_config *c, const cJSON *obj, const char *prefix, const char *name,
-                      warn_fn warn, void *ctx)
+/* How a walk reads: a user's file (strict) or a configuration zr saved (lenient). */
+typedef struct walk_ctx {
+    const char *name; /* the file, for messages */
+    int strict;
+    const cfg_literals *lits;
+    warn_fn warn;
+    void *warn_ctx;
+    unsigned char *set;  /* per key of the table (resolved): set by this file already */
+    const char **set_as; /* ... under this name */
+    int unknown_top;     /* unknown top-level keys seen */
+} walk_ctx;
+
+enum { MAX_UNKNOWN_LISTED = 10 };
+
+static int cmp_name(const void *a, const void *b)
 {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A key that appears twice in one object: "stage": 1, "stage": 2 would keep one silently. */
+static zr_status no_duplicates(const cJSON *obj, const char *prefix, const char *name)
+{
+    int n = cJSON_GetArraySize(obj);
+    if (n < 2) {
+        return ZR_OK;
+    }
+    const char **names;
+    ZR_ALLOC(names, (size_t)n);
+    int k = 0;
     const cJSON *child;
     cJSON_ArrayForEach(child, obj)
     {
-        const char *key = child->string != NULL ? child->string : "";
-        char path[256];
-        int w = prefix[0] == '\0' ? snprintf(path, sizeof path, "%s", key)
-                                  : snprintf(path, sizeof path, "%s.%s", prefix, key);
-        const cfg_key *k = w > 0 && (size_t)w < sizeof path ? zr_cfg_find_key(path) : NULL;
-        char where[320];
-        snprintf(where, sizeof where, "%s: \"%s\"", name, path);
-        if (k != NULL) {
-            ZR_CHECK(zr_cfg_apply_value(c, zr_cfg_resolve(k), child, where, warn, ctx));
-        } else if (w > 0 && (size_t)w < sizeof path && zr_cfg_is_section(path)) {
-            if (cJSON_IsNull(child)) {
-                continue;
-            }
-            if (!cJSON_IsObject(child)) {
-                char got[64];
-                zr_cfg_render_json(child, got, sizeof got);
-                ZR_FAIL(ZR_ERR_INVALID, "%s must be an object, got %s %s", where, json_kind(child),
-                        got);
-            }
-            ZR_CHECK(walk(c, child, path, name, warn, ctx));
-        } else {
-            char hint[160], msg[640];
-            zr_cfg_suggest_json(prefix, key, hint, sizeof hint);
-            snprintf(msg, sizeof msg, "warning: %s: unknown key \"%.200s\"%s%s%s", name, path,
-                     hint[0] ? " (did you mean \"" : "", hint, hint[0] ? "\"?)" : "");
-            zr_cfg_emit(warn, ctx, msg);
+        names[k++] = child->string != NULL ? child->string : "";
+    }
+    qsort(names, (size_t)n, sizeof *names, cmp_name);
+    zr_status st = ZR_OK;
+    for (int i = 1; i < n && st == ZR_OK; i++) {
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                             "%s: key \"%s%s%.200s\" appears twice; give each key once", name,
+                             prefix, prefix[0] != '\0' ? "." : "", names[i]);
         }
+    }
+    zr_free(names);
+    return st;
+}
+
+/* An unknown key: inside a section zr knows, refused (as DeepSpeed does); on top, a warning. */
+static zr_status unknown_key(walk_ctx *w, const char *prefix, const char *key, const char *path)
+{
+    if (!w->strict) {
+        return ZR_OK;
+    }
+    char hint[160], msg[640];
+    int top = prefix[0] == '\0';
+    if (top && ++w->unknown_top > MAX_UNKNOWN_LISTED) {
+        return ZR_OK; /* counted, summed up at the end */
+    }
+    zr_cfg_suggest_json(prefix, key, hint, sizeof hint);
+    if (!top) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s: unknown key \"%.200s\" in section \"%s\"%s%s%s; zr train --help lists "
+                "every key",
+                w->name, path, prefix, hint[0] ? " (did you mean \"" : "", hint,
+                hint[0] ? "\"?)" : "");
+    }
+    snprintf(msg, sizeof msg, "%s: unknown key \"%.200s\"%s%s%s (ignored)", w->name, path,
+             hint[0] ? " (did you mean \"" : "", hint, hint[0] ? "\"?)" : "");
+    zr_cfg_emit(w->warn, w->warn_ctx, msg);
+    return ZR_OK;
+}
+
+/* Key k set by this file under path; the same key twice (a name and its alias) is refused. */
+static zr_status mark_set(walk_ctx *w, const cfg_key *k, const char *path)
+{
+    size_t i = (size_t)(k - zr_cfg_keys);
+    if (w->set[i] && w->strict) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: \"%s\" and \"%s\" set the same key; give it once", w->name,
+                w->set_as[i], path);
+    }
+    w->set[i] = 1;
+    w->set_as[i] = path; /* a table entry's path: static */
+    return ZR_OK;
+}
+
+static zr_status walk(zr_train_config *c, const cJSON *obj, const char *prefix, walk_ctx *w);
+
+/* One member of an object: a key, a section, or unknown. */
+static zr_status member(zr_train_config *c, const cJSON *child, const char *prefix, walk_ctx *w)
+{
+    const char *key = child->string != NULL ? child->string : "";
+    char path[256];
+    int n = prefix[0] == '\0' ? snprintf(path, sizeof path, "%s", key)
+                              : snprintf(path, sizeof path, "%s.%s", prefix, key);
+    int fits = n > 0 && (size_t)n < sizeof path;
+    const cfg_key *k = fits ? zr_cfg_find_key(path) : NULL;
+    char where[320];
+    snprintf(where, sizeof where, "%s: \"%.256s\"", w->name, fits ? path : key);
+    if (k != NULL) {
+        const cfg_key *r = zr_cfg_resolve(k);
+        if (r->type != K_NOEFFECT) {
+            ZR_CHECK(mark_set(w, r, k->path));
+        }
+        const cfg_literal *lit = cJSON_IsNumber(child) ? zr_cfg_find_literal(w->lits, r) : NULL;
+        zr_status st = zr_cfg_apply_value(c, r, child, where, lit ? lit->text : NULL,
+                                          lit ? lit->len : 0, w->warn, w->warn_ctx);
+        if (st != ZR_OK && !w->strict) {
+            zr_error_clear(); /* a value this zr no longer takes: the current one stays */
+            return ZR_OK;
+        }
+        return st;
+    }
+    if (fits && zr_cfg_is_section(path)) {
+        if (!cJSON_IsObject(child)) {
+            if (!w->strict) {
+                return ZR_OK;
+            }
+            char got[64];
+            zr_cfg_render_json(child, got, sizeof got);
+            ZR_FAIL(ZR_ERR_INVALID, "%s must be an object (a section of keys), got %s %s", where,
+                    json_kind(child), got);
+        }
+        return walk(c, child, path, w);
+    }
+    return unknown_key(w, prefix, key, fits ? path : key);
+}
+
+static zr_status walk(zr_train_config *c, const cJSON *obj, const char *prefix, walk_ctx *w)
+{
+    if (w->strict) {
+        ZR_CHECK(no_duplicates(obj, prefix, w->name));
+    }
+    const cJSON *child;
+    cJSON_ArrayForEach(child, obj)
+    {
+        ZR_CHECK(member(c, child, prefix, w));
     }
     return ZR_OK;
 }
 
-/*
- * cJSON reads 1e999 as an infinity and prints it back as null, so a check of
- * the parsed value could only say "got null". This pass over the text of a
- * file that parsed finds each number whose value a double cannot hold and
- * reports it as written, with its key and line:column. Strings are skipped
- * (a number inside one is text); the path is kept as a stack of keys.
- */
-static zr_status check_number_literals(const char *text, const char *name)
+/* Parse text (cJSON) and report where it stopped when it is not JSON. */
+static zr_status parse_text(const char *text, const char *name, cJSON **out)
 {
-    enum { DEPTH = 32, KEYLEN = 96 };
-    char keys_at[DEPTH][KEYLEN];
-    int depth = 0, line = 1;
-    const char *bol = text, *str = NULL;
-    size_t slen = 0;
-    for (const char *p = text; *p != '\0'; p++) {
-        char ch = *p;
-        if (ch == '\n') {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    *out = root;
+    if (root != NULL) {
+        return ZR_OK;
+    }
+    /* cJSON gives only a pointer to where it stopped: count lines to it */
+    const char *at = end != NULL ? end : cJSON_GetErrorPtr();
+    if (at == NULL || at < text || at > text + strlen(text)) {
+        at = text + strlen(text);
+    }
+    int line = 1;
+    const char *bol = text;
+    for (const char *p = text; p < at; p++) {
+        if (*p == '\n') {
             line++;
             bol = p + 1;
-        } else if (ch == '"') {
-            str = ++p;
-            while (*p != '\0' && *p != '"') {
-                p += *p == '\\' && p[1] != '\0' ? 2 : 1;
-            }
-            slen = (size_t)(p - str);
-            if (*p == '\0') {
-                break;
-            }
-        } else if (ch == '{' || ch == '[') {
-            if (depth < DEPTH) {
-                keys_at[depth][0] = '\0';
-            }
-            depth++;
-        } else if (ch == '}' || ch == ']') {
-            depth -= depth > 0;
-        } else if (ch == ':' && str != NULL && depth > 0 && depth <= DEPTH) {
-            snprintf(keys_at[depth - 1], KEYLEN, "%.*s", (int)(slen < KEYLEN ? slen : KEYLEN - 1),
-                     str);
-        } else if (ch == '-' || (ch >= '0' && ch <= '9')) {
-            const char *start = p;
-            while (p[1] != '\0' && strchr("0123456789+-.eE", p[1]) != NULL) {
-                p++;
-            }
-            size_t len = (size_t)(p - start) + 1;
-            if (zr_cfg_number_overflows(start, len)) {
-                char path[DEPTH * KEYLEN] = "", shown[80], expect[200] = "";
-                size_t used = 0;
-                for (int d = 0; d < depth && d < DEPTH; d++) {
-                    if (keys_at[d][0] != '\0') {
-                        int w = snprintf(path + used, sizeof path - used, "%s%s",
-                                         used != 0 ? "." : "", keys_at[d]);
-                        used += w > 0 ? (size_t)w : 0;
-                    }
-                }
-                const cfg_key *k = zr_cfg_resolve(zr_cfg_find_key(path));
-                if (k != NULL) {
-                    zr_cfg_describe_expect(k, expect, sizeof expect);
-                }
-                zr_cfg_show_number(start, len, shown, sizeof shown);
-                ZR_FAIL(ZR_ERR_INVALID, "%s:%d:%d: \"%s\": %s is out of range%s%s", name, line,
-                        (int)(start - bol) + 1, path, shown, expect[0] ? ": it must be " : "",
-                        expect);
-            }
         }
     }
-    return ZR_OK;
+    int col = (int)(at - bol) + 1;
+    const char *rest = at;
+    while (*rest == ' ' || *rest == '\t' || *rest == '\n' || *rest == '\r') {
+        rest++;
+    }
+    if (*rest == '\0') {
+        ZR_FAIL(ZR_ERR_FORMAT,
+                "%s:%d:%d: malformed JSON: unexpected end of input (truncated file?)", name, line,
+                col);
+    }
+    /* a little of the line on both sides: cJSON often stops just past the culprit */
+    const char *from = at - bol > 12 ? at - 12 : bol;
+    int len = 0;
+    while (len < 32 && from[len] != '\0' && from[len] != '\n' && from[len] != '\r') {
+        len++;
+    }
+    ZR_FAIL(ZR_ERR_FORMAT, "%s:%d:%d: malformed JSON near '%.*s'", name, line, col, len, from);
+}
+
+/* Read text over c: strictly (a user's file) or leniently (a configuration zr saved). */
+static zr_status parse_config(zr_train_config *c, const char *text, const char *name, int strict,
+                              warn_fn warn, void *ctx)
+{
+    cJSON *root = NULL;
+    ZR_CHECK(parse_text(text, name, &root));
+    cfg_literals lits;
+    memset(&lits, 0, sizeof lits);
+    walk_ctx w = {name, strict, &lits, warn, ctx, NULL, NULL, 0};
+    zr_status st = ZR_OK;
+    if (!cJSON_IsObject(root)) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID, "%s: the top level must be a JSON object, got %s",
+                     name, json_kind(root));
+    }
+    ZR_CHECK_GOTO(zr_cfg_scan_literals(text, name, strict, &lits), st, done);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&w.set, zr_cfg_nkeys, __FILE__, __LINE__), st, done);
+    ZR_CHECK_GOTO(
+        zr_alloc_at((void **)&w.set_as, sizeof(char *) * zr_cfg_nkeys, __FILE__, __LINE__), st,
+        done);
+    ZR_CHECK_GOTO(walk(c, root, "", &w), st, done);
+    if (w.unknown_top > MAX_UNKNOWN_LISTED) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "%s: %d more unknown top-level keys (ignored, not listed)", name,
+                 w.unknown_top - MAX_UNKNOWN_LISTED);
+        zr_cfg_emit(warn, ctx, msg);
+    }
+done:
+    zr_free(w.set);
+    zr_free(w.set_as);
+    zr_cfg_literals_free(&lits);
+    cJSON_Delete(root);
+    return st;
 }
 
 zr_status zr_config_parse_json(zr_train_config *c, const char *text, const char *name,
                                void (*warn)(void *ctx, const char *msg), void *ctx)
 {
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-    if (root == NULL) {
-        /* cJSON gives only a pointer to where it stopped: count lines to it */
-        const char *at = end != NULL ? end : cJSON_GetErrorPtr();
-        if (at == NULL || at < text || at > text + strlen(text)) {
-            at = text + strlen(text);
-        }
-        int line = 1;
-        const char *bol = text;
-        for (const char *p = text; p < at; p++) {
-            if (*p == '\n') {
-                line++;
-                bol = p + 1;
-            }
-        }
-        int col = (int)(at - bol) + 1;
-        const char *rest = at;
-        while (*rest == ' ' || *rest == '\t' || *rest == '\n' || *rest == '\r') {
-            rest++;
-        }
-        if (*rest == '\0') {
-            ZR_FAIL(ZR_ERR_FORMAT,
-                    "%s:%d:%d: malformed JSON: unexpected end of input (truncated file?)", name,
-                    line, col);
-        }
-        /* a little of the line on both sides: cJSON often stops just past the culprit */
-        const char *from = at - bol > 12 ? at - 12 : bol;
-        int len = 0;
-        while (len < 32 && from[len] != '\0' && from[len] != '\n' && from[len] != '\r') {
-            len++;
-        }
-        ZR_FAIL(ZR_ERR_FORMAT, "%s:%d:%d: malformed JSON near '%.*s'", name, line, col, len, from);
-    }
-    zr_status st;
-    if (!cJSON_IsObject(root)) {
-        ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID, "%s: the top level must be a JSON object, got %s",
-                     name, json_kind(root));
-    }
-    ZR_CHECK_GOTO(check_number_literals(text, name), st, done);
-    ZR_CHECK_GOTO(walk(c, root, "", name, warn, ctx), st, done);
-done:
-    cJSON_Delete(root);
-    return st;
+    return parse_config(c, text, name, 1, warn, ctx);
+}
+
+zr_status zr_cfg_parse_saved(zr_train_config *c, const char *text, const char *name)
+{
+    return parse_config(c, text, name, 0, NULL, NULL);
 }
 
 zr_status zr_config_load_json(zr_train_config *c, const char *path,

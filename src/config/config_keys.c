@@ -26,8 +26,18 @@
     {.path = p, .type = K_INT, .off = F(m), .off2 = NOFIELD, .def = d, .lo = l, .hi = h, .multiple = mul, .help = hp}
 #define I64(p, m, d, l, h, hp) \
     {.path = p, .type = K_I64, .off = F(m), .off2 = NOFIELD, .def = d, .lo = l, .hi = h, .help = hp}
-#define U64(p, m, d, fl, hp) \
-    {.path = p, .type = K_U64, .off = F(m), .off2 = NOFIELD, .def = d, .lo = 0, .hi = 9007199254740992.0, .flag = fl, .help = hp}
+/* resume policy pol (zr/config.h: ZR_RESUME_*); the others are CHANGE (0) */
+#define INTGP(p, m, d, l, h, fl, g, pol, hp) \
+    {.path = p, .type = K_INT, .off = F(m), .off2 = NOFIELD, .def = d, .lo = l, .hi = h, .flag = fl, .given = g, .resume = pol, .help = hp}
+/* an integer key --no-KEY sets to neg (hpZ: 1, off) */
+#define INTGN(p, m, d, l, h, fl, g, neg, hp) \
+    {.path = p, .type = K_INT, .off = F(m), .off2 = NOFIELD, .def = d, .lo = l, .hi = h, .flag = fl, .given = g, .negate = neg, .help = hp}
+#define U64(p, m, d, fl, pol, hp) \
+    {.path = p, .type = K_U64, .off = F(m), .off2 = NOFIELD, .def = d, .lo = 0, .hi = 18446744073709551615.0, .flag = fl, .resume = pol, .help = hp}
+#define STRP(p, m, d, fl, pol, hp) \
+    {.path = p, .type = K_STR, .off = F(m), .off2 = NOFIELD, .size = sizeof(((zr_train_config *)0)->m), .sdef = d, .flag = fl, .resume = pol, .help = hp}
+#define BOOLP(p, m, d, fl, pol, hp) \
+    {.path = p, .type = K_BOOL, .off = F(m), .off2 = NOFIELD, .def = d, .flag = fl, .resume = pol, .help = hp}
 #define DBL(p, m, d, l, h, o, fl, hp) \
     {.path = p, .type = K_DBL, .off = F(m), .off2 = NOFIELD, .def = d, .lo = l, .hi = h, .open = o, .flag = fl, .help = hp}
 #define BOOL(p, m, d, fl, hp) \
@@ -135,8 +145,8 @@ const cfg_key zr_cfg_keys[] = {
         "0 replicated, 1 + optimizer states sharded, 2 + gradients, 3 + parameters"),
     BOOLG("zero_optimization.zero_quantized_weights", zero_quantized_weights, 1, "qwz", ZR_GIVEN_QWZ,
           "qwZ: quantized weight all-gather (stage 3; off by default below it)"),
-    INTG("zero_optimization.zero_hpz_partition_size", zero_hpz_partition_size, 0, 0, 1 << 20, "hpz", ZR_GIVEN_HPZ,
-         "hpZ: secondary weight partition group size (stage 3); 1 = off, 0 = ranks per node"),
+    INTGN("zero_optimization.zero_hpz_partition_size", zero_hpz_partition_size, 0, 0, 1 << 20, "hpz", ZR_GIVEN_HPZ, "1",
+          "hpZ: secondary weight partition group size (stage 3); 1 = off (also --no-hpz), 0 = ranks per node"),
     BOOLG("zero_optimization.zero_quantized_gradients", zero_quantized_gradients, 1, "qgz", ZR_GIVEN_QGZ,
           "qgZ: quantized hierarchical gradient reduce-scatter (stage >= 2; off by default below it)"),
     BOOL("zero_optimization.overlap_comm", overlap_comm, 1, "overlap",
@@ -195,26 +205,27 @@ const cfg_key zr_cfg_keys[] = {
     NOEFFECT("zero_optimization.leaf_module", "zr fetches one unit (layer) at a time"),
 
     /* ---- zr's own section ---- */
-    INTG("zr.model.layers", layers, 2, 1, 1024, "layers", ZR_GIVEN_LAYERS, "transformer blocks"),
-    INTG("zr.model.heads", heads, 4, 1, 1024, "heads", ZR_GIVEN_HEADS, "attention heads (must divide channels)"),
-    INTG("zr.model.channels", channels, 128, 1, 1 << 16, "channels", ZR_GIVEN_CHANNELS, "embedding width"),
+    INTGP("zr.model.layers", layers, 2, 1, 1024, "layers", ZR_GIVEN_LAYERS, ZR_RESUME_MODEL, "transformer blocks"),
+    INTGP("zr.model.heads", heads, 4, 1, 1024, "heads", ZR_GIVEN_HEADS, ZR_RESUME_MODEL, "attention heads (must divide channels)"),
+    INTGP("zr.model.channels", channels, 128, 1, 1 << 16, "channels", ZR_GIVEN_CHANNELS, ZR_RESUME_MODEL, "embedding width"),
     INT("zr.model.seq_len", seq_len, 64, 1, 1 << 20, "seq-len", "tokens per training sequence (at most zr.model.max_seq_len)"),
-    INTG("zr.model.max_seq_len", max_seq_len, 1024, 1, 1 << 20, "max-seq-len", ZR_GIVEN_MAX_SEQ_LEN,
-         "positions the model has (rows of wpe; GPT-2: 1024); with zr.model.init: the file's"),
-    INT("zr.model.vocab_size", vocab_size, 0, 0, 1 << 24, "vocab-size",
-        "vocabulary; 0 = the data's (text 256, llm.c GPT-2 shard 50257, llama-3 shard 128256); must exceed every token"),
-    STR("zr.model.init", init_path, "", "init",
+    INTGP("zr.model.max_seq_len", max_seq_len, 1024, 1, 1 << 20, "max-seq-len", ZR_GIVEN_MAX_SEQ_LEN, ZR_RESUME_MODEL,
+          "positions the model has (rows of wpe; GPT-2: 1024); with zr.model.init: the file's"),
+    INTGP("zr.model.vocab_size", vocab_size, 0, 0, 1 << 24, "vocab-size", 0, ZR_RESUME_MODEL,
+          "vocabulary; 0 = the data's (text 256, llm.c GPT-2 shard 50257, llama-3 shard 128256); must exceed every token"),
+    STRP("zr.model.init", init_path, "", "init", ZR_RESUME_MATCH,
         "llm.c GPT-2 model file (e.g. gpt2_124M.bin) to start from instead of a random init; "
         "its shape is the model's (zr.model.* keys given must match it)"),
     BOOL("zr.model.activation_checkpointing", activation_checkpointing, 0, "checkpoint-activations",
          "keep only each block's input and recompute the block's forward in the backward "
          "(bit-identical gradients without hpZ; about a third more compute, far fewer activations)"),
-    STR("zr.data.path", data_path, "", "data",
+    STRP("zr.data.path", data_path, "", "data", ZR_RESUME_DATA,
         "UTF-8 text file or llm.c token shard (GPT-2 or llama-3, recognised by its header); \"\" = the bundled corpus"),
     INT("zr.data.val_every", val_every, 50, 0, IMAX, "val-every", "steps between validation passes; 0 = never"),
     INT("zr.data.val_batches", val_batches, 4, 1, IMAX, NULL, "micro-batches per validation pass"),
-    INT("zr.train.train_steps", train_steps, 200, 1, IMAX, "steps", "optimizer steps to run"),
-    U64("zr.train.seed", seed, 1337, "seed", "seed of initialization and data order"),
+    INT("zr.train.train_steps", train_steps, 200, 0, IMAX, "steps",
+        "optimizer steps to run; 0 = none: the initial weights are saved as step_00000000 (with zr.checkpoint.dir), e.g. to export them"),
+    U64("zr.train.seed", seed, 1337, "seed", ZR_RESUME_MATCH, "seed of initialization and data order; a resume keeps the checkpoint's"),
     INT("zr.train.threads", threads, 1, 1, 1024, "threads", "BLAS threads per rank"),
     STR("zr.train.metrics_path", metrics_path, "", "metrics",
         "JSON-lines metrics, one line per step; \"\" = <zr.checkpoint.dir>/metrics.jsonl, or none"),
@@ -227,9 +238,12 @@ const cfg_key zr_cfg_keys[] = {
     STR("zr.checkpoint.dir", checkpoint_dir, "", "ckpt-dir", "checkpoint folder; \"\" = no checkpoints"),
     INT("zr.checkpoint.every", checkpoint_every, 0, 0, IMAX, "ckpt-every", "steps between checkpoints; 0 = only at the end"),
     INT("zr.checkpoint.keep", keep_checkpoints, 2, 0, IMAX, NULL, "newest complete checkpoints kept; 0 = all"),
-    BOOL("zr.checkpoint.resume", resume, 0, "resume", "continue from the newest complete checkpoint in zr.checkpoint.dir"),
-    STR("zr.checkpoint.resume_from", resume_from, "", "resume-from",
+    BOOLP("zr.checkpoint.resume", resume, 0, "resume", ZR_RESUME_LOCAL,
+          "continue from the newest checkpoint in zr.checkpoint.dir (the highest step its manifest says)"),
+    STRP("zr.checkpoint.resume_from", resume_from, "", "resume-from", ZR_RESUME_LOCAL,
         "continue from this checkpoint (a step_N folder), e.g. the newest intact one when the newest is damaged; newer checkpoints in zr.checkpoint.dir are moved aside, not deleted"),
+    BOOLP("zr.checkpoint.resume_new_data", resume_new_data, 0, "resume-new-data", ZR_RESUME_LOCAL,
+          "let a resume train on other data than the checkpoint's (refused otherwise); the data position carries over by token count"),
     INTC("zr.quant.qwz_bits", qwz_bits, 8, "4|8", "qwZ weight bits"),
     INTM("zr.quant.qwz_group", qwz_group, 1024, 32, 65536, 8, "qwZ elements per quantization group"),
     INTC("zr.quant.qgz_bits", qgz_bits, 4, "4|8", "qgZ gradient bits"),
@@ -458,6 +472,12 @@ void zr_config_defaults(zr_train_config *c)
             break;
         }
     }
+}
+
+zr_config_policy zr_config_key_policy(const char *path)
+{
+    const cfg_key *k = zr_cfg_resolve(zr_cfg_find_key(path));
+    return k != NULL ? k->resume : ZR_RESUME_CHANGE;
 }
 
 int zr_cfg_listed(const cfg_key *k)

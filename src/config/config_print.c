@@ -121,6 +121,13 @@ static int add_key(cJSON *obj, const zr_train_config *c, const cfg_key *k)
         }
         return v != NULL;
     }
+    case K_U64:
+    case K_I64: {
+        /* as digits: a double would round a seed beyond 2^53 */
+        char digits[32];
+        zr_cfg_fmt_value(c, k, digits, sizeof digits);
+        return cJSON_AddRawToObject(obj, name, digits) != NULL;
+    }
     default:
         return cJSON_AddNumberToObject(obj, name, zr_cfg_get_num(c, k, k->off)) != NULL;
     }

@@ -9,6 +9,7 @@
 #include "config_impl.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,19 +64,35 @@ static void describe_choices(const char *choices, int quoted, char *buf, size_t 
     }
 }
 
-static void fmt_bound(char *buf, size_t n, double v)
+int zr_cfg_is_int(const cfg_key *k)
 {
-    snprintf(buf, n, "%.10g", v);
+    return k->type == K_INT || k->type == K_I64 || k->type == K_U64;
+}
+
+/* The largest value of integer key k, exactly (the table holds doubles). */
+static unsigned long long int_hi(const cfg_key *k)
+{
+    return k->hi >= 18446744073709551615.0 ? ULLONG_MAX : (unsigned long long)k->hi;
+}
+
+static void fmt_bound(const cfg_key *k, char *buf, size_t n, double v, int is_hi)
+{
+    if (zr_cfg_is_int(k)) {
+        /* integers exactly: "2147483647", "18446744073709551615", never "2.147483647e+09" */
+        snprintf(buf, n, "%llu", is_hi ? int_hi(k) : (unsigned long long)v);
+    } else {
+        snprintf(buf, n, "%.10g", v);
+    }
 }
 
 /* What a key accepts, as a phrase: "an integer in [0, 3]", "true or false", ... */
 void zr_cfg_describe_expect(const cfg_key *k, char *buf, size_t n)
 {
     char lo[32], hi[32], range[80] = "";
-    fmt_bound(lo, sizeof lo, k->lo);
-    fmt_bound(hi, sizeof hi, k->hi);
-    int integer = k->type == K_INT || k->type == K_I64 || k->type == K_U64;
-    int unbounded = isinf(k->hi) || (integer && (k->hi >= IMAX));
+    fmt_bound(k, lo, sizeof lo, k->lo, 0);
+    fmt_bound(k, hi, sizeof hi, k->hi, 1);
+    /* every integer key states both ends: "an integer >= 1" hid that 2^31 is too much */
+    int unbounded = isinf(k->hi);
     if (unbounded) {
         snprintf(range, sizeof range, " %s %s", (k->open & LO_OPEN) ? ">" : ">=", lo);
     } else {
@@ -164,28 +181,23 @@ void zr_cfg_render_json(const cJSON *v, char *buf, size_t n)
 
 /* Check v against key k (expect and got phrase both for messages) and store it. */
 static zr_status store_value(zr_train_config *c, const cfg_key *k, const cJSON *v,
-                             const char *where, const char *expect, const char *got)
+                             const char *where, const char *expect, const char *got,
+                             const char *lit, size_t lit_len)
 {
     switch (k->type) {
     case K_INT:
     case K_I64:
     case K_U64:
-    case K_DBL: {
+        if (!cJSON_IsNumber(v)) {
+            ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
+        }
+        return zr_cfg_store_int(c, k, where, lit, lit_len);
+    case K_DBL:
         if (!cJSON_IsNumber(v) || !zr_cfg_num_ok(k, v->valuedouble)) {
             ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
         }
-        double d = v->valuedouble;
-        if (k->type == K_INT) {
-            *(int *)zr_cfg_field(c, k->off) = (int)d;
-        } else if (k->type == K_I64) {
-            *(long long *)zr_cfg_field(c, k->off) = (long long)d;
-        } else if (k->type == K_U64) {
-            *(unsigned long long *)zr_cfg_field(c, k->off) = (unsigned long long)d;
-        } else {
-            *(double *)zr_cfg_field(c, k->off) = d;
-        }
+        *(double *)zr_cfg_field(c, k->off) = v->valuedouble;
         break;
-    }
     case K_BOOL: {
         if (!cJSON_IsBool(v)) {
             ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
@@ -237,11 +249,12 @@ static zr_status store_value(zr_train_config *c, const cfg_key *k, const cJSON *
 
 /*
  * where names the key for messages: `config.json: "zero_optimization.stage"`
- * or `flag --stage (zero_optimization.stage)`. null keeps the current value,
- * as DeepSpeed treats null as "use the default".
+ * or `flag --stage (zero_optimization.stage)`. null is refused: DeepSpeed
+ * reads it as "the default", which hides a value that was meant and lost.
  */
 zr_status zr_cfg_apply_value(zr_train_config *c, const cfg_key *k, const cJSON *v,
-                             const char *where, warn_fn warn, void *ctx)
+                             const char *where, const char *lit, size_t lit_len, warn_fn warn,
+                             void *ctx)
 {
     char got[64], expect[200];
     if (k->type == K_NOEFFECT) {
@@ -250,13 +263,93 @@ zr_status zr_cfg_apply_value(zr_train_config *c, const cfg_key *k, const cJSON *
         zr_cfg_emit(warn, ctx, msg);
         return ZR_OK;
     }
-    if (cJSON_IsNull(v)) {
-        return ZR_OK;
-    }
-    zr_cfg_render_json(v, got, sizeof got);
     zr_cfg_describe_expect(k, expect, sizeof expect);
-    ZR_CHECK(store_value(c, k, v, where, expect, got));
+    if (cJSON_IsNull(v)) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s is null; it must be %s (leave the key out for its default)",
+                where, expect);
+    }
+    char num[40];
+    if (zr_cfg_is_int(k) && cJSON_IsNumber(v) && lit == NULL) {
+        /* no text: the double, which is exact up to 2^53 (beyond, zr_cfg_int_parse refuses) */
+        snprintf(num, sizeof num, "%.17g", v->valuedouble);
+        lit = num;
+        lit_len = strlen(num);
+    }
+    if (lit != NULL) {
+        zr_cfg_show_number(lit, lit_len, got, sizeof got);
+    } else {
+        zr_cfg_render_json(v, got, sizeof got);
+    }
+    ZR_CHECK(store_value(c, k, v, where, expect, got, lit, lit_len));
     c->given |= k->given;
+    return ZR_OK;
+}
+
+int zr_cfg_int_parse(const char *s, size_t len, cfg_int *out)
+{
+    char buf[64];
+    if (len == 0 || len >= sizeof buf) {
+        /* no 64-bit integer needs 64 characters: a number this long is beyond them */
+        if (len > 0 && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9'))) {
+            return -1;
+        }
+        return 0;
+    }
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    const char *p = buf + (buf[0] == '-');
+    int digits = *p != '\0' && strspn(p, "0123456789") == strlen(p);
+    out->neg = buf[0] == '-';
+    if (digits) {
+        char *end = NULL;
+        errno = 0;
+        out->mag = strtoull(p, &end, 10);
+        return errno == ERANGE ? -1 : 1;
+    }
+    char *end = NULL;
+    errno = 0;
+    double d = strtod(buf, &end);
+    if (end == buf || *end != '\0') {
+        return 0;
+    }
+    if (errno != 0 || !isfinite(d) || d != floor(d) || fabs(d) > 9007199254740992.0) {
+        return -1;
+    }
+    out->neg = d < 0;
+    out->mag = (unsigned long long)fabs(d);
+    return 1;
+}
+
+zr_status zr_cfg_store_int(zr_train_config *c, const cfg_key *k, const char *where, const char *s,
+                           size_t len)
+{
+    char got[80], expect[200];
+    zr_cfg_show_number(s, len, got, sizeof got);
+    zr_cfg_describe_expect(k, expect, sizeof expect);
+    cfg_int v;
+    int r = zr_cfg_int_parse(s, len, &v);
+    if (r == 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
+    }
+    if (r < 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s, which is not exactly such an integer",
+                where, expect, got);
+    }
+    /* every integer key starts at 0 or above */
+    int ok = !(v.neg && v.mag > 0) && v.mag >= (unsigned long long)k->lo && v.mag <= int_hi(k) &&
+             (k->type != K_INT || v.mag <= INT_MAX) && (k->type != K_I64 || v.mag <= LLONG_MAX) &&
+             ((k->choices == NULL && k->multiple <= 1) || zr_cfg_num_ok(k, (double)v.mag));
+    if (!ok) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
+    }
+    void *f = zr_cfg_field(c, k->off);
+    if (k->type == K_INT) {
+        *(int *)f = (int)v.mag;
+    } else if (k->type == K_I64) {
+        *(long long *)f = (long long)v.mag;
+    } else {
+        *(unsigned long long *)f = v.mag;
+    }
     return ZR_OK;
 }
 

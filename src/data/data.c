@@ -521,9 +521,10 @@ zr_status zr_loader_init(zr_loader *l, const zr_dataset *ds, zr_split split, int
     size_t have = l->end - l->begin;
     if (have < global + 1) {
         ZR_FAIL(ZR_ERR_INVALID,
-                "loader: the %s split has %zu tokens, one global batch (%d ranks x %d x %d) "
+                "loader: the %s split has %zu tokens, one global batch (%d rank%s x %d x %d) "
                 "needs %zu",
-                split == ZR_SPLIT_TRAIN ? "train" : "validation", have, world, B, T, global + 1);
+                split == ZR_SPLIT_TRAIN ? "train" : "validation", have, world,
+                world == 1 ? "" : "s", B, T, global + 1);
     }
     l->batches_per_epoch = (have - 1) / global;
     return ZR_OK;

@@ -120,6 +120,56 @@ static zr_status number(const cJSON *o, const char *key, const char *path, doubl
     return ZR_OK;
 }
 
+/*
+ * A time or a rate that no machine measures (zero: an edited or damaged
+ * file) would have the planner promise any speed: every per-element time,
+ * every unit's compute time, and the bandwidth and latency of each level the
+ * layout has must be above zero, and the memory per rank too.
+ */
+static zr_status possible(const zr_probe *p, const char *path)
+{
+    struct {
+        const char *name;
+        double v;
+        int needed;
+    } m[] = {{"adamw", p->adamw, 1},
+             {"sumsq", p->sumsq, 1},
+             {"bf16_enc", p->bf16_enc, 1},
+             {"bf16_dec", p->bf16_dec, 1},
+             {"f32_add", p->f32_add, 1},
+             {"q8_enc", p->q_enc[0], 1},
+             {"q8_dec", p->q_dec[0], 1},
+             {"q4_enc", p->q_enc[1], 1},
+             {"q4_dec", p->q_dec[1], 1},
+             {"intra_bw", p->intra_bw, p->ranks_per_node > 1},
+             {"intra_lat", p->intra_lat, p->ranks_per_node > 1},
+             {"inter_bw", p->inter_bw, p->nodes > 1},
+             {"inter_lat", p->inter_lat, p->nodes > 1},
+             {"mem_per_rank", p->mem_per_rank, 1}};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        if (m[i].needed && !(m[i].v > 0)) {
+            ZR_FAIL(ZR_ERR_FORMAT,
+                    "%s: \"%s\" is %g, a measurement no machine gives (it must be above 0): the "
+                    "file was edited or damaged; rerun zr probe",
+                    path, m[i].name, m[i].v);
+        }
+    }
+    for (int i = 0; i < p->ncompute; i++) {
+        const zr_probe_compute *c = &p->compute[i];
+        const double v[6] = {c->fwd_embed, c->fwd_block, c->fwd_head,
+                             c->bwd_head,  c->bwd_block, c->bwd_embed};
+        for (int k = 0; k < 6; k++) {
+            if (!(v[k] > 0)) {
+                ZR_FAIL(ZR_ERR_FORMAT,
+                        "%s: \"compute[%d].%s\" is %g s, a time no machine measures (it must be "
+                        "above 0): the file was edited or damaged; rerun zr probe",
+                        path, i, unit_keys[k], v[k]);
+            }
+        }
+    }
+    return ZR_OK;
+}
+
 static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
 {
     if (!cJSON_IsObject(o)) {
@@ -181,7 +231,7 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
         }
     }
     p->ncompute = n;
-    return ZR_OK;
+    return possible(p, path);
 }
 
 zr_status zr_probe_read(const char *path, zr_probe *p)

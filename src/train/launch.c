@@ -10,6 +10,7 @@
 #include "zr/launch.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_KEYS_SHOWN   6
@@ -173,14 +174,25 @@ fail:
 /* CRC-32C of the tokens' first and last MiB: cheap for any size, catches another file. */
 #define ENDS_BYTES ((size_t)1 << 20)
 
-zr_status zr_launch_check_data(zr_comm *c, const zr_dataset *d, const char *path)
+static uint32_t ends_crc(const zr_dataset *d)
 {
     size_t bytes = d->n * (size_t)d->token_bytes;
     size_t head = bytes < ENDS_BYTES ? bytes : ENDS_BYTES;
     size_t tail = bytes - head < ENDS_BYTES ? bytes - head : ENDS_BYTES;
     const unsigned char *p = (const unsigned char *)d->tokens;
     uint32_t crc = bytes > 0 ? zr_crc32c(0, p, head) : 0;
-    crc = tail > 0 ? zr_crc32c(crc, p + bytes - tail, tail) : crc;
+    return tail > 0 ? zr_crc32c(crc, p + bytes - tail, tail) : crc;
+}
+
+void zr_launch_data_id(const zr_dataset *d, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s, %zu tokens, vocabulary %d, CRC-32C of the first and last MiB %08x",
+             zr_data_kind_name(d->kind), d->n, d->vocab, (unsigned)ends_crc(d));
+}
+
+zr_status zr_launch_check_data(zr_comm *c, const zr_dataset *d, const char *path)
+{
+    uint32_t crc = ends_crc(d);
     char count[32], vocab[32], sum[32];
     snprintf(count, sizeof count, "%zu", d->n);
     snprintf(vocab, sizeof vocab, "%d", d->vocab);
@@ -218,4 +230,61 @@ zr_status zr_launch_read_config(MPI_Comm world, int argc, char **argv, zr_train_
     }
     zr_comm_free(&plain);
     return st;
+}
+
+/* "key = value" in an Open MPI MCA parameter file: the value of key, or -1. */
+static double mca_file_value(const char *path, const char *key)
+{
+    FILE *f = path != NULL && path[0] != '\0' ? fopen(path, "r") : NULL;
+    double v = -1;
+    char line[512];
+    while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+        char k[128];
+        double x;
+        if (sscanf(line, " %127[A-Za-z0-9_] = %lf", k, &x) == 2 && strcmp(k, key) == 0) {
+            v = x; /* the last one counts */
+        }
+    }
+    if (f != NULL) {
+        fclose(f);
+    }
+    return v;
+}
+
+double zr_launch_grace_s(char *const *envp, char *how, size_t n)
+{
+    static const char *const names[] = {"OMPI_MCA_odls_base_sigkill_timeout",
+                                        "PRTE_MCA_odls_base_sigkill_timeout"};
+    const char *ompi = NULL;
+    for (char *const *e = envp; e != NULL && *e != NULL; e++) {
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            size_t len = strlen(names[i]);
+            if (strncmp(*e, names[i], len) == 0 && (*e)[len] == '=') {
+                snprintf(how, n, "%s", names[i] + 9);
+                return atof(*e + len + 1);
+            }
+        }
+        if (strncmp(*e, "OMPI_COMM_WORLD_SIZE=", 21) == 0) {
+            ompi = *e;
+        }
+    }
+    if (ompi == NULL) {
+        snprintf(how, n, "unknown");
+        return -1; /* MPICH waits for the ranks; Slurm's KillWait is not visible to a job */
+    }
+    /* set in a parameter file: the user's, then the system's (Debian's path) */
+    const char *home = getenv("HOME");
+    char path[4096];
+    double v = -1;
+    if (home != NULL &&
+        snprintf(path, sizeof path, "%s/.openmpi/mca-params.conf", home) < (int)sizeof path) {
+        v = mca_file_value(path, "odls_base_sigkill_timeout");
+    }
+    if (v < 0) {
+        v = mca_file_value("/etc/openmpi/openmpi-mca-params.conf", "odls_base_sigkill_timeout");
+    }
+    snprintf(how, n, "%s",
+             v >= 0 ? "odls_base_sigkill_timeout (from an MCA parameter file)"
+                    : "odls_base_sigkill_timeout (Open MPI's default)");
+    return v >= 0 ? v : 1.0;
 }

@@ -60,6 +60,10 @@ zr_status zr_metrics_parse_line(const char *line, const char *file, int lineno,
                      file, lineno, step == NULL ? " (missing)" : "");
     }
     out->step = (long long)step->valuedouble;
+    out->event = cJSON_GetObjectItemCaseSensitive(obj, "event") != NULL;
+    if (out->event) {
+        goto done; /* a resume's record (what changed), not a point of a curve */
+    }
     ZR_CHECK_GOTO(get_number(obj, "loss", file, lineno, &out->loss, &has_loss), st, done);
     ZR_CHECK_GOTO(get_number(obj, "tokens_per_s", file, lineno, &out->tokens_per_s, &has_tps), st,
                   done);
@@ -160,7 +164,9 @@ zr_status zr_metrics_read(const char *path, zr_metrics_series *out)
         if (st != ZR_OK) {
             goto done;
         }
-        ZR_CHECK_GOTO(push(out, &p), st, done);
+        if (!p.event) {
+            ZR_CHECK_GOTO(push(out, &p), st, done);
+        }
     }
     if (ferror(f)) {
         ZR_FAIL_GOTO(st, done, ZR_ERR_IO, "cannot read metrics file \"%s\"", path);
@@ -315,14 +321,29 @@ zr_status zr_metrics_keep_through(const char *path, long long last_step, size_t 
     return zr_file_tmp_commit(&t, st);
 }
 
+zr_status zr_metrics_check_fresh(const char *path)
+{
+    char shown[160];
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "metrics file %s already holds %lld bytes, written by another run; a fresh run "
+                "does not overwrite them: continue that run with --resume, remove the file, or "
+                "set zr.train.metrics_path (--metrics) to a new file",
+                zr_file_show(path, shown, sizeof shown), (long long)sb.st_size);
+    }
+    return ZR_OK;
+}
+
 zr_status zr_metrics_open(zr_metrics_file *m, const char *path, int resume, long long last_step,
                           size_t *dropped)
 {
+    char shown[160];
     memset(m, 0, sizeof *m);
     *dropped = 0;
+    const char *p = zr_file_show(path, shown, sizeof shown);
     if (strlen(path) >= sizeof m->path) {
-        ZR_FAIL(ZR_ERR_INVALID, "metrics path longer than %zu bytes: %.64s...", sizeof m->path - 1,
-                path);
+        ZR_FAIL(ZR_ERR_INVALID, "metrics path longer than %zu bytes: %s", sizeof m->path - 1, p);
     }
     snprintf(m->path, sizeof m->path, "%s", path);
     /* the metrics file usually lives in the checkpoint folder, which may not exist yet */
@@ -333,32 +354,39 @@ zr_status zr_metrics_open(zr_metrics_file *m, const char *path, int resume, long
         *slash = '\0';
         ZR_CHECK(zr_file_mkdir_p(dir));
     }
+    /* a regular file or nothing: never a link, a device, a FIFO or a folder */
+    int exists = 0;
+    ZR_CHECK(zr_file_output_kind(path, &exists));
     if (resume) {
         ZR_CHECK(zr_metrics_keep_through(path, last_step, dropped));
     }
-    /* a resumed run continues the curve it rewrote; a fresh run starts a new file */
-    /* O_NONBLOCK: a FIFO with no reader fails at once (ENXIO) instead of blocking rank 0 while
-       the others wait for it; a device such as /dev/full is written like a file */
-    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | (resume ? O_APPEND : O_TRUNC),
-                  0644);
+    /* O_NOFOLLOW: a link planted after the check is not followed; O_NONBLOCK: a FIFO planted
+       there fails at once instead of blocking rank 0 while the others wait (then refused) */
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
     if (fd < 0) {
-        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", path,
-                errno == ENXIO ? "it is a FIFO with no reader" : strerror(errno));
+        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", p,
+                errno == ELOOP ? "it is a symbolic link" : strerror(errno));
     }
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode)) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
-        ZR_FAIL(ZR_ERR_INVALID, "metrics file %s is a FIFO or socket; give a file path", path);
+        ZR_FAIL(ZR_ERR_INVALID, "metrics file %s is not a regular file; give a file path", p);
+    }
+    /* a fresh run starts the curve; lines already there are another run's, and its history
+       is not cut away without a word */
+    if (!resume && sb.st_size > 0) {
+        close(fd);
+        return zr_metrics_check_fresh(path);
     }
     int flags = fcntl(fd, F_GETFL);
     if (flags >= 0) {
         (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     }
-    m->f = fdopen(fd, resume ? "a" : "w");
+    m->f = fdopen(fd, "a");
     if (m->f == NULL) {
         int err = errno;
         close(fd);
-        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", path, strerror(err));
+        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", p, strerror(err));
     }
     return ZR_OK;
 }
@@ -368,10 +396,12 @@ zr_status zr_metrics_append(zr_metrics_file *m, const char *line)
     size_t n = strlen(line);
     /* flushed line by line so that zr plot can follow a running job */
     if (fwrite(line, 1, n, m->f) != n || fflush(m->f) != 0 || ferror(m->f)) {
+        char shown[160];
+        int err = errno;
         ZR_FAIL(ZR_ERR_IO,
                 "cannot write metrics file %s: %s; the metrics of this run are "
                 "incomplete",
-                m->path, strerror(errno));
+                zr_file_show(m->path, shown, sizeof shown), strerror(err));
     }
     return ZR_OK;
 }

@@ -33,11 +33,38 @@
 
 /* ---- init ---------------------------------------------------------------------- */
 
+/*
+ * zr.model.init's weights, as this rank holds them: a NaN or an infinity
+ * would train nothing (every loss NaN) and save it; refused up front, naming
+ * the file and where the first one is.
+ */
+static zr_status check_init_finite(zr_trainer *t)
+{
+    int R = t->comm.rank[ZR_GROUP_WORLD];
+    for (int u = 0; u < t->engine.nunits; u++) {
+        float *w, *m, *v;
+        ZR_CHECK(zr_engine_optim_shard(&t->engine, u, &w, &m, &v));
+        size_t S = zr_engine_shard(&t->engine, u);
+        for (size_t i = 0; i < S; i++) {
+            if (!isfinite(w[i])) {
+                char shown[160];
+                ZR_FAIL(ZR_ERR_FORMAT,
+                        "the model file %s (zr.model.init) holds a non-finite weight (%g) in unit "
+                        "%d, element %zu: it is damaged or diverged; nothing was trained",
+                        zr_file_show(t->cfg.init_path, shown, sizeof shown), (double)w[i], u,
+                        (size_t)R * S + i);
+            }
+        }
+    }
+    return ZR_OK;
+}
+
 zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *cfg,
                           zr_trainer_note_fn note_fn, void *note_ctx)
 {
     memset(t, 0, sizeof *t);
     t->lock.fd = -1;
+    t->resumed_from = -1;
     t->cfg = *cfg;
     t->note = note_fn;
     t->note_ctx = note_ctx;
@@ -58,8 +85,12 @@ zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *
                  ? zr_gpt_engine_load_llmc(&t->engine, &t->model, t->cfg.init_path)
                  : zr_gpt_engine_init_params(&t->engine, &t->model, t->cfg.seed);
     }
+    if (st == ZR_OK && t->cfg.init_path[0] != '\0') {
+        st = check_init_finite(t);
+    }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     ZR_CHECK(zr_trainer_claim_dir(t));
+    zr_trainer_check_grace(t);
     t->sum.val_loss = NAN;
     t->sum.first_loss = NAN;
     t->sum.last_loss = NAN;
@@ -231,8 +262,12 @@ static zr_status check_divergence(zr_trainer *t, const zr_step_record *rec)
     return ZR_OK;
 }
 
-/* A checkpoint of the state after step (what zr_ckpt_meta records beside the engine's state). */
-static zr_status save(zr_trainer *t, int step, char *path, size_t len)
+/*
+ * A checkpoint of the state after step (what zr_ckpt_meta records beside the
+ * engine's state, and the resumes that led to it); rotation never deletes
+ * the checkpoint this run resumed from. *seconds = how long it took.
+ */
+static zr_status save(zr_trainer *t, int step, char *path, size_t len, double *seconds)
 {
     zr_ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
@@ -240,11 +275,16 @@ static zr_status save(zr_trainer *t, int step, char *path, size_t len)
     meta.optim_steps = t->engine.step;
     meta.tokens = zr_loader_position(&t->train) * (uint64_t)t->world *
                   t->cfg.train_micro_batch_size_per_gpu * t->cfg.seq_len;
-    meta.seed = t->cfg.seed;
+    meta.seed = t->cfg.seed; /* a resume refuses another seed: it is the checkpoint's */
     meta.stage = t->cfg.stage;
     meta.model = t->mcfg;
-    return zr_ckpt_save(&t->comm, &t->engine, t->cfg.checkpoint_dir, &meta, t->config_json,
-                        t->cfg.keep_checkpoints, path, len);
+    snprintf(meta.data, sizeof meta.data, "%s", t->data_id);
+    zr_ckpt_save_opts o = {t->config_json, t->history_json, t->cfg.keep_checkpoints,
+                           t->resumed_from};
+    double t0 = zr_now();
+    zr_status st = zr_ckpt_save(&t->comm, &t->engine, t->cfg.checkpoint_dir, &meta, &o, path, len);
+    *seconds = zr_now() - t0;
+    return st;
 }
 
 static zr_status step_body(zr_trainer *t, zr_step_record *rec)
@@ -293,7 +333,14 @@ static zr_status step_body(zr_trainer *t, zr_step_record *rec)
         /* a checkpoint, or the end of a stopped run, is never ahead of its metrics */
         ZR_CHECK(metrics_agree(t));
         if (c->checkpoint_dir[0] != '\0') {
-            ZR_CHECK(save(t, done, rec->checkpoint, sizeof rec->checkpoint));
+            double took;
+            ZR_CHECK(save(t, done, rec->checkpoint, sizeof rec->checkpoint, &took));
+            zr_trainer_warn_grace(t, rec->t_step, took);
+            /* a stop asked for during the save: this checkpoint is the stop's, so the
+               launcher's grace period need not hold one more step and one more save */
+            double stop = t->stop != 0;
+            ZR_CHECK(zr_comm_allreduce_sum_f64(&t->comm, ZR_GROUP_WORLD, &stop, 1));
+            rec->stop |= stop > 0;
         }
     }
     return ZR_OK;
@@ -320,8 +367,11 @@ zr_status zr_trainer_finish(zr_trainer *t, zr_train_summary *sum)
     t->sum.end = t->next;
     t->sum.seconds = t->t_run > 0 ? zr_now() - t->t_run : 0.0;
     t->sum.checkpoint[0] = '\0';
-    if (t->cfg.checkpoint_dir[0] != '\0' && t->start < t->next) {
-        ZR_CHECK(save(t, t->next, t->sum.checkpoint, sizeof t->sum.checkpoint));
+    /* zr.train.train_steps 0 on a fresh run: the initial weights are its checkpoint */
+    int initial = t->next == 0 && t->cfg.train_steps == 0 && t->resumed_from < 0;
+    if (t->cfg.checkpoint_dir[0] != '\0' && (t->start < t->next || initial)) {
+        double took;
+        ZR_CHECK(save(t, t->next, t->sum.checkpoint, sizeof t->sum.checkpoint, &took));
     }
     *sum = t->sum;
     return ZR_OK;
@@ -352,6 +402,8 @@ void zr_trainer_free(zr_trainer *t, int exit_code)
     zr_free(t->inputs);
     zr_free(t->targets);
     zr_free(t->config_json);
+    zr_free(t->history_json);
+    zr_free(t->resume_event);
     zr_ckpt_unlock(&t->lock);
     zr_metrics_close(&t->metrics);
     if (t->comm_up) {
@@ -359,4 +411,5 @@ void zr_trainer_free(zr_trainer *t, int exit_code)
     }
     memset(t, 0, sizeof *t);
     t->lock.fd = -1;
+    t->resumed_from = -1;
 }

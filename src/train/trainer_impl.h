@@ -36,4 +36,12 @@ zr_status zr_trainer_claim_dir(zr_trainer *t);
 /* Rank 0 opens the metrics file; a resumed run first cuts it back to its checkpoint's step. */
 zr_status zr_trainer_open_metrics(zr_trainer *t, int start);
 
+/*
+ * A stop under a launcher saves only within the launcher's grace period
+ * (zr_launch_grace_s): at start-up, warn when the expected save time exceeds
+ * it; after a save, warn (once) when the step and the save just measured do.
+ */
+void zr_trainer_check_grace(zr_trainer *t);
+void zr_trainer_warn_grace(zr_trainer *t, double step_s, double save_s);
+
 #endif /* ZR_TRAINER_IMPL_H */

@@ -16,13 +16,17 @@
 
 #include "zr/launch.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <unistd.h>
+
+extern char **environ; /* POSIX; unistd.h declares it only for _GNU_SOURCE */
 
 void zr_trainer_note(const zr_trainer *t, zr_log_level level, const char *fmt, ...)
 {
@@ -116,12 +120,12 @@ static zr_status check_sizes(zr_trainer *t)
     if (c->val_every > 0 && (size_t)c->val_batches > val_batches) {
         ZR_FAIL(
             ZR_ERR_INVALID,
-            "zr.data.val_batches (%d) is more than the %zu batches of %.0f tokens (%d ranks x "
+            "zr.data.val_batches (%d) is more than the %zu batches of %.0f tokens (%d rank%s x "
             "train_micro_batch_size_per_gpu %d x zr.model.seq_len %d) that the validation split "
             "holds; each pass would read the same tokens again: use at most %zu (or "
             "zr.data.val_every 0 for no validation)",
-            c->val_batches, val_batches, global, t->world, c->train_micro_batch_size_per_gpu,
-            c->seq_len, val_batches);
+            c->val_batches, val_batches, global, t->world, t->world == 1 ? "" : "s",
+            c->train_micro_batch_size_per_gpu, c->seq_len, val_batches);
     }
     if ((size_t)c->gradient_accumulation_steps > train_batches) {
         ZR_FAIL(ZR_ERR_INVALID,
@@ -211,10 +215,11 @@ static zr_status check_memory(zr_trainer *t)
             ZR_FAIL(ZR_ERR_NOMEM,
                     "needs %.2f GB, limit %.2f GB (RLIMIT_AS; %.2f GB mapped before the "
                     "model, predicted %.2f GB of model state for zero_optimization.stage %d over "
-                    "%d ranks, %.2f GB of activations, %.2f GB of engine buffers): use more ranks, "
-                    "a higher stage, activation checkpointing, or smaller reduce/prefetch buckets",
+                    "%d rank%s, %.2f GB of activations, %.2f GB of engine buffers): use more "
+                    "ranks, a higher stage, activation checkpointing, or smaller reduce/prefetch "
+                    "buckets",
                     need / GB, (double)rl.rlim_cur / GB, mapped / GB, p.state / GB, c->stage,
-                    t->world, p.activations / GB, p.pool / GB);
+                    t->world, t->world == 1 ? "" : "s", p.activations / GB, p.pool / GB);
         }
     }
     double avail_kb = 0;
@@ -225,11 +230,11 @@ static zr_status check_memory(zr_trainer *t)
             ZR_FAIL(ZR_ERR_NOMEM,
                     "needs %.2f GB, limit %.2f GB (this node's available memory %.2f GB "
                     "shared by %d rank%s; predicted %.2f GB of model state for "
-                    "zero_optimization.stage %d over %d ranks, %.2f GB of activations, %.2f GB of "
+                    "zero_optimization.stage %d over %d rank%s, %.2f GB of activations, %.2f GB of "
                     "engine buffers): use more nodes, a higher stage, or activation checkpointing",
                     (double)p.total / GB, share / GB, avail_kb * 1024.0 / GB, per_node,
-                    per_node == 1 ? "" : "s", p.state / GB, c->stage, t->world, p.activations / GB,
-                    p.pool / GB);
+                    per_node == 1 ? "" : "s", p.state / GB, c->stage, t->world,
+                    t->world == 1 ? "" : "s", p.activations / GB, p.pool / GB);
         }
     }
     return ZR_OK;
@@ -241,6 +246,7 @@ zr_status zr_trainer_setup(zr_trainer *t)
     ZR_CHECK(zr_comm_agree(&t->comm, schedule_of(c, &t->sched)));
     ZR_CHECK(zr_comm_agree(&t->comm, load_data(t)));
     ZR_CHECK(zr_launch_check_data(&t->comm, &t->data, t->cfg.data_path));
+    zr_launch_data_id(&t->data, t->data_id, sizeof t->data_id);
     ZR_CHECK(zr_comm_agree(&t->comm, model_shape(t)));
     int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
     zr_status st = zr_loader_init(&t->train, &t->data, ZR_SPLIT_TRAIN, B, T, t->rank, t->world);
@@ -278,11 +284,106 @@ zr_status zr_trainer_setup(zr_trainer *t)
 
 /* ---- the checkpoint dir and the metrics file ------------------------------------- */
 
+/* The files this run reads: its metrics file may be none of them (zr/file.h's rule). */
+static zr_status add_inputs(const zr_train_config *c, zr_file_inputs *in)
+{
+    ZR_CHECK(zr_file_inputs_add(in, c->data_path, "the training data (zr.data.path)"));
+    ZR_CHECK(zr_file_inputs_add(in, c->init_path, "the model file (zr.model.init)"));
+    ZR_CHECK(zr_file_inputs_add(in, c->config_path, "the configuration file (--config)"));
+    ZR_CHECK(zr_file_inputs_add(in, c->resume_from,
+                                "the checkpoint resumed from (zr.checkpoint.resume_from)"));
+    if (c->checkpoint_dir[0] == '\0') {
+        return ZR_OK;
+    }
+    char p[ZR_PATH_MAX];
+    if (snprintf(p, sizeof p, "%s/%s", c->checkpoint_dir, ZR_CKPT_LOCK_FILE) < (int)sizeof p) {
+        ZR_CHECK(zr_file_inputs_add(in, p, "the lock file of zr.checkpoint.dir"));
+    }
+    /* every checkpoint (and leftover) in the dir: a run may resume from any */
+    DIR *d = opendir(c->checkpoint_dir);
+    struct dirent *ent;
+    zr_status st = ZR_OK;
+    while (d != NULL && st == ZR_OK && (ent = readdir(d)) != NULL) {
+        if (strncmp(ent->d_name, "step_", 5) == 0 &&
+            snprintf(p, sizeof p, "%s/%s", c->checkpoint_dir, ent->d_name) < (int)sizeof p) {
+            st = zr_file_inputs_add(in, p, "a checkpoint in zr.checkpoint.dir");
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return st;
+}
+
+/*
+ * The names zr gives its own files in the checkpoint dir (step_*, the lock)
+ * are not free for the metrics file, even before they exist: a save would
+ * then collide with it.
+ */
+static zr_status check_reserved(const char *dir, const char *metrics)
+{
+    struct stat ds, ps;
+    if (dir[0] == '\0' || stat(dir, &ds) != 0) {
+        return ZR_OK;
+    }
+    char p[ZR_PATH_MAX], child[ZR_PATH_MAX], shown[160];
+    snprintf(p, sizeof p, "%s", metrics);
+    for (int depth = 0; depth < 256; depth++) {
+        char *slash = strrchr(p, '/');
+        snprintf(child, sizeof child, "%s", slash != NULL ? slash + 1 : p);
+        if (slash == NULL) {
+            snprintf(p, sizeof p, ".");
+        } else if (slash == p) {
+            p[1] = '\0';
+        } else {
+            *slash = '\0';
+        }
+        if (stat(p, &ps) == 0 && ps.st_dev == ds.st_dev && ps.st_ino == ds.st_ino) {
+            if (strncmp(child, "step_", 5) == 0 || strcmp(child, ZR_CKPT_LOCK_FILE) == 0) {
+                ZR_FAIL(ZR_ERR_INVALID,
+                        "zr.train.metrics_path %s uses the name %s in zr.checkpoint.dir, which "
+                        "is zr's for its checkpoints and lock; choose another name",
+                        zr_file_show(metrics, shown, sizeof shown), child);
+            }
+            return ZR_OK;
+        }
+        if (strcmp(p, ".") == 0 || strcmp(p, "/") == 0) {
+            return ZR_OK;
+        }
+    }
+    return ZR_OK;
+}
+
+/* Rank 0: the metrics file obeys the output rule before the first step writes it. */
+static zr_status check_outputs(const zr_trainer *t)
+{
+    const zr_train_config *c = &t->cfg;
+    if (c->metrics_path[0] == '\0') {
+        return ZR_OK;
+    }
+    zr_file_inputs in;
+    zr_file_inputs_init(&in);
+    int exists = 0;
+    zr_status st = add_inputs(c, &in);
+    if (st == ZR_OK) {
+        st = zr_file_output_check(c->metrics_path, "zr.train.metrics_path (--metrics)", &in,
+                                  &exists);
+    }
+    zr_file_inputs_free(&in);
+    if (st == ZR_OK) {
+        st = check_reserved(c->checkpoint_dir, c->metrics_path);
+    }
+    if (st == ZR_OK && !c->resume && c->resume_from[0] == '\0') {
+        st = zr_metrics_check_fresh(c->metrics_path);
+    }
+    return st;
+}
+
 zr_status zr_trainer_claim_dir(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
     if (c->checkpoint_dir[0] == '\0') {
-        return ZR_OK;
+        return zr_comm_agree(&t->comm, t->rank == 0 ? check_outputs(t) : ZR_OK);
     }
     /* one run per checkpoint dir, for the whole run; then clear what a crashed save left,
        so that it never blocks this run */
@@ -290,21 +391,65 @@ zr_status zr_trainer_claim_dir(zr_trainer *t)
     if (st == ZR_OK && t->rank == 0) {
         st = zr_ckpt_recover(c->checkpoint_dir, zr_trainer_warn_ckpt, t);
     }
-    ZR_CHECK(zr_comm_agree(&t->comm, st));
-    if (c->resume || c->resume_from[0] != '\0') {
-        return ZR_OK;
+    if (st == ZR_OK && t->rank == 0 && !c->resume && c->resume_from[0] == '\0') {
+        /* a fresh run must not mix its checkpoints and metrics with another run's */
+        char found_path[ZR_PATH_MAX], shown[160];
+        int found = 0;
+        st = zr_ckpt_find_latest(c->checkpoint_dir, found_path, sizeof found_path, &found,
+                                 zr_trainer_warn_ckpt, t);
+        if (st == ZR_OK && found) {
+            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
+                             "checkpoint dir %s already holds checkpoints (newest %s); pass "
+                             "--resume to continue from it, or choose an empty zr.checkpoint.dir",
+                             zr_file_show(c->checkpoint_dir, shown, sizeof shown), found_path);
+        }
     }
-    /* a fresh run must not mix its checkpoints and metrics with another run's */
-    char found_path[ZR_PATH_MAX];
-    int found = 0;
-    st = zr_ckpt_find_latest(c->checkpoint_dir, found_path, sizeof found_path, &found);
-    if (st == ZR_OK && found) {
-        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                         "checkpoint dir %s already holds checkpoints (newest %s); pass "
-                         "--resume to continue from it, or choose an empty zr.checkpoint.dir",
-                         c->checkpoint_dir, found_path);
+    if (st == ZR_OK && t->rank == 0) {
+        st = check_outputs(t);
     }
     return zr_comm_agree(&t->comm, st);
+}
+
+/* ---- a stop under a launcher ------------------------------------------------------ */
+
+/* An assumed node's write rate for checkpoints: a guess, refined by the first save. */
+#define ASSUMED_WRITE_BPS 200e6
+
+void zr_trainer_check_grace(zr_trainer *t)
+{
+    char how[128];
+    t->grace_s = zr_launch_grace_s(environ, how, sizeof how);
+    if (t->cfg.checkpoint_dir[0] == '\0' || t->grace_s < 0) {
+        return;
+    }
+    int per_node = t->comm.ranks_per_node > 0 ? t->comm.ranks_per_node : 1;
+    double bytes = 12.0 * (double)zr_gpt_config_param_count(&t->mcfg) / t->world * per_node;
+    double expect = bytes / ASSUMED_WRITE_BPS;
+    if (expect > t->grace_s) {
+        t->grace_warned = 1;
+        zr_trainer_note(t, ZR_LOG_WARN,
+                        "a stop (Ctrl-C or SIGTERM to mpirun) gives the ranks %.0f s (%s) "
+                        "before SIGKILL, but a checkpoint of %.0f MB per node takes about %.0f s "
+                        "to write (at %.0f MB/s) after the step in progress; the stop would lose "
+                        "everything since the last checkpoint: launch with --mca "
+                        "odls_base_sigkill_timeout %.0f or more (scripts/mpienv.sh sets 600)",
+                        t->grace_s, how, bytes / 1e6, expect, ASSUMED_WRITE_BPS / 1e6,
+                        4 * expect + 30);
+    }
+}
+
+void zr_trainer_warn_grace(zr_trainer *t, double step_s, double save_s)
+{
+    if (t->grace_warned || t->grace_s < 0 || step_s + save_s <= t->grace_s) {
+        return;
+    }
+    t->grace_warned = 1;
+    zr_trainer_note(t, ZR_LOG_WARN,
+                    "this checkpoint took %.1f s to save and a step %.1f s: a stop (Ctrl-C or "
+                    "SIGTERM to mpirun) needs both within the %.0f s mpirun waits before SIGKILL "
+                    "(odls_base_sigkill_timeout); launch with --mca odls_base_sigkill_timeout "
+                    "%.0f or more, or the stop loses everything since the last checkpoint",
+                    save_s, step_s, t->grace_s, 4 * (step_s + save_s) + 30);
 }
 
 zr_status zr_trainer_open_metrics(zr_trainer *t, int start)
@@ -319,6 +464,10 @@ zr_status zr_trainer_open_metrics(zr_trainer *t, int start)
         /* a resumed run continues the curve, cut back to the step it resumes from */
         int resumed = c->resume || c->resume_from[0] != '\0';
         st = zr_metrics_open(&t->metrics, c->metrics_path, resumed, start, &dropped);
+        if (st == ZR_OK && t->resume_event != NULL) {
+            /* the settings changed at the resume, where the curve continues */
+            st = zr_metrics_append(&t->metrics, t->resume_event);
+        }
         if (st == ZR_OK && dropped > 0) {
             zr_trainer_note(t, ZR_LOG_INFO,
                             "%s: dropped %zu line%s after step %d, the step resumed from",
