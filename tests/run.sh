@@ -36,6 +36,9 @@ done
 # Open MPI on one machine: root allowed, oversubscribed, shared memory,
 # one BLAS thread per rank (scripts/mpienv.sh).
 . scripts/mpienv.sh
+# ...but Open MPI's own 1 s before SIGKILL: its 30 s would be waited twice by every test whose job
+# ends with an error (test_cli_rules sources mpienv.sh where it tests a stop that saves)
+export OMPI_MCA_odls_base_sigkill_timeout=1
 # logs, not terminals: no live progress bar from zr train
 export ZR_PROGRESS=0
 # ASan: single-process tests check leaks with LeakSanitizer. Under mpirun the

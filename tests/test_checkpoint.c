@@ -14,7 +14,8 @@
  * byte). Each must fail with a message naming the key or the file.
  *
  * Also: the directory lock refuses a second holder and names the first;
- * recovery clears what a crashed save leaves, with a warning for each.
+ * recovery clears what a crashed save leaves, with a warning for each; a
+ * checkpoint is known by its manifest, not its name (test_identity).
  *
  * Run with 4 ranks (tests/testlist).
  */
@@ -566,6 +567,130 @@ static void test_lock_and_recover(void)
     TEST_CHECK(found && strstr(path, "step_00000007") != NULL);
 }
 
+/* ---- a checkpoint is known by what it holds ------------------------------------------ */
+
+static void keep_warning(void *ctx, const char *msg)
+{
+    (*(int *)ctx)++;
+    snprintf(last_warning, sizeof last_warning, "%s", msg);
+}
+
+/* Save the filled state of w as step under dir (collective); keep/protect as rotation asks. */
+static void save_at(world *w, const char *dir, int64_t step, int keep, int64_t protect)
+{
+    zr_ckpt_meta m = meta_for(step);
+    zr_ckpt_save_opts o = {NULL, NULL, keep, protect};
+    TEST_OK(zr_ckpt_save(&w->comm, &w->engine, dir, &m, &o, NULL, 0));
+}
+
+static int exists_in(const char *dir, const char *name)
+{
+    char p[ZR_PATH_MAX];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return lstat(p, &sb) == 0;
+}
+
+/* The newest checkpoint of dir by zr_ckpt_find_latest ("" if none); *warned counts reports. */
+static void latest(const char *dir, char *name, size_t n, int *warned)
+{
+    char path[ZR_PATH_MAX];
+    int found = 0;
+    *warned = 0;
+    last_warning[0] = '\0';
+    TEST_OK(zr_ckpt_find_latest(dir, path, sizeof path, &found, keep_warning, warned));
+    const char *slash = strrchr(path, '/');
+    snprintf(name, n, "%s", found && slash != NULL ? slash + 1 : "");
+}
+
+/*
+ * Issue 25 item 2: what stands in a checkpoint dir under a checkpoint's name
+ * is a checkpoint only when its checked manifest says that step. A copy of
+ * step 10 named step_00000030, a folder step_2147483648 holding step 20 and a
+ * link step_00000040 -> step_00000010 are reported, never taken as the
+ * newest, never rotated away; rotation deletes only zr's checkpoints older
+ * than the one just written, never a newer one, never the one protected (a
+ * resume's own). A damaged folder newer than every checkpoint is taken, so
+ * that loading it says why.
+ */
+static void test_identity(void)
+{
+    char dir[512], name[64];
+    snprintf(dir, sizeof dir, "%s/ident", work);
+    world w;
+    world_open(&w, W, 3);
+    fill(&w);
+    save_at(&w, dir, 10, 0, -1);
+    save_at(&w, dir, 20, 0, -1);
+    int warned = 0;
+    if (R == 0) {
+        char a[ZR_PATH_MAX], b[ZR_PATH_MAX];
+        snprintf(a, sizeof a, "%s/step_00000010", dir);
+        snprintf(b, sizeof b, "%s/step_00000030", dir);
+        copy_dir(a, b);
+        snprintf(a, sizeof a, "%s/step_00000020", dir);
+        snprintf(b, sizeof b, "%s/step_2147483648", dir);
+        copy_dir(a, b);
+        snprintf(b, sizeof b, "%s/step_00000040", dir);
+        TEST_CHECK(symlink("step_00000010", b) == 0);
+        latest(dir, name, sizeof name, &warned);
+        TEST_CHECKF(strcmp(name, "step_00000020") == 0, "newest is %s", name);
+        TEST_EQ_INT(warned, 3);
+        TEST_CHECKF(strstr(last_warning, "left alone") != NULL, "%s", last_warning);
+        /* the newest intact one before 30 is 20, not the copy */
+        char path[ZR_PATH_MAX];
+        int found = 0;
+        TEST_OK(zr_ckpt_find_intact(dir, -1, path, sizeof path, &found));
+        TEST_CHECKF(found && strstr(path, "step_00000020") != NULL, "%s", path);
+    }
+    /* rotation keeps 1: the real 10 and 20 go, the foreign entries stay */
+    save_at(&w, dir, 50, 1, -1);
+    if (R == 0) {
+        TEST_CHECK(!exists_in(dir, "step_00000010") && !exists_in(dir, "step_00000020"));
+        TEST_CHECK(exists_in(dir, "step_00000030") && exists_in(dir, "step_2147483648") &&
+                   exists_in(dir, "step_00000040") && exists_in(dir, "step_00000050"));
+    }
+    /* a resumed run protects its checkpoint; a newer one is never deleted */
+    save_at(&w, dir, 70, 0, -1);
+    save_at(&w, dir, 60, 1, 50);
+    if (R == 0) {
+        TEST_CHECK(exists_in(dir, "step_00000050") && exists_in(dir, "step_00000060") &&
+                   exists_in(dir, "step_00000070"));
+        latest(dir, name, sizeof name, &warned);
+        TEST_CHECKF(strcmp(name, "step_00000070") == 0, "newest is %s", name);
+        /* setting aside after 55 moves 60 and 70, never the foreign copies */
+        int moved = 0;
+        TEST_OK(zr_ckpt_set_aside_after(dir, 55, keep_warning, &moved));
+        TEST_EQ_INT(moved, 2);
+        TEST_CHECK(exists_in(dir, "step_00000030") && exists_in(dir, "step_2147483648") &&
+                   exists_in(dir, "step_00000040"));
+        /* a damaged manifest under a checkpoint's name, newest by its name: taken, so that
+           loading it reports why (and the newest intact one is found before it) */
+        char a[ZR_PATH_MAX], b[ZR_PATH_MAX];
+        snprintf(a, sizeof a, "%s/step_00000050", dir);
+        snprintf(b, sizeof b, "%s/step_00000080", dir);
+        copy_dir(a, b);
+        snprintf(a, sizeof a, "%s/manifest.json", b);
+        FILE *f = fopen(a, "a");
+        TEST_CHECK(f != NULL && fputs(" ", f) >= 0);
+        if (f != NULL) {
+            fclose(f);
+        }
+        latest(dir, name, sizeof name, &warned);
+        TEST_CHECKF(strcmp(name, "step_00000080") == 0, "newest is %s", name);
+        zr_ckpt_meta meta;
+        TEST_FAILS(zr_ckpt_read_meta(b, &meta), ZR_ERR_FORMAT, "checksum in its COMPLETE");
+        char path[ZR_PATH_MAX];
+        int found = 0;
+        TEST_OK(zr_ckpt_find_intact(dir, 80, path, sizeof path, &found));
+        TEST_CHECKF(found && strstr(path, "step_00000050") != NULL, "%s", path);
+        printf("  a copy, a rename and a link under checkpoint names: reported, never newest, "
+               "never rotated; rotation spares newer and protected checkpoints\n");
+    }
+    world_close(&w);
+    zr_error_clear();
+}
+
 int main(int argc, char **argv)
 {
     zr_test_mpi_init(&argc, &argv);
@@ -583,6 +708,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_reshard);
     TEST_RUN(test_forged_manifests);
     TEST_RUN(test_lock_and_recover);
+    TEST_RUN(test_identity);
     if (R == 0) {
         if (zr_test_failed == 0) {
             remove_tree(work);

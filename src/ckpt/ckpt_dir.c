@@ -163,11 +163,12 @@ static int classify(const char *dir, const char *name, int64_t step, ckpt_entry 
         char target[160];
         ssize_t n = readlink(p, target, sizeof target - 1);
         target[n > 0 ? n : 0] = '\0';
-        snprintf(e->why, sizeof e->why, "a symbolic link (to %s), which zr never makes", target);
+        snprintf(e->why, sizeof e->why, "it is a symbolic link (to %s), which zr never makes",
+                 target);
         return 1;
     }
     if (!S_ISDIR(sb.st_mode)) {
-        snprintf(e->why, sizeof e->why, "not a folder");
+        snprintf(e->why, sizeof e->why, "it is not a folder");
         return 1;
     }
     snprintf(marker, sizeof marker, "%s/COMPLETE", p);
@@ -298,8 +299,8 @@ static void report_foreign(const char *dir, const ckpt_entry *v, int n, zr_ckpt_
     for (int i = 0; i < n; i++) {
         if (v[i].kind == ENTRY_FOREIGN) {
             warn(fn, ctx,
-                 "%s/%s is named like a checkpoint but is %s; it is left alone (never "
-                 "resumed from, exported or deleted by zr)",
+                 "%s/%s is not a checkpoint zr can use (%s); it is left alone: never resumed "
+                 "from, exported or deleted by zr",
                  zr_file_show(dir, shown, sizeof shown), v[i].name, v[i].why);
         }
     }

@@ -63,7 +63,9 @@ static zr_status check_out(const char *out, const char *what, zr_file_inputs *in
         return ZR_OK;
     }
     ZR_CHECK(zr_file_output_check(out, what, in, replaces));
-    return zr_file_inputs_add_output(in, out, what);
+    char as[64];
+    snprintf(as, sizeof as, "the %s output", what);
+    return zr_file_inputs_add_output(in, out, as);
 }
 
 static zr_status run(const char *ckpt, const char *llmc, const char *st_path)

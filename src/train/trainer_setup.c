@@ -432,7 +432,7 @@ void zr_trainer_check_grace(zr_trainer *t)
                         "before SIGKILL, but a checkpoint of %.0f MB per node takes about %.0f s "
                         "to write (at %.0f MB/s) after the step in progress; the stop would lose "
                         "everything since the last checkpoint: launch with --mca "
-                        "odls_base_sigkill_timeout %.0f or more (scripts/mpienv.sh sets 600)",
+                        "odls_base_sigkill_timeout %.0f or more (scripts/mpienv.sh sets 30)",
                         t->grace_s, how, bytes / 1e6, expect, ASSUMED_WRITE_BPS / 1e6,
                         4 * expect + 30);
     }
