@@ -8,6 +8,7 @@
 #include "test.h"
 
 #include "zr/config.h"
+#include "zr/launch.h"
 #include "zr/model.h"
 #include "zr/metrics.h"
 
@@ -1412,6 +1413,24 @@ static void test_resume_table(void)
     zr_error_clear();
 }
 
+/* The grace period a launcher gives a stop, where zr can see it (zr_launch_grace_s). */
+static void test_grace_period(void)
+{
+    char how[128];
+    char *given[] = {"OMPI_COMM_WORLD_SIZE=2", "OMPI_MCA_odls_base_sigkill_timeout=30", NULL};
+    TEST_NEAR(zr_launch_grace_s(given, how, sizeof how), 30, 0);
+    TEST_CHECKF(strstr(how, "odls_base_sigkill_timeout") != NULL, "%s", how);
+    /* mpirun without the parameter: Open MPI's default (or a parameter file's) */
+    char *plain[] = {"OMPI_COMM_WORLD_SIZE=2", "OMPI_MCA_orte_hnp_uri=1.0;tcp://x", NULL};
+    TEST_CHECK(zr_launch_grace_s(plain, how, sizeof how) >= 1);
+    /* MPICH waits for the ranks; srun's KillWait is not visible: unknown */
+    char *mpich[] = {"PMI_RANK=0", "PMI_SIZE=2", NULL};
+    TEST_NEAR(zr_launch_grace_s(mpich, how, sizeof how), -1, 0);
+    char *srun[] = {"OMPI_COMM_WORLD_SIZE=2", "SLURM_STEP_ID=0", NULL};
+    TEST_NEAR(zr_launch_grace_s(srun, how, sizeof how), -1, 0);
+    TEST_NEAR(zr_launch_grace_s(NULL, how, sizeof how), -1, 0);
+}
+
 int main(void)
 {
     TEST_RUN(test_defaults);
@@ -1433,5 +1452,6 @@ int main(void)
     TEST_RUN(test_exact_integers);
     TEST_RUN(test_flag_spellings);
     TEST_RUN(test_resume_table);
+    TEST_RUN(test_grace_period);
     return zr_test_finish();
 }

@@ -202,12 +202,20 @@ static void test_train_faults(void)
     OUT_HAS("waiting for data from rank 1");
     OUT_HAS("zr.train.timeout_s");
 
-    /* the default timeout (300 s) is beyond the job's 120 s */
+    /* the default timeout (300 s) is beyond the job's 120 s. The line saying why the job died
+       must reach the user every time: MPICH's mpiexec acted on MPI_Abort before it had read
+       the ranks' last lines (lost in 2 of 7 runs under load) until zr_comm_abort waited for
+       them to be read; run it several times, where it was lost */
     env_flag(e, sizeof e, "ZR_FAULT_STEP", "2:3", 1);
-    sh("timeout -k 5 120 %s -n 3 %s %s train" TINY, launcher(), e, zr_bin);
-    TEST_EQ_INT(res.code, 1);
-    OUT_HAS("zr train: error: rank 2: fault injected by ZR_FAULT_STEP at step 3");
-    TEST_CHECK(strstr(res.out, "timeout: no progress") == NULL);
+    int reps = mpich ? 5 : 2, lost = 0;
+    for (int r = 0; r < reps; r++) {
+        sh("timeout -k 5 120 %s -n 3 %s %s train" TINY, launcher(), e, zr_bin);
+        TEST_EQ_INT(res.code, 1);
+        lost += strstr(res.out, "zr train: error: rank 2: fault injected by ZR_FAULT_STEP at "
+                                "step 3") == NULL;
+        TEST_CHECK(strstr(res.out, "timeout: no progress") == NULL);
+    }
+    TEST_CHECKF(lost == 0, "the error line was lost in %d of %d runs:\n%s", lost, reps, res.out);
 }
 
 static void test_mpmd_config(void)

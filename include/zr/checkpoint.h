@@ -97,6 +97,15 @@ zr_status zr_ckpt_find_latest(const char *dir, char *path, size_t len, int *foun
                               zr_ckpt_warn_fn warn, void *ctx);
 
 /*
+ * Refuse (ZR_ERR_INVALID, naming each) what stands in dir under the name of
+ * a checkpoint of a step after step but is not one zr can use (a link, a
+ * copy or rename under another step's name): a save of a run starting at
+ * step would collide with it, and zr leaves alone what it did not write, so
+ * the run is refused before its first step rather than at that save.
+ */
+zr_status zr_ckpt_check_ahead(const char *dir, int64_t step);
+
+/*
  * Newest checkpoint under dir older than step before (any step if before < 0)
  * that passes zr_ckpt_verify; *found = 0 when there is none. For the message
  * that names the checkpoint to fall back on when the newest is damaged.

@@ -327,6 +327,35 @@ zr_status zr_ckpt_find_latest(const char *dir, char *path, size_t len, int *foun
     return st;
 }
 
+zr_status zr_ckpt_check_ahead(const char *dir, int64_t step)
+{
+    ckpt_entry *v;
+    int n;
+    ZR_CHECK(scan(dir, &v, &n));
+    char list[1024] = "", shown[160];
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        if (v[i].kind == ENTRY_FOREIGN && v[i].step > step) {
+            size_t used = strlen(list);
+            snprintf(list + used, sizeof list - used, "%s%s (%s)", count ? "; " : "", v[i].name,
+                     v[i].why);
+            count++;
+        }
+    }
+    zr_free(v);
+    if (count > 0) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s holds %d entr%s named like a checkpoint of a later step than this run starts "
+                "from (%lld) that %s not one zr can use: %s. A save of this run would collide "
+                "with %s, and zr does not move or delete what it did not write: move %s out of "
+                "the folder (or rename %s without the step_ prefix)",
+                zr_file_show(dir, shown, sizeof shown), count, count == 1 ? "y" : "ies",
+                (long long)step, count == 1 ? "is" : "are", list, count == 1 ? "it" : "them",
+                count == 1 ? "it" : "them", count == 1 ? "it" : "them");
+    }
+    return ZR_OK;
+}
+
 zr_status zr_ckpt_find_intact(const char *dir, int64_t before, char *path, size_t len, int *found)
 {
     ckpt_entry *v;

@@ -66,11 +66,10 @@ static int flag(int argc, char **argv, int i, const char *name, int want_value)
  * the model file), no link, no device.
  */
 static zr_status check_output(const char *out, const char *what, const zr_train_config *c,
-                              const char *probe)
+                              const char *probe, int *exists)
 {
     zr_file_inputs in;
     zr_file_inputs_init(&in);
-    int exists = 0;
     zr_status st = zr_file_inputs_add(&in, probe, "the probe file (--probe)");
     if (st == ZR_OK) {
         st = zr_file_inputs_add(&in, c->config_path, "the configuration file (--config)");
@@ -82,7 +81,7 @@ static zr_status check_output(const char *out, const char *what, const zr_train_
         st = zr_file_inputs_add(&in, c->init_path, "the model file (zr.model.init)");
     }
     if (st == ZR_OK) {
-        st = zr_file_output_check(out, what, &in, &exists);
+        st = zr_file_output_check(out, what, &in, exists);
     }
     zr_file_inputs_free(&in);
     return st;
@@ -143,8 +142,9 @@ int zr_cli_probe(int argc, char **argv)
     int vocab = 0;
     zr_dataset data;
     memset(&data, 0, sizeof data);
+    int replaces = 0;
     if (st == ZR_OK) {
-        st = check_output(out, "zr probe -o", &cfg, NULL);
+        st = check_output(out, "zr probe -o", &cfg, NULL, &replaces);
     }
     if (st == ZR_OK) {
         st = load_data(&cfg, &data, &vocab);
@@ -166,10 +166,11 @@ int zr_cli_probe(int argc, char **argv)
             if (st == ZR_OK) {
                 printf("zr probe: %d nodes x %d ranks, %.1f s: block fwd %.2f bwd %.2f ms at "
                        "micro-batch %d; inter-node %.1f MB/s per rank (latency %.0f us), "
-                       "intra-node %.1f MB/s (%.0f us), overlap %.2f; wrote %s\n",
+                       "intra-node %.1f MB/s (%.0f us), overlap %.2f; wrote %s%s\n",
                        p.nodes, p.ranks_per_node, zr_now() - t0, 1e3 * p.compute[0].fwd_block,
                        1e3 * p.compute[0].bwd_block, p.compute[0].batch, p.inter_bw / 1e6,
-                       1e6 * p.inter_lat, p.intra_bw / 1e6, 1e6 * p.intra_lat, p.overlap, out);
+                       1e6 * p.inter_lat, p.intra_bw / 1e6, 1e6 * p.intra_lat, p.overlap, out,
+                       replaces ? " (it replaced the file that was there)" : "");
             }
         }
         if (up) {
@@ -309,8 +310,9 @@ int zr_cli_plan(int argc, char **argv)
         free(rest);
         return help ? EXIT_OK : EXIT_INPUT;
     }
+    int replaces = 0;
     if (st == ZR_OK && out_cfg != NULL) {
-        st = check_output(out_cfg, "--write-config", &cfg, probe_path);
+        st = check_output(out_cfg, "--write-config", &cfg, probe_path, &replaces);
     }
     if (st == ZR_OK) {
         st = zr_probe_read(probe_path, &p);
@@ -341,7 +343,8 @@ int zr_cli_plan(int argc, char **argv)
             print_table(&r, top, &cfg);
         }
         if (out_cfg != NULL && !json) {
-            printf("wrote %s (zr train --config %s)\n", out_cfg, out_cfg);
+            printf("wrote %s (zr train --config %s)%s\n", out_cfg, out_cfg,
+                   replaces ? "; it replaced the file that was there" : "");
         }
     } else {
         code = fail_msg("plan", st);

@@ -330,6 +330,41 @@ static int write_script(const char *script, const char *dir, const char *title,
     return 1;
 }
 
+/*
+ * Read the metrics files (argv from first, past the options) into runs
+ * (*nread of them, to free) and check out against them (the picture never
+ * replaces what it is drawn from); 0, or the exit code, having said why.
+ */
+static int read_runs(int argc, char **argv, int first, const char *out, zr_metrics_series *runs,
+                     int *nread, int *replaces)
+{
+    zr_file_inputs in;
+    zr_file_inputs_init(&in);
+    zr_status st = ZR_OK;
+    int rc = 1;
+    for (int i = first; i < argc && st == ZR_OK; i++) {
+        if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0 ||
+            strcmp(argv[i], "--title") == 0) {
+            i++;
+            continue;
+        }
+        st = zr_metrics_read(argv[i], &runs[(*nread)++]);
+        if (st == ZR_OK) {
+            st = zr_file_inputs_add(&in, argv[i], "a metrics file plotted");
+        }
+    }
+    if (st == ZR_OK) {
+        rc = 2;
+        st = zr_file_output_check(out, "-o", &in, replaces);
+    }
+    zr_file_inputs_free(&in);
+    if (st != ZR_OK) {
+        fprintf(stderr, "zr plot: %s\n", zr_error_message());
+        return rc;
+    }
+    return 0;
+}
+
 int zr_cli_plot(int argc, char **argv)
 {
     const char *out = "metrics.png", *title = "zr training runs";
@@ -347,38 +382,13 @@ int zr_cli_plot(int argc, char **argv)
         return 1;
     }
     int *has_loss = has, *has_tps = has + nruns, *has_val = has + 2 * nruns;
-    int rc = 1, k = 0, nread = 0, replaces = 0;
+    int k = 0, nread = 0, replaces = 0;
     char dir[256] = "";
-    zr_file_inputs in;
-    zr_file_inputs_init(&in);
-    zr_status ist = ZR_OK;
-    for (int i = first; i < argc; i++) {
-        if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0 ||
-            strcmp(argv[i], "--title") == 0) {
-            i++;
-            continue;
-        }
-        zr_status st = zr_metrics_read(argv[i], &runs[nread]);
-        nread++;
-        if (st == ZR_OK && ist == ZR_OK) {
-            ist = zr_file_inputs_add(&in, argv[i], "a metrics file plotted");
-        }
-        if (st != ZR_OK) {
-            fprintf(stderr, "zr plot: %s\n", zr_error_message());
-            zr_file_inputs_free(&in);
-            goto done;
-        }
-    }
-    /* the picture never replaces what it is drawn from */
-    if (ist == ZR_OK) {
-        ist = zr_file_output_check(out, "-o", &in, &replaces);
-    }
-    zr_file_inputs_free(&in);
-    if (ist != ZR_OK) {
-        fprintf(stderr, "zr plot: %s\n", zr_error_message());
-        rc = 2;
+    int rc = read_runs(argc, argv, first, out, runs, &nread, &replaces);
+    if (rc != 0) {
         goto done;
     }
+    rc = 1;
     if (!make_tmpdir(dir, sizeof dir)) {
         goto done;
     }

@@ -21,7 +21,9 @@ void zr_config_print_help(FILE *f)
            "\n"
            "Keys are DeepSpeed's config keys (dotted: --zero_optimization.stage 3) plus zr's own\n"
            "under \"zr\". Precedence: defaults < --config file < flags. Booleans also take a bare\n"
-           "--KEY (true) or --no-KEY. Short aliases are shown after the dotted name.\n");
+           "--KEY (true) or --no-KEY (and --no-hpz: hpZ off). Short aliases are shown after the\n"
+           "dotted name. A resume lists every setting that differs from the checkpoint's, and\n"
+           "refuses those marked \"on resume\".\n");
     char section[128] = "?";
     for (size_t i = 0; i < zr_cfg_nkeys; i++) {
         const cfg_key *k = &zr_cfg_keys[i];
@@ -36,8 +38,15 @@ void zr_config_print_help(FILE *f)
         char expect[200], def[300];
         zr_cfg_describe_expect(k, expect, sizeof expect);
         zr_cfg_fmt_value(&d, k, def, sizeof def);
-        fprintf(f, "  --%s%s%s\n      %s; default %s\n      %s\n", k->path, k->flag ? ", --" : "",
-                k->flag ? k->flag : "", expect, def, k->help);
+        static const char *const on_resume[] = {
+            [ZR_RESUME_CHANGE] = "",
+            [ZR_RESUME_MATCH] = "; on resume: must be the checkpoint's",
+            [ZR_RESUME_MODEL] = "; on resume: the checkpoint's model must be this one",
+            [ZR_RESUME_DATA] = "; on resume: the checkpoint's data unless --resume-new-data",
+            [ZR_RESUME_LOCAL] = "",
+        };
+        fprintf(f, "  --%s%s%s\n      %s; default %s%s\n      %s\n", k->path, k->flag ? ", --" : "",
+                k->flag ? k->flag : "", expect, def, on_resume[k->resume], k->help);
     }
     fprintf(f, "\nAccepted with a note, no effect in zr (DeepSpeed keys):\n ");
     int col = 1;

@@ -255,7 +255,7 @@ double zr_launch_grace_s(char *const *envp, char *how, size_t n)
 {
     static const char *const names[] = {"OMPI_MCA_odls_base_sigkill_timeout",
                                         "PRTE_MCA_odls_base_sigkill_timeout"};
-    const char *ompi = NULL;
+    int hnp = 0, ompi = 0, slurm = 0;
     for (char *const *e = envp; e != NULL && *e != NULL; e++) {
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
             size_t len = strlen(names[i]);
@@ -264,11 +264,12 @@ double zr_launch_grace_s(char *const *envp, char *how, size_t n)
                 return atof(*e + len + 1);
             }
         }
-        if (strncmp(*e, "OMPI_COMM_WORLD_SIZE=", 21) == 0) {
-            ompi = *e;
-        }
+        hnp |= strncmp(*e, "OMPI_MCA_orte_hnp_uri=", 22) == 0; /* started by mpirun (4.x) */
+        ompi |= strncmp(*e, "OMPI_COMM_WORLD_SIZE=", 21) == 0;
+        slurm |= strncmp(*e, "SLURM_STEP_ID=", 14) == 0;
     }
-    if (ompi == NULL) {
+    /* Open MPI's ranks started by srun are Slurm's to stop, not mpirun's */
+    if (!hnp && !(ompi && !slurm)) {
         snprintf(how, n, "unknown");
         return -1; /* MPICH waits for the ranks; Slurm's KillWait is not visible to a job */
     }

@@ -109,13 +109,15 @@ static zr_status check_model(const zr_trainer *t, const char *path, const zr_gpt
             fused ? flags : "the same model keys");
 }
 
-/* One "key was -> now" for the start-up line, appended to buf. */
-static void list_change(char *buf, size_t n, const char *key, const char *was, const char *now)
+/* One "key was -> now" for the start-up line, appended to buf; *count counts them. */
+static void list_change(char *buf, size_t n, int *count, const char *key, const char *was,
+                        const char *now)
 {
     size_t used = strlen(buf);
     if (used + 8 < n) {
         snprintf(buf + used, n - used, "%s%s %s -> %s", used ? ", " : "", key, was, now);
     }
+    (*count)++;
 }
 
 /*
@@ -168,12 +170,13 @@ static zr_status record_resume(zr_trainer *t, const char *path, int64_t step, co
  * recorded (record_resume).
  */
 static zr_status check_changes(zr_trainer *t, const char *path, const zr_ckpt_meta *meta,
-                               char *listed, size_t n)
+                               char *listed, size_t n, int *nlisted)
 {
     char *saved = NULL, *hist = NULL, refused[2048] = "", shown[160];
     zr_config_change *ch = NULL;
     int nch = 0;
     listed[0] = '\0';
+    *nlisted = 0;
     zr_status st = zr_ckpt_read_section(path, "config", &saved);
     if (st == ZR_OK) {
         st = zr_ckpt_read_section(path, "resumes", &hist);
@@ -192,7 +195,7 @@ static zr_status check_changes(zr_trainer *t, const char *path, const zr_ckpt_me
                      u ? "; " : "", ch[i].key, ch[i].now, ch[i].was);
             continue;
         }
-        list_change(listed, n, ch[i].key, ch[i].was, ch[i].now);
+        list_change(listed, n, nlisted, ch[i].key, ch[i].was, ch[i].now);
         cJSON *pair = cJSON_CreateArray();
         cJSON_AddItemToArray(pair, cJSON_CreateString(ch[i].was));
         cJSON_AddItemToArray(pair, cJSON_CreateString(ch[i].now));
@@ -208,7 +211,7 @@ static zr_status check_changes(zr_trainer *t, const char *path, const zr_ckpt_me
                      "on it from here",
                      u ? "; " : "", t->data_id, t->cfg.data_path, meta->data);
         } else {
-            list_change(listed, n, "training data", meta->data, t->data_id);
+            list_change(listed, n, nlisted, "training data", meta->data, t->data_id);
             cJSON *pair = cJSON_CreateArray();
             cJSON_AddItemToArray(pair, cJSON_CreateString(meta->data));
             cJSON_AddItemToArray(pair, cJSON_CreateString(t->data_id));
@@ -231,13 +234,55 @@ static zr_status check_changes(zr_trainer *t, const char *path, const zr_ckpt_me
 }
 
 /*
+ * The checkpoint dir once the run resumes from step: with --resume-from,
+ * later checkpoints are set aside (this run's saves would collide with them);
+ * what is named like a later checkpoint but is none is refused now, not at
+ * the save it would block.
+ */
+static zr_status clear_ahead(zr_trainer *t, int explicit, int64_t step)
+{
+    zr_status st = ZR_OK;
+    if (t->cfg.checkpoint_dir[0] == '\0') {
+        return ZR_OK;
+    }
+    if (explicit && t->rank == 0) {
+        st = zr_ckpt_set_aside_after(t->cfg.checkpoint_dir, step, zr_trainer_warn_ckpt, t);
+    }
+    if (st == ZR_OK && t->rank == 0) {
+        st = zr_ckpt_check_ahead(t->cfg.checkpoint_dir, step);
+    }
+    return zr_comm_agree(&t->comm, st);
+}
+
+/* Rank 0's start-up lines of a resume. */
+static void announce(zr_trainer *t, const char *path, const zr_ckpt_meta *meta, const char *listed,
+                     int changes)
+{
+    zr_trainer_note(t, ZR_LOG_INFO, "resumed from %s (step %lld, saved at %d rank%s, now %d)", path,
+                    (long long)meta->step, meta->world, meta->world == 1 ? "" : "s", t->world);
+    if (changes > 0) {
+        zr_trainer_note(t, ZR_LOG_INFO,
+                        "resuming step %lld of %s with %d setting%s changed: %s (recorded in the "
+                        "next checkpoints' manifests and in the metrics file)",
+                        (long long)meta->step, path, changes, changes == 1 ? "" : "s", listed);
+    } else {
+        zr_trainer_note(t, ZR_LOG_INFO, "resuming with the checkpoint's settings: none changed");
+    }
+    if (meta->step >= t->cfg.train_steps) {
+        zr_trainer_note(t, ZR_LOG_INFO,
+                        "the checkpoint is at or past zr.train.train_steps (%d); nothing to train",
+                        t->cfg.train_steps);
+    }
+}
+
+/*
  * Restore from --resume-from or the newest checkpoint; *start = first step
  * to run.
  */
 static zr_status resume_at(zr_trainer *t, int *start)
 {
     char path[ZR_PATH_MAX], listed[4096];
-    int found = 0, explicit = t->cfg.resume_from[0] != '\0';
+    int found = 0, explicit = t->cfg.resume_from[0] != '\0', changes = 0;
     *start = 0;
     zr_status st = ZR_OK;
     if (explicit) {
@@ -250,6 +295,7 @@ static zr_status resume_at(zr_trainer *t, int *start)
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     if (!found) {
+        ZR_CHECK(clear_ahead(t, 0, 0));
         zr_trainer_note(t, ZR_LOG_WARN, "no checkpoint in %s; starting from step 0",
                         t->cfg.checkpoint_dir);
         return ZR_OK;
@@ -266,7 +312,7 @@ static zr_status resume_at(zr_trainer *t, int *start)
                          path, (long long)meta.step, INT_MAX);
     }
     if (st == ZR_OK) {
-        st = check_changes(t, path, &meta, listed, sizeof listed);
+        st = check_changes(t, path, &meta, listed, sizeof listed, &changes);
     }
     st = zr_comm_agree(&t->comm, st);
     if (st == ZR_OK) {
@@ -276,13 +322,7 @@ static zr_status resume_at(zr_trainer *t, int *start)
         return explicit ? st : damaged_hint(t, path, step_of(path), st);
     }
     ZR_CHECK(st);
-    if (explicit && t->cfg.checkpoint_dir[0] != '\0') {
-        /* later checkpoints would collide with this run's saves */
-        st = t->rank == 0 ? zr_ckpt_set_aside_after(t->cfg.checkpoint_dir, meta.step,
-                                                    zr_trainer_warn_ckpt, t)
-                          : ZR_OK;
-        ZR_CHECK(zr_comm_agree(&t->comm, st));
-    }
+    ZR_CHECK(clear_ahead(t, explicit, meta.step));
     /* the loader counts global micro-batches, whose size may differ after resharding;
        the token count places it at the same point of the data either way */
     uint64_t global_tokens =
@@ -290,25 +330,7 @@ static zr_status resume_at(zr_trainer *t, int *start)
     zr_loader_seek(&t->train, meta.tokens / global_tokens);
     *start = (int)meta.step;
     t->resumed_from = meta.step;
-    zr_trainer_note(t, ZR_LOG_INFO, "resumed from %s (step %lld, saved at %d rank%s, now %d)", path,
-                    (long long)meta.step, meta.world, meta.world == 1 ? "" : "s", t->world);
-    int changes = 0;
-    for (const char *p = strstr(listed, " -> "); p != NULL; p = strstr(p + 4, " -> ")) {
-        changes++;
-    }
-    if (listed[0] != '\0') {
-        zr_trainer_note(t, ZR_LOG_INFO,
-                        "resuming step %lld of %s with %d setting%s changed: %s (recorded in the "
-                        "next checkpoints' manifests and in the metrics file)",
-                        (long long)meta.step, path, changes, changes == 1 ? "" : "s", listed);
-    } else {
-        zr_trainer_note(t, ZR_LOG_INFO, "resuming with the checkpoint's settings: none changed");
-    }
-    if (meta.step >= t->cfg.train_steps) {
-        zr_trainer_note(t, ZR_LOG_INFO,
-                        "the checkpoint is at or past zr.train.train_steps (%d); nothing to train",
-                        t->cfg.train_steps);
-    }
+    announce(t, path, &meta, listed, changes);
     return ZR_OK;
 }
 

@@ -403,6 +403,9 @@ zr_status zr_trainer_claim_dir(zr_trainer *t)
                              "--resume to continue from it, or choose an empty zr.checkpoint.dir",
                              zr_file_show(c->checkpoint_dir, shown, sizeof shown), found_path);
         }
+        if (st == ZR_OK) {
+            st = zr_ckpt_check_ahead(c->checkpoint_dir, 0);
+        }
     }
     if (st == ZR_OK && t->rank == 0) {
         st = check_outputs(t);
