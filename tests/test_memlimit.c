@@ -69,7 +69,7 @@ static void test_stage0_refused_stage3_trains(void)
     TEST_CHECKF(strstr(out, "out of memory allocating") == NULL && strstr(out, "step ") == NULL,
                 "stage 0 got as far as allocating or training:\n%s", out);
     rc = run_limited(3, limit, out, sizeof out);
-    TEST_CHECKF(rc == 0 && strstr(out, "done: 1 steps") != NULL,
+    TEST_CHECKF(rc == 0 && strstr(out, "done: 1 step in") != NULL,
                 "stage 3 under the same limit exited %d:\n%s", rc, out);
 }
 
