@@ -203,6 +203,12 @@ cudaError_t enqueue(zr_emu_stream *s, op *o, const char *what, const std::vector
                     vclock *clock_out = nullptr);
 /* Waits (without api_mutex held) until s has completed `seq` operations. */
 void wait_completed(zr_emu_stream *s, uint64_t seq);
+/* Work the host owes while it waits on the runtime: the emulated NCCL moves
+ * its bytes through MPI on the host thread (nccl.cpp), so a host blocked in a
+ * synchronisation must keep them moving, as a GPU would on its own. Called
+ * by every host-side wait for a stream (never by a worker), and by queries;
+ * nullptr until the first NCCL communicator exists. */
+extern std::atomic<void (*)(void)> host_progress;
 /* The host now knows everything c is ordered after. Under api_mutex. */
 void host_learns(const vclock &c);
 /* Waits for every stream of a device (-1: all) and tells the host; at most

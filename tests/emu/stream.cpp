@@ -30,6 +30,8 @@
 
 namespace zr_emu {
 
+std::atomic<void (*)(void)> host_progress{nullptr};
+
 /* ---- vector clocks --------------------------------------------------------------- */
 
 uint64_t vclock::get(uint32_t id) const
@@ -99,8 +101,11 @@ registry &R(void)
     return *r;
 }
 
+thread_local bool t_worker = false; /* a stream's worker thread: it never runs host_progress */
+
 void worker_main(zr_emu_stream *s, op *cur)
 {
+    t_worker = true;
     for (;;) {
         op *n = cur->next.load(std::memory_order_acquire);
         if (n == nullptr) {
@@ -212,7 +217,12 @@ std::vector<target> targets_of(zr_emu_stream *s)
 bool wait_completed_for(zr_emu_stream *s, uint64_t seq, double timeout_s)
 {
     double t0 = now_ms();
+    /* a host wait keeps the emulated NCCL's bytes moving, a millisecond at a time */
+    void (*progress)(void) = t_worker ? nullptr : host_progress.load();
     while (s->completed.load(std::memory_order_acquire) < seq) {
+        if (progress != nullptr) {
+            progress();
+        }
         uint32_t w = s->done_word.v.load(std::memory_order_acquire);
         if (s->completed.load(std::memory_order_acquire) >= seq) {
             break;
@@ -220,7 +230,7 @@ bool wait_completed_for(zr_emu_stream *s, uint64_t seq, double timeout_s)
         if (timeout_s > 0 && now_ms() - t0 > timeout_s * 1000.0) {
             return false;
         }
-        s->done_word.wait(w, timeout_s > 0 ? 0.1 : 0);
+        s->done_word.wait(w, progress != nullptr ? 0.001 : timeout_s > 0 ? 0.1 : 0);
     }
     return true;
 }
@@ -407,9 +417,19 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
     return set_last_error(sticky_error());
 }
 
+/* Runs the host's owed progress (host_progress) before a query looks. */
+static void query_progress(void)
+{
+    void (*progress)(void) = host_progress.load();
+    if (progress != nullptr) {
+        progress();
+    }
+}
+
 cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
     ZR_EMU_ENTER("cudaStreamQuery");
+    query_progress();
     std::lock_guard<std::mutex> lock(api_mutex());
     zr_emu_stream *s = resolve_stream(stream);
     if (s == nullptr) {
@@ -522,6 +542,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 cudaError_t cudaEventQuery(cudaEvent_t event)
 {
     ZR_EMU_ENTER("cudaEventQuery");
+    query_progress();
     std::lock_guard<std::mutex> lock(api_mutex());
     zr_emu_event *e = resolve_event(event);
     if (e == nullptr) {

@@ -28,6 +28,14 @@ int zr_emu_error_count(void);
  * cudaErrorLaunchFailure so the test can go on using the device. */
 int zr_emu_take_errors(char *msg, size_t cap);
 
+/* Every ncclSend / ncclRecv as the emulated NCCL takes it (call is "ncclSend" or
+ * "ncclRecv", peer the communicator rank, bytes = count * type size), for tests
+ * that compare a transport's calls with its plan; NULL stops. Not thread-safe:
+ * set it while no NCCL call runs. */
+typedef void (*zr_emu_nccl_trace_fn)(void *arg, const char *call, int peer, const void *buf,
+                                     size_t bytes);
+void zr_emu_nccl_trace(zr_emu_nccl_trace_fn fn, void *arg);
+
 #ifdef __cplusplus
 }
 #endif
