@@ -51,6 +51,7 @@
 #define ZR_COMM_H
 
 #include "zr/base.h"
+#include "zr/device.h"
 
 /* for the control plane's entry points only (zr_comm_init, zr_comm_mpi, ZR_MPI_CHECK): the
    data-plane types below (zr_request, zr_transport) mention no MPI type */
@@ -169,12 +170,69 @@ typedef struct zr_transport {
     void (*release)(zr_comm *c, zr_request *req);
     /* Optional: copy the block for myself, before iexchange (NULL: memmove, host memory). */
     zr_status (*self_copy)(zr_comm *c, void *dst, const void *src, size_t bytes);
+    /*
+     * Optional: move every exchange in flight along without blocking. Every
+     * bounded wait calls it while this transport has exchanges in flight,
+     * whatever it waits for (a control value, another exchange): a transport
+     * whose bytes need the host (a staging copy to start, an NCCL error to
+     * notice) keeps going while the rank waits elsewhere, as MPI's requests
+     * progress inside any MPI call.
+     */
+    void (*progress)(zr_comm *c);
+    /*
+     * Optional: a wait failed and the job ends (the watchdog fired, or
+     * zr_comm_abort after an agreed failure, which every rank calls): stop
+     * whatever the transport still runs (ncclCommAbort) before MPI_Abort.
+     */
+    void (*abort)(zr_comm *c);
 } zr_transport;
 
-#define ZR_TRANSPORT_VERSION 2
+#define ZR_TRANSPORT_VERSION 3
 
 /* The default: one nonblocking send and receive per peer on the groups' MPI communicators. */
 extern const zr_transport zr_transport_mpi;
+
+/*
+ * The device transports: exchanges of device memory on a rank with a GPU
+ * (src/comm/transport_nccl.c, transport_staged.c). Both move exactly the MPI
+ * transport's messages (same peers, bytes and order per peer), so the
+ * traffic counters read the same whatever the transport.
+ *
+ *   zr_transport_nccl    one GPU per rank: the exchange as grouped ncclSend /
+ *                        ncclRecv on a communicator per group, split from a
+ *                        world communicator whose id goes out over the
+ *                        control plane. Refuses (naming ranks and GPU) ranks
+ *                        that share a GPU, unless NCCL can run them.
+ *   zr_transport_staged  several ranks per GPU, or no NCCL: device -> pinned
+ *                        host -> MPI -> pinned host -> device, in chunks, the
+ *                        copies of one chunk overlapping the wire of another.
+ *                        MPI never sees a device pointer.
+ *
+ * zr_comm_use_transport's arg is a zr_transport_device. An exchange starts
+ * after the work queued on the followed stream before zr_comm_iexchange (an
+ * event: the host does not wait); once zr_comm_wait or zr_comm_test says it
+ * is done, its bytes (the block for myself included) are in place for work
+ * queued afterwards on any stream. Waits poll events, never block in a
+ * stream synchronisation. Without CUDA in the build (or NCCL, for the NCCL
+ * transport) init fails saying so.
+ */
+typedef struct zr_transport_device {
+    const zr_device *device; /* this rank's GPU (zr_device_open_for_rank) */
+    zr_stream *stream;       /* the stream exchanges follow; NULL: the legacy default stream */
+    size_t chunk_bytes;      /* staged: the pipeline's chunk; 0: ZR_STAGED_CHUNK_DEFAULT */
+} zr_transport_device;
+
+#define ZR_STAGED_CHUNK_DEFAULT ((size_t)1 << 20)
+
+extern const zr_transport zr_transport_nccl;
+extern const zr_transport zr_transport_staged;
+
+/*
+ * Exchanges started from now on follow s instead (NULL: the legacy default
+ * stream), e.g. the stream that quantized their send buffers. c's transport
+ * must be a device transport.
+ */
+zr_status zr_comm_device_follow(zr_comm *c, zr_stream *s);
 
 typedef struct zr_comm_config {
     int ranks_per_node; /* 0: ZR_RANKS_PER_NODE from the environment, else detect */

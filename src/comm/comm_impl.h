@@ -13,6 +13,9 @@
  *   exchange.c       the data plane: exchanges through the transport, accounting,
  *                    fault injection, the transport's life on a communicator
  *   transport_mpi.c  the MPI transport
+ *   transport_plan.c the calls every transport makes, as plain functions
+ *   transport_staged.c  device memory over MPI through pinned host memory
+ *   transport_nccl.c the NCCL transport (one GPU per rank)
  *
  * The control plane is MPI (this header may name MPI types); the data plane
  * reaches its transport only through zr_transport.
@@ -157,5 +160,7 @@ zr_status zr_comm_ctl_exchange(zr_comm *c, const void *mine, size_t bytes, void 
 
 /* Free the transport's state (zr_comm_free). */
 void zr_comm_transport_free(zr_comm *c);
+/* The job ends after a failed wait: the transport stops what it runs (its abort). */
+void zr_comm_transport_abort(zr_comm *c);
 
 #endif /* ZR_COMM_IMPL_H */

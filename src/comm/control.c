@@ -314,6 +314,7 @@ _Noreturn void zr_comm_abort(zr_comm *c, int exit_code)
         (void)zr_comm_ctl_exchange(c, &one, sizeof one, all, -1, "the final abort");
     }
     zr_free(all);
+    zr_comm_transport_abort(c);
     MPI_Abort(c->control->mpi[ZR_GROUP_WORLD], exit_code);
     _exit(exit_code);
 }

@@ -280,6 +280,13 @@ zr_status zr_comm_use_transport(zr_comm *c, const zr_transport *t, const void *a
     return ZR_OK;
 }
 
+void zr_comm_transport_abort(zr_comm *c)
+{
+    if (c->transport != NULL && c->transport->abort != NULL) {
+        c->transport->abort(c);
+    }
+}
+
 void zr_comm_transport_free(zr_comm *c)
 {
     if (c->transport != NULL && c->transport->free != NULL) {

@@ -154,4 +154,6 @@ const zr_transport zr_transport_mpi = {
     .pending = mpi_pending,
     .release = mpi_release,
     .self_copy = NULL, /* host memory: memmove */
+    .progress = NULL,  /* MPI progresses its requests inside any MPI call */
+    .abort = NULL,
 };

@@ -165,6 +165,7 @@ static _Noreturn void watchdog_fire(zr_comm *c, const zr_waiter *w, double waite
             c->rank[ZR_GROUP_WORLD], waited, desc);
     fflush(stderr);
     zr_comm_notice_timeout(c);
+    zr_comm_transport_abort(c);
     MPI_Comm world = c->control->mpi[ZR_GROUP_WORLD];
     MPI_Abort(world != MPI_COMM_NULL ? world : MPI_COMM_WORLD, 1);
     _exit(1);
@@ -231,8 +232,13 @@ zr_status zr_comm_wait_bounded(zr_comm *c, const zr_waiter *w)
     double last = zr_now();
     long idle = 0;
     int seen = 0; /* notices taken into account so far */
+    const zr_transport *t = c->transport;
     for (;;) {
         int done = 0, progressed = 0;
+        /* exchanges of a transport that needs the host keep moving, whatever this waits for */
+        if (t != NULL && t->progress != NULL && c->inflight > 0) {
+            t->progress(c);
+        }
         ZR_CHECK(w->test(c, w->ctx, &done, &progressed));
         if (done) {
             return ZR_OK;

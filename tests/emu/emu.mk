@@ -14,7 +14,7 @@
 # generic %.c (and nvcc's %.cu) rules for the files they name.
 
 EMU_CXX := mpicxx.openmpi
-EMU_DEFS := -DZR_CUDA=1 -DZR_CUDA_EMU=1 -Itests/emu/include
+EMU_DEFS := -DZR_CUDA=1 -DZR_CUDA_EMU=1 -DZR_NCCL=1 -Itests/emu/include
 # the kernels: as the contract says (-O1 keeps a block's threads cheap to
 # start and the code easy to debug; no FMA contraction, as nvcc --fmad=false)
 EMU_CUFLAGS := -std=c++17 -O1 -g -ffp-contract=off -pthread $(EMU_DEFS) -Iinclude \

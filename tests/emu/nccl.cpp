@@ -259,7 +259,7 @@ using namespace zr_emu;
         if (api_enter(call) != cudaSuccess) {                                                      \
             return ncclUnhandledCudaError;                                                         \
         }                                                                                          \
-        if (!nccl_mpi_usable()) {                                                                       \
+        if (!nccl_mpi_usable()) {                                                                  \
             nccl_warn("%s: the emulated NCCL runs over MPI: MPI is not initialised", call);        \
             return ncclSystemError;                                                                \
         }                                                                                          \

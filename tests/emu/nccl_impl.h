@@ -30,7 +30,7 @@
 #include "nccl.h"
 
 /* the C API only: Open MPI's C++ bindings do not compile warning-free */
-#define OMPI_SKIP_MPICXX 1
+#define OMPI_SKIP_MPICXX  1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 

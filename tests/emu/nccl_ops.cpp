@@ -68,9 +68,9 @@ size_t type_size(ncclDataType_t t)
 
 /* ---- reductions, in rank order ------------------------------------------------ */
 
-template <typename T, typename A> void reduce_as(const std::vector<const char *> &src, char *dst,
-                                                 size_t count, ncclRedOp_t op, A (*get)(T),
-                                                 T (*put)(A))
+template <typename T, typename A>
+void reduce_as(const std::vector<const char *> &src, char *dst, size_t count, ncclRedOp_t op,
+               A (*get)(T), T (*put)(A))
 {
     T *out = reinterpret_cast<T *>(dst);
     for (size_t i = 0; i < count; i++) {
@@ -299,10 +299,10 @@ bool post(comm_state &c, nccl_op *o)
                 do {
                     size_t n = std::min(x.bytes - off, kMaxMessage);
                     MPI_Request r;
-                    int rc = x.recv ? MPI_Irecv(x.ptr + off, (int)n, MPI_BYTE, x.peer, kDataTag,
-                                                c.mpi, &r)
-                                    : MPI_Isend(x.ptr + off, (int)n, MPI_BYTE, x.peer, kDataTag,
-                                                c.mpi, &r);
+                    int rc =
+                        x.recv
+                            ? MPI_Irecv(x.ptr + off, (int)n, MPI_BYTE, x.peer, kDataTag, c.mpi, &r)
+                            : MPI_Isend(x.ptr + off, (int)n, MPI_BYTE, x.peer, kDataTag, c.mpi, &r);
                     if (rc != MPI_SUCCESS) {
                         c.async_error.store(ncclSystemError);
                         drop_requests(o);

@@ -31,10 +31,10 @@
 #include <limits.h>
 #include <stddef.h>
 
-#define NCCL_MAJOR 2
-#define NCCL_MINOR 28
-#define NCCL_PATCH 9
-#define NCCL_SUFFIX ""
+#define NCCL_MAJOR        2
+#define NCCL_MINOR        28
+#define NCCL_PATCH        9
+#define NCCL_SUFFIX       ""
 #define NCCL_VERSION_CODE 22809
 #define NCCL_VERSION(X, Y, Z)                                                                      \
     (((X) <= 2 && (Y) <= 8) ? (X)*1000 + (Y)*100 + (Z) : (X)*10000 + (Y)*100 + (Z))
