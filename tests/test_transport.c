@@ -124,6 +124,33 @@ static void random_exchange(zr_test_rng *rng, int n, size_t *sc, size_t *sd, siz
     }
 }
 
+/*
+ * The staging of a plan: receives mirror their offsets; a send chunk copies
+ * itself or shares an earlier chunk of the same bytes; distinct send
+ * messages never share stage bytes; the stage holds them all.
+ */
+static void check_stage(const zr_xmsg *m, size_t n)
+{
+    size_t *stage = calloc(n + 1, sizeof *stage), *copy = calloc(n + 1, sizeof *copy);
+    size_t size = zr_xplan_stage(m, n, stage, copy), bad = SIZE_MAX;
+    for (size_t i = 0; i < n && bad == SIZE_MAX; i++) {
+        const zr_xmsg *c = &m[copy[i]];
+        int ok = copy[i] <= i && c->recv == m[i].recv && c->bytes == m[i].bytes &&
+                 c->offset == m[i].offset && stage[copy[i]] == stage[i];
+        ok &= m[i].recv ? stage[i] == m[i].offset && copy[i] == i : stage[i] + m[i].bytes <= size;
+        for (size_t j = 0; j < i && ok && !m[i].recv; j++) {
+            /* chunks that overlap in the stage hold the same bytes of the buffer */
+            int overlap =
+                !m[j].recv && stage[j] < stage[i] + m[i].bytes && stage[i] < stage[j] + m[j].bytes;
+            ok = !overlap || (stage[j] == stage[i] && m[j].offset == m[i].offset);
+        }
+        bad = ok ? bad : i;
+    }
+    TEST_CHECKF(bad == SIZE_MAX, "staging of chunk %zu", bad);
+    free(stage);
+    free(copy);
+}
+
 static void test_plan_messages(void)
 {
     zr_test_rng rng = {42};
@@ -176,7 +203,24 @@ static void test_plan_messages(void)
         }
         TEST_EQ_INT(zr_xplan_extent(part, np, 1), rend);
         TEST_EQ_INT(zr_xplan_extent(part, np, 0), send);
+        check_stage(part, np);
     }
+    /* an all-gather's plan: one block for every peer, copied once */
+    int n = 5, me = 2;
+    for (int p = 0; p < n; p++) {
+        sc[p] = rc[p] = 1000;
+        sd[p] = 0;
+        rd[p] = (size_t)p * 1000;
+    }
+    size_t np = zr_xplan_messages(n, me, sc, sd, rc, rd, 256, part, 2 * 3000);
+    size_t stage[64], copy[64];
+    TEST_EQ_INT(zr_xplan_stage(part, np, stage, copy), 1000);
+    size_t copies = 0;
+    for (size_t i = 0; i < np; i++) {
+        copies += !part[i].recv && copy[i] == i;
+    }
+    TEST_EQ_INT(copies, 4); /* 1000 bytes in chunks of 256 */
+    check_stage(part, np);
 }
 
 static void test_plan_shared_gpu(void)
@@ -547,7 +591,12 @@ static void test_staged(void)
         size_t count = uneven_plan(STAGED_CHUNK, sc, sd, rc, rd, plan, 4096);
         uintptr_t sb, rb;
         int n = traced_uneven(&c, 1, 7002, &sb, &rb);
-        /* the pinned stages mirror the offsets: relative offsets */
+        /* in the pinned stages: offsets from zr_xplan_stage, relative to the first of each side */
+        static size_t stage[4096], copy[4096];
+        zr_xplan_stage(plan, count, stage, copy);
+        for (size_t i = 0; i < count; i++) {
+            plan[i].offset = stage[i];
+        }
         check_calls(mpi_trace.r, n, plan, count, 0, 0, "staged transport");
     }
     zr_comm_free(&c);

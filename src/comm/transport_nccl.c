@@ -33,10 +33,9 @@
  */
 #include "transport_device.h"
 
-#include <string.h>
-
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if ZR_CUDA && ZR_NCCL
 #include <nccl.h>

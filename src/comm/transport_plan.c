@@ -51,6 +51,53 @@ size_t zr_xplan_extent(const zr_xmsg *m, size_t count, int recv)
     return end;
 }
 
+/* The chunks of the message that starts at chunk f: up to the first chunk that does not continue
+ * it; *bytes = its length. */
+static size_t message_end(const zr_xmsg *m, size_t count, size_t f, size_t *bytes)
+{
+    size_t e = f + 1;
+    *bytes = m[f].bytes;
+    while (e < count && m[e].peer == m[f].peer && m[e].recv == m[f].recv &&
+           m[e].offset == m[f].offset + *bytes) {
+        *bytes += m[e].bytes;
+        e++;
+    }
+    return e;
+}
+
+size_t zr_xplan_stage(const zr_xmsg *m, size_t count, size_t *stage, size_t *copy)
+{
+    size_t next = 0;
+    for (size_t f = 0; f < count;) {
+        size_t bytes, e = message_end(m, count, f, &bytes);
+        size_t same = SIZE_MAX; /* the first chunk of an earlier send message with these bytes */
+        for (size_t g = 0; g < f && !m[f].recv && same == SIZE_MAX;) {
+            size_t gb, ge = message_end(m, count, g, &gb);
+            if (!m[g].recv && m[g].offset == m[f].offset && gb == bytes) {
+                same = g;
+            }
+            g = ge;
+        }
+        for (size_t i = f; i < e; i++) {
+            if (m[i].recv) {
+                stage[i] = m[i].offset;
+                copy[i] = i;
+            } else if (same != SIZE_MAX) {
+                stage[i] = stage[same + (i - f)];
+                copy[i] = copy[same + (i - f)];
+            } else {
+                stage[i] = next + (m[i].offset - m[f].offset);
+                copy[i] = i;
+            }
+        }
+        if (!m[f].recv && same == SIZE_MAX) {
+            next += bytes;
+        }
+        f = e;
+    }
+    return next;
+}
+
 zr_xsplit zr_xplan_split(const zr_comm *c, zr_group g)
 {
     /* a group is the ranks first, first + stride, ...: first names it among its kind */

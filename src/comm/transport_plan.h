@@ -46,6 +46,18 @@ size_t zr_xplan_messages(int n, int me, const size_t *scount, const size_t *sdis
  * staging buffer that keeps the exchange's offsets. */
 size_t zr_xplan_extent(const zr_xmsg *m, size_t count, int recv);
 
+/*
+ * Where the staged transport stages the chunks m[0..count) (a plan from
+ * zr_xplan_messages): stage[i] is the chunk's offset in its pinned buffer,
+ * copy[i] the chunk whose device-to-host copy fills it. Receives mirror the
+ * receive buffer (stage = offset, copy = i). Each distinct send message gets
+ * a region of its own, in plan order; a message with the same bytes as an
+ * earlier one (an all-gather sends one block to every peer) shares that
+ * one's region and copies, so the block is copied once, and no copy ever
+ * writes bytes that MPI may be sending. Returns the send stage's size.
+ */
+size_t zr_xplan_stage(const zr_xmsg *m, size_t count, size_t *stage, size_t *copy);
+
 /* Where ncclCommSplit of the world communicator puts this rank for group g. */
 typedef struct zr_xsplit {
     int color; /* the same for the ranks of one group: world rank of its in-group rank 0 */

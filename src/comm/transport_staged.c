@@ -21,16 +21,18 @@
  *
  * The host drives every step without blocking: the transport's test, and
  * its progress, which every bounded wait calls (comm.h), so an exchange
- * keeps moving while its rank waits for something else. Pinned staging
- * buffers mirror the device buffers' offsets and are kept for reuse until
- * the transport is freed. Tag 7002 on the groups' MPI communicators: the MPI
- * transport's control exchanges there (tag 7001) never match these.
+ * keeps moving while its rank waits for something else. The pinned receive
+ * stage mirrors the receive buffer's offsets; the send stage holds each
+ * distinct message once (zr_xplan_stage: an all-gather's block is copied
+ * once for all peers, and no copy overwrites bytes MPI may be sending).
+ * Stages are kept for reuse until the transport is freed. Tag 7002 on the
+ * groups' MPI communicators: the MPI transport's control exchanges there
+ * (tag 7001) never match these.
  */
 #include "transport_device.h"
 
-#include <string.h>
-
 #include <stdint.h>
+#include <string.h>
 
 #if ZR_CUDA
 
@@ -69,6 +71,8 @@ struct staged_exchange {
     cudaEvent_t self;    /* the block for myself */
     int failed;          /* a step failed: release waits for the copies */
     zr_xmsg *msg;        /* the plan: receives, then sends */
+    size_t *stage;       /* per message: its offset in its pinned stage (zr_xplan_stage) */
+    size_t *copy;        /* per message: the message whose copy fills its stage bytes */
     MPI_Request *req;    /* per message */
     cudaEvent_t *ev;     /* per message: its D2H (send) or H2D (receive) copy */
     unsigned char *step; /* per message */
@@ -191,12 +195,15 @@ static void live_remove(staged_state *s, const staged_exchange *x)
 /* One allocation: the header, the plan, then the per-message arrays. */
 static zr_status exchange_alloc(size_t count, staged_exchange **out)
 {
-    size_t bytes = sizeof(staged_exchange) +
-                   count * (sizeof(zr_xmsg) + sizeof(MPI_Request) + sizeof(cudaEvent_t) + 1);
+    size_t bytes =
+        sizeof(staged_exchange) + count * (sizeof(zr_xmsg) + 2 * sizeof(size_t) +
+                                           sizeof(MPI_Request) + sizeof(cudaEvent_t) + 1);
     staged_exchange *x = NULL;
     ZR_CHECK(zr_alloc_at((void **)&x, bytes, __FILE__, __LINE__));
     x->msg = (zr_xmsg *)(x + 1);
-    x->req = (MPI_Request *)(x->msg + count);
+    x->stage = (size_t *)(x->msg + count);
+    x->copy = x->stage + count;
+    x->req = (MPI_Request *)(x->copy + count);
     x->ev = (cudaEvent_t *)(x->req + count);
     x->step = (unsigned char *)(x->ev + count);
     for (size_t i = 0; i < count; i++) {
@@ -221,12 +228,15 @@ static zr_status start(zr_comm *c, staged_state *s, staged_exchange *x)
         const zr_xmsg *m = &x->msg[i];
         if (m->recv) {
             x->step[i] = STEP_WIRE;
-            ZR_MPI_CHECK(MPI_Irecv(hrecv + m->offset, (int)m->bytes, MPI_BYTE, m->peer, TAG, comm,
+            ZR_MPI_CHECK(MPI_Irecv(hrecv + x->stage[i], (int)m->bytes, MPI_BYTE, m->peer, TAG, comm,
                                    &x->req[i]));
             continue;
         }
         x->step[i] = STEP_D2H;
-        ZR_CUDA_CHECK(cudaMemcpyAsync(hsend + m->offset, x->dsend + m->offset, m->bytes,
+        if (x->copy[i] != i) {
+            continue; /* the same bytes as an earlier message: its copy serves both */
+        }
+        ZR_CUDA_CHECK(cudaMemcpyAsync(hsend + x->stage[i], x->dsend + m->offset, m->bytes,
                                       cudaMemcpyDeviceToHost, s->d2h));
         ZR_CHECK(zr_devx_event(&s->x, &x->ev[i]));
         ZR_CUDA_CHECK(cudaEventRecord(x->ev[i], s->d2h));
@@ -260,8 +270,9 @@ static zr_status staged_iexchange(zr_comm *c, zr_group g, const void *send, cons
     }
     x->failed = 1; /* until everything below is posted */
     ZR_CHECK(live_add(s, x));
+    size_t send_stage = zr_xplan_stage(x->msg, count, x->stage, x->copy);
     ZR_CHECK(stage_get(s, zr_xplan_extent(x->msg, count, 1), &x->srecv));
-    ZR_CHECK(stage_get(s, zr_xplan_extent(x->msg, count, 0), &x->ssend));
+    ZR_CHECK(stage_get(s, send_stage, &x->ssend));
     ZR_CHECK(start(c, s, x));
     x->failed = 0;
     return ZR_OK;
@@ -277,9 +288,9 @@ static zr_status advance_one(zr_comm *c, staged_state *s, staged_exchange *x, si
         if (i != x->next_send) {
             return ZR_OK;
         }
-        ZR_CHECK(zr_devx_query(x->ev[i], &flag));
+        ZR_CHECK(zr_devx_query(x->ev[x->copy[i]], &flag));
         if (flag) {
-            ZR_MPI_CHECK(MPI_Isend(stage_ptr(s, x->ssend) + m->offset, (int)m->bytes, MPI_BYTE,
+            ZR_MPI_CHECK(MPI_Isend(stage_ptr(s, x->ssend) + x->stage[i], (int)m->bytes, MPI_BYTE,
                                    m->peer, TAG, zr_comm_mpi(c, x->g), &x->req[i]));
             x->step[i] = STEP_WIRE;
             x->next_send++;
@@ -292,8 +303,9 @@ static zr_status advance_one(zr_comm *c, staged_state *s, staged_exchange *x, si
             if (x->ev[i] == NULL) {
                 ZR_CHECK(zr_devx_event(&s->x, &x->ev[i]));
             }
-            ZR_CUDA_CHECK(cudaMemcpyAsync(x->drecv + m->offset, stage_ptr(s, x->srecv) + m->offset,
-                                          m->bytes, cudaMemcpyHostToDevice, s->h2d));
+            ZR_CUDA_CHECK(cudaMemcpyAsync(x->drecv + m->offset,
+                                          stage_ptr(s, x->srecv) + x->stage[i], m->bytes,
+                                          cudaMemcpyHostToDevice, s->h2d));
             ZR_CUDA_CHECK(cudaEventRecord(x->ev[i], s->h2d));
             x->step[i] = STEP_H2D;
         } else if (flag) {

@@ -46,8 +46,10 @@ FLAGS_ID += EMU $(EMU_CXX) $(EMU_CUFLAGS) $(EMU_LIBFLAGS)
 
 .PHONY: emu-tests
 build: $(EMU_LIB) $(EMU_TEST_BIN)
-# what the emulator suite runs (make test builds only this under TSan)
-emu-tests: $(EMU_LIB) $(EMU_TEST_BIN)
+# what the emulator suite runs (make test builds only this under TSan): the .cu tests, and
+# the C programs of the emu-tsan lines whose host threads meet the emulator's (the transports)
+EMU_TSAN_C_TESTS := $(BUILD)/tests/test_transport
+emu-tests: $(EMU_LIB) $(EMU_TEST_BIN) $(EMU_TSAN_C_TESTS)
 $(BUILD)/libzr.a: $(EMU_CU_OBJ)
 $(BUILD)/zr $(TEST_BIN): $(EMU_LIB)
 
