@@ -407,26 +407,31 @@ static void pattern_uneven(zr_comm *c, int on_dev, run_log *log)
 }
 
 /*
- * Two exchanges in flight, waited for in reverse order; then an exchange
+ * Three exchanges in flight on world, node and cross (qgZ's pipeline keeps a
+ * node and a cross all-to-all going at once), waited for in another order
+ * than started; then an exchange
  * that rank 0 waits for before a control value while the others take the
  * control value first: their exchange must move while they wait for rank 0
  * in the control plane (the transport's progress), or nobody gets anywhere.
  */
 static void pattern_in_flight(zr_comm *c, int on_dev, run_log *log)
 {
-    size_t blk = 3 * STAGED_CHUNK + 5, all = blk * (size_t)W;
-    unsigned char *h = malloc(3 * all);
-    for (size_t i = 0; i < 3 * all; i++) {
+    size_t blk = 3 * STAGED_CHUNK + 5, all = blk * (size_t)W, total = 4 * all;
+    unsigned char *h = malloc(total);
+    for (size_t i = 0; i < total; i++) {
         h[i] = pat(R, (int)(i / blk), i);
     }
-    char *s = buf_alloc(on_dev, 3 * all), *r = buf_alloc(on_dev, 3 * all);
-    buf_put(on_dev, s, h, 3 * all);
-    memset(h, 0, 3 * all); /* the node all-to-all fills only part of its third */
-    buf_put(on_dev, r, h, 3 * all);
+    char *s = buf_alloc(on_dev, total), *r = buf_alloc(on_dev, total);
+    buf_put(on_dev, s, h, total);
+    memset(h, 0, total); /* the node and cross all-to-alls fill only part of their quarters */
+    buf_put(on_dev, r, h, total);
     zr_request r1 = ZR_REQUEST_INIT, r2 = ZR_REQUEST_INIT, r3 = ZR_REQUEST_INIT;
+    zr_request r4 = ZR_REQUEST_INIT;
     TEST_OK(zr_comm_ialltoall(c, ZR_GROUP_WORLD, ZR_KIND_ALLTOALL, s, blk, r, &r1));
     TEST_OK(zr_comm_ialltoall(c, ZR_GROUP_NODE, ZR_KIND_QGZ, s + all, blk, r + all, &r2));
+    TEST_OK(zr_comm_ialltoall(c, ZR_GROUP_CROSS, ZR_KIND_QGZ, s + 3 * all, blk, r + 3 * all, &r4));
     TEST_OK(zr_comm_wait(c, &r2));
+    TEST_OK(zr_comm_wait(c, &r4));
     TEST_OK(zr_comm_wait(c, &r1));
     double v = R + 1.0;
     TEST_OK(zr_comm_ialltoall(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, s + 2 * all, blk, r + 2 * all, &r3));
@@ -436,8 +441,8 @@ static void pattern_in_flight(zr_comm *c, int on_dev, run_log *log)
     TEST_OK(zr_comm_allreduce_sum_f64(c, ZR_GROUP_WORLD, &v, 1));
     TEST_OK(zr_comm_wait(c, &r3));
     TEST_NEAR(v, W * (W + 1) / 2.0, 0);
-    buf_get(on_dev, h, r, 3 * all);
-    log_add(log, h, 3 * all);
+    buf_get(on_dev, h, r, total);
+    log_add(log, h, total);
     buf_free(on_dev, s);
     buf_free(on_dev, r);
     free(h);

@@ -130,7 +130,7 @@ typedef struct zr_comm zr_comm;
  * releases. The buffers are in the transport's memory: host memory for MPI,
  * device memory for a GPU transport (which then also copies the block for
  * myself). Members are required unless marked optional.
- * Implementations: zr_transport_mpi.
+ * Implementations: zr_transport_mpi, zr_transport_nccl, zr_transport_staged.
  *
  * Its state: init runs once per communicator (zr_comm_use_transport),
  * collectively over world, with the groups and the control plane in place,
