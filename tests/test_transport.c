@@ -242,9 +242,39 @@ static void test_plan_shared_gpu(void)
     TEST_EQ_INT(zr_xplan_shared_gpu(ids, 2, &a, &b), 0);
 }
 
+/* Layouts without MPI (zr_comm_init_layout): every rank's colour and key give its groups. */
+static void split_layouts(void)
+{
+    static const int layouts[][3] = {{1, 4, 4}, {2, 2, 2}, {3, 2, 2},
+                                     {4, 2, 4}, {2, 3, 6}, {3, 1, 1}};
+    for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
+        int nodes = layouts[l][0], d = layouts[l][1], h = layouts[l][2], n = nodes * d;
+        zr_comm cs[8];
+        for (int r = 0; r < n; r++) {
+            TEST_OK(zr_comm_init_layout(&cs[r], nodes, d, h, r));
+        }
+        for (int g = 0; g < ZR_GROUP_COUNT; g++) {
+            for (int r = 0; r < n; r++) {
+                zr_xsplit a = zr_xplan_split(&cs[r], (zr_group)g);
+                for (int q = 0; q < n; q++) {
+                    zr_xsplit b = zr_xplan_split(&cs[q], (zr_group)g);
+                    int together = 0;
+                    for (int k = 0; k < cs[r].size[g]; k++) {
+                        together |= zr_comm_world_rank(&cs[r], (zr_group)g, k) == q;
+                    }
+                    TEST_CHECKF((a.color == b.color) == together, "%dx%d h%d group %s ranks %d, %d",
+                                nodes, d, h, zr_group_name((zr_group)g), r, q);
+                }
+                TEST_EQ_INT(a.key, cs[r].rank[g]);
+            }
+        }
+    }
+}
+
 /* The split of NCCL's world communicator gives zr's groups, in-group ranks in order. */
 static void test_plan_split(void)
 {
+    split_layouts();
     zr_comm c;
     TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
     int *all = calloc(2 * (size_t)W, sizeof *all);
