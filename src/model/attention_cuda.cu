@@ -97,6 +97,20 @@ __device__ __forceinline__ float row_dot(const float x[ATT_D], const float *t, i
     return group_sum<G>(acc);
 }
 
+/*
+ * The rows of the calling thread's warp: the first, and the last one below
+ * T (-1 when the warp has no row below T). Work a whole warp can
+ * skip is skipped by a warp-uniform branch, so the lanes of a shuffle always
+ * arrive together: keys after the warp's last query row, queries before its
+ * first key row, rows past T.
+ */
+template <int G> __device__ __forceinline__ void warp_rows(int first_of_block, int T, int *first,
+                                                           int *last)
+{
+    *first = first_of_block + (int)(threadIdx.x / 32) * (32 / G);
+    *last = *first >= T ? -1 : min(*first + 32 / G - 1, T - 1);
+}
+
 template <typename S, int G>
 __global__ void __launch_bounds__(ATT_THREADS)
     att_fwd(S *out, float *lse, const S *qkv, int T, int C, int NH, float scale, int vec)
@@ -116,17 +130,26 @@ __global__ void __launch_bounds__(ATT_THREADS)
         o[d] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
+    int wfirst, wlast;
+    warp_rows<G>(q0, T, &wfirst, &wlast);
     const int kend = min(q0 + R, T);
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the previous tile is no longer read */
         load_tile<S, BK, HSP>(ks, base + C, k0, T, hs, ld, vec);
         load_tile<S, BK, HSP>(vs, base + 2 * C, k0, T, hs, ld, vec);
         __syncthreads();
+        if (k0 > wlast) {
+            continue; /* the whole warp: no row of it sees these keys */
+        }
+        const int nk = min(BK, wlast - k0 + 1); /* keys some row of the warp sees */
         float s[BK], mt = -INFINITY;
         ZR_UNROLL
         for (int jj = 0; jj < BK; jj++) {
-            float dot = row_dot<G>(q, ks + jj * HSP, lane);
-            s[jj] = k0 + jj <= r ? dot * scale : -INFINITY;
+            s[jj] = -INFINITY;
+            if (jj < nk) {
+                float dot = row_dot<G>(q, ks + jj * HSP, lane);
+                s[jj] = k0 + jj <= r ? dot * scale : -INFINITY;
+            }
             mt = fmaxf(mt, s[jj]);
         }
         float mn = fmaxf(m, mt);
@@ -138,11 +161,13 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
         ZR_UNROLL
         for (int jj = 0; jj < BK; jj++) {
-            float p = expf(s[jj] - mn);
-            l += p;
-            ZR_UNROLL
-            for (int d = 0; d < ATT_D; d++) {
-                o[d] += p * vs[jj * HSP + d * G + lane];
+            if (jj < nk) {
+                float p = expf(s[jj] - mn);
+                l += p;
+                ZR_UNROLL
+                for (int d = 0; d < ATT_D; d++) {
+                    o[d] += p * vs[jj * HSP + d * G + lane];
+                }
             }
         }
         m = mn;
@@ -163,6 +188,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
     constexpr int R = att_tile<G>::R;
     const int hs = C / NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int row = blockIdx.x * R + threadIdx.x / G, lane = threadIdx.x % G;
+    int wfirst, wlast;
+    warp_rows<G>(blockIdx.x * R, T, &wfirst, &wlast);
+    if (wfirst >= T) {
+        return; /* the whole warp (no barrier in this kernel) */
+    }
     const size_t at = ((size_t)b * T + min(row, T - 1)) * C + (size_t)h * hs;
     float x[ATT_D], y[ATT_D];
     load_row<S, G>(x, dout + at, lane, hs);
@@ -206,6 +236,8 @@ __global__ void __launch_bounds__(ATT_THREADS, 1)
     for (int d = 0; d < ATT_D; d++) {
         dk[d] = dv[d] = 0.0f;
     }
+    int wfirst, wlast;
+    warp_rows<G>(k0, T, &wfirst, &wlast);
     for (int i0 = k0; i0 < T; i0 += BQ) {
         __syncthreads();
         load_tile<S, BQ, HSP>(qs, base, i0, T, hs, ld, vec);
@@ -216,8 +248,10 @@ __global__ void __launch_bounds__(ATT_THREADS, 1)
             ds[t] = i < T ? delta[(size_t)bh * T + i] : 0.0f;
         }
         __syncthreads();
+        /* warp-uniform bounds: queries from the warp's first key on, and below T */
+        const int ii0 = wfirst >= T ? BQ : max(0, wfirst - i0), nq = min(BQ, T - i0);
         /* not unrolled: nothing in registers is indexed by ii, and unrolling spills */
-        for (int ii = 0; ii < BQ; ii++) {
+        for (int ii = ii0; ii < nq; ii++) {
             int i = i0 + ii;
             const float *qi = qs + ii * HSP, *doi = dos + ii * HSP;
             float sc = row_dot<G>(k, qi, lane);
@@ -260,13 +294,16 @@ __global__ void __launch_bounds__(ATT_THREADS)
         dq[d] = 0.0f;
     }
     const float L = lse[(size_t)bh * T + r], D = delta[(size_t)bh * T + r];
+    int wfirst, wlast;
+    warp_rows<G>(q0, T, &wfirst, &wlast);
     const int kend = min(q0 + R, T);
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads();
         load_tile<S, BK, HSP>(ks, base + C, k0, T, hs, ld, vec);
         load_tile<S, BK, HSP>(vs, base + 2 * C, k0, T, hs, ld, vec);
         __syncthreads();
-        for (int jj = 0; jj < BK; jj++) { /* as in att_bwd_kv: not unrolled */
+        const int nk = min(BK, wlast - k0 + 1); /* warp-uniform; <= 0: nothing to do */
+        for (int jj = 0; jj < nk; jj++) { /* as in att_bwd_kv: not unrolled */
             const float *kj = ks + jj * HSP;
             float sc = row_dot<G>(q, kj, lane);
             float p = k0 + jj <= r ? expf(sc * scale - L) : 0.0f;
