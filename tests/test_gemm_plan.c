@@ -111,8 +111,8 @@ static void free_operands(operands *o)
 /* A list of products: every transpose pair over odd sizes, padding and batches. */
 static int make_case(int idx, zr_gemm *g)
 {
-    static const int sizes[][3] = {{1, 1, 1}, {3, 5, 7}, {7, 2, 9}, {16, 17, 5}, {5, 33, 16},
-                                   {1, 9, 4}, {8, 1, 3},  {4, 6, 0}};
+    static const int sizes[][3] = {{1, 1, 1},   {3, 5, 7}, {7, 2, 9}, {16, 17, 5},
+                                   {5, 33, 16}, {1, 9, 4}, {8, 1, 3}, {4, 6, 0}};
     const int ns = (int)(sizeof sizes / sizeof sizes[0]);
     if (idx >= ns * 4 * 3) {
         return 0;
@@ -272,8 +272,8 @@ static void device_case(int idx, const zr_gemm *g, zr_dtype type, zr_blas *blas,
     double worst = 0.0;
     int bad = 0;
     for (size_t i = 0; i < o.nc; i++) {
-        float got = type == ZR_DTYPE_BF16 ? bf16_widen(((uint16_t *)host[2])[i])
-                                          : ((float *)host[2])[i];
+        float got =
+            type == ZR_DTYPE_BF16 ? bf16_widen(((uint16_t *)host[2])[i]) : ((float *)host[2])[i];
         float want = type == ZR_DTYPE_BF16 ? bf16_widen(bf16_round(o.C[i])) : o.C[i];
         double tol = 1e-5 * oa.C[i] + (type == ZR_DTYPE_BF16 ? fabs(o.C[i]) / 128.0 : 0.0);
         double err = fabs((double)got - (double)want);
@@ -282,7 +282,8 @@ static void device_case(int idx, const zr_gemm *g, zr_dtype type, zr_blas *blas,
         }
         worst = err > worst ? err : worst;
     }
-    TEST_CHECKF(bad == 0, "device %s case %d (ta %d tb %d M %d N %d K %d batch %d): %d elements "
+    TEST_CHECKF(bad == 0,
+                "device %s case %d (ta %d tb %d M %d N %d K %d batch %d): %d elements "
                 "outside the bound, worst error %.3g",
                 zr_dtype_name(type), idx, g->ta, g->tb, g->M, g->N, g->K, g->batch, bad, worst);
     for (int k = 0; k < 3; k++) {

@@ -38,8 +38,8 @@ static zr_stream *st;
 typedef struct units {
     int n;
     size_t numel[64];
-    float *p[64], *g[64];   /* host, fp32 */
-    void *dp[64], *dg[64];  /* device, compute type */
+    float *p[64], *g[64];  /* host, fp32 */
+    void *dp[64], *dg[64]; /* device, compute type */
 } units;
 
 static void units_init(units *us, const zr_gpt *m, zr_dtype t, uint64_t seed)
@@ -144,8 +144,7 @@ static void tokens(zr_test_rng *rng, int *inp, int *tgt, int n, int V)
  * largest CPU magnitude elementwise; bf16 within rel_l2 in the L2 norm.
  * Padded rows of wte must stay as they were (0). Returns the worst figure.
  */
-static double compare_grads(const zr_gpt *m, const units *us, zr_dtype t, double tol,
-                            double rel_l2)
+static double compare_grads(const zr_gpt *m, const units *us, zr_dtype t, double tol, double rel_l2)
 {
     double worst_all = 0.0;
     for (int u = 0; u < us->n; u++) {
@@ -172,11 +171,12 @@ static double compare_grads(const zr_gpt *m, const units *us, zr_dtype t, double
                 e2 += e * e;
                 w2 += (double)want[i] * want[i];
             }
-            double fig = rel_l2 > 0 ? sqrt(e2 / (w2 > 0 ? w2 : 1)) : worst / (scale > 0 ? scale : 1);
+            double fig =
+                rel_l2 > 0 ? sqrt(e2 / (w2 > 0 ? w2 : 1)) : worst / (scale > 0 ? scale : 1);
             double lim = rel_l2 > 0 ? rel_l2 : tol;
             TEST_CHECKF(fig <= lim, "unit %d tensor %s: %s %.3g beyond %.2g (largest |g| %.3g)", u,
-                        d[k].name, rel_l2 > 0 ? "relative L2 error" : "worst error / largest",
-                        fig, lim, scale);
+                        d[k].name, rel_l2 > 0 ? "relative L2 error" : "worst error / largest", fig,
+                        lim, scale);
             worst_all = fig > worst_all ? fig : worst_all;
         }
         free(got);
@@ -209,9 +209,10 @@ static void model_vs_cpu(const model_case *c)
     float lc = cpu_step(&cpu, &us, inp, tgt), lg = gpu_step(&dev, &us, inp, tgt);
     int bf16 = c->t == ZR_DTYPE_BF16;
     double ltol = (bf16 ? 1e-2 : 1e-5) * fabs(lc);
-    TEST_CHECKF(fabs(lg - lc) <= ltol, "%s L %d C %d NH %d T %d: loss %.9g on the device, %.9g on "
-                "the CPU", zr_dtype_name(c->t), c->cfg.layers, c->cfg.channels, c->cfg.heads, c->T,
-                lg, lc);
+    TEST_CHECKF(fabs(lg - lc) <= ltol,
+                "%s L %d C %d NH %d T %d: loss %.9g on the device, %.9g on "
+                "the CPU",
+                zr_dtype_name(c->t), c->cfg.layers, c->cfg.channels, c->cfg.heads, c->T, lg, lc);
     double worst = compare_grads(&cpu, &us, c->t, 1e-5, bf16 ? 5e-2 : 0.0);
     printf("  %s L %d C %d NH %d B %d T %d V %d: loss %.8f (CPU %.8f), worst gradient figure "
            "%.3g\n",
@@ -286,8 +287,10 @@ static void test_repeat(void)
         for (size_t i = 0; i < us.numel[u]; i++) {
             bad += !(fabs(again[i] - 2.0 * first[u][i]) <= 1e-6 * big);
         }
-        TEST_CHECKF(bad == 0, "unit %d: %zu gradients are not twice the first after a second "
-                    "backward", u, bad);
+        TEST_CHECKF(bad == 0,
+                    "unit %d: %zu gradients are not twice the first after a second "
+                    "backward",
+                    u, bad);
         free(first[u]);
     }
     free(again);
@@ -358,11 +361,13 @@ static void test_gpt2_124m(void)
     zr_test_rng rng = {124};
     tokens(&rng, inp, tgt, BT, c.cfg.vocab);
     float lc = cpu_step(&cpu, &us, inp, tgt), lg = gpu_step(&dev, &us, inp, tgt);
-    TEST_CHECKF(fabs(lg - lc) <= 1e-5 * fabs(lc), "GPT-2 124M: loss %.9g on the GPU, %.9g on the "
-                "CPU", lg, lc);
+    TEST_CHECKF(fabs(lg - lc) <= 1e-5 * fabs(lc),
+                "GPT-2 124M: loss %.9g on the GPU, %.9g on the "
+                "CPU",
+                lg, lc);
     double worst = compare_grads(&cpu, &us, c.t, 0.0, 1e-3);
-    printf("  GPT-2 124M T 1024: loss %.8f (CPU %.8f), worst relative L2 gradient error %.3g\n",
-           lg, lc, worst);
+    printf("  GPT-2 124M T 1024: loss %.8f (CPU %.8f), worst relative L2 gradient error %.3g\n", lg,
+           lc, worst);
     free(inp);
     free(tgt);
     units_free(&us);

@@ -28,9 +28,9 @@
  *                 backward run twice gives the same bits (no atomics).
  *   softmax+xent  losses within 1e-6 relative of zr_op_softmax_xent_fwd,
  *                 dlogits within (1e-6 + 2^-22 max|logit|) dloss of its
- *                 backward (lse's own rounding), logits of order 1 and 1000; padded columns never written; the mean
- *                 loss within 1e-6.
- *   arguments     NULL pointers, a CPU stream, a head size over 256 refused.
+ *                 backward (lse's own rounding), logits of order 1 and 1000; padded columns never
+ * written; the mean loss within 1e-6. arguments     NULL pointers, a CPU stream, a head size over
+ * 256 refused.
  */
 #include "test.h"
 #include "zr/model_cuda.h"
@@ -115,8 +115,7 @@ static double max_abs(const float *x, size_t n)
 }
 
 /* Every |got - want| <= tol * (largest |want|, or 1 when that is 0); the first miss printed. */
-static void check_close(const char *what, const float *got, const float *want, size_t n,
-                        double tol)
+static void check_close(const char *what, const float *got, const float *want, size_t n, double tol)
 {
     double scale = max_abs(want, n), worst = 0.0;
     scale = scale > 0.0 ? scale : 1.0;
@@ -131,8 +130,8 @@ static void check_close(const char *what, const float *got, const float *want, s
     TEST_CHECKF(bad == 0,
                 "%s: %zu of %zu elements beyond %.2g x %.3g (first at %zu: %.9g vs %.9g), worst "
                 "error %.3g",
-                what, bad, n, tol, scale, first, bad ? got[first] : 0.0,
-                bad ? want[first] : 0.0, worst);
+                what, bad, n, tol, scale, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0,
+                worst);
 }
 
 static void check_same(const char *what, const float *got, const float *want, size_t n)
@@ -153,7 +152,8 @@ static void test_token_buckets(void)
     int n = 7, V = 9, token[7], start[8], pos[7], count[9];
     int nb = zr_token_buckets(inp, n, V, token, start, pos, count);
     TEST_EQ_INT(nb, 4);
-    int want_tok[] = {0, 2, 5, 7}, want_start[] = {0, 1, 3, 6, 7}, want_pos[] = {3, 1, 4, 0, 2, 5, 6};
+    int want_tok[] = {0, 2, 5, 7}, want_start[] = {0, 1, 3, 6, 7},
+        want_pos[] = {3, 1, 4, 0, 2, 5, 6};
     for (int k = 0; k < nb; k++) {
         TEST_EQ_INT(token[k], want_tok[k]);
     }
@@ -196,8 +196,8 @@ static void encoder_case(int B, int T, int C, int V)
     int nb = zr_token_buckets(inp, BT, V, tok, start, pos, count);
     void *d_tok = dput_int(tok, nb > 0 ? nb : 1), *d_start = dput_int(start, nb + 1);
     void *d_pos = dput_int(pos, BT);
-    TEST_OK(zr_op_cuda_encoder_bwd(ZR_DTYPE_F32, d_wte, d_wpe, d_dout, d_tok, d_start, d_pos, nb,
-                                   B, T, C, st));
+    TEST_OK(zr_op_cuda_encoder_bwd(ZR_DTYPE_F32, d_wte, d_wpe, d_dout, d_tok, d_start, d_pos, nb, B,
+                                   T, C, st));
     zr_op_encoder_bwd(dwte, dwpe, out, inp, B, T, C);
     dget(gwte, d_wte, (size_t)V * C, ZR_DTYPE_F32);
     dget(gwpe, d_wpe, (size_t)T * C, ZR_DTYPE_F32);
@@ -565,7 +565,8 @@ static void test_attention(void)
     }
 }
 
-/* ---- softmax + cross-entropy ------------------------------------------------------------------ */
+/* ---- softmax + cross-entropy ------------------------------------------------------------------
+ */
 
 static void xent_case(int N, int V, int Vp, float amp, zr_dtype t)
 {
@@ -629,8 +630,8 @@ static void xent_case(int N, int V, int Vp, float amp, zr_dtype t)
 
 static void test_xent(void)
 {
-    xent_case(7, 97, 112, 1.0f, ZR_DTYPE_F32);  /* 16-byte accesses */
-    xent_case(5, 97, 100, 3.0f, ZR_DTYPE_F32);  /* element by element */
+    xent_case(7, 97, 112, 1.0f, ZR_DTYPE_F32);    /* 16-byte accesses */
+    xent_case(5, 97, 100, 3.0f, ZR_DTYPE_F32);    /* element by element */
     xent_case(6, 97, 112, 1000.0f, ZR_DTYPE_F32); /* large logits */
     xent_case(1, 1, 8, 1.0f, ZR_DTYPE_F32);
     xent_case(7, 97, 128, 2.0f, ZR_DTYPE_BF16);

@@ -101,7 +101,7 @@ typedef struct zr_gpt_cuda {
     size_t arena_bytes;
     void *encoded; /* [BT, C] */
     zr_gpt_cuda_layer *layers;
-    void *lnf, *logits; /* [BT, C], [BT, Vp] (dlogits in backward) */
+    void *lnf, *logits;                             /* [BT, C], [BT, Vp] (dlogits in backward) */
     float *lnf_mean, *lnf_rstd, *losses, *xent_lse; /* [BT] */
     void *dres, *dln, *datty, *dbig, *tmp;          /* backward scratch; tmp: projections */
     float *att_delta;                               /* [B, NH, T] */

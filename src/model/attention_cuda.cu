@@ -73,8 +73,7 @@ __device__ __forceinline__ void load_row(float x[ATT_D], const S *src, int lane,
 }
 
 template <typename S, int G>
-__device__ __forceinline__ void store_row(S *dst, const float x[ATT_D], float mul, int lane,
-                                          int hs)
+__device__ __forceinline__ void store_row(S *dst, const float x[ATT_D], float mul, int lane, int hs)
 {
     ZR_UNROLL
     for (int d = 0; d < ATT_D; d++) {
@@ -104,8 +103,8 @@ __device__ __forceinline__ float row_dot(const float x[ATT_D], const float *t, i
  * arrive together: keys after the warp's last query row, queries before its
  * first key row, rows past T.
  */
-template <int G> __device__ __forceinline__ void warp_rows(int first_of_block, int T, int *first,
-                                                           int *last)
+template <int G>
+__device__ __forceinline__ void warp_rows(int first_of_block, int T, int *first, int *last)
 {
     *first = first_of_block + (int)(threadIdx.x / 32) * (32 / G);
     *last = *first >= T ? -1 : min(*first + 32 / G - 1, T - 1);
@@ -303,7 +302,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         load_tile<S, BK, HSP>(vs, base + 2 * C, k0, T, hs, ld, vec);
         __syncthreads();
         const int nk = min(BK, wlast - k0 + 1); /* warp-uniform; <= 0: nothing to do */
-        for (int jj = 0; jj < nk; jj++) { /* as in att_bwd_kv: not unrolled */
+        for (int jj = 0; jj < nk; jj++) {       /* as in att_bwd_kv: not unrolled */
             const float *kj = ks + jj * HSP;
             float sc = row_dot<G>(q, kj, lane);
             float p = k0 + jj <= r ? expf(sc * scale - L) : 0.0f;
@@ -336,8 +335,8 @@ template <typename S, int G> static cudaError_t bwd_t(const zr_ok_att *a, cudaSt
 {
     typedef att_tile<G> tl;
     dim3 grid((unsigned int)((a->T + tl::R - 1) / tl::R), (unsigned int)(a->B * a->NH));
-    ZR_LAUNCH((att_delta<S, G>), grid, ATT_THREADS, 0, s, a->delta, sptr<S>(a->dout),
-              sptr<S>(a->o), a->T, a->C, a->NH);
+    ZR_LAUNCH((att_delta<S, G>), grid, ATT_THREADS, 0, s, a->delta, sptr<S>(a->dout), sptr<S>(a->o),
+              a->T, a->C, a->NH);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
         return err;

@@ -92,8 +92,8 @@ static zr_status blas_setup(zr_blas *b, zr_stream *s)
     ZR_CUBLAS_CHECK(cublasCreate(&b->h));
     ZR_CUBLAS_CHECK(cublasSetStream(b->h, zr_stream_cuda(s)));
     /* no tensor-op shortcuts in fp32; bf16 asks for fp32 accumulation by its compute type */
-    ZR_CUBLAS_CHECK(cublasSetMathMode(
-        b->h, b->type == ZR_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH : CUBLAS_DEFAULT_MATH));
+    ZR_CUBLAS_CHECK(cublasSetMathMode(b->h, b->type == ZR_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH
+                                                                    : CUBLAS_DEFAULT_MATH));
     return ZR_OK;
 }
 
@@ -144,8 +144,8 @@ zr_status zr_blas_gemm(zr_blas *b, const zr_gemm *g, const void *A, const void *
                                      p.ldb, &p.beta, C, t, p.ldc, ct, CUBLAS_GEMM_DEFAULT));
     } else {
         ZR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-            b->h, oa, ob, p.m, p.n, p.k, &p.alpha, B, t, p.lda, p.stride_a, A, t, p.ldb,
-            p.stride_b, &p.beta, C, t, p.ldc, p.stride_c, p.batch, ct, CUBLAS_GEMM_DEFAULT));
+            b->h, oa, ob, p.m, p.n, p.k, &p.alpha, B, t, p.lda, p.stride_a, A, t, p.ldb, p.stride_b,
+            &p.beta, C, t, p.ldc, p.stride_c, p.batch, ct, CUBLAS_GEMM_DEFAULT));
     }
     return ZR_OK;
 }
@@ -155,7 +155,8 @@ zr_status zr_blas_gemm(zr_blas *b, const zr_gemm *g, const void *A, const void *
 zr_status zr_blas_create(zr_stream *s, zr_dtype type, zr_blas **out)
 {
     *out = NULL;
-    ZR_FAIL(ZR_ERR_DEVICE, "blas: zr was built without CUDA (make CUDA=0, or no nvcc at build time)");
+    ZR_FAIL(ZR_ERR_DEVICE,
+            "blas: zr was built without CUDA (make CUDA=0, or no nvcc at build time)");
 }
 
 void zr_blas_destroy(zr_blas *b)

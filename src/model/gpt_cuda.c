@@ -229,31 +229,33 @@ size_t zr_gpt_cuda_activation_bytes(const zr_gpt_config *cfg, int B, int T, zr_d
 
 /* ---- matrix products ------------------------------------------------------------------- */
 
+/* One row-major product on the model's stream: C = op(A) op(B) + beta C (zr_gemm's fields). */
+static zr_status mm(zr_gpt_cuda *m, int ta, int tb, int M, int N, int K, int lda, int ldb, int ldc,
+                    float beta, const void *A, const void *B, void *C)
+{
+    zr_gemm g = {ta, tb, M, N, K, lda, ldb, ldc, 0, 0, 0, 1, 1.0f, beta};
+    return zr_blas_gemm(m->blas, &g, A, B, C);
+}
+
 /* out[N, OC] (row stride ldo) = inp[N, K] w[OC, K]^T */
 static zr_status mm_fwd(zr_gpt_cuda *m, void *out, const void *inp, const void *w, int N, int K,
                         int OC, int ldo)
 {
-    zr_gemm g = {.ta = 0, .tb = 1, .M = N, .N = OC, .K = K, .lda = K, .ldb = K, .ldc = ldo,
-                 .batch = 1, .alpha = 1.0f, .beta = 0.0f};
-    return zr_blas_gemm(m->blas, &g, inp, w, out);
+    return mm(m, 0, 1, N, OC, K, K, K, ldo, 0.0f, inp, w, out);
 }
 
 /* dinp[N, K] = dout[N, OC] (row stride ldd) w[OC, K] */
 static zr_status mm_dinp(zr_gpt_cuda *m, void *dinp, const void *dout, const void *w, int N, int K,
                          int OC, int ldd)
 {
-    zr_gemm g = {.ta = 0, .tb = 0, .M = N, .N = K, .K = OC, .lda = ldd, .ldb = K, .ldc = K,
-                 .batch = 1, .alpha = 1.0f, .beta = 0.0f};
-    return zr_blas_gemm(m->blas, &g, dout, w, dinp);
+    return mm(m, 0, 0, N, K, OC, ldd, K, K, 0.0f, dout, w, dinp);
 }
 
 /* dw[OC, K] += dout[N, OC]^T (row stride ldd) inp[N, K] */
 static zr_status mm_dw(zr_gpt_cuda *m, void *dw, const void *dout, const void *inp, int N, int K,
                        int OC, int ldd)
 {
-    zr_gemm g = {.ta = 1, .tb = 0, .M = OC, .N = K, .K = N, .lda = ldd, .ldb = K, .ldc = K,
-                 .batch = 1, .alpha = 1.0f, .beta = 1.0f};
-    return zr_blas_gemm(m->blas, &g, dout, inp, dw);
+    return mm(m, 1, 0, OC, K, N, ldd, K, K, 1.0f, dout, inp, dw);
 }
 
 /* ---- forward ---------------------------------------------------------------------------- */
@@ -262,8 +264,8 @@ zr_status zr_gpt_cuda_forward_begin(zr_gpt_cuda *m, const int *inputs, const int
 {
     const int BT = m->B * m->T, V = m->cfg.vocab;
     for (int i = 0; i < BT; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V || (targets != NULL && (targets[i] < 0 ||
-                                                                    targets[i] >= V))) {
+        if (inputs[i] < 0 || inputs[i] >= V ||
+            (targets != NULL && (targets[i] < 0 || targets[i] >= V))) {
             ZR_FAIL(ZR_ERR_INVALID,
                     "GPT on CUDA: token %d (input) / %d (target) at position %d is outside "
                     "[0, %d)",
@@ -279,8 +281,8 @@ zr_status zr_gpt_cuda_forward_begin(zr_gpt_cuda *m, const int *inputs, const int
     } else {
         memset(h + BT, 0, (size_t)BT * sizeof *h);
     }
-    m->nbuckets = zr_token_buckets(inputs, BT, V, h + 2 * BT, h + 3 * BT, h + 4 * BT + 1,
-                                   m->bucket_count);
+    m->nbuckets =
+        zr_token_buckets(inputs, BT, V, h + 2 * BT, h + 3 * BT, h + 4 * BT + 1, m->bucket_count);
     ZR_CHECK(zr_memcpy_async(m->tokens, h, (5 * (size_t)BT + 1) * sizeof *h, m->stream));
     ZR_CHECK(zr_event_record(m->tokens_ev, m->stream));
     m->has_targets = targets != NULL;
@@ -306,8 +308,8 @@ static zr_status block_forward(zr_gpt_cuda *m, int l, const void *p)
     ZR_CHECK(zr_op_cuda_attention_fwd(t, a->atty, a->att_lse, a->qkv, B, T, C, NH, s));
     ZR_CHECK(mm_fwd(m, m->tmp, a->atty, W(T_ATTPROJW), BT, C, C, C));
     ZR_CHECK(zr_op_cuda_residual_layernorm_fwd(t, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, inp,
-                                               m->tmp, W(T_ATTPROJB), W(T_LN2W), W(T_LN2B), BT,
-                                               C, s));
+                                               m->tmp, W(T_ATTPROJB), W(T_LN2W), W(T_LN2B), BT, C,
+                                               s));
     ZR_CHECK(mm_fwd(m, a->fch, a->ln2, W(T_FCW), BT, C, 4 * C, 4 * C));
     ZR_CHECK(zr_op_cuda_bias_gelu_fwd(t, a->fch_gelu, a->fch, W(T_FCB), BT, 4 * C, s));
     ZR_CHECK(mm_fwd(m, m->tmp, a->fch_gelu, W(T_FCPROJW), BT, 4 * C, C, C));
@@ -330,8 +332,8 @@ static zr_status final_forward(zr_gpt_cuda *m, const void *p, const void *p0)
     if (!m->has_targets) {
         return ZR_OK;
     }
-    ZR_CHECK(zr_op_cuda_xent_fwd(t, m->losses, m->xent_lse, m->logits, dev_targets(m), BT, V, Vp,
-                                 s));
+    ZR_CHECK(
+        zr_op_cuda_xent_fwd(t, m->losses, m->xent_lse, m->logits, dev_targets(m), BT, V, Vp, s));
     ZR_CHECK(zr_op_cuda_mean(m->ctrl, m->losses, BT, s));
     ZR_CHECK(zr_memcpy_async(m->host_ctrl, m->ctrl, ZR_GPT_CUDA_CTRL * sizeof(float), s));
     ZR_CHECK(zr_event_record(m->ctrl_ev, s));
@@ -354,10 +356,9 @@ zr_status zr_gpt_cuda_forward_unit(zr_gpt_cuda *m, int u, const void *params,
                 u == L + 1 ? " and unit 0's (tied LM head)" : "");
     }
     if (u == 0) {
-        ZR_CHECK(zr_op_cuda_encoder_fwd(m->type, m->encoded, dev_inputs(m),
-                                        tensor(m, m->unit0_desc, 0, params),
-                                        tensor(m, m->unit0_desc, 1, params), m->B, m->T,
-                                        m->cfg.channels, m->stream));
+        ZR_CHECK(zr_op_cuda_encoder_fwd(
+            m->type, m->encoded, dev_inputs(m), tensor(m, m->unit0_desc, 0, params),
+            tensor(m, m->unit0_desc, 1, params), m->B, m->T, m->cfg.channels, m->stream));
     } else if (u <= L) {
         ZR_CHECK(block_forward(m, u - 1, params));
     } else {
@@ -396,8 +397,8 @@ static zr_status final_backward(zr_gpt_cuda *m, const void *p, const void *p0, v
     const int BT = m->B * m->T, C = m->cfg.channels, V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
     const zr_dtype t = m->type;
     zr_stream *s = m->stream;
-    ZR_CHECK(zr_op_cuda_xent_bwd(t, m->logits, m->xent_lse, dev_targets(m), 1.0f / (float)BT, BT,
-                                 V, Vp, s));
+    ZR_CHECK(zr_op_cuda_xent_bwd(t, m->logits, m->xent_lse, dev_targets(m), 1.0f / (float)BT, BT, V,
+                                 Vp, s));
     ZR_CHECK(mm_dinp(m, m->dln, m->logits, tensor(m, m->unit0_desc, 0, p0), BT, C, V, Vp));
     ZR_CHECK(mm_dw(m, tensor(m, m->unit0_desc, 0, g0), m->logits, m->lnf, BT, C, V, Vp));
     /* dres is written here (not accumulated): the residual stream's gradient starts */

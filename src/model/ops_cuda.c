@@ -147,9 +147,8 @@ static zr_status layernorm(const char *what, zr_dtype t, const zr_ok_ln *a, zr_s
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd,
-                                   const void *inp, const void *w, const void *b, int N, int C,
-                                   zr_stream *s)
+zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd, const void *inp,
+                                   const void *w, const void *b, int N, int C, zr_stream *s)
 {
     zr_ok_ln a = {out, NULL, mean, rstd, inp, NULL, NULL, w, b, N, C, 0};
     return layernorm("cuda layernorm forward", t, &a, s);
@@ -269,8 +268,8 @@ static zr_status attention_args(const char *what, zr_ok_att *a)
     }
     int hs = a->C / a->NH;
     if (hs > 256 || a->B * a->NH > 65535) {
-        ZR_FAIL(ZR_ERR_INVALID, "%s: head size %d (at most 256), B * NH = %d (at most 65535)",
-                what, hs, a->B * a->NH);
+        ZR_FAIL(ZR_ERR_INVALID, "%s: head size %d (at most 256), B * NH = %d (at most 65535)", what,
+                hs, a->B * a->NH);
     }
     a->g = 1;
     while (16 * a->g < hs) {
@@ -282,8 +281,8 @@ static zr_status attention_args(const char *what, zr_ok_att *a)
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B,
-                                   int T, int C, int NH, zr_stream *s)
+zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
+                                   int C, int NH, zr_stream *s)
 {
     const char *what = "cuda attention forward";
     cudaStream_t cs;
@@ -384,9 +383,8 @@ zr_status zr_op_cuda_encoder_bwd(zr_dtype t, void *dwte, void *dwpe, const void 
     return no_cuda("cuda encoder backward");
 }
 
-zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd,
-                                   const void *inp, const void *w, const void *b, int N, int C,
-                                   zr_stream *s)
+zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd, const void *inp,
+                                   const void *w, const void *b, int N, int C, zr_stream *s)
 {
     return no_cuda("cuda layernorm forward");
 }
@@ -441,8 +439,8 @@ zr_status zr_op_cuda_gelu_bwd(zr_dtype t, void *dinp, const void *inp, const voi
     return no_cuda("cuda gelu backward");
 }
 
-zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B,
-                                   int T, int C, int NH, zr_stream *s)
+zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
+                                   int C, int NH, zr_stream *s)
 {
     return no_cuda("cuda attention forward");
 }

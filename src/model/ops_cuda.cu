@@ -1,8 +1,8 @@
 /*
- * ops_cuda.cu - GPT-2's kernels other than attention and the matrix
- * products (which are attention_cuda.cu's and cuBLAS'): embedding, LayerNorm
- * (plain and fused with the residual add), bias + GELU, bias add, column
- * sums, and softmax + cross-entropy with the mean loss.
+ * ops_cuda.cu - GPT-2's elementwise and per-row kernels: embedding,
+ * LayerNorm (plain and fused with the residual add), bias + GELU, bias add
+ * and column sums. Attention is attention_cuda.cu's, softmax +
+ * cross-entropy xent_cuda.cu's, the matrix products cuBLAS'.
  *
  * Every kernel is templated on the storage type (float or bf16 bits,
  * ops_cuda_vec.h) and computes in fp32. The shapes:
@@ -10,10 +10,6 @@
  *     accesses where the C side (ops_cuda.c) found every row aligned;
  *   - per-row reductions (LayerNorm forward and backward): one warp per row,
  *     sums by an xor butterfly, so every lane holds the same bits;
- *   - softmax + cross-entropy: one block per row, an online (max, sum) per
- *     thread merged in a fixed order; the probabilities are never stored:
- *     the forward keeps each row's log-sum-exp, the backward writes
- *     dlogits = (exp(x - lse) - onehot) * dloss over the logits;
  *   - sums over rows (bias and LayerNorm weight gradients, the embedding's):
  *     never atomics. Column sums run in two passes, partial sums of fixed
  *     row ranges then their sum in range order; the token embedding's
@@ -27,12 +23,11 @@
 #include "ops_cuda_impl.h"
 #include "ops_cuda_vec.h"
 
-#define EW_THREADS  256 /* elementwise kernels */
-#define ROW_WARPS   4   /* rows (one warp each) per block of the row kernels */
-#define XENT_THREADS 128
-#define COL_TILE    32  /* columns of a column-sum block (one per lane) */
-#define COL_ROWS    8   /* row lanes of a column-sum block */
-#define MAX_PARTS   64  /* row ranges of a column sum */
+#define EW_THREADS 256 /* elementwise kernels */
+#define ROW_WARPS  4   /* rows (one warp each) per block of the row kernels */
+#define COL_TILE   32  /* columns of a column-sum block (one per lane) */
+#define COL_ROWS   8   /* row lanes of a column-sum block */
+#define MAX_PARTS  64  /* row ranges of a column sum */
 
 #define GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
 
@@ -378,7 +373,8 @@ __global__ void __launch_bounds__(EW_THREADS)
             float u = GELU_S * (x + 0.044715f * x * x * x);
             float t = tanh_form(u);
             float sech2 = 1.0f - t * t;
-            float g = 0.5f * (1.0f + t) + x * 0.5f * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+            float g =
+                0.5f * (1.0f + t) + x * 0.5f * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
             d[i] = g * d[i];
         }
         store8(dinp + e, m, vec, d);
@@ -402,100 +398,6 @@ __global__ void __launch_bounds__(EW_THREADS)
             v[i] = v[i] + bv[i];
         }
         store8(x + row * OC + c, m, vec, v);
-    }
-}
-
-/* ---- softmax + cross-entropy --------------------------------------------------------------- */
-
-/* (m, s) of two sets: the larger max, each sum rescaled to it; the same bits either way round. */
-__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
-{
-    float mx = fmaxf(m, m2);
-    float a = m == -INFINITY ? 0.0f : s * expf(m - mx);
-    float b = m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mx);
-    m = mx;
-    s = a + b;
-}
-
-/* One block per row: lse = log sum exp of the V logits, loss = lse - logit(target). */
-template <typename S>
-__global__ void __launch_bounds__(XENT_THREADS)
-    xent_fwd(float *losses, float *lse, const S *logits, const int *targets, int V, int Vp)
-{
-    __shared__ float wm[XENT_THREADS / 32], wsum[XENT_THREADS / 32];
-    const S *x = logits + (size_t)blockIdx.x * Vp;
-    float m = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += XENT_THREADS) {
-        float v = ld1(x + j);
-        if (v > m) {
-            s = (m == -INFINITY ? 0.0f : s * expf(m - v)) + 1.0f;
-            m = v;
-        } else {
-            s += expf(v - m); /* a NaN logit lands here and makes the loss NaN */
-        }
-    }
-    for (int off = 16; off > 0; off /= 2) {
-        float m2 = __shfl_xor_sync(ZR_FULL_MASK, m, off);
-        float s2 = __shfl_xor_sync(ZR_FULL_MASK, s, off);
-        lse_merge(m, s, m2, s2);
-    }
-    if (threadIdx.x % 32 == 0) {
-        wm[threadIdx.x / 32] = m;
-        wsum[threadIdx.x / 32] = s;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        m = wm[0];
-        s = wsum[0];
-        for (int w = 1; w < XENT_THREADS / 32; w++) {
-            lse_merge(m, s, wm[w], wsum[w]);
-        }
-        float l = m + logf(s);
-        lse[blockIdx.x] = l;
-        if (targets != nullptr) {
-            losses[blockIdx.x] = l - ld1(x + targets[blockIdx.x]);
-        }
-    }
-}
-
-/* In place: logits become (softmax - onehot(target)) * dloss; the padded columns stay. */
-template <typename S>
-__global__ void __launch_bounds__(XENT_THREADS)
-    xent_bwd(S *logits, const float *lse, const int *targets, float dloss, int V, int Vp, int vec)
-{
-    S *x = logits + (size_t)blockIdx.x * Vp;
-    float l = lse[blockIdx.x];
-    int t = targets[blockIdx.x];
-    for (int j = threadIdx.x * 8; j < V; j += XENT_THREADS * 8) {
-        int m = min(8, V - j);
-        float v[8];
-        load8(x + j, m, vec, v);
-        ZR_UNROLL
-        for (int i = 0; i < 8; i++) {
-            v[i] = (expf(v[i] - l) - (j + i == t ? 1.0f : 0.0f)) * dloss;
-        }
-        store8(x + j, m, vec, v);
-    }
-}
-
-/* out[0] = mean of x[0..n-1], summed in double in a fixed order (one block). */
-__global__ void __launch_bounds__(256) mean_kernel(float *out, const float *x, int n)
-{
-    __shared__ double sh[256];
-    double acc = 0.0;
-    for (int i = threadIdx.x; i < n; i += 256) {
-        acc += x[i];
-    }
-    sh[threadIdx.x] = acc;
-    __syncthreads();
-    for (int h = 128; h > 0; h /= 2) {
-        if ((int)threadIdx.x < h) {
-            sh[threadIdx.x] = sh[threadIdx.x] + sh[threadIdx.x + h];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        out[0] = (float)(sh[0] / (double)n);
     }
 }
 
@@ -560,14 +462,14 @@ template <typename S> static cudaError_t layernorm_fwd_t(const zr_ok_ln *a, cuda
 {
     unsigned int grid = (unsigned int)((a->N + ROW_WARPS - 1) / ROW_WARPS);
     if (a->res != nullptr) {
-        ZR_LAUNCH((layernorm_fwd<S, true>), grid, ROW_WARPS * 32, 0, s, sptr<S>(a->out), sptr<S>(a->res),
-                  a->mean, a->rstd, sptr<S>(a->inp), sptr<S>(a->x), sptr<S>(a->xbias), sptr<S>(a->w),
-                  sptr<S>(a->b), a->N, a->C, a->vec);
+        ZR_LAUNCH((layernorm_fwd<S, true>), grid, ROW_WARPS * 32, 0, s, sptr<S>(a->out),
+                  sptr<S>(a->res), a->mean, a->rstd, sptr<S>(a->inp), sptr<S>(a->x),
+                  sptr<S>(a->xbias), sptr<S>(a->w), sptr<S>(a->b), a->N, a->C, a->vec);
     } else {
         S *none = nullptr;
         ZR_LAUNCH((layernorm_fwd<S, false>), grid, ROW_WARPS * 32, 0, s, sptr<S>(a->out), none,
-                  a->mean, a->rstd, sptr<S>(a->inp), sptr<S>(a->x), sptr<S>(a->xbias), sptr<S>(a->w),
-                  sptr<S>(a->b), a->N, a->C, a->vec);
+                  a->mean, a->rstd, sptr<S>(a->inp), sptr<S>(a->x), sptr<S>(a->xbias),
+                  sptr<S>(a->w), sptr<S>(a->b), a->N, a->C, a->vec);
     }
     return cudaGetLastError();
 }
@@ -596,9 +498,8 @@ extern "C" cudaError_t zr_ok_launch_residual(int bf16, void *res, const void *a,
 
 /* The two passes of a column sum into out0 (and out1 for a LayerNorm's weights). */
 template <typename S, int NOUT>
-static cudaError_t colsum_t(void *out0, void *out1, const void *d, const void *x,
-                            const float *mean, const float *rstd, int N, int C, float *scratch,
-                            cudaStream_t s)
+static cudaError_t colsum_t(void *out0, void *out1, const void *d, const void *x, const float *mean,
+                            const float *rstd, int N, int C, float *scratch, cudaStream_t s)
 {
     int parts = zr_ok_colsum_parts(N), rpp = (N + parts - 1) / parts;
     dim3 grid((unsigned int)((C + COL_TILE - 1) / COL_TILE), (unsigned int)parts);
@@ -620,8 +521,8 @@ static cudaError_t layernorm_bwd_t(void *dinp, void *dw, void *db, const void *d
                                    int vec, cudaStream_t s)
 {
     ZR_LAUNCH(layernorm_bwd_rows<S>, (unsigned int)((N + ROW_WARPS - 1) / ROW_WARPS),
-              ROW_WARPS * 32, 0, s, sptr<S>(dinp), sptr<S>(dout), sptr<S>(inp), sptr<S>(w), mean, rstd, N, C,
-              accumulate, vec);
+              ROW_WARPS * 32, 0, s, sptr<S>(dinp), sptr<S>(dout), sptr<S>(inp), sptr<S>(w), mean,
+              rstd, N, C, accumulate, vec);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
         return err;
@@ -694,38 +595,4 @@ extern "C" cudaError_t zr_ok_launch_bias_add(int bf16, void *x, const void *bias
 {
     return bf16 ? bias_add_t<zr_bf16_t>(x, bias, N, OC, vec, s)
                 : bias_add_t<float>(x, bias, N, OC, vec, s);
-}
-
-extern "C" cudaError_t zr_ok_launch_xent_fwd(int bf16, float *losses, float *lse,
-                                             const void *logits, const int *targets, int N, int V,
-                                             int Vp, cudaStream_t s)
-{
-    if (bf16) {
-        ZR_LAUNCH(xent_fwd<zr_bf16_t>, (unsigned int)N, XENT_THREADS, 0, s, losses, lse,
-                  sptr<zr_bf16_t>(logits), targets, V, Vp);
-    } else {
-        ZR_LAUNCH(xent_fwd<float>, (unsigned int)N, XENT_THREADS, 0, s, losses, lse,
-                  sptr<float>(logits), targets, V, Vp);
-    }
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t zr_ok_launch_xent_bwd(int bf16, void *logits, const float *lse,
-                                             const int *targets, float dloss, int N, int V, int Vp,
-                                             int vec, cudaStream_t s)
-{
-    if (bf16) {
-        ZR_LAUNCH(xent_bwd<zr_bf16_t>, (unsigned int)N, XENT_THREADS, 0, s, sptr<zr_bf16_t>(logits),
-                  lse, targets, dloss, V, Vp, vec);
-    } else {
-        ZR_LAUNCH(xent_bwd<float>, (unsigned int)N, XENT_THREADS, 0, s, sptr<float>(logits), lse,
-                  targets, dloss, V, Vp, vec);
-    }
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t zr_ok_launch_mean(float *out, const float *x, int n, cudaStream_t s)
-{
-    ZR_LAUNCH(mean_kernel, 1, 256, 0, s, out, x, n);
-    return cudaGetLastError();
 }

@@ -44,9 +44,8 @@ zr_status zr_op_cuda_encoder_bwd(zr_dtype t, void *dwte, void *dwpe, const void 
                                  const int *btoken, const int *bstart, const int *bpos,
                                  int nbuckets, int B, int T, int C, zr_stream *s);
 
-zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd,
-                                   const void *inp, const void *w, const void *b, int N, int C,
-                                   zr_stream *s);
+zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd, const void *inp,
+                                   const void *w, const void *b, int N, int C, zr_stream *s);
 /* res = a + (x + xbias) (xbias may be NULL), then out = LayerNorm(res) as stored. */
 zr_status zr_op_cuda_residual_layernorm_fwd(zr_dtype t, void *res, void *out, float *mean,
                                             float *rstd, const void *a, const void *x,
@@ -86,8 +85,8 @@ zr_status zr_op_cuda_gelu_bwd(zr_dtype t, void *dinp, const void *inp, const voi
  * [B, NH, T], each row's log-sum-exp of its scaled scores. Head size
  * C / NH at most 256.
  */
-zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B,
-                                   int T, int C, int NH, zr_stream *s);
+zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
+                                   int C, int NH, zr_stream *s);
 /*
  * dqkv [B, T, 3C] overwritten from dout [B, T, C], the forward's qkv, out
  * and lse; delta is scratch of B * NH * T floats (each row's dO . O).

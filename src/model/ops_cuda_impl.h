@@ -22,8 +22,7 @@ extern "C" {
 int zr_ok_colsum_parts(int N);
 
 cudaError_t zr_ok_launch_encoder_fwd(int bf16, void *out, const int *inp, const void *wte,
-                                     const void *wpe, int B, int T, int C, int vec,
-                                     cudaStream_t s);
+                                     const void *wpe, int B, int T, int C, int vec, cudaStream_t s);
 cudaError_t zr_ok_launch_encoder_bwd(int bf16, void *dwte, void *dwpe, const void *dout,
                                      const int *btoken, const int *bstart, const int *bpos,
                                      int nbuckets, int B, int T, int C, int vec, cudaStream_t s);

@@ -102,8 +102,8 @@ struct gemm_op : op {
                     v = beta * v;
                 }
             }
-            char *base =
-                static_cast<char *>(const_cast<void *>(c.p)) + (long long)e * c.stride * type_size(c.type);
+            char *base = static_cast<char *>(const_cast<void *>(c.p)) +
+                         (long long)e * c.stride * type_size(c.type);
             for (int col = 0; col < n; col++) {
                 for (int r = 0; r < m; r++) {
                     size_t i = (size_t)col * (size_t)c.ld + (size_t)r;
@@ -146,9 +146,9 @@ bool operand_ok(const char *call, const char *name, const operand &o, int batch,
     if (v.kind != MEM_DEVICE || v.device != device) {
         std::string freed = alloc_freed_note(o.p);
         emu_error("%s: operand %s = %p is %s", call, name, o.p,
-                  !freed.empty()           ? freed.c_str()
-                  : v.kind == MEM_DEVICE   ? "memory of another device"
-                                           : "not device memory (cuBLAS needs cudaMalloc memory)");
+                  !freed.empty()         ? freed.c_str()
+                  : v.kind == MEM_DEVICE ? "memory of another device"
+                                         : "not device memory (cuBLAS needs cudaMalloc memory)");
         return false;
     }
     uintptr_t a = (uintptr_t)o.p;

@@ -50,10 +50,7 @@ typedef enum {
 
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
 
-typedef enum {
-    CUBLAS_POINTER_MODE_HOST = 0,
-    CUBLAS_POINTER_MODE_DEVICE = 1
-} cublasPointerMode_t;
+typedef enum { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 } cublasPointerMode_t;
 
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 
@@ -75,14 +72,14 @@ typedef enum {
 
 typedef struct cublasContext *cublasHandle_t;
 
-#define cublasCreate          cublasCreate_v2
-#define cublasDestroy         cublasDestroy_v2
-#define cublasSetStream       cublasSetStream_v2
-#define cublasGetStream       cublasGetStream_v2
-#define cublasSetWorkspace    cublasSetWorkspace_v2
-#define cublasSetPointerMode  cublasSetPointerMode_v2
-#define cublasGetPointerMode  cublasGetPointerMode_v2
-#define cublasGetVersion      cublasGetVersion_v2
+#define cublasCreate         cublasCreate_v2
+#define cublasDestroy        cublasDestroy_v2
+#define cublasSetStream      cublasSetStream_v2
+#define cublasGetStream      cublasGetStream_v2
+#define cublasSetWorkspace   cublasSetWorkspace_v2
+#define cublasSetPointerMode cublasSetPointerMode_v2
+#define cublasGetPointerMode cublasGetPointerMode_v2
+#define cublasGetVersion     cublasGetVersion_v2
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t *handle);
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle);
@@ -105,12 +102,14 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                             cudaDataType Ctype, int ldc, cublasComputeType_t computeType,
                             cublasGemmAlgo_t algo);
 
-cublasStatus_t cublasGemmStridedBatchedEx(
-    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-    const void *alpha, const void *A, cudaDataType Atype, int lda, long long int strideA,
-    const void *B, cudaDataType Btype, int ldb, long long int strideB, const void *beta, void *C,
-    cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
-    cublasComputeType_t computeType, cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                          cublasOperation_t transb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void *B,
+                                          cudaDataType Btype, int ldb, long long int strideB,
+                                          const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                          long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 
 #ifdef __cplusplus
 }
