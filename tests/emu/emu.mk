@@ -19,8 +19,9 @@ EMU_DEFS := -DZR_CUDA=1 -DZR_CUDA_EMU=1 -DZR_NCCL=1 -Itests/emu/include
 # start and the code easy to debug; no FMA contraction, as nvcc --fmad=false)
 EMU_CUFLAGS := -std=c++17 -O1 -g -ffp-contract=off -pthread $(EMU_DEFS) -Iinclude \
                -Wall -Wextra -Wno-unused-parameter -MMD -MP
-# the emulator itself
-EMU_LIBFLAGS := -std=c++17 -O2 -g -pthread -Itests/emu/include -Wall -Wextra -MMD -MP
+# the emulator itself (its cuBLAS runs on OpenBLAS: cblas.h)
+EMU_LIBFLAGS := -std=c++17 -O2 -g -pthread -Itests/emu/include -Wall -Wextra -MMD -MP \
+                $(DEPS_CFLAGS)
 ifeq ($(WERROR),1)
   EMU_CUFLAGS += -Werror
   EMU_LIBFLAGS += -Werror
@@ -41,7 +42,7 @@ EMU_CU_OBJ := $(EMU_CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 EMU_TEST_SRC := $(wildcard tests/test_*.cu)
 EMU_TEST_BIN := $(EMU_TEST_SRC:tests/%.cu=$(BUILD)/tests/%)
 
-LDLIBS += $(EMU_LIB) -lstdc++ -pthread
+LDLIBS += $(EMU_LIB) $(DEPS_LIBS) -lstdc++ -pthread
 FLAGS_ID += EMU $(EMU_CXX) $(EMU_CUFLAGS) $(EMU_LIBFLAGS)
 
 .PHONY: emu-tests

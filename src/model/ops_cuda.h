@@ -1,0 +1,111 @@
+/*
+ * ops_cuda.h - GPT-2's operators on a CUDA device, the twins of ops.h's CPU
+ * operators, shared by gpt_cuda.c and the tests. Internal to src/model.
+ *
+ * Conventions as ops.h: row-major, N = B*T rows, forward outputs
+ * overwritten, parameter gradients accumulated (+=). Every pointer is
+ * device memory of the stream's device; t (ZR_DTYPE_F32 or ZR_DTYPE_BF16)
+ * is the storage type of activations, parameters and their gradients, while
+ * LayerNorm statistics (mean, rstd), attention log-sum-exps, losses and
+ * scratch are always fp32. Everything is queued on s; a bad argument fails
+ * before anything is queued (ZR_ERR_INVALID), a launch error is
+ * ZR_ERR_DEVICE. No operator uses atomics: the same inputs give the same
+ * bits on every run.
+ *
+ * The matrix products are cuBLAS' (zr_blas_gemm, zr/model_cuda.h).
+ */
+#ifndef ZR_MODEL_OPS_CUDA_H
+#define ZR_MODEL_OPS_CUDA_H
+
+#include "zr/device.h"
+#include "zr/quant.h"
+
+#include <stddef.h>
+
+/* out[b, t] = wte[inp[b, t]] + wpe[t]; inp holds device ints in [0, rows of wte). */
+zr_status zr_op_cuda_encoder_fwd(zr_dtype t, void *out, const int *inp, const void *wte,
+                                 const void *wpe, int B, int T, int C, zr_stream *s);
+
+/*
+ * The token buckets of the embedding's backward, built on the host: the
+ * distinct tokens of inp[0..n-1] in increasing order (token[0..nb-1]), and
+ * for bucket k the positions start[k] .. start[k+1]-1 of pos[], each
+ * bucket's positions increasing. Arrays of n, n + 1 and n ints; count is
+ * scratch of V ints. Returns nb. Tokens must be in [0, V).
+ */
+int zr_token_buckets(const int *inp, int n, int V, int *token, int *start, int *pos, int *count);
+
+/*
+ * dwte[tok] += the dout rows of its positions (in position order), dwpe[t]
+ * += dout[b, t] over b in order. btoken, bstart, bpos: device copies of
+ * zr_token_buckets' arrays, nbuckets of them.
+ */
+zr_status zr_op_cuda_encoder_bwd(zr_dtype t, void *dwte, void *dwpe, const void *dout,
+                                 const int *btoken, const int *bstart, const int *bpos,
+                                 int nbuckets, int B, int T, int C, zr_stream *s);
+
+zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd, const void *inp,
+                                   const void *w, const void *b, int N, int C, zr_stream *s);
+/* res = a + (x + xbias) (xbias may be NULL), then out = LayerNorm(res) as stored. */
+zr_status zr_op_cuda_residual_layernorm_fwd(zr_dtype t, void *res, void *out, float *mean,
+                                            float *rstd, const void *a, const void *x,
+                                            const void *xbias, const void *w, const void *b, int N,
+                                            int C, zr_stream *s);
+/* res = a + (x + xbias) (xbias may be NULL). */
+zr_status zr_op_cuda_residual_fwd(zr_dtype t, void *res, const void *a, const void *x,
+                                  const void *xbias, int N, int C, zr_stream *s);
+
+/* fp32 scratch floats a column sum over N rows of C columns needs (LayerNorm: both outputs). */
+size_t zr_op_cuda_colsum_scratch(int N, int C);
+
+/*
+ * dinp = (accumulate: +=) the input gradient; dw, db += the weight and bias
+ * gradients (by column sums through scratch, zr_op_cuda_colsum_scratch).
+ */
+zr_status zr_op_cuda_layernorm_bwd(zr_dtype t, void *dinp, void *dw, void *db, const void *dout,
+                                   const void *inp, const void *w, const float *mean,
+                                   const float *rstd, int N, int C, int accumulate, float *scratch,
+                                   zr_stream *s);
+
+/* x[N, OC] += bias, row by row. */
+zr_status zr_op_cuda_bias_add(zr_dtype t, void *x, const void *bias, int N, int OC, zr_stream *s);
+/* db[OC] += the column sums of d[N, OC]. */
+zr_status zr_op_cuda_colsum_acc(zr_dtype t, void *db, const void *d, int N, int OC, float *scratch,
+                                zr_stream *s);
+
+/* pre[N, OC] += bias (stored; bias may be NULL), then out = GELU(pre) (tanh form, as the CPU's). */
+zr_status zr_op_cuda_bias_gelu_fwd(zr_dtype t, void *out, void *pre, const void *bias, int N,
+                                   int OC, zr_stream *s);
+/* dinp = gelu'(inp) * dout over n elements; dinp may be dout. */
+zr_status zr_op_cuda_gelu_bwd(zr_dtype t, void *dinp, const void *inp, const void *dout, size_t n,
+                              zr_stream *s);
+
+/*
+ * Causal self-attention of qkv [B, T, 3C] into out [B, T, C], and lse
+ * [B, NH, T], each row's log-sum-exp of its scaled scores. Head size
+ * C / NH at most 256.
+ */
+zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
+                                   int C, int NH, zr_stream *s);
+/*
+ * dqkv [B, T, 3C] overwritten from dout [B, T, C], the forward's qkv, out
+ * and lse; delta is scratch of B * NH * T floats (each row's dO . O).
+ */
+zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
+                                   const void *qkv, const void *out, const float *lse, int B, int T,
+                                   int C, int NH, zr_stream *s);
+
+/*
+ * Row i of logits [N, Vp] (V valid columns): lse[i] = log sum exp, and
+ * losses[i] = lse[i] - logits[i, targets[i]] when targets (device ints in
+ * [0, V)) is not NULL. The probabilities are never stored.
+ */
+zr_status zr_op_cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void *logits,
+                              const int *targets, int N, int V, int Vp, zr_stream *s);
+/* In place: logits[:, :V] become (softmax - onehot(target)) * dloss. */
+zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const int *targets,
+                              float dloss, int N, int V, int Vp, zr_stream *s);
+/* out[0] = the mean of x[0..n-1] (summed in double, in a fixed order). */
+zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s);
+
+#endif /* ZR_MODEL_OPS_CUDA_H */

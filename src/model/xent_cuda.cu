@@ -1,0 +1,151 @@
+/*
+ * xent_cuda.cu - the fused softmax + cross-entropy of GPT-2's LM head, and
+ * the mean loss, on a CUDA device. The probabilities are never stored.
+ *
+ *   forward   one block per row: each thread keeps an online (max, sum of
+ *             exp) over its columns, merged across the warp by an xor
+ *             butterfly and across warps in warp order (the merge gives the
+ *             same bits either way round); the row's log-sum-exp is kept
+ *             (fp32) and the loss is lse - logit(target).
+ *   backward  in place over the logits: (exp(x - lse) - onehot) * dloss,
+ *             16-byte accesses where the C side found rows aligned; the
+ *             padded columns V..Vp are neither read nor written.
+ *   mean      one block sums the losses in double in a fixed order, so the
+ *             loss the host sees is the same bits on every run.
+ *
+ * Built by nvcc (--fmad=false) and by the GPU emulator (g++).
+ */
+#include "ops_cuda_impl.h"
+#include "ops_cuda_vec.h"
+
+#define XENT_THREADS 128
+
+/* ---- softmax + cross-entropy --------------------------------------------------------------- */
+
+/* (m, s) of two sets: the larger max, each sum rescaled to it; the same bits either way round. */
+__device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2)
+{
+    float mx = fmaxf(m, m2);
+    float a = m == -INFINITY ? 0.0f : s * expf(m - mx);
+    float b = m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mx);
+    m = mx;
+    s = a + b;
+}
+
+/* One block per row: lse = log sum exp of the V logits, loss = lse - logit(target). */
+template <typename S>
+__global__ void __launch_bounds__(XENT_THREADS)
+    xent_fwd(float *losses, float *lse, const S *logits, const int *targets, int V, int Vp)
+{
+    __shared__ float wm[XENT_THREADS / 32], wsum[XENT_THREADS / 32];
+    const S *x = logits + (size_t)blockIdx.x * Vp;
+    float m = -INFINITY, s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += XENT_THREADS) {
+        float v = ld1(x + j);
+        if (v > m) {
+            s = (m == -INFINITY ? 0.0f : s * expf(m - v)) + 1.0f;
+            m = v;
+        } else {
+            s += expf(v - m); /* a NaN logit lands here and makes the loss NaN */
+        }
+    }
+    for (int off = 16; off > 0; off /= 2) {
+        float m2 = __shfl_xor_sync(ZR_FULL_MASK, m, off);
+        float s2 = __shfl_xor_sync(ZR_FULL_MASK, s, off);
+        lse_merge(m, s, m2, s2);
+    }
+    if (threadIdx.x % 32 == 0) {
+        wm[threadIdx.x / 32] = m;
+        wsum[threadIdx.x / 32] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        m = wm[0];
+        s = wsum[0];
+        for (int w = 1; w < XENT_THREADS / 32; w++) {
+            lse_merge(m, s, wm[w], wsum[w]);
+        }
+        float l = m + logf(s);
+        lse[blockIdx.x] = l;
+        if (targets != nullptr) {
+            losses[blockIdx.x] = l - ld1(x + targets[blockIdx.x]);
+        }
+    }
+}
+
+/* In place: logits become (softmax - onehot(target)) * dloss; the padded columns stay. */
+template <typename S>
+__global__ void __launch_bounds__(XENT_THREADS)
+    xent_bwd(S *logits, const float *lse, const int *targets, float dloss, int V, int Vp, int vec)
+{
+    S *x = logits + (size_t)blockIdx.x * Vp;
+    float l = lse[blockIdx.x];
+    int t = targets[blockIdx.x];
+    for (int j = threadIdx.x * 8; j < V; j += XENT_THREADS * 8) {
+        int m = min(8, V - j);
+        float v[8];
+        load8(x + j, m, vec, v);
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            v[i] = (expf(v[i] - l) - (j + i == t ? 1.0f : 0.0f)) * dloss;
+        }
+        store8(x + j, m, vec, v);
+    }
+}
+
+/* out[0] = mean of x[0..n-1], summed in double in a fixed order (one block). */
+__global__ void __launch_bounds__(256) mean_kernel(float *out, const float *x, int n)
+{
+    __shared__ double sh[256];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < n; i += 256) {
+        acc += x[i];
+    }
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (int h = 128; h > 0; h /= 2) {
+        if ((int)threadIdx.x < h) {
+            sh[threadIdx.x] = sh[threadIdx.x] + sh[threadIdx.x + h];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[0] = (float)(sh[0] / (double)n);
+    }
+}
+
+/* ---- launchers ------------------------------------------------------------------------------ */
+
+extern "C" cudaError_t zr_ok_launch_xent_fwd(int bf16, float *losses, float *lse,
+                                             const void *logits, const int *targets, int N, int V,
+                                             int Vp, cudaStream_t s)
+{
+    if (bf16) {
+        ZR_LAUNCH(xent_fwd<zr_bf16_t>, (unsigned int)N, XENT_THREADS, 0, s, losses, lse,
+                  sptr<zr_bf16_t>(logits), targets, V, Vp);
+    } else {
+        ZR_LAUNCH(xent_fwd<float>, (unsigned int)N, XENT_THREADS, 0, s, losses, lse,
+                  sptr<float>(logits), targets, V, Vp);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t zr_ok_launch_xent_bwd(int bf16, void *logits, const float *lse,
+                                             const int *targets, float dloss, int N, int V, int Vp,
+                                             int vec, cudaStream_t s)
+{
+    if (bf16) {
+        ZR_LAUNCH(xent_bwd<zr_bf16_t>, (unsigned int)N, XENT_THREADS, 0, s, sptr<zr_bf16_t>(logits),
+                  lse, targets, dloss, V, Vp, vec);
+    } else {
+        ZR_LAUNCH(xent_bwd<float>, (unsigned int)N, XENT_THREADS, 0, s, sptr<float>(logits), lse,
+                  targets, dloss, V, Vp, vec);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t zr_ok_launch_mean(float *out, const float *x, int n, cudaStream_t s)
+{
+    ZR_LAUNCH(mean_kernel, 1, 256, 0, s, out, x, n);
+    return cudaGetLastError();
+}
