@@ -1,0 +1,390 @@
+/*
+ * attention.c - causal self-attention on the CPU, streamed over key blocks
+ * (the FlashAttention-2 recurrence): the T x T scores are never stored.
+ *
+ * Forward, for one head and a tile of ZR_ATT_BQ query rows, key blocks of
+ * ZR_ATT_BK in order, each row i holding a running max m, a running sum l
+ * and an unnormalised output y:
+ *
+ *     s_j  = (q_i . k_j) * scale                     keys j of the block, j <= i
+ *     m'   = max(m, max_j s_j)
+ *     p_j  = exp(s_j - m')
+ *     l    = l * exp(m - m') + sum_j p_j
+ *     y    = y * exp(m - m') + sum_j p_j v_j
+ *
+ * and at the end y / l is the output and lse = m + log(l) is kept: the
+ * backward recomputes every probability exactly as p_j = exp(s_j - lse)
+ * block by block, with D_i = dO_i . O_i:
+ *
+ *     dp_j = dO_i . v_j        ds_j = p_j (dp_j - D_i) scale
+ *     dV_j += p_j dO_i         dQ_i += ds_j k_j        dK_j += ds_j q_i
+ *
+ * The arithmetic is defined by the scalar code here: each dot product and
+ * each sum of products is one chain of fmaf over its index in increasing
+ * order (the tile product of attention_impl.h), the block max and block sum
+ * of p use the fixed 16 lanes of ops_math.h, exp is zr_exp_approx. The
+ * vector kernels (attention_x86.c, and the row loops below compiled for
+ * AVX2 / AVX-512) reproduce it bit for bit, so the result depends on
+ * ZR_ATT_BK (where the forward rescales) and on nothing else: not the
+ * vector width, the tile height, or the thread count. A GPU kernel checked
+ * against this code should use the same key blocks, or a tolerance.
+ *
+ * Threads: the forward splits (batch, head, query tile) tasks, the
+ * backward (batch, head), which owns its columns of dQ, dK and dV, so no
+ * sum is ever split. Tiles live on the stack (ZR_ATT_MAX_HS bounds them).
+ */
+#include "attention_impl.h"
+#include "ops.h"
+#include "ops_math.h"
+#include "zr/base.h"
+#include "zr/pool.h"
+
+#include <math.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ZR_ATT_X86 1
+#define T256       __attribute__((target("avx2,fma")))
+#define T512       __attribute__((target("avx512f,avx2,fma")))
+#else
+#define ZR_ATT_X86 0
+#endif
+
+#define BQ ZR_ATT_BQ
+#define BK ZR_ATT_BK
+
+/* ---- the reference tile product ------------------------------------------- */
+
+void zr_att_gemm_scalar(int m, int n, int k, const float *a, size_t ars, size_t aps,
+                        const float *b, size_t ldb, float *c, size_t ldc, int acc)
+{
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            float s = acc ? c[i * ldc + j] : 0.0f;
+            for (int p = 0; p < k; p++) {
+                s = fmaf(a[i * ars + p * aps], b[p * ldb + j], s);
+            }
+            c[i * ldc + j] = s;
+        }
+    }
+}
+
+/* ---- row steps, compiled once per vector width ------------------------------ */
+
+/*
+ * Forward: rows r < nq of s (stride BK) hold q_{i0+r} . k_{j0+j}. Scales
+ * them, updates m, l and the row of y, and leaves p in s (0 where j0 + j > i).
+ */
+static inline __attribute__((always_inline)) void fwd_rows_body(float *s, int nq, int nk, int i0,
+                                                                int j0, float scale, float *m,
+                                                                float *l, float *y, size_t ldy,
+                                                                int hs)
+{
+    for (int r = 0; r < nq; r++) {
+        float *sr = s + (size_t)r * BK;
+        int jn = i0 + r + 1 - j0; /* keys of the block row i0 + r may see */
+        jn = jn < nk ? jn : nk;
+        if (jn <= 0) {
+            for (int j = 0; j < nk; j++) {
+                sr[j] = 0.0f;
+            }
+            continue;
+        }
+        for (int j = 0; j < jn; j++) {
+            sr[j] *= scale;
+        }
+        float mo = m[r], mb = zr_max_f(sr, jn);
+        float mn = mb > mo ? mb : mo;
+        for (int j = 0; j < jn; j++) {
+            sr[j] = zr_exp_approx(sr[j] - mn);
+        }
+        for (int j = jn; j < nk; j++) {
+            sr[j] = 0.0f;
+        }
+        float corr = mo == -INFINITY ? 0.0f : zr_exp_approx(mo - mn);
+        l[r] = l[r] * corr + zr_sum_f(sr, jn);
+        m[r] = mn;
+        if (corr != 1.0f) { /* multiplying by 1 changes nothing: skip it */
+            float *yr = y + (size_t)r * ldy;
+            for (int d = 0; d < hs; d++) {
+                yr[d] *= corr;
+            }
+        }
+    }
+}
+
+/*
+ * Backward: p holds q . k and ds holds dO . v (stride BK); p becomes the
+ * probabilities (0 where masked) and ds the score gradients, scale included.
+ */
+static inline __attribute__((always_inline)) void bwd_rows_body(float *p, float *ds, int nq,
+                                                                int nk, int i0, int j0,
+                                                                float scale, const float *lse,
+                                                                const float *dlt)
+{
+    for (int r = 0; r < nq; r++) {
+        float *pr = p + (size_t)r * BK, *dr = ds + (size_t)r * BK;
+        int jn = i0 + r + 1 - j0;
+        float lr = lse[r], dd = dlt[r];
+        for (int j = 0; j < nk; j++) {
+            float pv = zr_exp_approx(pr[j] * scale - lr);
+            pv = j < jn ? pv : 0.0f;
+            pr[j] = pv;
+            dr[j] = pv * (dr[j] - dd) * scale;
+        }
+    }
+}
+
+/* D_r = dO_r . O_r in the fixed 16 lanes, for rows r < nq (row stride ld). */
+static inline __attribute__((always_inline)) void delta_body(float *dlt, const float *dout,
+                                                             const float *out, size_t ld, int nq,
+                                                             int hs)
+{
+    for (int r = 0; r < nq; r++) {
+        const float *a = dout + r * ld, *b = out + r * ld;
+        float acc[ZR_LANES] = {0};
+        int d = 0;
+        for (; d + ZR_LANES <= hs; d += ZR_LANES) {
+            for (int k = 0; k < ZR_LANES; k++) {
+                acc[k] += a[d + k] * b[d + k];
+            }
+        }
+        for (int k = 0; d < hs; d++, k++) {
+            acc[k] += a[d] * b[d];
+        }
+        dlt[r] = zr_lanes_total(acc);
+    }
+}
+
+#define FWD_PARAMS                                                                                 \
+    (float *s, int nq, int nk, int i0, int j0, float scale, float *m, float *l, float *y,          \
+     size_t ldy, int hs)
+#define FWD_ARGS (s, nq, nk, i0, j0, scale, m, l, y, ldy, hs)
+#define BWD_PARAMS                                                                                 \
+    (float *p, float *ds, int nq, int nk, int i0, int j0, float scale, const float *lse,           \
+     const float *dlt)
+#define BWD_ARGS     (p, ds, nq, nk, i0, j0, scale, lse, dlt)
+#define DELTA_PARAMS (float *dlt, const float *dout, const float *out, size_t ld, int nq, int hs)
+#define DELTA_ARGS   (dlt, dout, out, ld, nq, hs)
+
+typedef void(*fwd_rows_fn) FWD_PARAMS;
+typedef void(*bwd_rows_fn) BWD_PARAMS;
+typedef void(*delta_fn) DELTA_PARAMS;
+
+/* name##_base, and on x86 name##_avx2 and name##_avx512, from name##_body. */
+#if ZR_ATT_X86
+#define VARIANTS(name, params, args)                                                               \
+    static void name##_base params                                                                 \
+    {                                                                                              \
+        name##_body args;                                                                          \
+    }                                                                                              \
+    static T256 void name##_avx2 params                                                            \
+    {                                                                                              \
+        name##_body args;                                                                          \
+    }                                                                                              \
+    static T512 void name##_avx512 params                                                          \
+    {                                                                                              \
+        name##_body args;                                                                          \
+    }
+#else
+#define VARIANTS(name, params, args)                                                               \
+    static void name##_base params                                                                 \
+    {                                                                                              \
+        name##_body args;                                                                          \
+    }
+#endif
+VARIANTS(fwd_rows, FWD_PARAMS, FWD_ARGS)
+VARIANTS(bwd_rows, BWD_PARAMS, BWD_ARGS)
+VARIANTS(delta, DELTA_PARAMS, DELTA_ARGS)
+
+typedef struct att_kernels {
+    zr_att_gemm_fn gemm;
+    fwd_rows_fn fwd_rows;
+    bwd_rows_fn bwd_rows;
+    delta_fn delta;
+} att_kernels;
+
+/* The kernels for zr_ops_isa() (0 scalar, 1 AVX2, 2 AVX-512); main thread only. */
+static att_kernels kernels(void)
+{
+    att_kernels k = {zr_att_gemm_scalar, fwd_rows_base, bwd_rows_base, delta_base};
+#if ZR_ATT_X86
+    int isa = zr_ops_isa();
+    zr_att_gemm_fn g512 = isa >= 2 ? zr_att_gemm_avx512() : NULL;
+    zr_att_gemm_fn g256 = isa >= 1 ? zr_att_gemm_avx2() : NULL;
+    if (g512 != NULL) {
+        k = (att_kernels){g512, fwd_rows_avx512, bwd_rows_avx512, delta_avx512};
+    } else if (g256 != NULL) {
+        k = (att_kernels){g256, fwd_rows_avx2, bwd_rows_avx2, delta_avx2};
+    }
+#endif
+    return k;
+}
+
+/* ---- the tiles ------------------------------------------------------------------ */
+
+typedef struct att_args {
+    att_kernels k;
+    int B, T, C, NH, hs, tiles;
+    float scale;
+    float *out, *lse, *dqkv;
+    const float *qkv, *dout, *fwd_out, *fwd_lse;
+} att_args;
+
+/* dst[d * BK + j] = src[j * ld + d]: nk keys of hs values, key-major to value-major. */
+static void transpose_keys(float *dst, const float *src, size_t ld, int nk, int hs)
+{
+    for (int j = 0; j < nk; j++) {
+        for (int d = 0; d < hs; d++) {
+            dst[(size_t)d * BK + j] = src[j * ld + d];
+        }
+    }
+}
+
+static void fwd_tile(const att_args *a, int b, int h, int qt)
+{
+    _Alignas(64) float kt[ZR_ATT_MAX_HS * BK];
+    _Alignas(64) float s[BQ * BK];
+    float m[BQ], l[BQ];
+    const int T = a->T, C = a->C, hs = a->hs;
+    const size_t C3 = 3 * (size_t)C;
+    const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+    const int i0 = qt * BQ, nq = T - i0 < BQ ? T - i0 : BQ;
+    float *y = a->out + ((size_t)b * T + i0) * C + (size_t)h * hs;
+    for (int r = 0; r < nq; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        for (int d = 0; d < hs; d++) {
+            y[(size_t)r * C + d] = 0.0f;
+        }
+    }
+    for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
+        int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
+        transpose_keys(kt, k + j0 * C3, C3, nk, hs);
+        a->k.gemm(nq, nk, hs, q + i0 * C3, C3, 1, kt, BK, s, BK, 0);
+        a->k.fwd_rows(s, nq, nk, i0, j0, a->scale, m, l, y, (size_t)C, hs);
+        a->k.gemm(nq, hs, nk, s, BK, 1, v + j0 * C3, C3, y, (size_t)C, 1);
+    }
+    float *lse = a->lse + ((size_t)b * a->NH + h) * T + i0;
+    for (int r = 0; r < nq; r++) {
+        float inv = 1.0f / l[r];
+        for (int d = 0; d < hs; d++) {
+            y[(size_t)r * C + d] *= inv;
+        }
+        lse[r] = m[r] + logf(l[r]);
+    }
+}
+
+static void fwd_task(void *arg, size_t t0, size_t t1, int thread)
+{
+    const att_args *a = arg;
+    (void)thread;
+    for (size_t t = t0; t < t1; t++) {
+        int bh = (int)(t / (size_t)a->tiles), qt = (int)(t % (size_t)a->tiles);
+        fwd_tile(a, bh / a->NH, bh % a->NH, qt);
+    }
+}
+
+void zr_op_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    const int hs = C / NH;
+    ZR_ASSERT(hs <= ZR_ATT_MAX_HS);
+    att_args a = {.k = kernels(), .B = B, .T = T, .C = C, .NH = NH, .hs = hs,
+                  .tiles = (T + BQ - 1) / BQ, .scale = 1.0f / sqrtf((float)hs), .out = out,
+                  .lse = lse, .qkv = qkv};
+    zr_parallel_for((size_t)B * NH * a.tiles, 1, fwd_task, &a);
+}
+
+/* One (batch, head): its columns of dQ, dK and dV, query tiles outer, key blocks inner. */
+static void bwd_head(const att_args *a, int b, int h)
+{
+    _Alignas(64) float kt[ZR_ATT_MAX_HS * BK], vt[ZR_ATT_MAX_HS * BK];
+    _Alignas(64) float p[BQ * BK], ds[BQ * BK];
+    float dlt[BQ];
+    const int T = a->T, C = a->C, hs = a->hs;
+    const size_t C3 = 3 * (size_t)C;
+    const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+    float *dq = a->dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dq + C, *dv = dq + 2 * C;
+    const float *dO = a->dout + (size_t)b * T * C + (size_t)h * hs;
+    const float *O = a->fwd_out + (size_t)b * T * C + (size_t)h * hs;
+    const float *lse = a->fwd_lse + ((size_t)b * a->NH + h) * T;
+    for (int t = 0; t < T; t++) {
+        for (int d = 0; d < hs; d++) {
+            dq[t * C3 + d] = dk[t * C3 + d] = dv[t * C3 + d] = 0.0f;
+        }
+    }
+    for (int i0 = 0; i0 < T; i0 += BQ) {
+        int nq = T - i0 < BQ ? T - i0 : BQ;
+        const float *qi = q + i0 * C3, *doi = dO + (size_t)i0 * C;
+        a->k.delta(dlt, doi, O + (size_t)i0 * C, (size_t)C, nq, hs);
+        for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
+            int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
+            transpose_keys(kt, k + j0 * C3, C3, nk, hs);
+            transpose_keys(vt, v + j0 * C3, C3, nk, hs);
+            a->k.gemm(nq, nk, hs, qi, C3, 1, kt, BK, p, BK, 0);              /* S */
+            a->k.gemm(nq, nk, hs, doi, (size_t)C, 1, vt, BK, ds, BK, 0);     /* dP */
+            a->k.bwd_rows(p, ds, nq, nk, i0, j0, a->scale, lse + i0, dlt);   /* P, dS */
+            a->k.gemm(nk, hs, nq, p, 1, BK, doi, (size_t)C, dv + j0 * C3, C3, 1); /* dV += P^T dO */
+            a->k.gemm(nq, hs, nk, ds, BK, 1, k + j0 * C3, C3, dq + i0 * C3, C3, 1); /* dQ += dS K */
+            a->k.gemm(nk, hs, nq, ds, 1, BK, qi, C3, dk + j0 * C3, C3, 1); /* dK += dS^T Q */
+        }
+    }
+}
+
+static void bwd_task(void *arg, size_t t0, size_t t1, int thread)
+{
+    const att_args *a = arg;
+    (void)thread;
+    for (size_t t = t0; t < t1; t++) {
+        bwd_head(a, (int)t / a->NH, (int)t % a->NH);
+    }
+}
+
+void zr_op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
+                         const float *lse, int B, int T, int C, int NH)
+{
+    const int hs = C / NH;
+    ZR_ASSERT(hs <= ZR_ATT_MAX_HS);
+    att_args a = {.k = kernels(), .B = B, .T = T, .C = C, .NH = NH, .hs = hs,
+                  .scale = 1.0f / sqrtf((float)hs), .dqkv = dqkv, .qkv = qkv, .dout = dout,
+                  .fwd_out = out, .fwd_lse = lse};
+    zr_parallel_for((size_t)B * NH, 1, bwd_task, &a);
+}
+
+/* ---- the double-precision reference --------------------------------------------- */
+
+void zr_op_attention_fwd_ref64(double *out, const float *qkv, int B, int T, int C, int NH)
+{
+    const int hs = C / NH;
+    const size_t C3 = 3 * (size_t)C;
+    const double scale = 1.0 / sqrt((double)hs);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+            for (int i = 0; i < T; i++) {
+                double *y = out + ((size_t)b * T + i) * C + (size_t)h * hs;
+                double mx = -INFINITY, l = 0.0;
+                for (int pass = 0; pass < 2; pass++) { /* max, then the sums */
+                    for (int j = 0; j <= i; j++) {
+                        double s = 0.0;
+                        for (int d = 0; d < hs; d++) {
+                            s += (double)q[i * C3 + d] * k[j * C3 + d];
+                        }
+                        s *= scale;
+                        if (pass == 0) {
+                            mx = s > mx ? s : mx;
+                            continue;
+                        }
+                        double p = exp(s - mx);
+                        l += p;
+                        for (int d = 0; d < hs; d++) {
+                            y[d] = (j == 0 ? 0.0 : y[d]) + p * v[j * C3 + d];
+                        }
+                    }
+                }
+                for (int d = 0; d < hs; d++) {
+                    y[d] /= l;
+                }
+            }
+        }
+    }
+}
