@@ -145,6 +145,8 @@ void zr_gpt_free(zr_gpt *m);
  * to 1). Clamped to 1 .. ZR_POOL_MAX_THREADS; results do not depend on it.
  */
 void zr_gpt_set_threads(int threads);
+/* The vector kernels the model's loops run on this CPU: "scalar", "avx2" or "avx512". */
+const char *zr_gpt_kernels_name(void);
 
 /* L + 2: unit 0 = embedding, 1..L = blocks, L + 1 = final LayerNorm. */
 int zr_gpt_unit_count(const zr_gpt *m);

@@ -293,6 +293,11 @@ void zr_gpt_set_threads(int threads)
     (void)zr_threads_set(threads);
 }
 
+const char *zr_gpt_kernels_name(void)
+{
+    return zr_ops_impl_name();
+}
+
 /* ---- units ------------------------------------------------------------------ */
 
 int zr_gpt_unit_count(const zr_gpt *m)
