@@ -3,31 +3,39 @@
  * (the FlashAttention-2 recurrence): the T x T scores are never stored.
  *
  * Forward, for one head and a tile of ZR_ATT_BQ query rows, key blocks of
- * ZR_ATT_BK in order, each row i holding a running max m, a running sum l
+ * ZR_ATT_BK in order, each query i holding a running max m, a running sum l
  * and an unnormalised output y:
  *
- *     s_j  = (q_i . k_j) * scale                     keys j of the block, j <= i
- *     m'   = max(m, max_j s_j)
+ *     s_j  = (q_i . k_j) * scale                   keys j of the block, j <= i
+ *     m'   = max(m, max_j s_j)                      (m starts at -inf)
+ *     c    = exp(m - m')                            (0 while m is -inf)
  *     p_j  = exp(s_j - m')
- *     l    = l * exp(m - m') + sum_j p_j
- *     y    = y * exp(m - m') + sum_j p_j v_j
+ *     l    = l c + p_j0 + p_j0+1 + ...              (added one at a time, in j order)
+ *     y    = y c + sum_j p_j v_j
  *
- * and at the end y / l is the output and lse = m + log(l) is kept: the
- * backward recomputes every probability exactly as p_j = exp(s_j - lse)
- * block by block, with D_i = dO_i . O_i:
+ * and at the end y / l is the output, lse = m + log(l) is kept: the backward
+ * recomputes every probability as p_j = exp(s_j - lse) block by block, with
+ * D_i = dO_i . O_i:
  *
  *     dp_j = dO_i . v_j        ds_j = p_j (dp_j - D_i) scale
  *     dV_j += p_j dO_i         dQ_i += ds_j k_j        dK_j += ds_j q_i
  *
  * The arithmetic is defined by the scalar code here: each dot product and
- * each sum of products is one chain of fmaf over its index in increasing
- * order (the tile product of attention_impl.h), the block max and block sum
- * of p use the fixed 16 lanes of ops_math.h, exp is zr_exp_approx. The
- * vector kernels (attention_x86.c, and the row loops below compiled for
- * AVX2 / AVX-512) reproduce it bit for bit, so the result depends on
- * ZR_ATT_BK (where the forward rescales) and on nothing else: not the
- * vector width, the tile height, or the thread count. A GPU kernel checked
- * against this code should use the same key blocks, or a tolerance.
+ * each sum of products (over d for the scores, over keys for y and dQ, over
+ * queries for dV and dK) is one chain of fmaf in increasing index order
+ * (the tile product of attention_impl.h), exp is zr_exp_approx, D uses the
+ * fixed 16 lanes of ops_math.h. The vector kernels (attention_x86.c, and the
+ * loops below compiled for AVX2 / AVX-512) reproduce it bit for bit, so the
+ * result depends on ZR_ATT_BK (where the forward rescales) and on nothing
+ * else: not the vector width, the tile height, or the thread count. A GPU
+ * kernel checked against this code should use the same key blocks, or a
+ * tolerance.
+ *
+ * Layout: the forward computes a block's scores transposed (keys by
+ * queries, from the query tile transposed once), so that every per-query
+ * step above runs across queries in vector lanes. The backward takes one
+ * key block at a time (its keys and values transposed once) against every
+ * query tile that sees it.
  *
  * Threads: the forward splits (batch, head, query tile) tasks, the
  * backward (batch, head), which owns its columns of dQ, dK and dV, so no
@@ -68,66 +76,64 @@ void zr_att_gemm_scalar(int m, int n, int k, const float *a, size_t ars, size_t 
     }
 }
 
-/* ---- row steps, compiled once per vector width ------------------------------ */
+/* ---- steps across queries, compiled once per vector width ------------------ */
 
 /*
- * Forward: rows r < nq of s (stride BK) hold q_{i0+r} . k_{j0+j}. Scales
- * them, updates m, l and the row of y, and leaves p in s (0 where j0 + j > i).
+ * Forward, one key block: st holds s = q . k transposed (row j: key j0 + j,
+ * column r: query i0 + r, stride BQ). Scales it, updates m and l, sets
+ * corr (the factor y must be multiplied by) and leaves p in st, 0 where
+ * the key comes after the query.
  */
-static inline __attribute__((always_inline)) void fwd_rows_body(float *s, int nq, int nk, int i0,
+static inline __attribute__((always_inline)) void fwd_step_body(float *st, int nk, int nq, int i0,
                                                                 int j0, float scale, float *m,
-                                                                float *l, float *y, size_t ldy,
-                                                                int hs)
+                                                                float *l, float *corr)
 {
+    float mb[BQ];
     for (int r = 0; r < nq; r++) {
-        float *sr = s + (size_t)r * BK;
-        int jn = i0 + r + 1 - j0; /* keys of the block row i0 + r may see */
-        jn = jn < nk ? jn : nk;
-        if (jn <= 0) {
-            for (int j = 0; j < nk; j++) {
-                sr[j] = 0.0f;
-            }
-            continue;
+        mb[r] = -INFINITY;
+    }
+    for (int j = 0; j < nk; j++) {
+        float *sj = st + (size_t)j * BQ;
+        for (int r = 0; r < nq; r++) {
+            float s = sj[r] * scale;
+            sj[r] = s;
+            s = j0 + j <= i0 + r ? s : -INFINITY;
+            mb[r] = s > mb[r] ? s : mb[r];
         }
-        for (int j = 0; j < jn; j++) {
-            sr[j] *= scale;
-        }
-        float mo = m[r], mb = zr_max_f(sr, jn);
-        float mn = mb > mo ? mb : mo;
-        for (int j = 0; j < jn; j++) {
-            sr[j] = zr_exp_approx(sr[j] - mn);
-        }
-        for (int j = jn; j < nk; j++) {
-            sr[j] = 0.0f;
-        }
-        float corr = mo == -INFINITY ? 0.0f : zr_exp_approx(mo - mn);
-        l[r] = l[r] * corr + zr_sum_f(sr, jn);
+    }
+    for (int r = 0; r < nq; r++) {
+        float mo = m[r], mn = mb[r] > mo ? mb[r] : mo;
+        corr[r] = mo == -INFINITY ? 0.0f : zr_exp_approx(mo - mn);
+        l[r] *= corr[r];
         m[r] = mn;
-        if (corr != 1.0f) { /* multiplying by 1 changes nothing: skip it */
-            float *yr = y + (size_t)r * ldy;
-            for (int d = 0; d < hs; d++) {
-                yr[d] *= corr;
-            }
+    }
+    for (int j = 0; j < nk; j++) {
+        float *sj = st + (size_t)j * BQ;
+        for (int r = 0; r < nq; r++) {
+            float p = zr_exp_approx(sj[r] - m[r]);
+            p = j0 + j <= i0 + r ? p : 0.0f;
+            sj[r] = p;
+            l[r] += p;
         }
     }
 }
 
 /*
- * Backward: p holds q . k and ds holds dO . v (stride BK); p becomes the
- * probabilities (0 where masked) and ds the score gradients, scale included.
+ * Backward, one (query tile, key block) pair: p holds q . k and ds holds
+ * dO . v (row r: query i0 + r, stride BK); p becomes the probabilities (0
+ * where masked) and ds the score gradients, scale included.
  */
-static inline __attribute__((always_inline)) void bwd_rows_body(float *p, float *ds, int nq,
+static inline __attribute__((always_inline)) void bwd_step_body(float *p, float *ds, int nq,
                                                                 int nk, int i0, int j0,
                                                                 float scale, const float *lse,
                                                                 const float *dlt)
 {
     for (int r = 0; r < nq; r++) {
         float *pr = p + (size_t)r * BK, *dr = ds + (size_t)r * BK;
-        int jn = i0 + r + 1 - j0;
         float lr = lse[r], dd = dlt[r];
         for (int j = 0; j < nk; j++) {
             float pv = zr_exp_approx(pr[j] * scale - lr);
-            pv = j < jn ? pv : 0.0f;
+            pv = j0 + j <= i0 + r ? pv : 0.0f;
             pr[j] = pv;
             dr[j] = pv * (dr[j] - dd) * scale;
         }
@@ -156,9 +162,8 @@ static inline __attribute__((always_inline)) void delta_body(float *dlt, const f
 }
 
 #define FWD_PARAMS                                                                                 \
-    (float *s, int nq, int nk, int i0, int j0, float scale, float *m, float *l, float *y,          \
-     size_t ldy, int hs)
-#define FWD_ARGS (s, nq, nk, i0, j0, scale, m, l, y, ldy, hs)
+    (float *st, int nk, int nq, int i0, int j0, float scale, float *m, float *l, float *corr)
+#define FWD_ARGS (st, nk, nq, i0, j0, scale, m, l, corr)
 #define BWD_PARAMS                                                                                 \
     (float *p, float *ds, int nq, int nk, int i0, int j0, float scale, const float *lse,           \
      const float *dlt)
@@ -166,8 +171,8 @@ static inline __attribute__((always_inline)) void delta_body(float *dlt, const f
 #define DELTA_PARAMS (float *dlt, const float *dout, const float *out, size_t ld, int nq, int hs)
 #define DELTA_ARGS   (dlt, dout, out, ld, nq, hs)
 
-typedef void(*fwd_rows_fn) FWD_PARAMS;
-typedef void(*bwd_rows_fn) BWD_PARAMS;
+typedef void(*fwd_step_fn) FWD_PARAMS;
+typedef void(*bwd_step_fn) BWD_PARAMS;
 typedef void(*delta_fn) DELTA_PARAMS;
 
 /* name##_base, and on x86 name##_avx2 and name##_avx512, from name##_body. */
@@ -192,29 +197,29 @@ typedef void(*delta_fn) DELTA_PARAMS;
         name##_body args;                                                                          \
     }
 #endif
-VARIANTS(fwd_rows, FWD_PARAMS, FWD_ARGS)
-VARIANTS(bwd_rows, BWD_PARAMS, BWD_ARGS)
+VARIANTS(fwd_step, FWD_PARAMS, FWD_ARGS)
+VARIANTS(bwd_step, BWD_PARAMS, BWD_ARGS)
 VARIANTS(delta, DELTA_PARAMS, DELTA_ARGS)
 
 typedef struct att_kernels {
     zr_att_gemm_fn gemm;
-    fwd_rows_fn fwd_rows;
-    bwd_rows_fn bwd_rows;
+    fwd_step_fn fwd_step;
+    bwd_step_fn bwd_step;
     delta_fn delta;
 } att_kernels;
 
 /* The kernels for zr_ops_isa() (0 scalar, 1 AVX2, 2 AVX-512); main thread only. */
 static att_kernels kernels(void)
 {
-    att_kernels k = {zr_att_gemm_scalar, fwd_rows_base, bwd_rows_base, delta_base};
+    att_kernels k = {zr_att_gemm_scalar, fwd_step_base, bwd_step_base, delta_base};
 #if ZR_ATT_X86
     int isa = zr_ops_isa();
     zr_att_gemm_fn g512 = isa >= 2 ? zr_att_gemm_avx512() : NULL;
     zr_att_gemm_fn g256 = isa >= 1 ? zr_att_gemm_avx2() : NULL;
     if (g512 != NULL) {
-        k = (att_kernels){g512, fwd_rows_avx512, bwd_rows_avx512, delta_avx512};
+        k = (att_kernels){g512, fwd_step_avx512, bwd_step_avx512, delta_avx512};
     } else if (g256 != NULL) {
-        k = (att_kernels){g256, fwd_rows_avx2, bwd_rows_avx2, delta_avx2};
+        k = (att_kernels){g256, fwd_step_avx2, bwd_step_avx2, delta_avx2};
     }
 #endif
     return k;
@@ -230,26 +235,27 @@ typedef struct att_args {
     const float *qkv, *dout, *fwd_out, *fwd_lse;
 } att_args;
 
-/* dst[d * BK + j] = src[j * ld + d]: nk keys of hs values, key-major to value-major. */
-static void transpose_keys(float *dst, const float *src, size_t ld, int nk, int hs)
+/* dst[d * ldd + j] = src[j * ld + d]: n rows of hs values become hs rows of n. */
+static void transpose_rows(float *dst, size_t ldd, const float *src, size_t ld, int n, int hs)
 {
-    for (int j = 0; j < nk; j++) {
-        for (int d = 0; d < hs; d++) {
-            dst[(size_t)d * BK + j] = src[j * ld + d];
+    for (int d = 0; d < hs; d++) {
+        for (int j = 0; j < n; j++) {
+            dst[d * ldd + j] = src[j * ld + d];
         }
     }
 }
 
 static void fwd_tile(const att_args *a, int b, int h, int qt)
 {
-    _Alignas(64) float kt[ZR_ATT_MAX_HS * BK];
-    _Alignas(64) float s[BQ * BK];
-    float m[BQ], l[BQ];
+    _Alignas(64) float qt_[ZR_ATT_MAX_HS * BQ];
+    _Alignas(64) float st[BK * BQ];
+    float m[BQ], l[BQ], corr[BQ];
     const int T = a->T, C = a->C, hs = a->hs;
     const size_t C3 = 3 * (size_t)C;
     const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
     const int i0 = qt * BQ, nq = T - i0 < BQ ? T - i0 : BQ;
     float *y = a->out + ((size_t)b * T + i0) * C + (size_t)h * hs;
+    transpose_rows(qt_, BQ, q + i0 * C3, C3, nq, hs);
     for (int r = 0; r < nq; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
@@ -259,10 +265,16 @@ static void fwd_tile(const att_args *a, int b, int h, int qt)
     }
     for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
         int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
-        transpose_keys(kt, k + j0 * C3, C3, nk, hs);
-        a->k.gemm(nq, nk, hs, q + i0 * C3, C3, 1, kt, BK, s, BK, 0);
-        a->k.fwd_rows(s, nq, nk, i0, j0, a->scale, m, l, y, (size_t)C, hs);
-        a->k.gemm(nq, hs, nk, s, BK, 1, v + j0 * C3, C3, y, (size_t)C, 1);
+        a->k.gemm(nk, nq, hs, k + j0 * C3, C3, 1, qt_, BQ, st, BQ, 0); /* S^T = K Q^T */
+        a->k.fwd_step(st, nk, nq, i0, j0, a->scale, m, l, corr);
+        for (int r = 0; r < nq; r++) {
+            if (corr[r] != 1.0f) { /* multiplying by 1 changes nothing: skip it */
+                for (int d = 0; d < hs; d++) {
+                    y[(size_t)r * C + d] *= corr[r];
+                }
+            }
+        }
+        a->k.gemm(nq, hs, nk, st, 1, BQ, v + j0 * C3, C3, y, (size_t)C, 1); /* y += P V */
     }
     float *lse = a->lse + ((size_t)b * a->NH + h) * T + i0;
     for (int r = 0; r < nq; r++) {
@@ -294,7 +306,7 @@ void zr_op_attention_fwd(float *out, float *lse, const float *qkv, int B, int T,
     zr_parallel_for((size_t)B * NH * a.tiles, 1, fwd_task, &a);
 }
 
-/* One (batch, head): its columns of dQ, dK and dV, query tiles outer, key blocks inner. */
+/* One (batch, head): its columns of dQ, dK and dV; key blocks outer, query tiles inner. */
 static void bwd_head(const att_args *a, int b, int h)
 {
     _Alignas(64) float kt[ZR_ATT_MAX_HS * BK], vt[ZR_ATT_MAX_HS * BK];
@@ -312,20 +324,22 @@ static void bwd_head(const att_args *a, int b, int h)
             dq[t * C3 + d] = dk[t * C3 + d] = dv[t * C3 + d] = 0.0f;
         }
     }
-    for (int i0 = 0; i0 < T; i0 += BQ) {
-        int nq = T - i0 < BQ ? T - i0 : BQ;
-        const float *qi = q + i0 * C3, *doi = dO + (size_t)i0 * C;
-        a->k.delta(dlt, doi, O + (size_t)i0 * C, (size_t)C, nq, hs);
-        for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
-            int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
-            transpose_keys(kt, k + j0 * C3, C3, nk, hs);
-            transpose_keys(vt, v + j0 * C3, C3, nk, hs);
-            a->k.gemm(nq, nk, hs, qi, C3, 1, kt, BK, p, BK, 0);              /* S */
-            a->k.gemm(nq, nk, hs, doi, (size_t)C, 1, vt, BK, ds, BK, 0);     /* dP */
-            a->k.bwd_rows(p, ds, nq, nk, i0, j0, a->scale, lse + i0, dlt);   /* P, dS */
-            a->k.gemm(nk, hs, nq, p, 1, BK, doi, (size_t)C, dv + j0 * C3, C3, 1); /* dV += P^T dO */
-            a->k.gemm(nq, hs, nk, ds, BK, 1, k + j0 * C3, C3, dq + i0 * C3, C3, 1); /* dQ += dS K */
-            a->k.gemm(nk, hs, nq, ds, 1, BK, qi, C3, dk + j0 * C3, C3, 1); /* dK += dS^T Q */
+    for (int j0 = 0; j0 < T; j0 += BK) {
+        int nk = T - j0 < BK ? T - j0 : BK;
+        transpose_rows(kt, BK, k + j0 * C3, C3, nk, hs);
+        transpose_rows(vt, BK, v + j0 * C3, C3, nk, hs);
+        float *dkj = dk + j0 * C3, *dvj = dv + j0 * C3;
+        const float *kj = k + j0 * C3;
+        for (int i0 = j0 / BQ * BQ; i0 < T; i0 += BQ) {
+            int nq = T - i0 < BQ ? T - i0 : BQ;
+            const float *qi = q + i0 * C3, *doi = dO + (size_t)i0 * C;
+            a->k.delta(dlt, doi, O + (size_t)i0 * C, (size_t)C, nq, hs);
+            a->k.gemm(nq, nk, hs, qi, C3, 1, kt, BK, p, BK, 0);            /* S = Q K^T */
+            a->k.gemm(nq, nk, hs, doi, (size_t)C, 1, vt, BK, ds, BK, 0);   /* dP = dO V^T */
+            a->k.bwd_step(p, ds, nq, nk, i0, j0, a->scale, lse + i0, dlt); /* P, dS */
+            a->k.gemm(nk, hs, nq, p, 1, BK, doi, (size_t)C, dvj, C3, 1);   /* dV += P^T dO */
+            a->k.gemm(nq, hs, nk, ds, BK, 1, kj, C3, dq + i0 * C3, C3, 1); /* dQ += dS K */
+            a->k.gemm(nk, hs, nq, ds, 1, BK, qi, C3, dkj, C3, 1);          /* dK += dS^T Q */
         }
     }
 }

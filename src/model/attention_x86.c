@@ -41,9 +41,10 @@ static ALWAYS_INLINE void tail_cols(int mr, int j0, int n, int k, const float *a
     }
 }
 
-/* ======================= AVX2: 4 rows x 16 columns ========================== */
+/* ======================= AVX2: 6 rows x 16 columns ========================== */
 
-#define MR256 4
+/* 12 accumulators, 2 vectors of B and a broadcast: 15 of the 16 registers */
+#define MR256 6
 
 static T256 ALWAYS_INLINE void rows256(const int mr, int n, int k, const float *a, size_t ars,
                                        size_t aps, const float *b, size_t ldb, float *c,
@@ -95,8 +96,27 @@ static T256 void gemm256(int m, int n, int k, const float *a, size_t ars, size_t
     for (; i + MR256 <= m; i += MR256) {
         rows256(MR256, n, k, a + i * ars, ars, aps, b, ldb, c + i * ldc, ldc, acc);
     }
-    for (; i < m; i++) {
-        rows256(1, n, k, a + i * ars, ars, aps, b, ldb, c + i * ldc, ldc, acc);
+    /* the last rows, with the row count a constant in each copy */
+    const float *ai = a + i * ars;
+    float *ci = c + i * ldc;
+    switch (m - i) {
+    case 5:
+        rows256(5, n, k, ai, ars, aps, b, ldb, ci, ldc, acc);
+        break;
+    case 4:
+        rows256(4, n, k, ai, ars, aps, b, ldb, ci, ldc, acc);
+        break;
+    case 3:
+        rows256(3, n, k, ai, ars, aps, b, ldb, ci, ldc, acc);
+        break;
+    case 2:
+        rows256(2, n, k, ai, ars, aps, b, ldb, ci, ldc, acc);
+        break;
+    case 1:
+        rows256(1, n, k, ai, ars, aps, b, ldb, ci, ldc, acc);
+        break;
+    default:
+        break;
     }
 }
 
