@@ -211,9 +211,8 @@ static void print_json(const bench_result *res, int nres)
            "\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
            "\"flops_vs_sgemm\":%.3f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"adam_ms\":%.2f,"
            "\"peak_rss_mb\":%.0f,\"runs\":[",
-           b->name, b->threads, b->B, b->T, b->ms_step, b->tokens_per_s, b->gflops,
-           b->sgemm_gflops, b->gflops / b->sgemm_gflops, b->fwd_ms, b->bwd_ms, b->adam_ms,
-           peak_rss_mb());
+           b->name, b->threads, b->B, b->T, b->ms_step, b->tokens_per_s, b->gflops, b->sgemm_gflops,
+           b->gflops / b->sgemm_gflops, b->fwd_ms, b->bwd_ms, b->adam_ms, peak_rss_mb());
     for (int i = 0; i < nres; i++) {
         const bench_result *x = &res[i];
         printf("%s{\"config\":\"%s\",\"threads\":%d,\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,"
@@ -283,8 +282,8 @@ int zr_bench_model(int argc, char **argv)
     int nres = 0;
     printf("zr bench model: forward + backward + AdamW on one rank, medians (%s kernels)\n",
            zr_gpt_kernels_name());
-    printf("%-6s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %6s %8s %8s\n", "model", "thr", "B",
-           "T", "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s", "sgemm GF", "ratio",
+    printf("%-6s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %6s %8s %8s\n", "model", "thr", "B", "T",
+           "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s", "sgemm GF", "ratio",
            "act MiB", "RSS MiB");
     for (int k = 0; k < nthreads; k++) {
         /* the ceiling: OpenBLAS's own threads on one large product */

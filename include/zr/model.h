@@ -92,11 +92,12 @@ typedef struct zr_gpt {
     float loss;
 
     /* backward scratch, reused by every block */
-    float *dres;  /* [BT, C] gradient of the residual stream */
-    float *dln;   /* [BT, C] */
-    float *datty; /* [BT, C] */
-    float *dbig;  /* [BT, 4C] dfch_gelu / dfch, then dqkv */
-    float *tmp;   /* [BT, C] projection output before the residual add */
+    float *dres;      /* [BT, C] gradient of the residual stream */
+    float *dln;       /* [BT, C] */
+    float *datty;     /* [BT, C] */
+    float *dbig;      /* [BT, 4C] dfch_gelu / dfch, then dqkv */
+    float *att_delta; /* [B, NH, T] attention backward scratch: dO . O per row */
+    float *tmp;       /* [BT, C] projection output before the residual add */
 
     int recompute;          /* activation checkpointing: blocks share one activation set */
     int acts_layer;         /* the block whose activations the shared set holds (-1: none) */
@@ -107,7 +108,8 @@ typedef struct zr_gpt {
 
 /* ---- configuration and parameter layout (no zr_gpt needed) -------------- */
 
-/* Checks every field (positive, C % NH == 0, head size C / NH <= 256, Vp >= V); names the bad field. */
+/* Checks every field (positive, C % NH == 0, head size C / NH <= 256, Vp >= V); names the bad
+ * field. */
 zr_status zr_gpt_config_check(const zr_gpt_config *cfg);
 
 int zr_gpt_config_unit_count(const zr_gpt_config *cfg);

@@ -62,8 +62,8 @@
 
 /* ---- the reference tile product ------------------------------------------- */
 
-void zr_att_gemm_scalar(int m, int n, int k, const float *a, size_t ars, size_t aps,
-                        const float *b, size_t ldb, float *c, size_t ldc, int acc)
+void zr_att_gemm_scalar(int m, int n, int k, const float *a, size_t ars, size_t aps, const float *b,
+                        size_t ldb, float *c, size_t ldc, int acc)
 {
     for (int i = 0; i < m; i++) {
         for (int j = 0; j < n; j++) {
@@ -123,10 +123,9 @@ static inline __attribute__((always_inline)) void fwd_step_body(float *st, int n
  * dO . v (row r: query i0 + r, stride BK); p becomes the probabilities (0
  * where masked) and ds the score gradients, scale included.
  */
-static inline __attribute__((always_inline)) void bwd_step_body(float *p, float *ds, int nq,
-                                                                int nk, int i0, int j0,
-                                                                float scale, const float *lse,
-                                                                const float *dlt)
+static inline __attribute__((always_inline)) void bwd_step_body(float *p, float *ds, int nq, int nk,
+                                                                int i0, int j0, float scale,
+                                                                const float *lse, const float *dlt)
 {
     for (int r = 0; r < nq; r++) {
         float *pr = p + (size_t)r * BK, *dr = ds + (size_t)r * BK;
@@ -141,9 +140,8 @@ static inline __attribute__((always_inline)) void bwd_step_body(float *p, float 
 }
 
 /* D_r = dO_r . O_r in the fixed 16 lanes, for rows r < nq (row stride ld). */
-static inline __attribute__((always_inline)) void delta_body(float *dlt, const float *dout,
-                                                             const float *out, size_t ld, int nq,
-                                                             int hs)
+static inline __attribute__((always_inline)) void
+delta_body(float *dlt, const float *dout, const float *out, size_t ld, int nq, int hs)
 {
     for (int r = 0; r < nq; r++) {
         const float *a = dout + r * ld, *b = out + r * ld;
@@ -231,7 +229,7 @@ typedef struct att_args {
     att_kernels k;
     int B, T, C, NH, hs, tiles;
     float scale;
-    float *out, *lse, *dqkv;
+    float *out, *lse, *dqkv, *dlt;
     const float *qkv, *dout, *fwd_out, *fwd_lse;
 } att_args;
 
@@ -300,9 +298,17 @@ void zr_op_attention_fwd(float *out, float *lse, const float *qkv, int B, int T,
 {
     const int hs = C / NH;
     ZR_ASSERT(hs <= ZR_ATT_MAX_HS);
-    att_args a = {.k = kernels(), .B = B, .T = T, .C = C, .NH = NH, .hs = hs,
-                  .tiles = (T + BQ - 1) / BQ, .scale = 1.0f / sqrtf((float)hs), .out = out,
-                  .lse = lse, .qkv = qkv};
+    att_args a = {.k = kernels(),
+                  .B = B,
+                  .T = T,
+                  .C = C,
+                  .NH = NH,
+                  .hs = hs,
+                  .tiles = (T + BQ - 1) / BQ,
+                  .scale = 1.0f / sqrtf((float)hs),
+                  .out = out,
+                  .lse = lse,
+                  .qkv = qkv};
     zr_parallel_for((size_t)B * NH * a.tiles, 1, fwd_task, &a);
 }
 
@@ -311,7 +317,6 @@ static void bwd_head(const att_args *a, int b, int h)
 {
     _Alignas(64) float kt[ZR_ATT_MAX_HS * BK], vt[ZR_ATT_MAX_HS * BK];
     _Alignas(64) float p[BQ * BK], ds[BQ * BK];
-    float dlt[BQ];
     const int T = a->T, C = a->C, hs = a->hs;
     const size_t C3 = 3 * (size_t)C;
     const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
@@ -319,6 +324,8 @@ static void bwd_head(const att_args *a, int b, int h)
     const float *dO = a->dout + (size_t)b * T * C + (size_t)h * hs;
     const float *O = a->fwd_out + (size_t)b * T * C + (size_t)h * hs;
     const float *lse = a->fwd_lse + ((size_t)b * a->NH + h) * T;
+    float *dlt = a->dlt + ((size_t)b * a->NH + h) * T;
+    a->k.delta(dlt, dO, O, (size_t)C, T, hs);
     for (int t = 0; t < T; t++) {
         for (int d = 0; d < hs; d++) {
             dq[t * C3 + d] = dk[t * C3 + d] = dv[t * C3 + d] = 0.0f;
@@ -333,13 +340,12 @@ static void bwd_head(const att_args *a, int b, int h)
         for (int i0 = j0 / BQ * BQ; i0 < T; i0 += BQ) {
             int nq = T - i0 < BQ ? T - i0 : BQ;
             const float *qi = q + i0 * C3, *doi = dO + (size_t)i0 * C;
-            a->k.delta(dlt, doi, O + (size_t)i0 * C, (size_t)C, nq, hs);
-            a->k.gemm(nq, nk, hs, qi, C3, 1, kt, BK, p, BK, 0);            /* S = Q K^T */
-            a->k.gemm(nq, nk, hs, doi, (size_t)C, 1, vt, BK, ds, BK, 0);   /* dP = dO V^T */
-            a->k.bwd_step(p, ds, nq, nk, i0, j0, a->scale, lse + i0, dlt); /* P, dS */
-            a->k.gemm(nk, hs, nq, p, 1, BK, doi, (size_t)C, dvj, C3, 1);   /* dV += P^T dO */
-            a->k.gemm(nq, hs, nk, ds, BK, 1, kj, C3, dq + i0 * C3, C3, 1); /* dQ += dS K */
-            a->k.gemm(nk, hs, nq, ds, 1, BK, qi, C3, dkj, C3, 1);          /* dK += dS^T Q */
+            a->k.gemm(nq, nk, hs, qi, C3, 1, kt, BK, p, BK, 0);                 /* S = Q K^T */
+            a->k.gemm(nq, nk, hs, doi, (size_t)C, 1, vt, BK, ds, BK, 0);        /* dP = dO V^T */
+            a->k.bwd_step(p, ds, nq, nk, i0, j0, a->scale, lse + i0, dlt + i0); /* P, dS */
+            a->k.gemm(nk, hs, nq, p, 1, BK, doi, (size_t)C, dvj, C3, 1);        /* dV += P^T dO */
+            a->k.gemm(nq, hs, nk, ds, BK, 1, kj, C3, dq + i0 * C3, C3, 1);      /* dQ += dS K */
+            a->k.gemm(nk, hs, nq, ds, 1, BK, qi, C3, dkj, C3, 1);               /* dK += dS^T Q */
         }
     }
 }
@@ -353,14 +359,24 @@ static void bwd_task(void *arg, size_t t0, size_t t1, int thread)
     }
 }
 
-void zr_op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                         const float *lse, int B, int T, int C, int NH)
+void zr_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                         const float *out, const float *lse, int B, int T, int C, int NH)
 {
     const int hs = C / NH;
     ZR_ASSERT(hs <= ZR_ATT_MAX_HS);
-    att_args a = {.k = kernels(), .B = B, .T = T, .C = C, .NH = NH, .hs = hs,
-                  .scale = 1.0f / sqrtf((float)hs), .dqkv = dqkv, .qkv = qkv, .dout = dout,
-                  .fwd_out = out, .fwd_lse = lse};
+    att_args a = {.k = kernels(),
+                  .B = B,
+                  .T = T,
+                  .C = C,
+                  .NH = NH,
+                  .hs = hs,
+                  .scale = 1.0f / sqrtf((float)hs),
+                  .dqkv = dqkv,
+                  .dlt = scratch,
+                  .qkv = qkv,
+                  .dout = dout,
+                  .fwd_out = out,
+                  .fwd_lse = lse};
     zr_parallel_for((size_t)B * NH, 1, bwd_task, &a);
 }
 

@@ -25,8 +25,8 @@
 typedef void (*zr_att_gemm_fn)(int m, int n, int k, const float *a, size_t ars, size_t aps,
                                const float *b, size_t ldb, float *c, size_t ldc, int acc);
 
-void zr_att_gemm_scalar(int m, int n, int k, const float *a, size_t ars, size_t aps,
-                        const float *b, size_t ldb, float *c, size_t ldc, int acc);
+void zr_att_gemm_scalar(int m, int n, int k, const float *a, size_t ars, size_t aps, const float *b,
+                        size_t ldb, float *c, size_t ldc, int acc);
 
 /* NULL where the CPU or the compiler lacks the instructions. */
 zr_att_gemm_fn zr_att_gemm_avx2(void);

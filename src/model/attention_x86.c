@@ -47,8 +47,8 @@ static ALWAYS_INLINE void tail_cols(int mr, int j0, int n, int k, const float *a
 #define MR256 6
 
 static T256 ALWAYS_INLINE void rows256(const int mr, int n, int k, const float *a, size_t ars,
-                                       size_t aps, const float *b, size_t ldb, float *c,
-                                       size_t ldc, int acc)
+                                       size_t aps, const float *b, size_t ldb, float *c, size_t ldc,
+                                       int acc)
 {
     int j = 0;
     for (; j + 16 <= n; j += 16) {
@@ -131,8 +131,8 @@ zr_att_gemm_fn zr_att_gemm_avx2(void)
 #define MR512 8
 
 static T512 ALWAYS_INLINE void rows512(const int mr, int n, int k, const float *a, size_t ars,
-                                       size_t aps, const float *b, size_t ldb, float *c,
-                                       size_t ldc, int acc)
+                                       size_t aps, const float *b, size_t ldb, float *c, size_t ldc,
+                                       int acc)
 {
     int j = 0;
     for (; j + 32 <= n; j += 32) {

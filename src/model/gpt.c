@@ -203,6 +203,7 @@ static size_t layout_acts(zr_gpt *m, float *base)
     CARVE(m->dln, BT * C);
     CARVE(m->datty, BT * C);
     CARVE(m->dbig, BT * 4 * C);
+    CARVE(m->att_delta, B * NH * T);
     CARVE(m->tmp, BT * C);
 #undef CARVE
     return off;
@@ -550,7 +551,8 @@ zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const floa
                                 C);
         zr_op_matmul_bwd(m->datty, grads + d[T_ATTPROJW].offset, grads + d[T_ATTPROJB].offset,
                          m->dres, a->atty, params + d[T_ATTPROJW].offset, BT, C, C);
-        zr_op_attention_bwd(m->dbig, m->datty, a->qkv, a->atty, a->att_lse, B, T, C, NH);
+        zr_op_attention_bwd(m->dbig, m->att_delta, m->datty, a->qkv, a->atty, a->att_lse, B, T, C,
+                            NH);
         zr_op_matmul_bwd(m->dln, grads + d[T_QKVW].offset, grads + d[T_QKVB].offset, m->dbig,
                          a->ln1, params + d[T_QKVW].offset, BT, C, 3 * C);
         zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN1W].offset, grads + d[T_LN1B].offset, m->dln,

@@ -181,9 +181,14 @@ MULTIVERSION(enc_fwd, enc_args)
 void zr_op_encoder_fwd(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
                        int C)
 {
-    enc_args a = {
-        .isa = zr_ops_isa(), .N = B * T, .T = T, .C = C, .out = out, .wte = wte, .wpe = wpe,
-        .inp = inp};
+    enc_args a = {.isa = zr_ops_isa(),
+                  .N = B * T,
+                  .T = T,
+                  .C = C,
+                  .out = out,
+                  .wte = wte,
+                  .wpe = wpe,
+                  .inp = inp};
     zr_parallel_for((size_t)B * T, row_grain((size_t)C), enc_fwd_task, &a);
 }
 
@@ -210,8 +215,14 @@ MULTIVERSION(enc_bwd, enc_args)
 void zr_op_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
                        int C)
 {
-    enc_args a = {.isa = zr_ops_isa(), .N = B * T, .T = T, .C = C, .dwte = dwte, .dwpe = dwpe,
-                  .dout = dout, .inp = inp};
+    enc_args a = {.isa = zr_ops_isa(),
+                  .N = B * T,
+                  .T = T,
+                  .C = C,
+                  .dwte = dwte,
+                  .dwpe = dwpe,
+                  .dout = dout,
+                  .inp = inp};
     zr_parallel_for(col_blocks(C), col_grain(B * T), enc_bwd_task, &a);
 }
 
@@ -280,8 +291,15 @@ MULTIVERSION(ln_fwd, ln_args)
 void zr_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N, int C)
 {
-    ln_args p = {.isa = zr_ops_isa(), .N = N, .C = C, .out = out, .mean = mean, .rstd = rstd,
-                 .inp = inp, .w = w, .b = b};
+    ln_args p = {.isa = zr_ops_isa(),
+                 .N = N,
+                 .C = C,
+                 .out = out,
+                 .mean = mean,
+                 .rstd = rstd,
+                 .inp = inp,
+                 .w = w,
+                 .b = b};
     zr_parallel_for((size_t)N, row_grain((size_t)C), ln_fwd_task, &p);
 }
 
@@ -289,8 +307,18 @@ void zr_op_residual_layernorm_fwd(float *res, float *out, float *mean, float *rs
                                   const float *t, const float *tbias, const float *w,
                                   const float *b, int N, int C)
 {
-    ln_args p = {.isa = zr_ops_isa(), .N = N, .C = C, .out = out, .mean = mean, .rstd = rstd,
-                 .res = res, .w = w, .b = b, .a = a, .t = t, .tbias = tbias};
+    ln_args p = {.isa = zr_ops_isa(),
+                 .N = N,
+                 .C = C,
+                 .out = out,
+                 .mean = mean,
+                 .rstd = rstd,
+                 .res = res,
+                 .w = w,
+                 .b = b,
+                 .a = a,
+                 .t = t,
+                 .tbias = tbias};
     zr_parallel_for((size_t)N, row_grain((size_t)C), ln_fwd_task, &p);
 }
 
@@ -362,8 +390,16 @@ MULTIVERSION(ln_bwd_cols, ln_args)
 void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                              const float *w, const float *mean, const float *rstd, int N, int C)
 {
-    ln_args p = {.isa = zr_ops_isa(), .N = N, .C = C, .mean = (float *)mean,
-                 .rstd = (float *)rstd, .dinp = dinp, .dw = dw, .db = db, .inp = inp, .w = w,
+    ln_args p = {.isa = zr_ops_isa(),
+                 .N = N,
+                 .C = C,
+                 .mean = (float *)mean,
+                 .rstd = (float *)rstd,
+                 .dinp = dinp,
+                 .dw = dw,
+                 .db = db,
+                 .inp = inp,
+                 .w = w,
                  .dout = dout};
     zr_parallel_for((size_t)N, row_grain((size_t)C), ln_bwd_rows_task, &p);
     zr_parallel_for(col_blocks(C), col_grain(N), ln_bwd_cols_task, &p);
@@ -439,8 +475,8 @@ static void gemm_task(void *arg, size_t b0, size_t b1, int thread)
 {
     const gemm_args *g = arg;
     (void)thread;
-    size_t m0 = b0 * ZR_GEMM_ROWS, m1 = b1 * ZR_GEMM_ROWS < (size_t)g->M ? b1 * ZR_GEMM_ROWS
-                                                                         : (size_t)g->M;
+    size_t m0 = b0 * ZR_GEMM_ROWS,
+           m1 = b1 * ZR_GEMM_ROWS < (size_t)g->M ? b1 * ZR_GEMM_ROWS : (size_t)g->M;
     /* row m of op(A) starts at A + m * lda, or at column m of A when transposed */
     const float *A = g->ta ? g->A + m0 : g->A + m0 * (size_t)g->lda;
     cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
@@ -595,7 +631,11 @@ MULTIVERSION(xent_fwd, xent_args)
 
 void zr_op_softmax_xent_fwd(float *probs, float *losses, const int *targets, int N, int V, int Vp)
 {
-    xent_args a = {.isa = zr_ops_isa(), .V = V, .Vp = Vp, .probs = probs, .losses = losses,
+    xent_args a = {.isa = zr_ops_isa(),
+                   .V = V,
+                   .Vp = Vp,
+                   .probs = probs,
+                   .losses = losses,
                    .targets = targets};
     zr_parallel_for((size_t)N, row_grain((size_t)Vp), xent_fwd_task, &a);
 }

@@ -84,9 +84,12 @@ void zr_op_colsum_acc(float *db, const float *d, int N, int OC);
  * T x T buffer exists at any point.
  */
 void zr_op_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
-/* dqkv overwritten, from dout, the forward's inputs (qkv), output (out) and lse. */
-void zr_op_attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *out,
-                         const float *lse, int B, int T, int C, int NH);
+/*
+ * dqkv overwritten, from dout, the forward's inputs (qkv), output (out) and
+ * lse; scratch holds B * NH * T floats (each row's dO . O).
+ */
+void zr_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                         const float *out, const float *lse, int B, int T, int C, int NH);
 /*
  * The same forward, unblocked and in double precision, one (b, h) after
  * another: the accuracy reference of the tests (O(T^2) time, O(T) memory).
