@@ -243,6 +243,56 @@ static void transpose_rows(float *dst, size_t ldd, const float *src, size_t ld, 
     }
 }
 
+/*
+ * A key block that reaches past the first query of a tile meets the causal
+ * diagonal: there the products run DIAG rows at a time and skip what lies
+ * wholly beyond it (whole DIAG-row steps of masked scores, whose
+ * probabilities are 0). A skipped score is set to 0 instead of computed; a
+ * skipped term of a sum would have been a product with a 0 probability.
+ */
+#define DIAG 16
+
+static int clampi(int x, int lo, int hi)
+{
+    return x < lo ? lo : x > hi ? hi : x;
+}
+
+/* S^T = K Q^T for keys j0.. against queries i0..: key row j needs queries i0 + r >= j0 + j. */
+static void fwd_scores(const att_args *a, float *st, const float *kj, const float *qt_, int nk,
+                       int nq, int i0, int j0)
+{
+    const size_t C3 = 3 * (size_t)a->C;
+    if (j0 + nk <= i0 + 1) {
+        a->k.gemm(nk, nq, a->hs, kj, C3, 1, qt_, BQ, st, BQ, 0);
+        return;
+    }
+    for (int jb = 0; jb < nk; jb += DIAG) {
+        int rows = clampi(nk - jb, 0, DIAG), c0 = clampi(j0 + jb - i0, 0, nq);
+        for (int j = jb; j < jb + rows; j++) {
+            for (int r = 0; r < c0; r++) {
+                st[(size_t)j * BQ + r] = 0.0f;
+            }
+        }
+        a->k.gemm(rows, nq - c0, a->hs, kj + jb * C3, C3, 1, qt_ + c0, BQ, st + jb * BQ + c0, BQ,
+                  0);
+    }
+}
+
+/* y += P V, p held transposed in st: query r sums keys j0 + j <= i0 + r. */
+static void fwd_values(const att_args *a, float *y, const float *st, const float *vj, int nk,
+                       int nq, int i0, int j0)
+{
+    const size_t C3 = 3 * (size_t)a->C;
+    if (j0 + nk <= i0 + 1) {
+        a->k.gemm(nq, a->hs, nk, st, 1, BQ, vj, C3, y, (size_t)a->C, 1);
+        return;
+    }
+    for (int rb = 0; rb < nq; rb += DIAG) {
+        int rows = clampi(nq - rb, 0, DIAG), kk = clampi(i0 + rb + rows - j0, 0, nk);
+        a->k.gemm(rows, a->hs, kk, st + rb, 1, BQ, vj, C3, y + (size_t)rb * a->C, (size_t)a->C, 1);
+    }
+}
+
 static void fwd_tile(const att_args *a, int b, int h, int qt)
 {
     _Alignas(64) float qt_[ZR_ATT_MAX_HS * BQ];
@@ -263,7 +313,7 @@ static void fwd_tile(const att_args *a, int b, int h, int qt)
     }
     for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
         int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
-        a->k.gemm(nk, nq, hs, k + j0 * C3, C3, 1, qt_, BQ, st, BQ, 0); /* S^T = K Q^T */
+        fwd_scores(a, st, k + j0 * C3, qt_, nk, nq, i0, j0);
         a->k.fwd_step(st, nk, nq, i0, j0, a->scale, m, l, corr);
         for (int r = 0; r < nq; r++) {
             if (corr[r] != 1.0f) { /* multiplying by 1 changes nothing: skip it */
@@ -272,7 +322,7 @@ static void fwd_tile(const att_args *a, int b, int h, int qt)
                 }
             }
         }
-        a->k.gemm(nq, hs, nk, st, 1, BQ, v + j0 * C3, C3, y, (size_t)C, 1); /* y += P V */
+        fwd_values(a, y, st, v + j0 * C3, nk, nq, i0, j0);
     }
     float *lse = a->lse + ((size_t)b * a->NH + h) * T + i0;
     for (int r = 0; r < nq; r++) {
@@ -312,6 +362,62 @@ void zr_op_attention_fwd(float *out, float *lse, const float *qkv, int B, int T,
     zr_parallel_for((size_t)B * NH * a.tiles, 1, fwd_task, &a);
 }
 
+/*
+ * The backward's products for query tile i0.. against key block j0..:
+ * S = Q K^T and dP = dO V^T (query r needs keys j0 + j <= i0 + r), then,
+ * from P and dS, dV += P^T dO and dK += dS^T Q (key j sums queries
+ * i0 + r >= j0 + j) and dQ += dS K (query r sums keys j0 + j <= i0 + r).
+ */
+typedef struct bwd_pair {
+    const float *qi, *doi, *kj;
+    float *dq, *dkj, *dvj;
+    int nq, nk, i0, j0;
+} bwd_pair;
+
+static void bwd_scores(const att_args *a, const bwd_pair *x, float *p, float *ds, const float *kt,
+                       const float *vt)
+{
+    const size_t C3 = 3 * (size_t)a->C, C = (size_t)a->C;
+    const int hs = a->hs, nk = x->nk;
+    if (x->j0 + nk <= x->i0 + 1) {
+        a->k.gemm(x->nq, nk, hs, x->qi, C3, 1, kt, BK, p, BK, 0);
+        a->k.gemm(x->nq, nk, hs, x->doi, C, 1, vt, BK, ds, BK, 0);
+        return;
+    }
+    for (int rb = 0; rb < x->nq; rb += DIAG) {
+        int rows = clampi(x->nq - rb, 0, DIAG), n = clampi(x->i0 + rb + rows - x->j0, 0, nk);
+        for (int r = rb; r < rb + rows; r++) {
+            for (int j = n; j < nk; j++) {
+                p[(size_t)r * BK + j] = ds[(size_t)r * BK + j] = 0.0f;
+            }
+        }
+        a->k.gemm(rows, n, hs, x->qi + rb * C3, C3, 1, kt, BK, p + rb * BK, BK, 0);
+        a->k.gemm(rows, n, hs, x->doi + rb * C, C, 1, vt, BK, ds + rb * BK, BK, 0);
+    }
+}
+
+static void bwd_grads(const att_args *a, const bwd_pair *x, const float *p, const float *ds)
+{
+    const size_t C3 = 3 * (size_t)a->C, C = (size_t)a->C;
+    const int hs = a->hs, nq = x->nq, nk = x->nk;
+    if (x->j0 + nk <= x->i0 + 1) {
+        a->k.gemm(nk, hs, nq, p, 1, BK, x->doi, C, x->dvj, C3, 1);
+        a->k.gemm(nq, hs, nk, ds, BK, 1, x->kj, C3, x->dq, C3, 1);
+        a->k.gemm(nk, hs, nq, ds, 1, BK, x->qi, C3, x->dkj, C3, 1);
+        return;
+    }
+    for (int jb = 0; jb < nk; jb += DIAG) {
+        int rows = clampi(nk - jb, 0, DIAG), r0 = clampi(x->j0 + jb - x->i0, 0, nq);
+        const float *pj = p + (size_t)r0 * BK + jb, *dsj = ds + (size_t)r0 * BK + jb;
+        a->k.gemm(rows, hs, nq - r0, pj, 1, BK, x->doi + r0 * C, C, x->dvj + jb * C3, C3, 1);
+        a->k.gemm(rows, hs, nq - r0, dsj, 1, BK, x->qi + r0 * C3, C3, x->dkj + jb * C3, C3, 1);
+    }
+    for (int rb = 0; rb < nq; rb += DIAG) {
+        int rows = clampi(nq - rb, 0, DIAG), kk = clampi(x->i0 + rb + rows - x->j0, 0, nk);
+        a->k.gemm(rows, hs, kk, ds + (size_t)rb * BK, BK, 1, x->kj, C3, x->dq + rb * C3, C3, 1);
+    }
+}
+
 /* One (batch, head): its columns of dQ, dK and dV; key blocks outer, query tiles inner. */
 static void bwd_head(const att_args *a, int b, int h)
 {
@@ -335,17 +441,20 @@ static void bwd_head(const att_args *a, int b, int h)
         int nk = T - j0 < BK ? T - j0 : BK;
         transpose_rows(kt, BK, k + j0 * C3, C3, nk, hs);
         transpose_rows(vt, BK, v + j0 * C3, C3, nk, hs);
-        float *dkj = dk + j0 * C3, *dvj = dv + j0 * C3;
-        const float *kj = k + j0 * C3;
         for (int i0 = j0 / BQ * BQ; i0 < T; i0 += BQ) {
-            int nq = T - i0 < BQ ? T - i0 : BQ;
-            const float *qi = q + i0 * C3, *doi = dO + (size_t)i0 * C;
-            a->k.gemm(nq, nk, hs, qi, C3, 1, kt, BK, p, BK, 0);                 /* S = Q K^T */
-            a->k.gemm(nq, nk, hs, doi, (size_t)C, 1, vt, BK, ds, BK, 0);        /* dP = dO V^T */
-            a->k.bwd_step(p, ds, nq, nk, i0, j0, a->scale, lse + i0, dlt + i0); /* P, dS */
-            a->k.gemm(nk, hs, nq, p, 1, BK, doi, (size_t)C, dvj, C3, 1);        /* dV += P^T dO */
-            a->k.gemm(nq, hs, nk, ds, BK, 1, kj, C3, dq + i0 * C3, C3, 1);      /* dQ += dS K */
-            a->k.gemm(nk, hs, nq, ds, 1, BK, qi, C3, dkj, C3, 1);               /* dK += dS^T Q */
+            bwd_pair x = {.qi = q + i0 * C3,
+                          .doi = dO + (size_t)i0 * C,
+                          .kj = k + j0 * C3,
+                          .dq = dq + i0 * C3,
+                          .dkj = dk + j0 * C3,
+                          .dvj = dv + j0 * C3,
+                          .nq = T - i0 < BQ ? T - i0 : BQ,
+                          .nk = nk,
+                          .i0 = i0,
+                          .j0 = j0};
+            bwd_scores(a, &x, p, ds, kt, vt);
+            a->k.bwd_step(p, ds, x.nq, nk, i0, j0, a->scale, lse + i0, dlt + i0);
+            bwd_grads(a, &x, p, ds);
         }
     }
 }
