@@ -84,6 +84,43 @@ static double sgemm_gflops(int reps)
     return 2.0 * n * n * (double)n / med * 1e-9;
 }
 
+/* Times steps + 1 training steps (the first warms up): t[0..3][s] = fwd, bwd, adam, all. */
+static zr_status timed_steps(zr_gpt *m, float **p, const int *in, const int *tg, int steps,
+                             double t[4][32])
+{
+    int nu = zr_gpt_unit_count(m);
+    float **g = p + nu, **mm = p + 2 * nu, **vv = p + 3 * nu;
+    zr_adamw h = zr_adamw_default();
+    for (int step = 0; step <= steps; step++) {
+        double t0 = zr_now();
+        ZR_CHECK(zr_gpt_forward_begin(m, in, tg));
+        for (int u = 0; u < nu; u++) {
+            ZR_CHECK(zr_gpt_forward_unit(m, u, p[u], p[0]));
+        }
+        double t1 = zr_now();
+        for (int u = 0; u < nu; u++) {
+            memset(g[u], 0, zr_gpt_unit_numel(m, u) * 4);
+        }
+        ZR_CHECK(zr_gpt_backward_begin(m));
+        for (int u = nu - 1; u >= 0; u--) {
+            ZR_CHECK(zr_gpt_backward_unit(m, u, p[u], p[0], g[u], g[0]));
+        }
+        double t2 = zr_now();
+        for (int u = 0; u < nu; u++) {
+            zr_adamw_update(&h, 1e-4f, step + 1, 1.0f, 1, p[u], g[u], mm[u], vv[u],
+                            zr_gpt_unit_numel(m, u));
+        }
+        double t3 = zr_now();
+        if (step > 0) {
+            t[0][step - 1] = t1 - t0;
+            t[1][step - 1] = t2 - t1;
+            t[2][step - 1] = t3 - t2;
+            t[3][step - 1] = t3 - t0;
+        }
+    }
+    return ZR_OK;
+}
+
 static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, int T, int threads,
                             int steps, bench_result *res)
 {
@@ -101,13 +138,12 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
                   done);
     ZR_CHECK_GOTO(zr_alloc_at((void **)&tg, sizeof *tg * (size_t)B * T, __FILE__, __LINE__), st,
                   done);
-    float **g = p + nu, **mm = p + 2 * nu, **vv = p + 3 * nu;
-    for (int u = 0; u < nu; u++) {
-        size_t n = zr_gpt_unit_numel(&m, u);
+    /* p[u], then gradients, first and second moments at p[u + nu], p[u + 2 nu], p[u + 3 nu] */
+    for (int u = 0; u < 4 * nu; u++) {
+        size_t n = zr_gpt_unit_numel(&m, u % nu);
         ZR_CHECK_GOTO(zr_alloc_at((void **)&p[u], n * 4, __FILE__, __LINE__), st, done);
-        ZR_CHECK_GOTO(zr_alloc_at((void **)&g[u], n * 4, __FILE__, __LINE__), st, done);
-        ZR_CHECK_GOTO(zr_alloc_at((void **)&mm[u], n * 4, __FILE__, __LINE__), st, done);
-        ZR_CHECK_GOTO(zr_alloc_at((void **)&vv[u], n * 4, __FILE__, __LINE__), st, done);
+    }
+    for (int u = 0; u < nu; u++) {
         zr_gpt_unit_init_params(&m, u, p[u], 1);
     }
     uint64_t s = 88172645463325252ull;
@@ -116,36 +152,9 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
         in[i] = (int)(s % (uint64_t)cfg->vocab);
         tg[i] = (int)((s >> 20) % (uint64_t)cfg->vocab);
     }
-    zr_adamw h = zr_adamw_default();
-    double tf[32], tb[32], ta[32], tt[32];
-    for (int step = 0; step <= steps; step++) { /* step 0 warms up */
-        double t0 = zr_now();
-        ZR_CHECK_GOTO(zr_gpt_forward_begin(&m, in, tg), st, done);
-        for (int u = 0; u < nu; u++) {
-            ZR_CHECK_GOTO(zr_gpt_forward_unit(&m, u, p[u], p[0]), st, done);
-        }
-        double t1 = zr_now();
-        for (int u = 0; u < nu; u++) {
-            memset(g[u], 0, zr_gpt_unit_numel(&m, u) * 4);
-        }
-        ZR_CHECK_GOTO(zr_gpt_backward_begin(&m), st, done);
-        for (int u = nu - 1; u >= 0; u--) {
-            ZR_CHECK_GOTO(zr_gpt_backward_unit(&m, u, p[u], p[0], g[u], g[0]), st, done);
-        }
-        double t2 = zr_now();
-        for (int u = 0; u < nu; u++) {
-            zr_adamw_update(&h, 1e-4f, step + 1, 1.0f, 1, p[u], g[u], mm[u], vv[u],
-                            zr_gpt_unit_numel(&m, u));
-        }
-        double t3 = zr_now();
-        if (step > 0) {
-            tf[step - 1] = t1 - t0;
-            tb[step - 1] = t2 - t1;
-            ta[step - 1] = t3 - t2;
-            tt[step - 1] = t3 - t0;
-        }
-    }
-    double sec = median(tt, steps);
+    double t[4][32];
+    ZR_CHECK_GOTO(timed_steps(&m, p, in, tg, steps, t), st, done);
+    double sec = median(t[3], steps);
     res->name = name;
     res->threads = threads;
     res->B = B;
@@ -153,9 +162,9 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
     res->ms_step = sec * 1e3;
     res->tokens_per_s = (double)B * T / sec;
     res->gflops = zr_gpt_flops_per_step(cfg, B, T) / sec * 1e-9;
-    res->fwd_ms = median(tf, steps) * 1e3;
-    res->bwd_ms = median(tb, steps) * 1e3;
-    res->adam_ms = median(ta, steps) * 1e3;
+    res->fwd_ms = median(t[0], steps) * 1e3;
+    res->bwd_ms = median(t[1], steps) * 1e3;
+    res->adam_ms = median(t[2], steps) * 1e3;
     res->act_mb = zr_gpt_activation_bytes(&m) / 1048576.0;
 done:
     if (p != NULL) {
@@ -226,27 +235,32 @@ static void print_json(const bench_result *res, int nres)
     printf("]}\n");
 }
 
-int zr_bench_model(int argc, char **argv)
+typedef struct bench_opts {
+    int json, quick, nthreads, nseq;
+    int threads[8], seq[8];
+} bench_opts;
+
+/* Returns -1 to go on, or the exit code. */
+static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    int json = 0, quick = 0, nthreads = 2, nseq = 0;
-    int threads[8] = {1, 2}, seq[8];
+    *o = (bench_opts){.nthreads = 2, .threads = {1, 2}};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
+            o->json = 1;
         } else if (strcmp(argv[i], "--quick") == 0) {
-            quick = 1;
+            o->quick = 1;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            nthreads = parse_list(argv[++i], threads, 8, 1, ZR_POOL_MAX_THREADS);
-            if (nthreads == 0) {
+            o->nthreads = parse_list(argv[++i], o->threads, 8, 1, ZR_POOL_MAX_THREADS);
+            if (o->nthreads == 0) {
                 fprintf(stderr, "zr bench model: bad --threads list '%s' (e.g. 1,2)\n", argv[i]);
                 return 2;
             }
         } else if (strcmp(argv[i], "--seq") == 0 && i + 1 < argc) {
-            nseq = parse_list(argv[++i], seq, 8, 1, 1 << 16);
-            for (int k = 1; k < nseq; k++) {
-                nseq = seq[k] > seq[k - 1] ? nseq : 0;
+            o->nseq = parse_list(argv[++i], o->seq, 8, 1, 1 << 16);
+            for (int k = 1; k < o->nseq; k++) {
+                o->nseq = o->seq[k] > o->seq[k - 1] ? o->nseq : 0;
             }
-            if (nseq == 0) {
+            if (o->nseq == 0) {
                 fprintf(stderr, "zr bench model: bad --seq list '%s' (ascending, e.g. 1024,4096)\n",
                         argv[i]);
                 return 2;
@@ -257,6 +271,18 @@ int zr_bench_model(int argc, char **argv)
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
+    return -1;
+}
+
+int zr_bench_model(int argc, char **argv)
+{
+    bench_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) {
+        return rc;
+    }
+    const int json = o.json, quick = o.quick, nthreads = o.nthreads, nseq = o.nseq;
+    const int *threads = o.threads, *seq = o.seq;
     const zr_gpt_config small = {256, 256, 256, 4, 4, 256};
     zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768};
     gpt2.max_t = nseq > 0 && seq[nseq - 1] > gpt2.max_t ? seq[nseq - 1] : gpt2.max_t;

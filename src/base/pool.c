@@ -19,7 +19,7 @@
 #include "zr/pool.h"
 
 #include <pthread.h>
-#include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -132,6 +132,10 @@ static void pool_start(struct zr_pool *p, int threads)
     pthread_attr_init(&attr);
     /* room for the attention kernels' tiles, like a main thread's stack */
     pthread_attr_setstacksize(&attr, (size_t)8 << 20);
+    /* workers block every signal, so SIGINT / SIGTERM still reach the main thread */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     p->started = 0;
     for (int t = 1; t < threads; t++) {
         p->args[t].pool = p;
@@ -142,6 +146,7 @@ static void pool_start(struct zr_pool *p, int threads)
         }
         p->started++;
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     p->threads = p->started + 1;
 }
