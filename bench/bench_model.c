@@ -2,16 +2,21 @@
  * bench_model.c - "zr bench model": single-process training step speed.
  *
  * Measures forward + backward + AdamW on one rank for a small config and for
- * GPT-2 124M, at each requested BLAS thread count, and sets the model's FLOP
- * rate beside cblas_sgemm's on a 2048^3 product taken in the same run (the
- * ceiling the model could reach on this machine). Reports medians, since the
- * machine may be shared, plus a breakdown of where a 124M step's time goes.
+ * GPT-2 124M, at each requested thread count (zr_gpt_set_threads: zr's pool,
+ * which also runs the matrix products), and sets the model's FLOP rate beside
+ * OpenBLAS's own multi-threaded cblas_sgemm on a 2048^3 product at the same
+ * thread count, taken in the same run (the ceiling the model could reach on
+ * this machine). Reports medians, since the machine may be shared, with the
+ * forward / backward / AdamW split. With --seq T1,T2,... it runs 124M at those
+ * sequence lengths instead (ascending), printing the activation bytes and the
+ * process's peak RSS after each, which shows how memory grows with T.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "../src/cli/cli.h"
 #include "zr/model.h"
 #include "zr/optim.h"
+#include "zr/pool.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -24,6 +29,7 @@ typedef struct bench_result {
     const char *name;
     int threads, B, T;
     double ms_step, tokens_per_s, gflops, fwd_ms, bwd_ms, adam_ms;
+    double sgemm_gflops, act_mb, rss_mb; /* rss_mb: the process's peak after this run */
 } bench_result;
 
 static int cmp_double(const void *a, const void *b)
@@ -78,12 +84,50 @@ static double sgemm_gflops(int reps)
     return 2.0 * n * n * (double)n / med * 1e-9;
 }
 
+/* Times steps + 1 training steps (the first warms up): t[0..3][s] = fwd, bwd, adam, all. */
+static zr_status timed_steps(zr_gpt *m, float **p, const int *in, const int *tg, int steps,
+                             double t[4][32])
+{
+    int nu = zr_gpt_unit_count(m);
+    float **g = p + nu, **mm = p + 2 * nu, **vv = p + 3 * nu;
+    zr_adamw h = zr_adamw_default();
+    for (int step = 0; step <= steps; step++) {
+        double t0 = zr_now();
+        ZR_CHECK(zr_gpt_forward_begin(m, in, tg));
+        for (int u = 0; u < nu; u++) {
+            ZR_CHECK(zr_gpt_forward_unit(m, u, p[u], p[0]));
+        }
+        double t1 = zr_now();
+        for (int u = 0; u < nu; u++) {
+            memset(g[u], 0, zr_gpt_unit_numel(m, u) * 4);
+        }
+        ZR_CHECK(zr_gpt_backward_begin(m));
+        for (int u = nu - 1; u >= 0; u--) {
+            ZR_CHECK(zr_gpt_backward_unit(m, u, p[u], p[0], g[u], g[0]));
+        }
+        double t2 = zr_now();
+        for (int u = 0; u < nu; u++) {
+            zr_adamw_update(&h, 1e-4f, step + 1, 1.0f, 1, p[u], g[u], mm[u], vv[u],
+                            zr_gpt_unit_numel(m, u));
+        }
+        double t3 = zr_now();
+        if (step > 0) {
+            t[0][step - 1] = t1 - t0;
+            t[1][step - 1] = t2 - t1;
+            t[2][step - 1] = t3 - t2;
+            t[3][step - 1] = t3 - t0;
+        }
+    }
+    return ZR_OK;
+}
+
 static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, int T, int threads,
                             int steps, bench_result *res)
 {
     zr_gpt m;
     ZR_CHECK(zr_gpt_init(&m, cfg, B, T));
     zr_gpt_set_threads(threads);
+    ZR_ASSERT(steps >= 1 && steps <= 32);
     int nu = zr_gpt_unit_count(&m);
     zr_status st = ZR_OK;
     float **p = NULL;
@@ -94,13 +138,12 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
                   done);
     ZR_CHECK_GOTO(zr_alloc_at((void **)&tg, sizeof *tg * (size_t)B * T, __FILE__, __LINE__), st,
                   done);
-    float **g = p + nu, **mm = p + 2 * nu, **vv = p + 3 * nu;
-    for (int u = 0; u < nu; u++) {
-        size_t n = zr_gpt_unit_numel(&m, u);
+    /* p[u], then gradients, first and second moments at p[u + nu], p[u + 2 nu], p[u + 3 nu] */
+    for (int u = 0; u < 4 * nu; u++) {
+        size_t n = zr_gpt_unit_numel(&m, u % nu);
         ZR_CHECK_GOTO(zr_alloc_at((void **)&p[u], n * 4, __FILE__, __LINE__), st, done);
-        ZR_CHECK_GOTO(zr_alloc_at((void **)&g[u], n * 4, __FILE__, __LINE__), st, done);
-        ZR_CHECK_GOTO(zr_alloc_at((void **)&mm[u], n * 4, __FILE__, __LINE__), st, done);
-        ZR_CHECK_GOTO(zr_alloc_at((void **)&vv[u], n * 4, __FILE__, __LINE__), st, done);
+    }
+    for (int u = 0; u < nu; u++) {
         zr_gpt_unit_init_params(&m, u, p[u], 1);
     }
     uint64_t s = 88172645463325252ull;
@@ -109,36 +152,9 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
         in[i] = (int)(s % (uint64_t)cfg->vocab);
         tg[i] = (int)((s >> 20) % (uint64_t)cfg->vocab);
     }
-    zr_adamw h = zr_adamw_default();
-    double tf[32], tb[32], ta[32], tt[32];
-    for (int step = 0; step <= steps; step++) { /* step 0 warms up */
-        double t0 = zr_now();
-        ZR_CHECK_GOTO(zr_gpt_forward_begin(&m, in, tg), st, done);
-        for (int u = 0; u < nu; u++) {
-            ZR_CHECK_GOTO(zr_gpt_forward_unit(&m, u, p[u], p[0]), st, done);
-        }
-        double t1 = zr_now();
-        for (int u = 0; u < nu; u++) {
-            memset(g[u], 0, zr_gpt_unit_numel(&m, u) * 4);
-        }
-        ZR_CHECK_GOTO(zr_gpt_backward_begin(&m), st, done);
-        for (int u = nu - 1; u >= 0; u--) {
-            ZR_CHECK_GOTO(zr_gpt_backward_unit(&m, u, p[u], p[0], g[u], g[0]), st, done);
-        }
-        double t2 = zr_now();
-        for (int u = 0; u < nu; u++) {
-            zr_adamw_update(&h, 1e-4f, step + 1, 1.0f, 1, p[u], g[u], mm[u], vv[u],
-                            zr_gpt_unit_numel(&m, u));
-        }
-        double t3 = zr_now();
-        if (step > 0) {
-            tf[step - 1] = t1 - t0;
-            tb[step - 1] = t2 - t1;
-            ta[step - 1] = t3 - t2;
-            tt[step - 1] = t3 - t0;
-        }
-    }
-    double sec = median(tt, steps);
+    double t[4][32];
+    ZR_CHECK_GOTO(timed_steps(&m, p, in, tg, steps, t), st, done);
+    double sec = median(t[3], steps);
     res->name = name;
     res->threads = threads;
     res->B = B;
@@ -146,9 +162,10 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
     res->ms_step = sec * 1e3;
     res->tokens_per_s = (double)B * T / sec;
     res->gflops = zr_gpt_flops_per_step(cfg, B, T) / sec * 1e-9;
-    res->fwd_ms = median(tf, steps) * 1e3;
-    res->bwd_ms = median(tb, steps) * 1e3;
-    res->adam_ms = median(ta, steps) * 1e3;
+    res->fwd_ms = median(t[0], steps) * 1e3;
+    res->bwd_ms = median(t[1], steps) * 1e3;
+    res->adam_ms = median(t[2], steps) * 1e3;
+    res->act_mb = zr_gpt_activation_bytes(&m) / 1048576.0;
 done:
     if (p != NULL) {
         for (int u = 0; u < 4 * nu; u++) {
@@ -162,64 +179,143 @@ done:
     return st;
 }
 
-/* Parses "1,2" into threads[]; returns the count (0 on a bad list). */
-static int parse_threads(const char *s, int *threads, int max)
+/* Parses "1,2" into v[] (each in [lo, hi]); returns the count (0 on a bad list). */
+static int parse_list(const char *s, int *v, int max, long lo, long hi)
 {
     int n = 0;
     while (*s != '\0' && n < max) {
         char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 256) {
+        long x = strtol(s, &end, 10);
+        if (end == s || x < lo || x > hi || (*end != ',' && *end != '\0')) {
             return 0;
         }
-        threads[n++] = (int)v;
+        v[n++] = (int)x;
         s = *end == ',' ? end + 1 : end;
-        if (*end != ',' && *end != '\0') {
-            return 0;
+    }
+    return *s == '\0' ? n : 0;
+}
+
+static void print_row(const bench_result *x)
+{
+    printf("%-6s %3d %4d %5d %10.1f %11.0f %8.1f %8.1f %8.1f %8.1f %9.1f %6.2f %8.0f %8.0f\n",
+           x->name, x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->fwd_ms, x->bwd_ms,
+           x->adam_ms, x->gflops, x->sgemm_gflops, x->gflops / x->sgemm_gflops, x->act_mb,
+           x->rss_mb);
+    fflush(stdout);
+}
+
+static void print_json(const bench_result *res, int nres)
+{
+    /* the headline: the 124M run at the most threads measured (the last one) */
+    const bench_result *b = NULL;
+    for (int i = 0; i < nres; i++) {
+        if (strcmp(res[i].name, "124M") == 0 && (b == NULL || res[i].threads >= b->threads)) {
+            b = &res[i];
         }
     }
-    return n;
+    if (b == NULL) {
+        b = &res[nres - 1];
+    }
+    printf("{\"bench\":\"model\",\"config\":\"%s\",\"threads\":%d,\"B\":%d,\"T\":%d,"
+           "\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
+           "\"flops_vs_sgemm\":%.3f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"adam_ms\":%.2f,"
+           "\"peak_rss_mb\":%.0f,\"runs\":[",
+           b->name, b->threads, b->B, b->T, b->ms_step, b->tokens_per_s, b->gflops, b->sgemm_gflops,
+           b->gflops / b->sgemm_gflops, b->fwd_ms, b->bwd_ms, b->adam_ms, peak_rss_mb());
+    for (int i = 0; i < nres; i++) {
+        const bench_result *x = &res[i];
+        printf("%s{\"config\":\"%s\",\"threads\":%d,\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,"
+               "\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
+               "\"flops_vs_sgemm\":%.3f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"adam_ms\":%.2f,"
+               "\"activation_mb\":%.1f,\"peak_rss_mb\":%.0f}",
+               i ? "," : "", x->name, x->threads, x->B, x->T, x->ms_step, x->tokens_per_s,
+               x->gflops, x->sgemm_gflops, x->gflops / x->sgemm_gflops, x->fwd_ms, x->bwd_ms,
+               x->adam_ms, x->act_mb, x->rss_mb);
+    }
+    printf("]}\n");
+}
+
+typedef struct bench_opts {
+    int json, quick, nthreads, nseq;
+    int threads[8], seq[8];
+} bench_opts;
+
+/* Returns -1 to go on, or the exit code. */
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    *o = (bench_opts){.nthreads = 2, .threads = {1, 2}};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            o->json = 1;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            o->quick = 1;
+        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            o->nthreads = parse_list(argv[++i], o->threads, 8, 1, ZR_POOL_MAX_THREADS);
+            if (o->nthreads == 0) {
+                fprintf(stderr, "zr bench model: bad --threads list '%s' (e.g. 1,2)\n", argv[i]);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--seq") == 0 && i + 1 < argc) {
+            o->nseq = parse_list(argv[++i], o->seq, 8, 1, 1 << 16);
+            for (int k = 1; k < o->nseq; k++) {
+                o->nseq = o->seq[k] > o->seq[k - 1] ? o->nseq : 0;
+            }
+            if (o->nseq == 0) {
+                fprintf(stderr, "zr bench model: bad --seq list '%s' (ascending, e.g. 1024,4096)\n",
+                        argv[i]);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: zr bench model [--json] [--threads 1,2] [--quick] "
+                            "[--seq 1024,2048,4096]\n");
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    return -1;
 }
 
 int zr_bench_model(int argc, char **argv)
 {
-    int json = 0, quick = 0, nthreads = 2;
-    int threads[8] = {1, 2};
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (strcmp(argv[i], "--quick") == 0) {
-            quick = 1;
-        } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            nthreads = parse_threads(argv[++i], threads, 8);
-            if (nthreads == 0) {
-                fprintf(stderr, "zr bench model: bad --threads list '%s' (e.g. 1,2)\n", argv[i]);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "usage: zr bench model [--json] [--threads 1,2] [--quick]\n");
-            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
-        }
+    bench_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) {
+        return rc;
     }
+    const int json = o.json, quick = o.quick, nthreads = o.nthreads, nseq = o.nseq;
+    const int *threads = o.threads, *seq = o.seq;
     const zr_gpt_config small = {256, 256, 256, 4, 4, 256};
-    const zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768};
+    zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768};
+    gpt2.max_t = nseq > 0 && seq[nseq - 1] > gpt2.max_t ? seq[nseq - 1] : gpt2.max_t;
     const int T124 = quick ? 256 : 1024, steps_small = quick ? 3 : 7, steps_124 = quick ? 1 : 3;
+    struct {
+        const char *name;
+        const zr_gpt_config *cfg;
+        int B, T, steps;
+    } runs[8] = {{"small", &small, 4, 256, steps_small}, {"124M", &gpt2, 1, T124, steps_124}};
+    int nruns = 2;
+    if (nseq > 0) {
+        for (int k = 0; k < nseq; k++) {
+            runs[k].name = "124M";
+            runs[k].cfg = &gpt2;
+            runs[k].B = 1;
+            runs[k].T = seq[k];
+            runs[k].steps = quick ? 1 : 2;
+        }
+        nruns = nseq;
+    }
 
-    bench_result res[16];
+    bench_result res[64];
     int nres = 0;
-    double sgemm[8];
-    printf("zr bench model: forward + backward + AdamW on one rank, medians\n");
-    printf("%-6s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %8s\n", "model", "thr", "B", "T",
-           "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s", "sgemm GF", "ratio");
+    printf("zr bench model: forward + backward + AdamW on one rank, medians (%s kernels)\n",
+           zr_gpt_kernels_name());
+    printf("%-6s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %6s %8s %8s\n", "model", "thr", "B", "T",
+           "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s", "sgemm GF", "ratio",
+           "act MiB", "RSS MiB");
     for (int k = 0; k < nthreads; k++) {
-        zr_gpt_set_threads(threads[k]);
-        sgemm[k] = sgemm_gflops(quick ? 3 : 5);
-        struct {
-            const char *name;
-            const zr_gpt_config *cfg;
-            int B, T, steps;
-        } runs[2] = {{"small", &small, 4, 256, steps_small}, {"124M", &gpt2, 1, T124, steps_124}};
-        for (int r = 0; r < 2; r++) {
+        /* the ceiling: OpenBLAS's own threads on one large product */
+        openblas_set_num_threads(threads[k]);
+        double sgemm = sgemm_gflops(quick ? 3 : 5);
+        for (int r = 0; r < nruns; r++) {
             bench_result *x = &res[nres];
             zr_status st = run_config(runs[r].name, runs[r].cfg, runs[r].B, runs[r].T, threads[k],
                                       runs[r].steps, x);
@@ -227,44 +323,16 @@ int zr_bench_model(int argc, char **argv)
                 fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st), zr_error_message());
                 return 1;
             }
+            x->sgemm_gflops = sgemm;
+            x->rss_mb = peak_rss_mb();
             nres++;
-            printf("%-6s %3d %4d %5d %10.1f %11.0f %8.1f %8.1f %8.1f %8.1f %9.1f %8.2f\n", x->name,
-                   x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->fwd_ms, x->bwd_ms,
-                   x->adam_ms, x->gflops, sgemm[k], x->gflops / sgemm[k]);
-            fflush(stdout);
+            print_row(x);
         }
     }
-    double rss = peak_rss_mb();
-    printf("peak RSS %.0f MiB; GFLOP/s counts matmuls and causal attention "
-           "(6 x params x tokens + attention)\n",
-           rss);
+    printf("GFLOP/s counts matmuls and causal attention (6 x params x tokens + attention); "
+           "ratio = GFLOP/s / sgemm GF; RSS = the process's peak so far\n");
     if (json) {
-        /* the 124M run at the most threads measured */
-        int best = -1;
-        for (int i = 0; i < nres; i++) {
-            if (strcmp(res[i].name, "124M") == 0 &&
-                (best < 0 || res[i].threads >= res[best].threads)) {
-                best = i;
-            }
-        }
-        int k = 0;
-        for (int i = 0; i < nthreads; i++) {
-            k = threads[i] == res[best].threads ? i : k;
-        }
-        printf("{\"bench\":\"model\",\"config\":\"124M\",\"threads\":%d,\"B\":%d,\"T\":%d,"
-               "\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
-               "\"flops_vs_sgemm\":%.3f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"adam_ms\":%.2f,"
-               "\"peak_rss_mb\":%.0f,\"runs\":[",
-               res[best].threads, res[best].B, res[best].T, res[best].ms_step,
-               res[best].tokens_per_s, res[best].gflops, sgemm[k], res[best].gflops / sgemm[k],
-               res[best].fwd_ms, res[best].bwd_ms, res[best].adam_ms, rss);
-        for (int i = 0; i < nres; i++) {
-            printf("%s{\"config\":\"%s\",\"threads\":%d,\"T\":%d,\"ms_per_step\":%.2f,"
-                   "\"tokens_per_s\":%.1f,\"gflops\":%.2f}",
-                   i ? "," : "", res[i].name, res[i].threads, res[i].T, res[i].ms_step,
-                   res[i].tokens_per_s, res[i].gflops);
-        }
-        printf("]}\n");
+        print_json(res, nres);
     }
     return 0;
 }

@@ -1,8 +1,10 @@
 /*
  * test_base.c - the base layer: status strings, the error buffer and
- * ZR_CHECK propagation, allocation accounting and alignment, CRC-32C.
+ * ZR_CHECK propagation, allocation accounting and alignment, CRC-32C, the
+ * thread pool.
  */
 #include "test.h"
+#include "zr/pool.h"
 
 static zr_status fails_invalid(int x)
 {
@@ -110,6 +112,87 @@ static void test_helpers(void)
     TEST_CHECK(zr_now() >= t0);
 }
 
+/* ---- thread pool ------------------------------------------------------------ */
+
+enum { POOL_N = 10007 };
+
+typedef struct pool_probe {
+    int hits[POOL_N];   /* times each item was run */
+    int thread[POOL_N]; /* the thread that ran it */
+    int calls[8];       /* ranges run per thread */
+    zr_pool *pool;      /* for the nested call */
+    int nested_inline;  /* nested calls that ran whole on the calling thread */
+} pool_probe;
+
+static void probe_nested(void *arg, size_t b, size_t e, int t)
+{
+    int *whole = arg;
+    *whole += b == 0 && e == 3 && t == 0;
+}
+
+static void probe_task(void *arg, size_t b, size_t e, int t)
+{
+    pool_probe *p = arg;
+    p->calls[t]++;
+    for (size_t i = b; i < e; i++) {
+        p->hits[i]++;
+        p->thread[i] = t;
+    }
+    int whole = 0;
+    zr_pool_run(p->pool, 3, 1, probe_nested, &whole);
+    __atomic_fetch_add(&p->nested_inline, whole, __ATOMIC_RELAXED);
+}
+
+static void test_pool(void)
+{
+    static pool_probe p;
+    zr_pool *pool;
+    TEST_OK(zr_pool_init(&pool, 4));
+    TEST_EQ_INT(zr_pool_threads(pool), 4);
+    for (int rep = 0; rep < 200; rep++) { /* many jobs in a row: generations, wake-ups */
+        memset(&p, 0, sizeof p);
+        p.pool = pool;
+        size_t n = rep % 2 ? POOL_N : 1000, grain = rep % 3 ? 1 : 400;
+        zr_pool_run(pool, n, grain, probe_task, &p);
+        int once = 1, ordered = 1, calls = 0;
+        for (size_t i = 0; i < n; i++) {
+            once &= p.hits[i] == 1;
+            ordered &= i == 0 || p.thread[i] >= p.thread[i - 1]; /* contiguous ranges */
+        }
+        for (int t = 0; t < 8; t++) {
+            TEST_CHECK(p.calls[t] <= 1);
+            calls += p.calls[t];
+        }
+        TEST_CHECKF(once && ordered, "job %d: items not run once each in contiguous ranges", rep);
+        /* parts = min(threads, n / grain): 1000 / 400 = 2 */
+        TEST_EQ_INT(calls, grain == 400 && n == 1000 ? 2 : 4);
+        if (rep == 0) {
+            TEST_EQ_INT(p.nested_inline, calls);
+        }
+    }
+    memset(&p, 0, sizeof p);
+    zr_pool_run(pool, 0, 1, probe_task, &p);
+    TEST_EQ_INT(p.calls[0], 0);
+    zr_pool_run(pool, 5, 3, probe_task, &p); /* under two grains: inline */
+    TEST_EQ_INT(p.calls[0], 1);
+    TEST_EQ_INT(p.hits[4], 1);
+    zr_pool_free(pool);
+    zr_pool_free(NULL);
+    TEST_FAILS(zr_pool_init(&pool, 0), ZR_ERR_INVALID, "0 threads");
+    TEST_FAILS(zr_pool_init(&pool, ZR_POOL_MAX_THREADS + 1), ZR_ERR_INVALID, "threads");
+    /* the process's pool: counted nowhere in zr's memory, resized at will */
+    size_t before = zr_mem_current();
+    TEST_OK(zr_threads_set(3));
+    TEST_EQ_INT(zr_threads_get(), 3);
+    TEST_EQ_INT(zr_mem_current(), before);
+    memset(&p, 0, sizeof p);
+    zr_parallel_for(POOL_N, 1, probe_task, &p);
+    TEST_EQ_INT(p.calls[0] + p.calls[1] + p.calls[2], 3);
+    TEST_OK(zr_threads_set(1));
+    TEST_EQ_INT(zr_threads_get(), 1);
+    TEST_FAILS(zr_threads_set(0), ZR_ERR_INVALID, "threads = 0");
+}
+
 int main(void)
 {
     TEST_RUN(test_status_and_messages);
@@ -117,5 +200,6 @@ int main(void)
     TEST_RUN(test_alloc_large_and_sites);
     TEST_RUN(test_crc32c);
     TEST_RUN(test_helpers);
+    TEST_RUN(test_pool);
     return zr_test_finish();
 }

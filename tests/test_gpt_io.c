@@ -163,8 +163,9 @@ static void test_llmc_unit(void)
     /* not a regular file: refused before it is opened */
     zr_gpt_config rc;
     TEST_FAILS(zr_gpt_read_llmc_config(dir, &rc), ZR_ERR_INVALID, "is a directory");
-    /* a header whose size would wrap around 64 bits is refused, not read */
-    int32_t h[256] = {20240326, 3, 1 << 24, 1 << 24, 1 << 24, 1, 1 << 24, 1 << 24};
+    /* a header whose size would wrap around 64 bits is refused, not read (heads 2^16:
+     * the largest head size the model accepts, 256, so the size check is what fails) */
+    int32_t h[256] = {20240326, 3, 1 << 24, 1 << 24, 1 << 24, 1 << 16, 1 << 24, 1 << 24};
     zr_test_write_file(p3, h, sizeof h);
     TEST_FAILS(zr_gpt_read_llmc_config(p3, &rc), ZR_ERR_FORMAT, "larger than any file");
     free_units(&a);

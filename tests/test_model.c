@@ -1,14 +1,17 @@
 /*
  * test_model.c - GPT-2 on the CPU: parameter layout, initialisation,
  * finite-difference gradients of every tensor, call-order errors,
- * determinism, independence from where unit buffers live, and a loss that
- * falls when one batch is trained on repeatedly.
+ * determinism, independence from where unit buffers live, from the thread
+ * count and from the vector width, the streamed attention against a
+ * double-precision reference, activation memory linear in T, and a loss
+ * that falls when one batch is trained on repeatedly.
  */
 #include "test.h"
 #include "zr/model.h"
 #include "zr/optim.h"
+#include "zr/pool.h"
 
-#include "../src/model/ops.h" /* zr_op_exp: internal to src/model */
+#include "../src/model/ops.h" /* zr_op_exp, attention, kernel choice: internal to src/model */
 
 /* All units of one model, each in its own allocation unless told otherwise. */
 typedef struct units {
@@ -466,6 +469,135 @@ static void test_loss_falls(void)
     zr_gpt_free(&m);
 }
 
+/* ---- threads, vector width, attention accuracy, memory ---------------------- */
+
+/*
+ * One training step (forward, backward, AdamW on every tensor) from the same
+ * parameters, returning the loss; parameters, gradients and moments end up
+ * in us, mom and var.
+ */
+static float train_step(zr_gpt *m, units *us, units *mom, units *var, const int *in, const int *tg)
+{
+    for (int u = 0; u < us->n; u++) {
+        zr_gpt_unit_init_params(m, u, us->p[u], 21);
+        memset(mom->p[u], 0, zr_gpt_unit_numel(m, u) * sizeof(float));
+        memset(var->p[u], 0, zr_gpt_unit_numel(m, u) * sizeof(float));
+    }
+    units_zero_grad(us, m);
+    float loss = forward_backward(m, us, in, tg);
+    zr_adamw h = zr_adamw_default();
+    for (int u = 0; u < us->n; u++) {
+        zr_adamw_update(&h, 1e-3f, 1, 1.0f, 1, us->p[u], us->g[u], mom->p[u], var->p[u],
+                        zr_gpt_unit_numel(m, u));
+    }
+    return loss;
+}
+
+/*
+ * Same bits at 1, 2 and 3 threads, and with the reference kernels forced:
+ * the shapes are large enough that every operator splits its rows or
+ * columns over the threads (at least two of the pool's grains), T spans
+ * several attention tiles and ends in a partial one, and C and 4C are not
+ * multiples of the column blocks times the thread count.
+ */
+static void test_threads_and_kernels_same_bits(void)
+{
+    zr_gpt_config cfg = {200, 250, 256, 2, 3, 144};
+    const int B = 2, T = 190;
+    zr_gpt m;
+    TEST_OK(zr_gpt_init(&m, &cfg, B, T));
+    int *in = calloc((size_t)B * T, sizeof *in), *tg = calloc((size_t)B * T, sizeof *tg);
+    TEST_CHECK(in != NULL && tg != NULL);
+    random_tokens(in, B * T, cfg.vocab, 31);
+    random_tokens(tg, B * T, cfg.vocab, 32);
+    units ref, refm, refv, x, xm, xv;
+    units_alloc(&ref, &m, 0);
+    units_alloc(&refm, &m, 0);
+    units_alloc(&refv, &m, 0);
+    units_alloc(&x, &m, 0);
+    units_alloc(&xm, &m, 0);
+    units_alloc(&xv, &m, 0);
+    zr_gpt_set_threads(1);
+    float lref = train_step(&m, &ref, &refm, &refv, in, tg);
+    /* thread counts 2 and 3, then the reference kernels at 1 and 2 threads */
+    const int threads[] = {2, 3, 1, 2};
+    for (int k = 0; k < 4; k++) {
+        zr_ops_set_impl(k >= 2 ? ZR_OPS_IMPL_SCALAR : ZR_OPS_IMPL_AUTO);
+        zr_gpt_set_threads(threads[k]);
+        TEST_EQ_INT(zr_threads_get(), threads[k]);
+        float l = train_step(&m, &x, &xm, &xv, in, tg);
+        TEST_CHECKF(memcmp(&l, &lref, sizeof l) == 0, "%d threads, %s kernels: loss %.9g vs %.9g",
+                    threads[k], zr_ops_impl_name(), l, lref);
+        TEST_CHECKF(units_equal(&m, &x, &ref) && units_equal(&m, &xm, &refm) &&
+                        units_equal(&m, &xv, &refv),
+                    "%d threads, %s kernels: parameters, gradients or moments differ", threads[k],
+                    zr_ops_impl_name());
+    }
+    zr_ops_set_impl(ZR_OPS_IMPL_AUTO);
+    printf("  1, 2, 3 threads and the reference kernels agree bit for bit (vector path %s)\n",
+           zr_ops_impl_name());
+    zr_gpt_set_threads(1);
+    units_free(&ref);
+    units_free(&refm);
+    units_free(&refv);
+    units_free(&x);
+    units_free(&xm);
+    units_free(&xv);
+    free(in);
+    free(tg);
+    zr_gpt_free(&m);
+}
+
+/*
+ * The streamed attention against the same attention in double precision,
+ * unblocked: T covers many key blocks and a partial tile, the scores span
+ * about +-8 so the running max is rescaled often. The bound is stated
+ * relative to max |v|: 2e-6 (about 16 float ulps of an output near |v|;
+ * measured ~3e-7).
+ */
+static void test_attention_vs_fp64(void)
+{
+    const int B = 1, T = 333, NH = 2, C = 128, C3 = 3 * C;
+    float *qkv = calloc((size_t)B * T * C3, sizeof *qkv);
+    float *out = calloc((size_t)B * T * C, sizeof *out);
+    float *lse = calloc((size_t)B * NH * T, sizeof *lse);
+    double *ref = calloc((size_t)B * T * C, sizeof *ref);
+    TEST_CHECK(qkv != NULL && out != NULL && lse != NULL && ref != NULL);
+    zr_test_rng r = {77};
+    float vmax = 0.0f;
+    for (size_t i = 0; i < (size_t)B * T * C3; i++) {
+        qkv[i] = 1.3f * zr_test_rng_normal(&r);
+        vmax = (int)(i % C3) >= 2 * C && fabsf(qkv[i]) > vmax ? fabsf(qkv[i]) : vmax;
+    }
+    zr_op_attention_fwd(out, lse, qkv, B, T, C, NH);
+    zr_op_attention_fwd_ref64(ref, qkv, B, T, C, NH);
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)B * T * C; i++) {
+        worst = fmax(worst, fabs((double)out[i] - ref[i]));
+    }
+    worst /= vmax;
+    printf("  attention T=%d: max |out - fp64| / max |v| = %.3g (bound 2e-6)\n", T, worst);
+    TEST_CHECKF(worst <= 2e-6, "attention differs from fp64 by %.3g of max |v|", worst);
+    free(qkv);
+    free(out);
+    free(lse);
+    free(ref);
+}
+
+/* Activations grow linearly in T: no T x T buffer anywhere (GPT-2 124M shapes). */
+static void test_activation_memory_linear_in_t(void)
+{
+    zr_gpt_config c = {4096, 50257, 50304, 12, 12, 768};
+    size_t m1 = zr_gpt_config_activation_bytes(&c, 1, 1024, 0);
+    size_t m2 = zr_gpt_config_activation_bytes(&c, 1, 2048, 0);
+    size_t m4 = zr_gpt_config_activation_bytes(&c, 1, 4096, 0);
+    printf("  124M activations, B=1: T=1024 %.0f MiB, 2048 %.0f MiB, 4096 %.0f MiB\n",
+           m1 / 1048576.0, m2 / 1048576.0, m4 / 1048576.0);
+    TEST_CHECKF(m4 - m2 == 2 * (m2 - m1), "not linear in T: %zu %zu %zu", m1, m2, m4);
+    zr_gpt_config bad = {64, 64, 64, 1, 1, 512};
+    TEST_FAILS(zr_gpt_config_check(&bad), ZR_ERR_INVALID, "head size");
+}
+
 /*
  * The exp behind softmax and GELU over the whole float range: a sample of
  * every 251st bit pattern (both signs, subnormals, infinities, NaNs) plus
@@ -540,5 +672,8 @@ int main(void)
     TEST_RUN(test_order_and_tokens);
     TEST_RUN(test_determinism_and_buffers);
     TEST_RUN(test_loss_falls);
+    TEST_RUN(test_threads_and_kernels_same_bits);
+    TEST_RUN(test_attention_vs_fp64);
+    TEST_RUN(test_activation_memory_linear_in_t);
     return zr_test_finish();
 }

@@ -7,10 +7,12 @@
  * several steps, with and without weight decay and gradient scaling, and with
  * zeros, signed zeros, denormals, huge values, infinities and NaNs among the
  * inputs. A path the CPU cannot run is named on stdout and is not registered
- * as a test, so it is never counted as passed.
+ * as a test, so it is never counted as passed. A long update split over 1,
+ * 2 and 3 threads gives the same bits too.
  */
 #include "test.h"
 #include "zr/optim.h"
+#include "zr/pool.h"
 
 #include <float.h>
 
@@ -195,6 +197,41 @@ static void test_scalar_is_adamw(void)
     TEST_OK(zr_optim_set_impl(ZR_OPTIM_IMPL_AUTO));
 }
 
+/*
+ * The update split over the process's pool: lengths that leave ragged
+ * blocks and ragged thread ranges, at an unaligned start, same bits at 1, 2
+ * and 3 threads (and two steps, so the moments carry over).
+ */
+static void test_threads_same_bits(void)
+{
+    enum { N = 300001 };
+    static float p[3][N + 1], g[N + 1], m[3][N + 1], v[3][N + 1];
+    zr_test_rng r = {0x7e4d};
+    for (size_t i = 0; i <= N; i++) {
+        g[i] = zr_test_rng_normal(&r) * 0.01f;
+        p[0][i] = p[1][i] = p[2][i] = zr_test_rng_uniform(&r);
+        m[0][i] = m[1][i] = m[2][i] = 0.0f;
+        v[0][i] = v[1][i] = v[2][i] = 0.0f;
+    }
+    zr_adamw h = zr_adamw_default();
+    const size_t lengths[] = {N, 70000, 65537};
+    for (int k = 0; k < 3; k++) {
+        TEST_OK(zr_threads_set(k + 1));
+        for (int li = 0; li < 3; li++) {
+            for (int t = 1; t <= 2; t++) {
+                zr_adamw_update(&h, 1e-3f, t, 1.0f, li & 1, p[k] + 1, g + 1, m[k] + 1, v[k] + 1,
+                                lengths[li] - 1);
+            }
+        }
+    }
+    TEST_OK(zr_threads_set(1));
+    for (int k = 1; k < 3; k++) {
+        TEST_CHECKF(memcmp(p[k], p[0], sizeof p[0]) == 0 && memcmp(m[k], m[0], sizeof m[0]) == 0 &&
+                        memcmp(v[k], v[0], sizeof v[0]) == 0,
+                    "%d threads: the update differs from 1 thread", k + 1);
+    }
+}
+
 /* AUTO is the widest runnable path; unknown and unrunnable choices are refused. */
 static void test_impl_choice(void)
 {
@@ -223,6 +260,7 @@ int main(void)
 {
     TEST_RUN(test_scalar_is_adamw);
     TEST_RUN(test_impl_choice);
+    TEST_RUN(test_threads_same_bits);
 
     struct {
         zr_optim_impl impl;

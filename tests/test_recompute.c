@@ -74,7 +74,7 @@ static void test_model_gradients_identical(void)
     /* saved: L - 1 blocks' activations except their outputs */
     size_t BT = (size_t)B * T, C = (size_t)CFG.channels, NH = (size_t)CFG.heads;
     size_t block =
-        4 * (BT * C * 4) + 2 * (BT * 4 * C * 4) + BT * 3 * C * 4 + B * NH * T * T * 4 + 4 * BT * 4;
+        4 * (BT * C * 4) + 2 * (BT * 4 * C * 4) + BT * 3 * C * 4 + B * NH * T * 4 + 4 * BT * 4;
     TEST_CHECKF(a1 < a0 && a0 - a1 >= (size_t)(CFG.layers - 1) * block,
                 "activation bytes %zu with recomputation, %zu without", a1, a0);
     for (int u = 0; u < n; u++) {

@@ -21,10 +21,12 @@
  *     backward_unit L+1 .. 0]
  * and a wrong order fails with ZR_ERR_INVALID.
  *
- * Determinism: for a fixed BLAS thread count, the same inputs and parameters
- * give bit-identical outputs regardless of where the unit buffers live. Only
- * cblas_sgemm may use threads (zr_gpt_set_threads); every other loop is
- * single-threaded, vectorized, and reduces in a fixed order.
+ * Determinism: the same inputs and parameters give bit-identical outputs
+ * regardless of where the unit buffers live and of the thread count
+ * (zr_gpt_set_threads): every loop, the matrix products included, runs on
+ * zr's pool split so that each output element is computed alone, in a fixed
+ * order (see src/model/ops.h). Attention streams over key blocks and keeps
+ * O(T) memory per head, never a T x T matrix.
  * Nothing here depends on MPI.
  */
 #ifndef ZR_MODEL_H
@@ -66,7 +68,7 @@ typedef struct zr_gpt_layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd; /* [BT, C], [BT], [BT] */
     float *qkv;                       /* [BT, 3C] */
     float *atty;                      /* [BT, C] attention output before attproj */
-    float *att;                       /* [B, NH, T, T] softmax, causal (upper triangle 0) */
+    float *att_lse;                   /* [B, NH, T] log-sum-exp of each row's attention scores */
     float *res2;                      /* [BT, C] residual after attention */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fch_gelu; /* [BT, 4C] */
@@ -90,12 +92,12 @@ typedef struct zr_gpt {
     float loss;
 
     /* backward scratch, reused by every block */
-    float *dres;  /* [BT, C] gradient of the residual stream */
-    float *dln;   /* [BT, C] */
-    float *datty; /* [BT, C] */
-    float *dbig;  /* [BT, 4C] dfch_gelu / dfch, then dqkv */
-    float *datt;  /* [attention row block, T] scratch */
-    float *tmp;   /* [BT, C] projection output before the residual add */
+    float *dres;      /* [BT, C] gradient of the residual stream */
+    float *dln;       /* [BT, C] */
+    float *datty;     /* [BT, C] */
+    float *dbig;      /* [BT, 4C] dfch_gelu / dfch, then dqkv */
+    float *att_delta; /* [B, NH, T] attention backward scratch: dO . O per row */
+    float *tmp;       /* [BT, C] projection output before the residual add */
 
     int recompute;          /* activation checkpointing: blocks share one activation set */
     int acts_layer;         /* the block whose activations the shared set holds (-1: none) */
@@ -106,7 +108,8 @@ typedef struct zr_gpt {
 
 /* ---- configuration and parameter layout (no zr_gpt needed) -------------- */
 
-/* Checks every field (positive, C % NH == 0, Vp >= V); names the bad field. */
+/* Checks every field (positive, C % NH == 0, head size C / NH <= 256, Vp >= V); names the bad
+ * field. */
 zr_status zr_gpt_config_check(const zr_gpt_config *cfg);
 
 int zr_gpt_config_unit_count(const zr_gpt_config *cfg);
@@ -137,8 +140,15 @@ size_t zr_gpt_config_activation_bytes(const zr_gpt_config *cfg, int B, int T, in
 /* Safe on a zeroed struct and after a failed init. */
 void zr_gpt_free(zr_gpt *m);
 
-/* BLAS threads used by every cblas_sgemm in the process (openblas_set_num_threads). */
+/*
+ * Threads of every model and AdamW loop in the process: zr's pool
+ * (zr_threads_set), which also runs the matrix products as one
+ * single-threaded OpenBLAS call per thread (OpenBLAS's own threads are set
+ * to 1). Clamped to 1 .. ZR_POOL_MAX_THREADS; results do not depend on it.
+ */
 void zr_gpt_set_threads(int threads);
+/* The vector kernels the model's loops run on this CPU: "scalar", "avx2" or "avx512". */
+const char *zr_gpt_kernels_name(void);
 
 /* L + 2: unit 0 = embedding, 1..L = blocks, L + 1 = final LayerNorm. */
 int zr_gpt_unit_count(const zr_gpt *m);

@@ -5,8 +5,9 @@
  * This layer sits below the ZeRO engine and knows nothing about ranks: the
  * engine calls zr_adamw_update on whatever shard it owns, after agreeing on
  * the global gradient norm (sum of zr_sumsq over shards). Updates are
- * elementwise, so a sharded update is bit-identical to the unsharded one.
- * Nothing here depends on MPI.
+ * elementwise, so a sharded update is bit-identical to the unsharded one,
+ * and zr_adamw_update split over the process's threads (zr/pool.h) to a
+ * single-threaded one. Nothing here depends on MPI.
  */
 #ifndef ZR_OPTIM_H
 #define ZR_OPTIM_H

@@ -19,6 +19,7 @@
 #include "zr/model.h"
 
 #include "ops.h"
+#include "zr/pool.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -62,6 +63,10 @@ zr_status zr_gpt_config_check(const zr_gpt_config *cfg)
     if (cfg->channels % cfg->heads != 0) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT config: channels = %d is not a multiple of heads = %d",
                 cfg->channels, cfg->heads);
+    }
+    if (cfg->channels / cfg->heads > ZR_ATT_MAX_HS) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT config: head size channels / heads = %d is above %d",
+                cfg->channels / cfg->heads, ZR_ATT_MAX_HS);
     }
     if (cfg->padded_vocab < cfg->vocab) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT config: padded_vocab = %d is smaller than vocab = %d",
@@ -179,7 +184,7 @@ static size_t layout_acts(zr_gpt *m, float *base)
         CARVE_L(ln1_rstd, BT);
         CARVE_L(qkv, BT * 3 * C);
         CARVE_L(atty, BT * C);
-        CARVE_L(att, B * NH * T * T);
+        CARVE_L(att_lse, B * NH * T);
         CARVE_L(res2, BT * C);
         CARVE_L(ln2, BT * C);
         CARVE_L(ln2_mean, BT);
@@ -198,7 +203,7 @@ static size_t layout_acts(zr_gpt *m, float *base)
     CARVE(m->dln, BT * C);
     CARVE(m->datty, BT * C);
     CARVE(m->dbig, BT * 4 * C);
-    CARVE(m->datt, (size_t)ZR_ATT_ROWS * T);
+    CARVE(m->att_delta, B * NH * T);
     CARVE(m->tmp, BT * C);
 #undef CARVE
     return off;
@@ -282,7 +287,16 @@ size_t zr_gpt_config_activation_bytes(const zr_gpt_config *cfg, int B, int T, in
 
 void zr_gpt_set_threads(int threads)
 {
-    openblas_set_num_threads(threads > 0 ? threads : 1);
+    threads = threads < 1 ? 1 : threads > ZR_POOL_MAX_THREADS ? ZR_POOL_MAX_THREADS : threads;
+    /* matrix products run on the pool too, one single-threaded OpenBLAS call per thread */
+    openblas_set_num_threads(1);
+    /* cannot fail in range; a pool short of threads gives the same results */
+    (void)zr_threads_set(threads);
+}
+
+const char *zr_gpt_kernels_name(void)
+{
+    return zr_ops_impl_name();
 }
 
 /* ---- units ------------------------------------------------------------------ */
@@ -413,19 +427,17 @@ static void block_forward(zr_gpt *m, int l, const float *params)
                         params + d[T_LN1B].offset, BT, C);
     zr_op_matmul_fwd(a->qkv, a->ln1, params + d[T_QKVW].offset, params + d[T_QKVB].offset, BT, C,
                      3 * C);
-    zr_op_attention_fwd(a->atty, a->att, a->qkv, B, T, C, NH);
-    zr_op_matmul_fwd(m->tmp, a->atty, params + d[T_ATTPROJW].offset, params + d[T_ATTPROJB].offset,
-                     BT, C, C);
-    zr_op_add(a->res2, inp, m->tmp, (size_t)BT * C);
-    zr_op_layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, params + d[T_LN2W].offset,
-                        params + d[T_LN2B].offset, BT, C);
-    zr_op_matmul_fwd(a->fch, a->ln2, params + d[T_FCW].offset, params + d[T_FCB].offset, BT, C,
-                     4 * C);
-    zr_op_gelu_fwd(a->fch_gelu, a->fch, (size_t)BT * 4 * C);
-    zr_op_matmul_fwd(m->tmp, a->fch_gelu, params + d[T_FCPROJW].offset,
-                     params + d[T_FCPROJB].offset, BT, 4 * C, C);
+    zr_op_attention_fwd(a->atty, a->att_lse, a->qkv, B, T, C, NH);
+    /* the projections' biases are added in the residual and GELU passes that follow */
+    zr_op_matmul_fwd(m->tmp, a->atty, params + d[T_ATTPROJW].offset, NULL, BT, C, C);
+    zr_op_residual_layernorm_fwd(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, inp, m->tmp,
+                                 params + d[T_ATTPROJB].offset, params + d[T_LN2W].offset,
+                                 params + d[T_LN2B].offset, BT, C);
+    zr_op_matmul_fwd(a->fch, a->ln2, params + d[T_FCW].offset, NULL, BT, C, 4 * C);
+    zr_op_bias_gelu_fwd(a->fch_gelu, a->fch, params + d[T_FCB].offset, BT, 4 * C);
+    zr_op_matmul_fwd(m->tmp, a->fch_gelu, params + d[T_FCPROJW].offset, NULL, BT, 4 * C, C);
     /* recomputing writes the same bits into res3 again, harmless */
-    zr_op_add(a->res3, a->res2, m->tmp, (size_t)BT * C);
+    zr_op_residual_fwd(a->res3, a->res2, m->tmp, params + d[T_FCPROJB].offset, BT, C);
     m->acts_layer = l;
 }
 
@@ -456,8 +468,7 @@ zr_status zr_gpt_forward_unit(zr_gpt *m, int u, const float *params, const float
                             params + m->final_desc[0].offset, params + m->final_desc[1].offset, BT,
                             C);
         /* logits for the V real tokens only; the padded rows of wte are never read */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, V, C, 1.0f, m->lnf, C, wte, C,
-                    0.0f, m->probs, Vp);
+        zr_op_sgemm(0, 1, BT, V, C, m->lnf, C, wte, C, 0.0f, m->probs, Vp);
         zr_op_softmax_xent_fwd(m->probs, m->losses, m->has_targets ? m->targets : NULL, BT, V, Vp);
         if (m->has_targets) {
             double sum = 0.0;
@@ -515,10 +526,8 @@ zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const floa
         float *dwte = unit0_grads + m->unit0_desc[0].offset;
         zr_op_softmax_xent_bwd(m->probs, m->targets, 1.0f / (float)BT, BT, V, Vp);
         float *dlogits = m->probs;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, V, 1.0f, dlogits, Vp, wte, C,
-                    0.0f, m->dln, C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, BT, 1.0f, dlogits, Vp, m->lnf, C,
-                    1.0f, dwte, C);
+        zr_op_sgemm(0, 0, BT, C, V, dlogits, Vp, wte, C, 0.0f, m->dln, C);
+        zr_op_sgemm(1, 0, V, C, BT, dlogits, Vp, m->lnf, C, 1.0f, dwte, C);
         memset(m->dres, 0, (size_t)BT * C * sizeof *m->dres);
         zr_op_layernorm_bwd_acc(m->dres, grads + m->final_desc[0].offset,
                                 grads + m->final_desc[1].offset, m->dln, block_input(m, L),
@@ -533,15 +542,17 @@ zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const floa
         /* m->dres holds d(res3) and becomes d(inp) in place */
         zr_op_matmul_bwd(m->dbig, grads + d[T_FCPROJW].offset, grads + d[T_FCPROJB].offset, m->dres,
                          a->fch_gelu, params + d[T_FCPROJW].offset, BT, 4 * C, C);
-        zr_op_gelu_bwd(m->dbig, a->fch, m->dbig, (size_t)BT * 4 * C);
-        zr_op_matmul_bwd(m->dln, grads + d[T_FCW].offset, grads + d[T_FCB].offset, m->dbig, a->ln2,
+        /* the bias gradient of fc is summed in the GELU pass */
+        zr_op_gelu_bwd(m->dbig, grads + d[T_FCB].offset, a->fch, m->dbig, BT, 4 * C);
+        zr_op_matmul_bwd(m->dln, grads + d[T_FCW].offset, NULL, m->dbig, a->ln2,
                          params + d[T_FCW].offset, BT, C, 4 * C);
         zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN2W].offset, grads + d[T_LN2B].offset, m->dln,
                                 a->res2, params + d[T_LN2W].offset, a->ln2_mean, a->ln2_rstd, BT,
                                 C);
         zr_op_matmul_bwd(m->datty, grads + d[T_ATTPROJW].offset, grads + d[T_ATTPROJB].offset,
                          m->dres, a->atty, params + d[T_ATTPROJW].offset, BT, C, C);
-        zr_op_attention_bwd(m->dbig, m->datt, m->datty, a->qkv, a->att, B, T, C, NH);
+        zr_op_attention_bwd(m->dbig, m->att_delta, m->datty, a->qkv, a->atty, a->att_lse, B, T, C,
+                            NH);
         zr_op_matmul_bwd(m->dln, grads + d[T_QKVW].offset, grads + d[T_QKVB].offset, m->dbig,
                          a->ln1, params + d[T_QKVW].offset, BT, C, 3 * C);
         zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN1W].offset, grads + d[T_LN1B].offset, m->dln,

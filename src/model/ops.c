@@ -1,55 +1,240 @@
 /*
- * ops.c - the GPT-2 operators on the CPU (see ops.h for conventions).
+ * ops.c - the GPT-2 operators on the CPU other than attention (see ops.h
+ * for conventions; attention.c has attention).
  *
- * Why hand-written reductions and exp: zr builds without -ffast-math, so gcc
- * neither reorders float sums nor vectorizes calls to expf/tanhf. Sums are
- * therefore taken over ZR_LANES fixed partial accumulators (a layout gcc
- * maps onto vector registers, and whose order never depends on threads or
- * alignment), and exp is a polynomial in plain arithmetic that gcc
- * vectorizes. Attention runs on cblas_sgemm per (batch, head) in causal row
- * blocks, so the upper triangle costs at most one block of waste.
+ * Every operator is a body over a range of rows or of column blocks, run on
+ * the process's pool (zr/pool.h). Per-row work is split by rows; sums over
+ * rows (bias and LayerNorm weight gradients, the embedding's) are split by
+ * blocks of ZR_COLS columns, each column summed over all rows in row order
+ * by the thread that owns it. Either way every output element is computed
+ * by the same operations in the same order whatever the thread count, and
+ * the order is the one the single-threaded code has always used.
+ *
+ * Each body is always inlined into three functions: one compiled for the
+ * build's target (SSE2 on the portable build), one with target("avx2") and
+ * one with target("avx512f"), and the widest the CPU supports is picked at
+ * run time (like src/quant). They hold the same IEEE operations (no -ffast-
+ * math, -ffp-contract=off, fixed-lane sums from ops_math.h), so every width
+ * gives the same bits; only the speed differs.
  */
 #include "ops.h"
 
+#include "ops_math.h"
+#include "zr/base.h"
+#include "zr/pool.h"
+
 #include <cblas.h>
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
 
-#define ZR_LANES 16
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ZR_OPS_X86 1
+#define T256       __attribute__((target("avx2")))
+#define T512       __attribute__((target("avx512f")))
+#else
+#define ZR_OPS_X86 0
+#endif
 
-/* ---- fixed-order reductions --------------------------------------------- */
+/* Columns per block of the column-split sums: one 64-byte cache line. */
+#define ZR_COLS 16
+/* Elements a task should have at least, so that waking a thread pays off. */
+#define ZR_GRAIN 16384
 
-static float lanes_total(const float *acc)
+/* ---- kernel selection ------------------------------------------------------- */
+
+enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512 };
+
+static int forced_scalar;
+
+int zr_ops_isa(void)
 {
-    /* pairwise, in a fixed order */
-    float s8[8];
-    for (int k = 0; k < 8; k++) {
-        s8[k] = acc[k] + acc[k + 8];
+    if (forced_scalar) {
+        return ISA_SCALAR;
     }
-    float s4[4];
-    for (int k = 0; k < 4; k++) {
-        s4[k] = s8[k] + s8[k + 4];
+#if ZR_OPS_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) {
+        return ISA_AVX512;
     }
-    return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+        return ISA_AVX2;
+    }
+#endif
+    return ISA_SCALAR;
 }
 
-static float sum_f(const float *x, int n)
+void zr_ops_set_impl(zr_ops_impl impl)
 {
-    float acc[ZR_LANES] = {0};
-    int i = 0;
-    for (; i + ZR_LANES <= n; i += ZR_LANES) {
-        for (int k = 0; k < ZR_LANES; k++) {
-            acc[k] += x[i + k];
+    forced_scalar = impl == ZR_OPS_IMPL_SCALAR;
+}
+
+const char *zr_ops_impl_name(void)
+{
+    static const char *const names[] = {"scalar", "avx2", "avx512"};
+    return names[zr_ops_isa()];
+}
+
+/*
+ * MULTIVERSION(name, type) turns name##_body(const type *a, size_t begin,
+ * size_t end) into a pool task name##_task that runs the body compiled for
+ * the width a->isa names.
+ */
+#if ZR_OPS_X86
+#define MULTIVERSION(name, type)                                                                   \
+    static void name##_base(const type *a, size_t b, size_t e)                                     \
+    {                                                                                              \
+        name##_body(a, b, e);                                                                      \
+    }                                                                                              \
+    static T256 void name##_avx2(const type *a, size_t b, size_t e)                                \
+    {                                                                                              \
+        name##_body(a, b, e);                                                                      \
+    }                                                                                              \
+    static T512 void name##_avx512(const type *a, size_t b, size_t e)                              \
+    {                                                                                              \
+        name##_body(a, b, e);                                                                      \
+    }                                                                                              \
+    static void name##_task(void *arg, size_t b, size_t e, int thread)                             \
+    {                                                                                              \
+        const type *a = arg;                                                                       \
+        (void)thread;                                                                              \
+        if (a->isa == ISA_AVX512) {                                                                \
+            name##_avx512(a, b, e);                                                                \
+        } else if (a->isa == ISA_AVX2) {                                                           \
+            name##_avx2(a, b, e);                                                                  \
+        } else {                                                                                   \
+            name##_base(a, b, e);                                                                  \
+        }                                                                                          \
+    }
+#else
+#define MULTIVERSION(name, type)                                                                   \
+    static void name##_task(void *arg, size_t b, size_t e, int thread)                             \
+    {                                                                                              \
+        (void)thread;                                                                              \
+        name##_body((const type *)arg, b, e);                                                      \
+    }
+#endif
+
+/* Rows per task for rows of n floats. */
+static size_t row_grain(size_t n)
+{
+    return n >= ZR_GRAIN ? 1 : ZR_GRAIN / n;
+}
+
+/* Column blocks of ZR_COLS in n columns, and blocks per task for N rows. */
+static size_t col_blocks(int n)
+{
+    return zr_div_up((size_t)n, ZR_COLS);
+}
+
+static size_t col_grain(int N)
+{
+    return row_grain((size_t)N * ZR_COLS);
+}
+
+/* ---- elementwise ------------------------------------------------------------ */
+
+typedef struct ew_args {
+    int isa;
+    float *out;
+    const float *a, *b;
+} ew_args;
+
+static inline __attribute__((always_inline)) void exp_body(const ew_args *x, size_t b, size_t e)
+{
+    float *out = x->out;
+    const float *in = x->a;
+    for (size_t i = b; i < e; i++) {
+        out[i] = zr_exp_approx(in[i]);
+    }
+}
+MULTIVERSION(exp, ew_args)
+
+void zr_op_exp(float *out, const float *inp, size_t n)
+{
+    ew_args x = {zr_ops_isa(), out, inp, NULL};
+    zr_parallel_for(n, ZR_GRAIN, exp_task, &x);
+}
+
+/* ---- encoder ---------------------------------------------------------------- */
+
+typedef struct enc_args {
+    int isa, N, T, C;
+    float *out, *dwte, *dwpe;
+    const float *wte, *wpe, *dout;
+    const int *inp;
+} enc_args;
+
+/* rows i = b * T + t */
+static inline __attribute__((always_inline)) void enc_fwd_body(const enc_args *a, size_t r0,
+                                                               size_t r1)
+{
+    const size_t C = (size_t)a->C;
+    for (size_t i = r0; i < r1; i++) {
+        float *o = a->out + i * C;
+        const float *e = a->wte + (size_t)a->inp[i] * C;
+        const float *p = a->wpe + (i % (size_t)a->T) * C;
+        for (size_t c = 0; c < C; c++) {
+            o[c] = e[c] + p[c];
         }
     }
-    for (int k = 0; i < n; i++, k++) {
-        acc[k] += x[i];
-    }
-    return lanes_total(acc);
+}
+MULTIVERSION(enc_fwd, enc_args)
+
+void zr_op_encoder_fwd(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                       int C)
+{
+    enc_args a = {.isa = zr_ops_isa(),
+                  .N = B * T,
+                  .T = T,
+                  .C = C,
+                  .out = out,
+                  .wte = wte,
+                  .wpe = wpe,
+                  .inp = inp};
+    zr_parallel_for((size_t)B * T, row_grain((size_t)C), enc_fwd_task, &a);
 }
 
-static float sumsq_centered(const float *x, float mean, int n)
+/* column blocks, rows in order: a token seen twice adds in position order */
+static inline __attribute__((always_inline)) void enc_bwd_body(const enc_args *a, size_t k0,
+                                                               size_t k1)
+{
+    const size_t C = (size_t)a->C;
+    const size_t c0 = k0 * ZR_COLS, c1 = k1 * ZR_COLS < C ? k1 * ZR_COLS : C;
+    for (size_t i = 0; i < (size_t)a->N; i++) {
+        const float *d = a->dout + i * C;
+        float *de = a->dwte + (size_t)a->inp[i] * C;
+        float *dp = a->dwpe + (i % (size_t)a->T) * C;
+        for (size_t c = c0; c < c1; c++) {
+            de[c] += d[c];
+        }
+        for (size_t c = c0; c < c1; c++) {
+            dp[c] += d[c];
+        }
+    }
+}
+MULTIVERSION(enc_bwd, enc_args)
+
+void zr_op_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
+                       int C)
+{
+    enc_args a = {.isa = zr_ops_isa(),
+                  .N = B * T,
+                  .T = T,
+                  .C = C,
+                  .dwte = dwte,
+                  .dwpe = dwpe,
+                  .dout = dout,
+                  .inp = inp};
+    zr_parallel_for(col_blocks(C), col_grain(B * T), enc_bwd_task, &a);
+}
+
+/* ---- layernorm -------------------------------------------------------------- */
+
+typedef struct ln_args {
+    int isa, N, C;
+    float *out, *mean, *rstd, *res, *dinp, *dw, *db;
+    const float *inp, *w, *b, *a, *t, *tbias, *dout;
+} ln_args;
+
+ZR_MATH_INLINE float sumsq_centered(const float *x, float mean, int n)
 {
     float acc[ZR_LANES] = {0};
     int i = 0;
@@ -63,152 +248,98 @@ static float sumsq_centered(const float *x, float mean, int n)
         float d = x[i] - mean;
         acc[k] += d * d;
     }
-    return lanes_total(acc);
+    return zr_lanes_total(acc);
 }
 
-static float dot_f(const float *a, const float *b, int n)
+/* One row: out = (x - mean) * rstd * w + b. */
+ZR_MATH_INLINE void ln_row(float *o, float *mean, float *rstd, const float *x, const float *w,
+                           const float *b, int C)
 {
-    float acc[ZR_LANES] = {0};
-    int i = 0;
-    for (; i + ZR_LANES <= n; i += ZR_LANES) {
-        for (int k = 0; k < ZR_LANES; k++) {
-            acc[k] += a[i + k] * b[i + k];
-        }
+    const float eps = 1e-5f;
+    float mu = zr_sum_f(x, C) / (float)C;
+    float var = sumsq_centered(x, mu, C) / (float)C;
+    float rs = 1.0f / sqrtf(var + eps);
+    for (int c = 0; c < C; c++) {
+        o[c] = (x[c] - mu) * rs * w[c] + b[c];
     }
-    for (int k = 0; i < n; i++, k++) {
-        acc[k] += a[i] * b[i];
-    }
-    return lanes_total(acc);
+    *mean = mu;
+    *rstd = rs;
 }
 
-static float max_f(const float *x, int n)
+/* rows; with a != NULL the row is first res = a + (t + tbias) */
+static inline __attribute__((always_inline)) void ln_fwd_body(const ln_args *p, size_t r0,
+                                                              size_t r1)
 {
-    float acc[ZR_LANES];
-    for (int k = 0; k < ZR_LANES; k++) {
-        acc[k] = -INFINITY;
-    }
-    int i = 0;
-    for (; i + ZR_LANES <= n; i += ZR_LANES) {
-        for (int k = 0; k < ZR_LANES; k++) {
-            acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
-        }
-    }
-    for (int k = 0; i < n; i++, k++) {
-        acc[k] = x[i] > acc[k] ? x[i] : acc[k];
-    }
-    float m = acc[0];
-    for (int k = 1; k < ZR_LANES; k++) {
-        m = acc[k] > m ? acc[k] : m;
-    }
-    return m;
-}
-
-/* ---- vectorizable exp ----------------------------------------------------- */
-
-/*
- * exp(x) to about 1 ulp on [-87, 88] (Cephes expf reduction and
- * polynomial); finite inputs outside are clamped, so the result is finite
- * and positive, and a NaN comes back as NaN (a diverged run must show up
- * in the loss, not be hidden as a small probability). Branch-free (selects
- * only) so that loops calling it vectorize.
- * The clamp is written so that NaN fails both comparisons and takes the
- * bound: the exponent k is then always in [-126, 127], k + 127 is positive,
- * and the shift into the exponent field is done on an unsigned value, so no
- * input can shift a negative number or convert an out-of-range float to int.
- */
-static inline float exp_approx(float x)
-{
-    float xc = x > -87.0f ? x : -87.0f;
-    xc = xc < 88.0f ? xc : 88.0f;
-    /* round xc / ln2 to nearest with the 1.5 * 2^23 trick (no lrintf call) */
-    float kf = xc * 1.44269504088896341f + 12582912.0f;
-    kf -= 12582912.0f;
-    float r = xc - kf * 0.693359375f;
-    r = r - kf * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)kf + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return x == x ? p * scale : x;
-}
-
-void zr_op_exp(float *out, const float *inp, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        out[i] = exp_approx(inp[i]);
-    }
-}
-
-/* ---- encoder -------------------------------------------------------------- */
-
-void zr_op_encoder_fwd(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
-                       int C)
-{
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            float *o = out + ((size_t)b * T + t) * C;
-            const float *e = wte + (size_t)inp[b * T + t] * C;
-            const float *p = wpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) {
-                o[c] = e[c] + p[c];
+    const size_t C = (size_t)p->C;
+    for (size_t i = r0; i < r1; i++) {
+        const float *x = p->inp + i * C;
+        if (p->a != NULL) {
+            float *r = p->res + i * C;
+            const float *a = p->a + i * C, *t = p->t + i * C, *tb = p->tbias;
+            for (size_t c = 0; c < C; c++) {
+                r[c] = a[c] + (t[c] + tb[c]);
             }
+            x = r;
+        }
+        if (p->out != NULL) {
+            ln_row(p->out + i * C, p->mean + i, p->rstd + i, x, p->w, p->b, p->C);
         }
     }
 }
-
-void zr_op_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
-                       int C)
-{
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            const float *d = dout + ((size_t)b * T + t) * C;
-            float *de = dwte + (size_t)inp[b * T + t] * C;
-            float *dp = dwpe + (size_t)t * C;
-            for (int c = 0; c < C; c++) {
-                de[c] += d[c];
-            }
-            for (int c = 0; c < C; c++) {
-                dp[c] += d[c];
-            }
-        }
-    }
-}
-
-/* ---- layernorm ------------------------------------------------------------ */
+MULTIVERSION(ln_fwd, ln_args)
 
 void zr_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N, int C)
 {
-    const float eps = 1e-5f;
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        float *o = out + (size_t)i * C;
-        float mu = sum_f(x, C) / (float)C;
-        float var = sumsq_centered(x, mu, C) / (float)C;
-        float rs = 1.0f / sqrtf(var + eps);
-        for (int c = 0; c < C; c++) {
-            o[c] = (x[c] - mu) * rs * w[c] + b[c];
-        }
-        mean[i] = mu;
-        rstd[i] = rs;
-    }
+    ln_args p = {.isa = zr_ops_isa(),
+                 .N = N,
+                 .C = C,
+                 .out = out,
+                 .mean = mean,
+                 .rstd = rstd,
+                 .inp = inp,
+                 .w = w,
+                 .b = b};
+    zr_parallel_for((size_t)N, row_grain((size_t)C), ln_fwd_task, &p);
 }
 
-void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                             const float *w, const float *mean, const float *rstd, int N, int C)
+void zr_op_residual_layernorm_fwd(float *res, float *out, float *mean, float *rstd, const float *a,
+                                  const float *t, const float *tbias, const float *w,
+                                  const float *b, int N, int C)
 {
-    for (int i = 0; i < N; i++) {
-        const float *x = inp + (size_t)i * C;
-        const float *d = dout + (size_t)i * C;
-        float *dx = dinp + (size_t)i * C;
-        float mu = mean[i], rs = rstd[i];
-        /* the two means the input gradient needs, in fixed lane order */
+    ln_args p = {.isa = zr_ops_isa(),
+                 .N = N,
+                 .C = C,
+                 .out = out,
+                 .mean = mean,
+                 .rstd = rstd,
+                 .res = res,
+                 .w = w,
+                 .b = b,
+                 .a = a,
+                 .t = t,
+                 .tbias = tbias};
+    zr_parallel_for((size_t)N, row_grain((size_t)C), ln_fwd_task, &p);
+}
+
+void zr_op_residual_fwd(float *res, const float *a, const float *t, const float *tbias, int N,
+                        int C)
+{
+    ln_args p = {.isa = zr_ops_isa(), .N = N, .C = C, .res = res, .a = a, .t = t, .tbias = tbias};
+    zr_parallel_for((size_t)N, row_grain((size_t)C), ln_fwd_task, &p);
+}
+
+/* rows: the input gradient, from the two row means it needs (fixed lane order) */
+static inline __attribute__((always_inline)) void ln_bwd_rows_body(const ln_args *p, size_t r0,
+                                                                   size_t r1)
+{
+    const int C = p->C;
+    const float *w = p->w;
+    for (size_t i = r0; i < r1; i++) {
+        const float *x = p->inp + i * C;
+        const float *d = p->dout + i * C;
+        float *dx = p->dinp + i * C;
+        float mu = p->mean[i], rs = p->rstd[i];
         float acc1[ZR_LANES] = {0}, acc2[ZR_LANES] = {0};
         int c = 0;
         for (; c + ZR_LANES <= C; c += ZR_LANES) {
@@ -225,189 +356,264 @@ void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dou
             acc1[k] += dn;
             acc2[k] += dn * nrm;
         }
-        float dn_mean = lanes_total(acc1) / (float)C;
-        float dnn_mean = lanes_total(acc2) / (float)C;
+        float dn_mean = zr_lanes_total(acc1) / (float)C;
+        float dnn_mean = zr_lanes_total(acc2) / (float)C;
         for (c = 0; c < C; c++) {
             float nrm = (x[c] - mu) * rs;
             float dn = w[c] * d[c];
-            db[c] += d[c];
-            dw[c] += nrm * d[c];
             dx[c] += (dn - dn_mean - nrm * dnn_mean) * rs;
         }
     }
 }
+MULTIVERSION(ln_bwd_rows, ln_args)
 
-/* ---- matmul ------------------------------------------------------------- */
+/* column blocks: the weight and bias gradients, every row in order */
+static inline __attribute__((always_inline)) void ln_bwd_cols_body(const ln_args *p, size_t k0,
+                                                                   size_t k1)
+{
+    const size_t C = (size_t)p->C;
+    const size_t c0 = k0 * ZR_COLS, c1 = k1 * ZR_COLS < C ? k1 * ZR_COLS : C;
+    float *dw = p->dw, *db = p->db;
+    for (size_t i = 0; i < (size_t)p->N; i++) {
+        const float *x = p->inp + i * C;
+        const float *d = p->dout + i * C;
+        float mu = p->mean[i], rs = p->rstd[i];
+        for (size_t c = c0; c < c1; c++) {
+            float nrm = (x[c] - mu) * rs;
+            db[c] += d[c];
+            dw[c] += nrm * d[c];
+        }
+    }
+}
+MULTIVERSION(ln_bwd_cols, ln_args)
+
+void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                             const float *w, const float *mean, const float *rstd, int N, int C)
+{
+    ln_args p = {.isa = zr_ops_isa(),
+                 .N = N,
+                 .C = C,
+                 .mean = (float *)mean,
+                 .rstd = (float *)rstd,
+                 .dinp = dinp,
+                 .dw = dw,
+                 .db = db,
+                 .inp = inp,
+                 .w = w,
+                 .dout = dout};
+    zr_parallel_for((size_t)N, row_grain((size_t)C), ln_bwd_rows_task, &p);
+    zr_parallel_for(col_blocks(C), col_grain(N), ln_bwd_cols_task, &p);
+}
+
+/* ---- bias, matmul ------------------------------------------------------------ */
+
+typedef struct bias_args {
+    int isa, N, OC;
+    float *out, *db, *pre;
+    const float *bias, *d, *inp;
+} bias_args;
+
+static inline __attribute__((always_inline)) void bias_add_body(const bias_args *a, size_t r0,
+                                                                size_t r1)
+{
+    const size_t OC = (size_t)a->OC;
+    for (size_t i = r0; i < r1; i++) {
+        float *o = a->out + i * OC;
+        for (size_t j = 0; j < OC; j++) {
+            o[j] += a->bias[j];
+        }
+    }
+}
+MULTIVERSION(bias_add, bias_args)
+
+static inline __attribute__((always_inline)) void colsum_body(const bias_args *a, size_t k0,
+                                                              size_t k1)
+{
+    const size_t OC = (size_t)a->OC;
+    const size_t c0 = k0 * ZR_COLS, c1 = k1 * ZR_COLS < OC ? k1 * ZR_COLS : OC;
+    float *db = a->db;
+    for (size_t i = 0; i < (size_t)a->N; i++) {
+        const float *d = a->d + i * OC;
+        for (size_t c = c0; c < c1; c++) {
+            db[c] += d[c];
+        }
+    }
+}
+MULTIVERSION(colsum, bias_args)
+
+void zr_op_colsum_acc(float *db, const float *d, int N, int OC)
+{
+    bias_args a = {.isa = zr_ops_isa(), .N = N, .OC = OC, .db = db, .d = d};
+    zr_parallel_for(col_blocks(OC), col_grain(N), colsum_task, &a);
+}
+
+/*
+ * Matrix products: each thread computes a band of rows of C with its own
+ * single-threaded cblas_sgemm (OpenBLAS's threads stay at 1), so the
+ * summed dimension is blocked the same way whatever the thread count, which
+ * OpenBLAS's own threading does not promise (it blocks K differently with
+ * more threads). The band edges matter too: OpenBLAS's x86 kernels walk the
+ * rows of a row-major C in blocks of 12 (Haswell, Zen) or 24 (SkylakeX)
+ * with narrower remainder paths that round differently, so bands are whole
+ * multiples of ZR_GEMM_ROWS = 24 rows and every row runs through the same
+ * code as in a single call. Each band holds at least ZR_GEMM_GRAIN
+ * multiply-adds, which also keeps split products out of the small-matrix
+ * kernels (up to 10^6 multiply-adds). test_model checks the bits at 1, 2
+ * and 3 threads on whatever machine runs it.
+ */
+#define ZR_GEMM_ROWS  24
+#define ZR_GEMM_GRAIN (1 << 22)
+
+typedef struct gemm_args {
+    int ta, tb, M, N, K, lda, ldb, ldc;
+    float beta;
+    const float *A, *B;
+    float *C;
+} gemm_args;
+
+static void gemm_task(void *arg, size_t b0, size_t b1, int thread)
+{
+    const gemm_args *g = arg;
+    (void)thread;
+    size_t m0 = b0 * ZR_GEMM_ROWS,
+           m1 = b1 * ZR_GEMM_ROWS < (size_t)g->M ? b1 * ZR_GEMM_ROWS : (size_t)g->M;
+    /* row m of op(A) starts at A + m * lda, or at column m of A when transposed */
+    const float *A = g->ta ? g->A + m0 : g->A + m0 * (size_t)g->lda;
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                (int)(m1 - m0), g->N, g->K, 1.0f, A, g->lda, g->B, g->ldb, g->beta,
+                g->C + m0 * (size_t)g->ldc, g->ldc);
+}
+
+void zr_op_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc)
+{
+    gemm_args g = {ta, tb, M, N, K, lda, ldb, ldc, beta, A, B, C};
+    size_t per_band = (size_t)ZR_GEMM_ROWS * (size_t)N * (size_t)K;
+    size_t grain = per_band >= ZR_GEMM_GRAIN ? 1 : zr_div_up(ZR_GEMM_GRAIN, per_band);
+    zr_parallel_for(zr_div_up((size_t)M, ZR_GEMM_ROWS), grain, gemm_task, &g);
+}
 
 void zr_op_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int C,
                       int OC)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, 0.0f, out,
-                OC);
+    zr_op_sgemm(0, 1, N, OC, C, inp, C, w, C, 0.0f, out, OC);
     if (bias != NULL) {
-        for (int i = 0; i < N; i++) {
-            float *o = out + (size_t)i * OC;
-            for (int j = 0; j < OC; j++) {
-                o[j] += bias[j];
-            }
-        }
+        bias_args a = {.isa = zr_ops_isa(), .N = N, .OC = OC, .out = out, .bias = bias};
+        zr_parallel_for((size_t)N, row_grain((size_t)OC), bias_add_task, &a);
     }
 }
 
 void zr_op_matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int C, int OC)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C, 0.0f,
-                dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dw,
-                C);
+    zr_op_sgemm(0, 0, N, C, OC, dout, OC, w, C, 0.0f, dinp, C);
+    zr_op_sgemm(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
     if (db != NULL) {
-        for (int i = 0; i < N; i++) {
-            const float *d = dout + (size_t)i * OC;
-            for (int j = 0; j < OC; j++) {
-                db[j] += d[j];
-            }
-        }
+        zr_op_colsum_acc(db, dout, N, OC);
     }
 }
 
-/* ---- attention ---------------------------------------------------------- */
-
-void zr_op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
-{
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-            const float *k = q + C;
-            const float *v = q + 2 * C;
-            float *A = att + ((size_t)b * NH + h) * T * T;
-            float *y = out + (size_t)b * T * C + (size_t)h * hs;
-            for (int r0 = 0; r0 < T; r0 += ZR_ATT_ROWS) {
-                int r1 = r0 + ZR_ATT_ROWS < T ? r0 + ZR_ATT_ROWS : T;
-                int rows = r1 - r0, n = r1; /* rows r0..r1-1 see keys 0..r1-1 at most */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hs, scale,
-                            q + (size_t)r0 * C3, C3, k, C3, 0.0f, A + (size_t)r0 * T, T);
-                for (int i = r0; i < r1; i++) {
-                    float *a = A + (size_t)i * T;
-                    int len = i + 1;
-                    float mx = max_f(a, len);
-                    for (int j = 0; j < len; j++) {
-                        a[j] = exp_approx(a[j] - mx);
-                    }
-                    float inv = 1.0f / sum_f(a, len);
-                    for (int j = 0; j < len; j++) {
-                        a[j] *= inv;
-                    }
-                    for (int j = len; j < n; j++) {
-                        a[j] = 0.0f; /* masked: the y product below reads it */
-                    }
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, n, 1.0f,
-                            A + (size_t)r0 * T, T, v, C3, 0.0f, y + (size_t)r0 * C, C);
-            }
-        }
-    }
-}
-
-void zr_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                         const float *att, int B, int T, int C, int NH)
-{
-    const int hs = C / NH, C3 = 3 * C;
-    const float scale = 1.0f / sqrtf((float)hs);
-    memset(dqkv, 0, (size_t)B * T * C3 * sizeof *dqkv);
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-            const float *k = q + C;
-            const float *v = q + 2 * C;
-            float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
-            float *dk = dq + C;
-            float *dv = dq + 2 * C;
-            const float *A = att + ((size_t)b * NH + h) * T * T;
-            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-            for (int r0 = 0; r0 < T; r0 += ZR_ATT_ROWS) {
-                int r1 = r0 + ZR_ATT_ROWS < T ? r0 + ZR_ATT_ROWS : T;
-                int rows = r1 - r0, n = r1;
-                const float *Ab = A + (size_t)r0 * T;
-                float *D = scratch;
-                /* datt = dy @ v^T */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, hs, 1.0f,
-                            dy + (size_t)r0 * C, C, v, C3, 0.0f, D, T);
-                /* dv += att^T @ dy */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, 1.0f, Ab, T,
-                            dy + (size_t)r0 * C, C, 1.0f, dv, C3);
-                /* softmax backward in place; masked entries have a = 0 and stay 0 */
-                for (int i = r0; i < r1; i++) {
-                    const float *a = A + (size_t)i * T;
-                    float *d = D + (size_t)(i - r0) * T;
-                    float s = dot_f(a, d, i + 1);
-                    for (int j = 0; j < n; j++) {
-                        d[j] = a[j] * (d[j] - s);
-                    }
-                }
-                /* dq += scale * dpre @ k ; dk += scale * dpre^T @ q */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, n, scale, D, T, k,
-                            C3, 1.0f, dq + (size_t)r0 * C3, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, hs, rows, scale, D, T,
-                            q + (size_t)r0 * C3, C3, 1.0f, dk, C3);
-            }
-        }
-    }
-}
-
-/* ---- GELU (tanh approximation, as GPT-2) -------------------------------- */
+/* ---- GELU (tanh approximation, as GPT-2) -------------------------------------- */
 
 #define ZR_GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
 
-/* tanh(u) = 1 - 2 / (exp(2u) + 1); exp_approx clamps, so +-1 at the ends. */
-static inline float tanh_approx(float u)
+/* tanh(u) = 1 - 2 / (exp(2u) + 1); exp clamps, so +-1 at the ends. */
+ZR_MATH_INLINE float tanh_approx(float u)
 {
-    return 1.0f - 2.0f / (exp_approx(2.0f * u) + 1.0f);
+    return 1.0f - 2.0f / (zr_exp_approx(2.0f * u) + 1.0f);
 }
 
-void zr_op_gelu_fwd(float *out, const float *inp, size_t n)
+ZR_MATH_INLINE float gelu(float x)
 {
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = ZR_GELU_S * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanh_approx(u));
-    }
+    float u = ZR_GELU_S * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanh_approx(u));
 }
 
-void zr_op_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
+ZR_MATH_INLINE float gelu_grad(float x)
 {
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = ZR_GELU_S * (x + 0.044715f * x * x * x);
-        float t = tanh_approx(u);
-        float sech2 = 1.0f - t * t;
-        float g =
-            0.5f * (1.0f + t) + x * 0.5f * sech2 * ZR_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = g * dout[i];
-    }
+    float u = ZR_GELU_S * (x + 0.044715f * x * x * x);
+    float t = tanh_approx(u);
+    float sech2 = 1.0f - t * t;
+    return 0.5f * (1.0f + t) + x * 0.5f * sech2 * ZR_GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
-void zr_op_add(float *out, const float *a, const float *b, size_t n)
+/* rows: pre += bias (when given), out = gelu(pre) */
+static inline __attribute__((always_inline)) void gelu_fwd_body(const bias_args *a, size_t r0,
+                                                                size_t r1)
 {
-    for (size_t i = 0; i < n; i++) {
-        out[i] = a[i] + b[i];
-    }
-}
-
-/* ---- fused softmax + cross-entropy ---------------------------------------- */
-
-void zr_op_softmax_xent_fwd(float *probs, float *losses, const int *targets, int N, int V, int Vp)
-{
-    for (int i = 0; i < N; i++) {
-        float *p = probs + (size_t)i * Vp;
-        float mx = max_f(p, V);
-        float xt = targets != NULL ? p[targets[i]] : 0.0f;
-        for (int j = 0; j < V; j++) {
-            p[j] = exp_approx(p[j] - mx);
+    const size_t OC = (size_t)a->OC;
+    for (size_t i = r0; i < r1; i++) {
+        float *o = a->out + i * OC;
+        float *pre = a->pre + i * OC;
+        if (a->bias != NULL) {
+            for (size_t j = 0; j < OC; j++) {
+                float x = pre[j] + a->bias[j];
+                pre[j] = x;
+                o[j] = gelu(x);
+            }
+        } else {
+            for (size_t j = 0; j < OC; j++) {
+                o[j] = gelu(pre[j]);
+            }
         }
-        float sum = sum_f(p, V);
+    }
+}
+MULTIVERSION(gelu_fwd, bias_args)
+
+void zr_op_bias_gelu_fwd(float *out, float *pre, const float *bias, int N, int OC)
+{
+    bias_args a = {.isa = zr_ops_isa(), .N = N, .OC = OC, .out = out, .pre = pre, .bias = bias};
+    zr_parallel_for((size_t)N, row_grain((size_t)OC), gelu_fwd_task, &a);
+}
+
+/* column blocks: dinp = gelu'(inp) * dout, and db += dinp row by row */
+static inline __attribute__((always_inline)) void gelu_bwd_body(const bias_args *a, size_t k0,
+                                                                size_t k1)
+{
+    const size_t OC = (size_t)a->OC;
+    const size_t c0 = k0 * ZR_COLS, c1 = k1 * ZR_COLS < OC ? k1 * ZR_COLS : OC;
+    for (size_t i = 0; i < (size_t)a->N; i++) {
+        const float *x = a->inp + i * OC, *d = a->d + i * OC;
+        float *dx = a->out + i * OC;
+        for (size_t c = c0; c < c1; c++) {
+            dx[c] = gelu_grad(x[c]) * d[c];
+        }
+        if (a->db != NULL) {
+            for (size_t c = c0; c < c1; c++) {
+                a->db[c] += dx[c];
+            }
+        }
+    }
+}
+MULTIVERSION(gelu_bwd, bias_args)
+
+void zr_op_gelu_bwd(float *dinp, float *db, const float *inp, const float *dout, int N, int OC)
+{
+    bias_args a = {
+        .isa = zr_ops_isa(), .N = N, .OC = OC, .out = dinp, .db = db, .d = dout, .inp = inp};
+    zr_parallel_for(col_blocks(OC), col_grain(N), gelu_bwd_task, &a);
+}
+
+/* ---- fused softmax + cross-entropy ---------------------------------------------- */
+
+typedef struct xent_args {
+    int isa, V, Vp;
+    float *probs, *losses, dloss;
+    const int *targets;
+} xent_args;
+
+static inline __attribute__((always_inline)) void xent_fwd_body(const xent_args *a, size_t r0,
+                                                                size_t r1)
+{
+    const int V = a->V, Vp = a->Vp;
+    for (size_t i = r0; i < r1; i++) {
+        float *p = a->probs + i * (size_t)Vp;
+        float mx = zr_max_f(p, V);
+        float xt = a->targets != NULL ? p[a->targets[i]] : 0.0f;
+        for (int j = 0; j < V; j++) {
+            p[j] = zr_exp_approx(p[j] - mx);
+        }
+        float sum = zr_sum_f(p, V);
         float inv = 1.0f / sum;
         for (int j = 0; j < V; j++) {
             p[j] *= inv;
@@ -415,20 +621,41 @@ void zr_op_softmax_xent_fwd(float *probs, float *losses, const int *targets, int
         for (int j = V; j < Vp; j++) {
             p[j] = 0.0f;
         }
-        if (targets != NULL) {
+        if (a->targets != NULL) {
             /* log-sum-exp form: finite even when p(target) underflows */
-            losses[i] = logf(sum) - (xt - mx);
+            a->losses[i] = logf(sum) - (xt - mx);
         }
     }
 }
+MULTIVERSION(xent_fwd, xent_args)
+
+void zr_op_softmax_xent_fwd(float *probs, float *losses, const int *targets, int N, int V, int Vp)
+{
+    xent_args a = {.isa = zr_ops_isa(),
+                   .V = V,
+                   .Vp = Vp,
+                   .probs = probs,
+                   .losses = losses,
+                   .targets = targets};
+    zr_parallel_for((size_t)N, row_grain((size_t)Vp), xent_fwd_task, &a);
+}
+
+static inline __attribute__((always_inline)) void xent_bwd_body(const xent_args *a, size_t r0,
+                                                                size_t r1)
+{
+    for (size_t i = r0; i < r1; i++) {
+        float *p = a->probs + i * (size_t)a->Vp;
+        p[a->targets[i]] -= 1.0f;
+        for (int j = 0; j < a->V; j++) {
+            p[j] *= a->dloss;
+        }
+    }
+}
+MULTIVERSION(xent_bwd, xent_args)
 
 void zr_op_softmax_xent_bwd(float *probs, const int *targets, float dloss, int N, int V, int Vp)
 {
-    for (int i = 0; i < N; i++) {
-        float *p = probs + (size_t)i * Vp;
-        p[targets[i]] -= 1.0f;
-        for (int j = 0; j < V; j++) {
-            p[j] *= dloss;
-        }
-    }
+    xent_args a = {
+        .isa = zr_ops_isa(), .V = V, .Vp = Vp, .probs = probs, .dloss = dloss, .targets = targets};
+    zr_parallel_for((size_t)N, row_grain((size_t)Vp), xent_bwd_task, &a);
 }

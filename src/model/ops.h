@@ -1,23 +1,47 @@
 /*
- * ops.h - GPT-2 operators on the CPU, shared by gpt.c and the benchmarks'
- * helpers. Internal to src/model (not a public header).
+ * ops.h - GPT-2 operators on the CPU, shared by gpt.c, the tests and the
+ * benchmarks. Internal to src/model (not a public header).
  *
  * Conventions: row-major, N = B*T rows. Forward outputs are overwritten.
  * In backward, parameter gradients (dw, db) are accumulated (+=); the input
  * gradient is overwritten unless the name says "_acc".
- * Matrix products go through cblas_sgemm; everything else is written so that
- * gcc vectorizes it under -O3 -march=native -ffp-contract=off, which means
- * reductions use a fixed set of ZR_LANES partial sums (deterministic, and
- * vectorizable without -ffast-math).
+ *
+ * Threads: every operator runs on the process's pool (zr/pool.h), split so
+ * that the thread count never changes a bit: matrix products by bands of
+ * rows (a single-threaded cblas_sgemm each), per-row work by rows, sums over rows
+ * (bias and LayerNorm weight gradients, the embedding's) by columns, each
+ * column summed over all rows in row order by one thread, attention by
+ * (batch, head). Vector code is chosen at run time (AVX2, AVX-512, or the
+ * portable build's own), and every path gives the same bits.
  */
 #ifndef ZR_MODEL_OPS_H
 #define ZR_MODEL_OPS_H
 
 #include <stddef.h>
 
-/* Rows of one causal attention block: bigger blocks waste more of the upper
- * triangle, smaller ones make the sgemm calls too small to be efficient. */
-#define ZR_ATT_ROWS 128
+/*
+ * Attention tiles: ZR_ATT_BQ query rows by ZR_ATT_BK keys. The forward's
+ * online softmax rescales once per key block, so ZR_ATT_BK is part of the
+ * definition of the result (the CPU and any other device must use the same
+ * blocks to agree bit for bit); ZR_ATT_BQ only sets the work per task.
+ * Tiles live on the stack of the thread that runs them, which bounds the
+ * head size (checked by zr_gpt_config_check).
+ */
+#define ZR_ATT_BQ     64
+#define ZR_ATT_BK     64
+#define ZR_ATT_MAX_HS 256
+
+/*
+ * The kernels in use: AUTO (the widest the CPU has) or SCALAR (the
+ * reference: the build's own target, and plain C for attention). Tests
+ * force SCALAR to check that every path gives the same bits.
+ */
+typedef enum zr_ops_impl { ZR_OPS_IMPL_AUTO = 0, ZR_OPS_IMPL_SCALAR } zr_ops_impl;
+void zr_ops_set_impl(zr_ops_impl impl);
+/* "scalar", "avx2" or "avx512": what AUTO picks, or SCALAR when forced. */
+const char *zr_ops_impl_name(void);
+/* The same as 0, 1, 2, for the operators' own dispatch (main thread only). */
+int zr_ops_isa(void);
 
 void zr_op_encoder_fwd(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
                        int C);
@@ -26,8 +50,23 @@ void zr_op_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *i
 
 void zr_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
                          const float *b, int N, int C);
+/* res = a + (t + tbias), then out = LayerNorm(res): the residual add fused in. */
+void zr_op_residual_layernorm_fwd(float *res, float *out, float *mean, float *rstd, const float *a,
+                                  const float *t, const float *tbias, const float *w,
+                                  const float *b, int N, int C);
+/* res = a + (t + tbias). */
+void zr_op_residual_fwd(float *res, const float *a, const float *t, const float *tbias, int N,
+                        int C);
 void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                              const float *w, const float *mean, const float *rstd, int N, int C);
+
+/*
+ * C[M, N] = op(A) op(B) + beta C, row-major, op(X) = X^T when tX != 0: one
+ * single-threaded cblas_sgemm per band of rows of C, on the pool's threads,
+ * so the result does not depend on the thread count.
+ */
+void zr_op_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+                 int ldb, float beta, float *C, int ldc);
 
 /* out[N, OC] = inp[N, C] @ w[OC, C]^T + bias (bias may be NULL). */
 void zr_op_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int C,
@@ -35,25 +74,39 @@ void zr_op_matmul_fwd(float *out, const float *inp, const float *w, const float 
 /* dinp = dout @ w (overwritten); dw += dout^T @ inp; db += column sums (db may be NULL). */
 void zr_op_matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                       const float *w, int N, int C, int OC);
-
-/* qkv [B, T, 3C] -> out [B, T, C]; att [B, NH, T, T] keeps the softmax. */
-void zr_op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv overwritten; scratch holds ZR_ATT_ROWS * T floats. */
-void zr_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                         const float *att, int B, int T, int C, int NH);
-
-void zr_op_gelu_fwd(float *out, const float *inp, size_t n);
-/* dinp = gelu'(inp) * dout; dinp may alias dout. */
-void zr_op_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n);
+/* db[j] += sum over rows i (in order) of d[i, j]. */
+void zr_op_colsum_acc(float *db, const float *d, int N, int OC);
 
 /*
- * out = exp(inp) elementwise, the approximation softmax and GELU use: about
- * 1 ulp on [-87, 88], clamped outside (finite, positive), NaN for NaN.
+ * Causal self-attention, streamed over key blocks: qkv [B, T, 3C] -> out
+ * [B, T, C], and lse [B, NH, T], each row's log-sum-exp of its scaled
+ * scores, which is all the backward needs to recompute the softmax. No
+ * T x T buffer exists at any point.
+ */
+void zr_op_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+/*
+ * dqkv overwritten, from dout, the forward's inputs (qkv), output (out) and
+ * lse; scratch holds B * NH * T floats (each row's dO . O).
+ */
+void zr_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                         const float *out, const float *lse, int B, int T, int C, int NH);
+/*
+ * The same forward, unblocked and in double precision, one (b, h) after
+ * another: the accuracy reference of the tests (O(T^2) time, O(T) memory).
+ */
+void zr_op_attention_fwd_ref64(double *out, const float *qkv, int B, int T, int C, int NH);
+
+/* pre += bias (rows of OC), then out = GELU(pre): the bias add fused in. */
+void zr_op_bias_gelu_fwd(float *out, float *pre, const float *bias, int N, int OC);
+/* dinp = gelu'(inp) * dout; dinp may alias dout; db (may be NULL) += column sums of dinp. */
+void zr_op_gelu_bwd(float *dinp, float *db, const float *inp, const float *dout, int N, int OC);
+
+/*
+ * out = exp(inp) elementwise, the approximation softmax, attention and GELU
+ * use: about 1 ulp on [-87, 88], clamped outside (finite, positive), NaN for
+ * NaN.
  */
 void zr_op_exp(float *out, const float *inp, size_t n);
-
-/* out = a + b, elementwise. */
-void zr_op_add(float *out, const float *a, const float *b, size_t n);
 
 /*
  * In place: logits [N, Vp] (first V columns valid) become softmax

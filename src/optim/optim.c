@@ -20,10 +20,16 @@
  *
  * zr_sumsq's order is fixed by its eight double lanes, whatever the vector
  * width; it gets the same three instantiations.
+ *
+ * Threads: zr_adamw_update splits a long range over the process's pool
+ * (zr/pool.h) in blocks of ZR_ADAM_BLOCK elements; elements are independent
+ * and every kernel gives the scalar bits, so the split changes nothing.
+ * zr_sumsq stays on one thread: splitting its sum would change its order.
  */
 #include "zr/optim.h"
 
 #include "adamw_rules.h" /* the element update, shared with the CUDA kernel */
+#include "zr/pool.h"
 
 #include <math.h>
 
@@ -265,13 +271,34 @@ const char *zr_optim_impl_name(zr_optim_impl impl)
 
 /* ---- entry points ---------------------------------------------------------- */
 
+/* Elements per block of a threaded update, and blocks a thread takes at least. */
+#define ZR_ADAM_BLOCK 1024
+#define ZR_ADAM_GRAIN 32
+
+typedef struct adam_job {
+    const adam_k *k;
+    adam_fn fn;
+    float *p, *m, *v;
+    const float *g;
+    size_t n;
+} adam_job;
+
+static void adam_task(void *arg, size_t b0, size_t b1, int thread)
+{
+    const adam_job *j = arg;
+    (void)thread;
+    size_t i0 = b0 * ZR_ADAM_BLOCK, i1 = b1 * ZR_ADAM_BLOCK < j->n ? b1 * ZR_ADAM_BLOCK : j->n;
+    j->fn(j->k, j->p + i0, j->g + i0, j->m + i0, j->v + i0, i1 - i0);
+}
+
 void zr_adamw_update(const zr_adamw *h, float lr, int t, float grad_scale, int decay,
                      float *restrict param, const float *restrict grad, float *restrict m,
                      float *restrict v, size_t n)
 {
     adam_k k =
         zr_adamw_consts(h->beta1, h->beta2, h->eps, h->weight_decay, lr, t, grad_scale, decay);
-    kernels()->adam(&k, param, grad, m, v, n);
+    adam_job j = {&k, kernels()->adam, param, m, v, grad, n};
+    zr_parallel_for((n + ZR_ADAM_BLOCK - 1) / ZR_ADAM_BLOCK, ZR_ADAM_GRAIN, adam_task, &j);
 }
 
 float zr_clip_scale(double grad_norm, float max_norm)
