@@ -29,6 +29,16 @@
  * Buffers: "count" is elements per rank's partition; full buffers hold
  * size[g] * count elements, partition p at offset p * count. Callers pad
  * their buffers so that they divide evenly (zero padding).
+ *
+ * Device buffers. On a communicator whose transport is a device one
+ * (zr_comm_device != NULL), every collective here takes device buffers of
+ * that GPU (in, out, secondaries; qgZ's residuals are then device memory
+ * too) and runs its local work as kernels on a codec stream of its op, after
+ * the work queued on the stream the communicator follows when it starts;
+ * once zr_coll_test / zr_coll_wait say it is complete, its output is in
+ * place for work queued afterwards on any stream. The results are the CPU
+ * path's bits on the same inputs, and the traffic counters count the same
+ * bytes (src/coll/coll_local.c).
  */
 #ifndef ZR_COLL_H
 #define ZR_COLL_H
@@ -121,6 +131,7 @@ typedef struct zr_qgz_feedback {
     float *intra; /* residual of the first quantization, W*count elements (owned) */
     float *inter; /* residual of the requantization, count*N... (owned; sized by qgZ) */
     size_t n_intra, n_inter;
+    zr_device dev; /* where intra and inter live: the communicator's data plane (set by qgZ) */
 } zr_qgz_feedback;
 
 void zr_qgz_feedback_free(zr_qgz_feedback *fb);

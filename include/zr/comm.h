@@ -234,6 +234,15 @@ extern const zr_transport zr_transport_staged;
  */
 zr_status zr_comm_device_follow(zr_comm *c, zr_stream *s);
 
+/*
+ * The GPU whose memory c's data plane moves (a device transport), or NULL
+ * when it moves host memory (the MPI transport). *follow (may be NULL)
+ * receives the stream exchanges follow now (NULL: the legacy default
+ * stream, or a host transport). The collectives read it to take device
+ * buffers and to start after the work queued on that stream.
+ */
+const zr_device *zr_comm_device(const zr_comm *c, zr_stream **follow);
+
 typedef struct zr_comm_config {
     int ranks_per_node; /* 0: ZR_RANKS_PER_NODE from the environment, else detect */
     int hpz_size;       /* h; 0: ranks per node */

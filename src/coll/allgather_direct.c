@@ -18,12 +18,18 @@
  *
  * fp32 wire: the exchange writes straight into out (no workspace); a bf16
  * input is widened into my own slot of out first and sent from there.
+ *
+ * On a communicator with a device transport, in, out and the workspace are
+ * device memory and the casts are kernels on the op's codec stream (the
+ * local-work table, coll_local.c): the same schedule, the same bits.
  */
 #include "coll_direct.h"
 
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 {
     zr_coll_direct *a = zr_coll_algo_state(op);
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
     int n = c->size[a->group], me = c->rank[a->group];
     if (op->phase == 0) {
         int ok = 0;
@@ -36,19 +42,19 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         if (a->wire == ZR_WIRE_F32) {
             if (a->in_type == ZR_DTYPE_BF16) {
                 float *own = a->out + (size_t)me * a->count;
-                zr_bf16_to_f32_n(own, a->in, a->count);
+                ZR_CHECK(L->from_bf16(x, own, a->in, a->count));
                 send = own;
             }
             a->recv = a->out;
         } else {
             esize = 2;
             if (a->in_type == ZR_DTYPE_F32) {
-                zr_bf16_from_f32_n(a->send, a->in, a->count);
+                ZR_CHECK(L->to_bf16(x, a->send, a->in, a->count));
                 send = a->send;
             }
         }
-        ZR_CHECK(
-            zr_comm_iallgather(c, a->group, a->kind, send, a->count * esize, a->recv, &op->req[0]));
+        ZR_CHECK(zr_coll_iallgather(c, op, a->group, a->kind, send, a->count * esize, a->recv,
+                                    &op->req[0]));
         zr_coll_posted_last(op, a->group);
         op->phase = 1;
     }
@@ -58,10 +64,9 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         return ZR_OK;
     }
     if (a->wire == ZR_WIRE_BF16) {
-        zr_bf16_to_f32_n(a->out, a->recv, (size_t)n * a->count);
+        ZR_CHECK(L->from_bf16(x, a->out, a->recv, (size_t)n * a->count));
     }
-    zr_coll_end(op);
-    return ZR_OK;
+    return zr_coll_finish(op);
 }
 
 static const zr_coll_algo algo = {"allgather_direct", advance};

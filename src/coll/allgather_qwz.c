@@ -18,10 +18,12 @@
  * size) before it is decoded, and my own block is decoded like the others,
  * so all ranks hold the same dequantized weights. The non-finite group counts
  * of the received headers add up in op->nonfinite, the same on every rank.
+ *
+ * On a device transport the encode and the decodes are kernels on the op's
+ * codec stream and the exchange follows it (coll_local.c); the headers are
+ * validated when the op completes, with the same messages.
  */
 #include "coll_algo.h"
-
-#include <stdio.h>
 
 /* qwZ's state: one quantized block per rank. */
 typedef struct qwz_state {
@@ -37,21 +39,19 @@ typedef struct qwz_state {
 
 _Static_assert(sizeof(qwz_state) <= ZR_COLL_STATE_BYTES, "qwZ state fits in an op");
 
+/* Validate every received block (mine too), then decode it into its slot of out. */
 static zr_status decode_all(zr_comm *c, zr_coll_op *op)
 {
     qwz_state *w = zr_coll_algo_state(op);
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
     int n = c->size[w->group];
+    zr_coll_check k = {"qwZ", w->group, 0, w->block, w->count, w->q, 1};
     for (int p = 0; p < n; p++) {
         const unsigned char *blk = w->blocks + (size_t)p * w->block;
-        zr_status st = zr_quant_validate(blk, w->block, &w->q, w->count);
-        if (st != ZR_OK) {
-            char why[512];
-            snprintf(why, sizeof why, "%s", zr_error_message());
-            ZR_FAIL(st, "qwZ: block from world rank %d (group %s) is invalid: %s",
-                    zr_comm_world_rank(c, w->group, p), zr_group_name(w->group), why);
-        }
-        op->nonfinite += zr_coll_block_nonfinite(blk);
-        ZR_CHECK(zr_quant_decode(blk, ZR_DTYPE_F32, w->out + (size_t)p * w->count, w->count));
+        k.peer = p;
+        ZR_CHECK(L->check(x, c, op, blk, &k));
+        ZR_CHECK(L->decode(x, blk, w->out + (size_t)p * w->count, w->count));
     }
     return ZR_OK;
 }
@@ -59,6 +59,8 @@ static zr_status decode_all(zr_comm *c, zr_coll_op *op)
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 {
     qwz_state *w = zr_coll_algo_state(op);
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
     if (op->phase == 0) {
         int ok = 0;
         ZR_CHECK(zr_coll_gate(c, op, w->group, block, &ok));
@@ -66,8 +68,9 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
             return ZR_OK;
         }
         unsigned char *own = w->blocks + (size_t)c->rank[w->group] * w->block;
-        ZR_CHECK(zr_quant_encode(&w->q, w->in_type, w->in, w->count, 1.0f, NULL, own, NULL));
-        ZR_CHECK(zr_comm_iallgather(c, w->group, w->kind, own, w->block, w->blocks, &op->req[0]));
+        ZR_CHECK(L->encode(x, &w->q, w->in_type, w->in, w->count, 1.0f, NULL, own));
+        ZR_CHECK(zr_coll_iallgather(c, op, w->group, w->kind, own, w->block, w->blocks,
+                                    &op->req[0]));
         zr_coll_posted_last(op, w->group);
         op->phase = 1;
     }
@@ -77,8 +80,7 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         return ZR_OK;
     }
     ZR_CHECK(decode_all(c, op));
-    zr_coll_end(op);
-    return ZR_OK;
+    return zr_coll_finish(op);
 }
 
 static const zr_coll_algo algo = {"allgather_qwz", advance};
@@ -121,5 +123,11 @@ zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_
     w->block = bytes;
     w->out = out;
     w->blocks = op->work;
+    void *x;
+    st = zr_coll_local_of(op, &x)->expect_checks(x, (size_t)c->size[g]);
+    if (st != ZR_OK) {
+        zr_coll_end(op);
+        return st;
+    }
     return zr_coll_kick(c, op);
 }

@@ -11,15 +11,16 @@
  *
  * Rank order summation and one division, as in reduce_scatter_direct.c, so
  * every rank ends with the same bits. With a bf16 wire each reduced value is
- * rounded to bf16 before the gather, mine included.
+ * rounded to bf16 before the gather, mine included. On a device transport
+ * the copies, casts and the sum run on the op's codec stream (coll_local.c).
  */
 #include "coll_direct.h"
-
-#include <string.h>
 
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 {
     zr_coll_direct *a = zr_coll_algo_state(op);
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
     int n = c->size[a->group], me = c->rank[a->group];
     size_t per = a->count;
     if (op->phase == 0) {
@@ -28,8 +29,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         if (!ok) {
             return ZR_OK;
         }
-        memcpy(a->pad, a->out, a->total * sizeof(float));
-        memset(a->pad + a->total, 0, ((size_t)n * per - a->total) * sizeof(float));
+        ZR_CHECK(L->copy(x, a->pad, a->out, a->total * sizeof(float)));
+        ZR_CHECK(L->zero(x, a->pad + a->total, ((size_t)n * per - a->total) * sizeof(float)));
         ZR_CHECK(zr_reduce_scatter_direct_post(c, op, ZR_KIND_ALLREDUCE, a->pad));
         op->phase = 1;
     }
@@ -41,14 +42,15 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         }
         /* the reduce-scatter's sends are complete, so pad is free for the gather */
         float *mine = a->pad + (size_t)me * per;
-        zr_reduce_scatter_direct_finish(c, op, mine);
+        ZR_CHECK(zr_reduce_scatter_direct_finish(c, op, mine));
         if (a->wire == ZR_WIRE_BF16) {
             zr_bf16 *gathered = a->recv;
-            zr_bf16_from_f32_n(gathered + (size_t)me * per, mine, per);
-            ZR_CHECK(zr_comm_iallgather(c, a->group, ZR_KIND_ALLREDUCE, gathered + (size_t)me * per,
-                                        per * 2, gathered, &op->req[0]));
+            ZR_CHECK(L->to_bf16(x, gathered + (size_t)me * per, mine, per));
+            ZR_CHECK(zr_coll_iallgather(c, op, a->group, ZR_KIND_ALLREDUCE,
+                                        gathered + (size_t)me * per, per * 2, gathered,
+                                        &op->req[0]));
         } else {
-            ZR_CHECK(zr_comm_iallgather(c, a->group, ZR_KIND_ALLREDUCE, mine, per * 4, a->pad,
+            ZR_CHECK(zr_coll_iallgather(c, op, a->group, ZR_KIND_ALLREDUCE, mine, per * 4, a->pad,
                                         &op->req[0]));
         }
         zr_coll_posted_last(op, a->group);
@@ -60,12 +62,11 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         return ZR_OK;
     }
     if (a->wire == ZR_WIRE_BF16) {
-        zr_bf16_to_f32_n(a->out, a->recv, a->total);
+        ZR_CHECK(L->from_bf16(x, a->out, a->recv, a->total));
     } else {
-        memcpy(a->out, a->pad, a->total * sizeof(float));
+        ZR_CHECK(L->copy(x, a->out, a->pad, a->total * sizeof(float)));
     }
-    zr_coll_end(op);
-    return ZR_OK;
+    return zr_coll_finish(op);
 }
 
 static const zr_coll_algo algo = {"allreduce", advance};

@@ -24,6 +24,14 @@
 #include <stddef.h>
 #include <string.h>
 
+/* What an op keeps from one collective to the next (its resources). */
+typedef struct zr_coll_keep {
+    zr_coll_dev *dev;   /* the device part (codec stream, events); NULL until a device op */
+    zr_device work_dev; /* where op->work lives (kind CPU: host memory) */
+    void *scratch;      /* zr_coll_host_scratch */
+    size_t scratch_cap;
+} zr_coll_keep;
+
 /* What zr_coll_op.impl points to: the op core's bookkeeping and the algorithm's state. */
 typedef struct zr_coll_state {
     zr_comm *comm;
@@ -32,6 +40,10 @@ typedef struct zr_coll_state {
     struct zr_coll_state *prev, *next; /* registry of ops with posts pending, start order */
     unsigned pending;                  /* bit g: this op will still post on group g */
     int registered;
+    const zr_coll_local *local; /* the local work: zr_coll_local_cpu or _cuda */
+    int on_device;              /* this op runs on keep.dev */
+    int finishing;              /* device: the last step is queued, completion is polled */
+    zr_coll_keep keep;
     union {
         max_align_t align;
         unsigned char bytes[ZR_COLL_STATE_BYTES];
@@ -95,13 +107,26 @@ zr_status zr_coll_begin(zr_comm *c, zr_coll_op *op, const zr_coll_algo *algo, un
         op->impl = s;
     }
     zr_coll_state *s = op->impl;
+    zr_coll_keep keep = s->keep;
     memset(s, 0, sizeof *s);
+    s->keep = keep;
     s->comm = c;
     s->op = op;
     s->algo = algo;
     s->pending = pending;
+    s->local = &zr_coll_local_cpu;
     for (int i = 0; i < 4; i++) {
         ZR_ASSERT(!op->req[i].active);
+    }
+    zr_stream *follow = NULL;
+    const zr_device *dev = zr_comm_device(c, &follow);
+    if (dev != NULL) {
+        /* device buffers: the op's local work goes to its codec stream, after the followed
+           stream's work (which wrote the inputs) */
+        ZR_CHECK(zr_coll_dev_attach(&s->keep.dev, dev));
+        ZR_CHECK(zr_coll_dev_start(s->keep.dev, follow));
+        s->local = &zr_coll_local_cuda;
+        s->on_device = 1;
     }
     op->phase = 0;
     op->nonfinite = 0;
@@ -125,8 +150,73 @@ void zr_coll_end(zr_coll_op *op)
     if (s != NULL) {
         registry_remove(s);
         s->pending = 0;
+        s->finishing = 0;
     }
     op->active = 0;
+}
+
+zr_status zr_coll_finish(zr_coll_op *op)
+{
+    zr_coll_state *s = op->impl;
+    if (!s->on_device) {
+        zr_coll_end(op);
+        return ZR_OK;
+    }
+    registry_remove(s);
+    s->pending = 0;
+    ZR_CHECK(zr_coll_dev_finish(s->keep.dev));
+    s->finishing = 1;
+    return ZR_OK;
+}
+
+const zr_coll_local *zr_coll_local_of(zr_coll_op *op, void **x)
+{
+    zr_coll_state *s = op->impl;
+    *x = s->on_device ? (void *)s->keep.dev : NULL;
+    return s->local;
+}
+
+static zr_status exchange(zr_comm *c, zr_coll_op *op, int alltoall, zr_group g, zr_kind kind,
+                          const void *send, size_t bytes, void *recv, zr_request *req)
+{
+    zr_coll_state *s = op->impl;
+    zr_stream *prev = NULL;
+    if (s->on_device) {
+        ZR_CHECK(zr_coll_dev_follow(s->keep.dev, c, &prev));
+    }
+    zr_status st = alltoall ? zr_comm_ialltoall(c, g, kind, send, bytes, recv, req)
+                            : zr_comm_iallgather(c, g, kind, send, bytes, recv, req);
+    if (s->on_device) {
+        zr_status back = zr_comm_device_follow(c, prev);
+        st = st != ZR_OK ? st : back;
+    }
+    return st;
+}
+
+zr_status zr_coll_iallgather(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind,
+                             const void *send, size_t bytes, void *recv, zr_request *req)
+{
+    return exchange(c, op, 0, g, kind, send, bytes, recv, req);
+}
+
+zr_status zr_coll_ialltoall(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind,
+                            const void *send, size_t bytes, void *recv, zr_request *req)
+{
+    return exchange(c, op, 1, g, kind, send, bytes, recv, req);
+}
+
+zr_status zr_coll_host_scratch(zr_coll_op *op, size_t bytes, void **out)
+{
+    zr_coll_state *s = op->impl;
+    if (s->keep.scratch == NULL || s->keep.scratch_cap < bytes) {
+        zr_free(s->keep.scratch);
+        s->keep.scratch = NULL;
+        s->keep.scratch_cap = 0;
+        ZR_CHECK(zr_alloc_at(&s->keep.scratch, bytes, __FILE__, __LINE__));
+        s->keep.scratch_cap = bytes;
+    }
+    *out = s->keep.scratch;
+    return ZR_OK;
 }
 
 zr_status zr_coll_fail(zr_comm *c, zr_coll_op *op, zr_status st)
@@ -143,15 +233,32 @@ zr_status zr_coll_fail(zr_comm *c, zr_coll_op *op, zr_status st)
     for (int i = 0; i < 4; i++) {
         (void)zr_comm_wait(c, &op->req[i]);
     }
+    /* and so does the work queued on the codec stream */
+    if (s->on_device) {
+        zr_coll_dev_drain(s->keep.dev);
+    }
     zr_coll_end(op);
     return st;
 }
 
-/* One advance call; a failure ends the op so that it never stays half-active. */
+/*
+ * One advance call; a failure ends the op so that it never stays half-active.
+ * On a device the op completes once its codec stream has run everything.
+ */
 static zr_status step(zr_comm *c, zr_coll_op *op, int block)
 {
     const zr_coll_state *s = op->impl;
-    zr_status st = s->algo->advance(c, op, block);
+    zr_status st = ZR_OK;
+    if (!s->finishing) {
+        st = s->algo->advance(c, op, block);
+    }
+    if (st == ZR_OK && s->finishing) {
+        int done = 0;
+        st = zr_coll_dev_poll(c, s->keep.dev, op, block, &done);
+        if (st == ZR_OK && done) {
+            zr_coll_end(op);
+        }
+    }
     if (st != ZR_OK) {
         return zr_coll_fail(c, op, st);
     }
@@ -211,15 +318,39 @@ zr_status zr_coll_progress(zr_comm *c, zr_request *req, int block, int *done)
     return zr_comm_test(c, req, done);
 }
 
-zr_status zr_coll_reserve(zr_coll_op *op, size_t bytes)
+/* Where an op's workspace lives: host memory, or the GPU of its device part. */
+static zr_device work_device(const zr_coll_state *s)
 {
-    if (bytes <= op->work_cap && op->work != NULL) {
-        return ZR_OK;
+    return s->on_device ? *zr_coll_dev_device(s->keep.dev) : zr_device_cpu();
+}
+
+static int same_device(const zr_device *a, const zr_device *b)
+{
+    return a->kind == b->kind && (a->kind == ZR_DEVICE_CPU || a->ordinal == b->ordinal);
+}
+
+static void work_free(zr_coll_op *op, zr_coll_state *s)
+{
+    if (s != NULL && s->keep.work_dev.kind == ZR_DEVICE_CUDA) {
+        zr_device_free(&s->keep.work_dev, op->work);
+    } else {
+        zr_free(op->work);
     }
-    zr_free(op->work);
     op->work = NULL;
     op->work_cap = 0;
-    ZR_CHECK(zr_alloc_at(&op->work, bytes, __FILE__, __LINE__));
+}
+
+zr_status zr_coll_reserve(zr_coll_op *op, size_t bytes)
+{
+    zr_coll_state *s = op->impl;
+    zr_device want = work_device(s);
+    if (bytes <= op->work_cap && op->work != NULL && same_device(&want, &s->keep.work_dev)) {
+        return ZR_OK;
+    }
+    work_free(op, s);
+    /* device memory through the counted allocator; host memory zeroed, as before */
+    ZR_CHECK(zr_device_alloc_at(&want, &op->work, bytes, __FILE__, __LINE__));
+    s->keep.work_dev = want;
     op->work_cap = bytes;
     return ZR_OK;
 }
@@ -254,8 +385,12 @@ void zr_coll_op_free(zr_coll_op *op)
     }
     if (s != NULL) {
         registry_remove(s);
+        zr_free(s->keep.scratch);
     }
-    zr_free(op->work);
+    work_free(op, s);
+    if (s != NULL) {
+        zr_coll_dev_free(s->keep.dev);
+    }
     zr_free(op->impl);
     memset(op, 0, sizeof *op);
 }

@@ -32,6 +32,6 @@ _Static_assert(sizeof(zr_coll_direct) <= ZR_COLL_STATE_BYTES, "direct state fits
 zr_status zr_reduce_scatter_direct_post(zr_comm *c, zr_coll_op *op, zr_kind kind, const float *in);
 
 /* After the exchange: out = the mean of the received partitions, summed in rank order. */
-void zr_reduce_scatter_direct_finish(zr_comm *c, zr_coll_op *op, float *out);
+zr_status zr_reduce_scatter_direct_finish(zr_comm *c, zr_coll_op *op, float *out);
 
 #endif /* ZR_COLL_DIRECT_H */

@@ -72,8 +72,16 @@ zr_status zr_coll_gate(zr_comm *c, zr_coll_op *op, zr_group g, int block, int *o
 /* The op has made its last post on group g. */
 void zr_coll_posted_last(zr_coll_op *op, zr_group g);
 
-/* The op is complete. */
+/* The op is complete (also after a failure at start: nothing of it is queued). */
 void zr_coll_end(zr_coll_op *op);
+
+/*
+ * The algorithm has queued its last step. On the CPU that is the end
+ * (zr_coll_end). On a device the op stays in flight until the codec stream
+ * has run everything it queued and the received blocks' headers have been
+ * validated (coll_local.c); zr_coll_test / zr_coll_wait complete it.
+ */
+zr_status zr_coll_finish(zr_coll_op *op);
 
 /* An advance step failed: drain the op's requests, end it, return st. */
 zr_status zr_coll_fail(zr_comm *c, zr_coll_op *op, zr_status st);
@@ -94,6 +102,92 @@ static inline size_t zr_coll_span(size_t bytes)
 {
     return zr_round_up(bytes, ZR_ALIGN);
 }
+
+/* ---- local work: the CPU or the device ------------------------------------ */
+
+/* A received quantized block to validate, and what its failure message names. */
+typedef struct zr_coll_check {
+    const char *what; /* "qwZ", "qgZ" */
+    zr_group group;
+    int peer;            /* in-group rank it came from */
+    size_t bytes, count; /* the block's expected size and element count */
+    zr_qparams q;        /* its expected format */
+    int add_nonfinite;   /* add its non-finite groups to op->nonfinite */
+} zr_coll_check;
+
+/*
+ * Everything an algorithm does between its exchanges, as a table chosen per
+ * op at zr_coll_begin by where the communicator's data plane lives
+ * (zr_comm_device): the CPU functions on host buffers, or kernels queued on
+ * the op's codec stream on device buffers (coll_local.c). Every algorithm
+ * keeps one schedule for both and calls its local steps through the table,
+ * so the CPU and a GPU run the same steps, in the same order, on the same
+ * bytes: exact results are the same bits, and so are quantized blocks (the
+ * codec's rules are shared, zr/quant_cuda.h). x is the table's context
+ * (zr_coll_local_of). On the device every call only queues work.
+ */
+typedef struct zr_coll_local {
+    const char *name; /* "cpu", "cuda" */
+    int device;       /* 1: the op's buffers and workspace are device memory */
+    zr_status (*copy)(void *x, void *dst, const void *src, size_t bytes);
+    zr_status (*zero)(void *x, void *dst, size_t bytes);
+    zr_status (*to_bf16)(void *x, zr_bf16 *dst, const float *src, size_t n);
+    zr_status (*from_bf16)(void *x, float *dst, const zr_bf16 *src, size_t n);
+    /* zr_quant_encode (the non-finite count is read from the header when checked) */
+    zr_status (*encode)(void *x, const zr_qparams *p, zr_dtype in_type, const void *in, size_t n,
+                        float mul, float *residual, void *block);
+    zr_status (*decode)(void *x, const void *block, float *out, size_t n);
+    zr_status (*decode_add)(void *x, const void *block, float *acc, size_t n);
+    zr_status (*sum_requant)(void *x, const void *const *blocks, int k, size_t n, float mul,
+                             const zr_qparams *p, float *residual, void *out_block);
+    /* out[i] = ((row_0[i] + row_1[i]) + ... + row_{k-1}[i]) / k, row_j = in + j*stride of
+       in_type (fp32, or bf16 widened exactly): the exact reduce-scatter's mean */
+    zr_status (*mean)(void *x, float *out, const void *in, zr_dtype in_type, int k, size_t stride,
+                      size_t n);
+    /* Room for this many checks in the op (before the first; the device copies headers). */
+    zr_status (*expect_checks)(void *x, size_t n);
+    /* Validate a received block (CPU: now; device: its header, when the op completes). */
+    zr_status (*check)(void *x, zr_comm *c, zr_coll_op *op, const void *block,
+                       const zr_coll_check *k);
+} zr_coll_local;
+
+extern const zr_coll_local zr_coll_local_cpu;
+extern const zr_coll_local zr_coll_local_cuda;
+
+/* The local-work table of an op begun with zr_coll_begin, and its context in *x. */
+const zr_coll_local *zr_coll_local_of(zr_coll_op *op, void **x);
+
+/*
+ * Exchanges of an op (zr_comm_iallgather / zr_comm_ialltoall): on a device
+ * they follow the op's codec stream, so they start after the local work
+ * queued before them, without a host wait.
+ */
+zr_status zr_coll_iallgather(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind,
+                             const void *send, size_t bytes, void *recv, zr_request *req);
+zr_status zr_coll_ialltoall(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind,
+                            const void *send, size_t bytes, void *recv, zr_request *req);
+
+/* Host memory of the op kept across calls (pointer arrays for the device's launches). */
+zr_status zr_coll_host_scratch(zr_coll_op *op, size_t bytes, void **out);
+
+/* ---- the device part of an op (coll_local.c) ------------------------------- */
+
+typedef struct zr_coll_dev zr_coll_dev;
+
+/* *dev on GPU d: kept when it already is, else (re)created: codec stream, events. */
+zr_status zr_coll_dev_attach(zr_coll_dev **dev, const zr_device *d);
+void zr_coll_dev_free(zr_coll_dev *dev);
+const zr_device *zr_coll_dev_device(const zr_coll_dev *dev);
+/* A new op: its codec stream starts after the work queued on follow so far (NULL: legacy). */
+zr_status zr_coll_dev_start(zr_coll_dev *dev, zr_stream *follow);
+/* The op's last step is queued: mark the end of the codec stream's work. */
+zr_status zr_coll_dev_finish(zr_coll_dev *dev);
+/* *done = 1 once the codec stream got there and the checks passed (block: wait, polling). */
+zr_status zr_coll_dev_poll(zr_comm *c, zr_coll_dev *dev, zr_coll_op *op, int block, int *done);
+/* After a failure: wait until the codec stream has run what it was given. */
+void zr_coll_dev_drain(zr_coll_dev *dev);
+/* Make c's exchanges follow the codec stream; *prev: what they followed before. */
+zr_status zr_coll_dev_follow(zr_coll_dev *dev, zr_comm *c, zr_stream **prev);
 
 /* Wait (block) or test one request; *done = 1 once it is complete. */
 zr_status zr_coll_progress(zr_comm *c, zr_request *req, int block, int *done);

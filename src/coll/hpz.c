@@ -13,10 +13,35 @@
  *
  * The gather is zr_allgather over ZR_GROUP_HPZ accounted as ZR_KIND_HPZ,
  * with any wire: fp32, bf16 or quantized (qwZ inside the node).
+ *
+ * On a device transport both take device buffers: the cut is a copy or a
+ * bf16 kernel queued on the stream the communicator follows (it belongs to
+ * the caller's sequence of work, not to a collective), the gather is the
+ * device all-gather.
  */
 #include "zr/coll.h"
+#include "zr/quant_cuda.h"
 
 #include <string.h>
+
+/* The cut on a device: queued on the stream the communicator follows (the caller's). */
+static zr_status cut_on_device(const zr_comm *c, const float *mine, size_t count, zr_dtype type,
+                               void *secondary)
+{
+    zr_stream *s = NULL;
+    (void)zr_comm_device(c, &s);
+    if (s == NULL) {
+        ZR_FAIL(ZR_ERR_INVALID, "hpZ cut on a device: the communicator follows the legacy default "
+                                "stream; give its transport a stream (zr_comm_device_follow)");
+    }
+    switch (type) {
+    case ZR_DTYPE_F32:
+        return zr_memcpy_async(secondary, mine, count * sizeof(float), s);
+    case ZR_DTYPE_BF16:
+        return zr_bf16_cuda_from_f32(secondary, mine, count, s);
+    }
+    ZR_FAIL(ZR_ERR_INVALID, "hpZ cut: secondary type must be fp32 or bf16, got %d", (int)type);
+}
 
 zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype type,
                      void *secondary)
@@ -25,6 +50,9 @@ zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype
         ZR_FAIL(ZR_ERR_INVALID, "hpZ cut: NULL communicator or buffer");
     }
     const float *mine = full + (size_t)c->rank[ZR_GROUP_HPZ] * count;
+    if (zr_comm_device(c, NULL) != NULL) {
+        return cut_on_device(c, mine, count, type, secondary);
+    }
     switch (type) {
     case ZR_DTYPE_F32:
         memcpy(secondary, mine, count * sizeof(float));

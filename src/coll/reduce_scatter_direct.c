@@ -14,11 +14,12 @@
  *
  * bf16 wire: each term is rounded to bf16 once (my own too, so no rank's
  * contribution is special), widened to fp32 and summed in fp32.
+ *
+ * On a device transport the casts and the sum are kernels on the op's codec
+ * stream (coll_local.c); the kernel adds in the same order and divides the
+ * same way, so the result is the CPU's bits.
  */
 #include "coll_direct.h"
-
-/* Elements summed per pass: the partial sums stay in L1 while the terms stream by. */
-#define TILE 2048
 
 /* Bytes of workspace the exchange needs (send buffer for bf16, receive buffer always). */
 size_t zr_reduce_scatter_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
@@ -56,50 +57,27 @@ static void carve(zr_coll_op *op, zr_coll_direct *a, int n)
 zr_status zr_reduce_scatter_direct_post(zr_comm *c, zr_coll_op *op, zr_kind kind, const float *in)
 {
     zr_coll_direct *a = zr_coll_algo_state(op);
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
     int n = c->size[a->group];
     carve(op, a, n);
     const void *send = in;
     size_t esize = 4;
     if (a->wire == ZR_WIRE_BF16) {
-        zr_bf16_from_f32_n(a->send, in, (size_t)n * a->count);
+        ZR_CHECK(L->to_bf16(x, a->send, in, (size_t)n * a->count));
         send = a->send;
         esize = 2;
     }
-    return zr_comm_ialltoall(c, a->group, kind, send, a->count * esize, a->recv, &op->req[0]);
+    return zr_coll_ialltoall(c, op, a->group, kind, send, a->count * esize, a->recv, &op->req[0]);
 }
 
-void zr_reduce_scatter_direct_finish(zr_comm *c, zr_coll_op *op, float *out)
+zr_status zr_reduce_scatter_direct_finish(zr_comm *c, zr_coll_op *op, float *out)
 {
     zr_coll_direct *a = zr_coll_algo_state(op);
-    int n = c->size[a->group];
-    size_t count = a->count;
-    float tmp[TILE];
-    for (size_t t0 = 0; t0 < count; t0 += TILE) {
-        size_t m = count - t0 < TILE ? count - t0 : TILE;
-        float *o = out + t0;
-        for (int p = 0; p < n; p++) {
-            const float *term = tmp;
-            if (a->wire == ZR_WIRE_BF16) {
-                zr_bf16_to_f32_n(tmp, (const zr_bf16 *)a->recv + (size_t)p * count + t0, m);
-            } else {
-                term = (const float *)a->recv + (size_t)p * count + t0;
-            }
-            if (p == 0) {
-                for (size_t i = 0; i < m; i++) {
-                    o[i] = term[i];
-                }
-            } else {
-                for (size_t i = 0; i < m; i++) {
-                    o[i] += term[i];
-                }
-            }
-        }
-        /* a true division: the correctly rounded mean of the fp32 sum */
-        float fn = (float)n;
-        for (size_t i = 0; i < m; i++) {
-            o[i] /= fn;
-        }
-    }
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
+    zr_dtype t = a->wire == ZR_WIRE_BF16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+    return L->mean(x, out, a->recv, t, c->size[a->group], a->count, a->count);
 }
 
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
@@ -120,9 +98,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     if (!done) {
         return ZR_OK;
     }
-    zr_reduce_scatter_direct_finish(c, op, a->out);
-    zr_coll_end(op);
-    return ZR_OK;
+    ZR_CHECK(zr_reduce_scatter_direct_finish(c, op, a->out));
+    return zr_coll_finish(op);
 }
 
 static const zr_coll_algo algo = {"reduce_scatter_direct", advance};

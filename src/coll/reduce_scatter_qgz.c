@@ -47,10 +47,17 @@
  * Chunks end on group boundaries, so every block holds exactly the groups
  * the unchunked run would quantize, and the output is bit-identical for
  * every C.
+ *
+ * On a device transport the same schedule runs with device buffers: every
+ * encode, the fused sum-requantize and the final decode-adds are kernels on
+ * the op's codec stream, each hop's exchange follows that stream, and the
+ * host only posts and polls (coll_local.c). The error-feedback residuals are
+ * then device memory. The kernels run the CPU codec's rules and sum in the
+ * same order, so the output and the wire blocks are the CPU path's bytes;
+ * the received headers are validated when the op completes.
  */
 #include "coll_impl.h"
 
-#include <stdio.h>
 #include <string.h>
 
 /* chunks in flight per hop: op->req[slot] intra, req[SLOTS + slot] inter */
@@ -101,33 +108,33 @@ static const void *input_at(const qgz_state *q, size_t elem)
     return (const unsigned char *)q->in + elem * zr_dtype_size(q->in_type);
 }
 
-static zr_status check_blocks(zr_comm *c, const qgz_state *q, zr_group g, const unsigned char *recv,
-                              int peers, int per_peer, size_t bytes, size_t len)
+/* Validate the blocks of one hop (peers x per_peer, each of len elements) as they arrived. */
+static zr_status check_blocks(zr_comm *c, zr_coll_op *op, zr_group g, const unsigned char *recv,
+                              int peers, int per_peer, size_t bytes, size_t len, int add_nonfinite)
 {
+    qgz_state *q = zr_coll_algo_state(op);
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
+    zr_coll_check k = {"qgZ", g, 0, bytes, len, q->q, add_nonfinite};
     for (int p = 0; p < peers; p++) {
+        k.peer = p;
         for (int b = 0; b < per_peer; b++) {
             const unsigned char *blk = recv + ((size_t)p * (size_t)per_peer + (size_t)b) * bytes;
-            zr_status st = zr_quant_validate(blk, bytes, &q->q, len);
-            if (st != ZR_OK) {
-                char why[512];
-                snprintf(why, sizeof why, "%s", zr_error_message());
-                ZR_FAIL(st, "qgZ: block from world rank %d (group %s) is invalid: %s",
-                        zr_comm_world_rank(c, g, p), zr_group_name(g), why);
-            }
+            ZR_CHECK(L->check(x, c, op, blk, &k));
         }
     }
     return ZR_OK;
 }
 
 /* out[lo, lo+len) = sum of the k blocks, decoded in the order given. */
-static zr_status sum_blocks(const void *const *blocks, int k, size_t len, float *out,
-                            size_t *nonfinite)
+static zr_status sum_blocks(zr_coll_op *op, const void *const *blocks, int k, size_t len,
+                            float *out)
 {
-    ZR_CHECK(zr_quant_decode(blocks[0], ZR_DTYPE_F32, out, len));
-    *nonfinite += zr_coll_block_nonfinite(blocks[0]);
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
+    ZR_CHECK(L->decode(x, blocks[0], out, len));
     for (int j = 1; j < k; j++) {
-        ZR_CHECK(zr_quant_decode_add(blocks[j], out, len));
-        *nonfinite += zr_coll_block_nonfinite(blocks[j]);
+        ZR_CHECK(L->decode_add(x, blocks[j], out, len));
     }
     return ZR_OK;
 }
@@ -136,6 +143,8 @@ static zr_status sum_blocks(const void *const *blocks, int k, size_t len, float 
 static zr_status post_intra(zr_comm *c, zr_coll_op *op, int k)
 {
     qgz_state *q = zr_coll_algo_state(op);
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
     size_t lo, len;
     chunk_range(q, k, &lo, &len);
     size_t bytes = zr_quant_block_bytes(&q->q, len);
@@ -145,12 +154,12 @@ static zr_status post_intra(zr_comm *c, zr_coll_op *op, int k)
             size_t p = (size_t)m * (size_t)q->D + (size_t)j;
             float *res = q->fb != NULL ? q->fb->intra + p * q->count + lo : NULL;
             unsigned char *dst = q->send1[slot] + ((size_t)j * (size_t)q->N + (size_t)m) * bytes;
-            ZR_CHECK(zr_quant_encode(&q->q, q->in_type, input_at(q, p * q->count + lo), len, q->mul,
-                                     res, dst, NULL));
+            ZR_CHECK(L->encode(x, &q->q, q->in_type, input_at(q, p * q->count + lo), len, q->mul,
+                               res, dst));
         }
     }
-    return zr_comm_ialltoall(c, ZR_GROUP_NODE, ZR_KIND_QGZ, q->send1[slot], (size_t)q->N * bytes,
-                             q->recv1[slot], &op->req[slot]);
+    return zr_coll_ialltoall(c, op, ZR_GROUP_NODE, ZR_KIND_QGZ, q->send1[slot],
+                             (size_t)q->N * bytes, q->recv1[slot], &op->req[slot]);
 }
 
 /*
@@ -160,34 +169,38 @@ static zr_status post_intra(zr_comm *c, zr_coll_op *op, int k)
 static zr_status reduce_chunk(zr_comm *c, zr_coll_op *op, int k)
 {
     qgz_state *q = zr_coll_algo_state(op);
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
     size_t lo, len;
     chunk_range(q, k, &lo, &len);
     size_t bytes = zr_quant_block_bytes(&q->q, len);
     int slot = k % SLOTS;
     if (q->D > 1) {
-        ZR_CHECK(check_blocks(c, q, ZR_GROUP_NODE, q->recv1[slot], q->D, q->N, bytes, len));
+        /* with one node these blocks are summed into out: their non-finite groups count */
+        ZR_CHECK(check_blocks(c, op, ZR_GROUP_NODE, q->recv1[slot], q->D, q->N, bytes, len,
+                              q->N == 1));
     }
     for (int m = 0; m < q->N; m++) {
         if (q->D == 1) {
             /* no node peers: my partitions are quantized once, for the cross hop */
             size_t p = (size_t)m;
             float *res = q->fb != NULL ? q->fb->intra + p * q->count + lo : NULL;
-            ZR_CHECK(zr_quant_encode(&q->q, q->in_type, input_at(q, p * q->count + lo), len, q->mul,
-                                     res, q->send2[slot] + (size_t)m * bytes, NULL));
+            ZR_CHECK(L->encode(x, &q->q, q->in_type, input_at(q, p * q->count + lo), len, q->mul,
+                               res, q->send2[slot] + (size_t)m * bytes));
             continue;
         }
         for (int j = 0; j < q->D; j++) {
             q->blocks[j] = q->recv1[slot] + ((size_t)j * (size_t)q->N + (size_t)m) * bytes;
         }
         if (q->N == 1) {
-            return sum_blocks(q->blocks, q->D, len, q->out + lo, &op->nonfinite);
+            return sum_blocks(op, q->blocks, q->D, len, q->out + lo);
         }
         float *res = q->fb != NULL ? q->fb->inter + (size_t)m * q->count + lo : NULL;
-        ZR_CHECK(zr_quant_sum_requant(q->blocks, q->D, len, 1.0f, &q->q, res,
-                                      q->send2[slot] + (size_t)m * bytes, NULL));
+        ZR_CHECK(L->sum_requant(x, q->blocks, q->D, len, 1.0f, &q->q, res,
+                                q->send2[slot] + (size_t)m * bytes));
     }
-    return zr_comm_ialltoall(c, ZR_GROUP_CROSS, ZR_KIND_QGZ, q->send2[slot], bytes, q->recv2[slot],
-                             &op->req[SLOTS + slot]);
+    return zr_coll_ialltoall(c, op, ZR_GROUP_CROSS, ZR_KIND_QGZ, q->send2[slot], bytes,
+                             q->recv2[slot], &op->req[SLOTS + slot]);
 }
 
 /* After hop 2 of chunk k: out = sum over nodes in node order. */
@@ -201,11 +214,11 @@ static zr_status final_chunk(zr_comm *c, zr_coll_op *op, int k)
     chunk_range(q, k, &lo, &len);
     size_t bytes = zr_quant_block_bytes(&q->q, len);
     int slot = k % SLOTS;
-    ZR_CHECK(check_blocks(c, q, ZR_GROUP_CROSS, q->recv2[slot], q->N, 1, bytes, len));
+    ZR_CHECK(check_blocks(c, op, ZR_GROUP_CROSS, q->recv2[slot], q->N, 1, bytes, len, 1));
     for (int m = 0; m < q->N; m++) {
         q->blocks[m] = q->recv2[slot] + (size_t)m * bytes;
     }
-    return sum_blocks(q->blocks, q->N, len, q->out + lo, &op->nonfinite);
+    return sum_blocks(op, q->blocks, q->N, len, q->out + lo);
 }
 
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
@@ -257,8 +270,7 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
             }
         }
         if (q->next_final == q->chunks) {
-            zr_coll_end(op);
-            return ZR_OK;
+            return zr_coll_finish(op);
         }
         if (!moved && !block) {
             return ZR_OK;
@@ -268,22 +280,44 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 
 static const zr_coll_algo algo = {"qgz", advance};
 
-/* Residual buffers sized for this call; (re)allocated zeroed when the size changes. */
-static zr_status feedback_prepare(zr_qgz_feedback *fb, size_t n_intra, size_t n_inter)
+/* One residual buffer of n elements on dev, zeroed (through the op's local work). */
+static zr_status residual_prepare(zr_coll_op *op, const zr_device *dev, float **buf, size_t *have,
+                                  size_t n)
 {
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
+    ZR_CHECK(zr_device_alloc_at(dev, (void **)buf, (n > 0 ? n : 1) * sizeof(float), __FILE__,
+                                __LINE__));
+    *have = n;
+    return L->zero(x, *buf, (n > 0 ? n : 1) * sizeof(float));
+}
+
+/*
+ * Residual buffers sized for this call, on the communicator's device (host
+ * memory for the MPI transport); (re)allocated zeroed when the size or the
+ * device changes.
+ */
+static zr_status feedback_prepare(zr_comm *c, zr_coll_op *op, zr_qgz_feedback *fb, size_t n_intra,
+                                  size_t n_inter)
+{
+    const zr_device *d = zr_comm_device(c, NULL);
+    zr_device dev = d != NULL ? *d : zr_device_cpu();
+    int moved = dev.kind != fb->dev.kind || (dev.kind == ZR_DEVICE_CUDA && dev.ordinal != fb->dev.ordinal);
+    if (moved) {
+        zr_qgz_feedback_free(fb);
+        fb->dev = dev;
+    }
     if (fb->intra == NULL || fb->n_intra != n_intra) {
-        zr_free(fb->intra);
+        zr_device_free(&fb->dev, fb->intra);
         fb->intra = NULL;
         fb->n_intra = 0;
-        ZR_ALLOC(fb->intra, n_intra > 0 ? n_intra : 1);
-        fb->n_intra = n_intra;
+        ZR_CHECK(residual_prepare(op, &fb->dev, &fb->intra, &fb->n_intra, n_intra));
     }
     if (fb->inter == NULL || fb->n_inter != n_inter) {
-        zr_free(fb->inter);
+        zr_device_free(&fb->dev, fb->inter);
         fb->inter = NULL;
         fb->n_inter = 0;
-        ZR_ALLOC(fb->inter, n_inter > 0 ? n_inter : 1);
-        fb->n_inter = n_inter;
+        ZR_CHECK(residual_prepare(op, &fb->dev, &fb->inter, &fb->n_inter, n_inter));
     }
     return ZR_OK;
 }
@@ -293,8 +327,8 @@ void zr_qgz_feedback_free(zr_qgz_feedback *fb)
     if (fb == NULL) {
         return;
     }
-    zr_free(fb->intra);
-    zr_free(fb->inter);
+    zr_device_free(&fb->dev, fb->intra);
+    zr_device_free(&fb->dev, fb->inter);
     memset(fb, 0, sizeof *fb);
 }
 
@@ -311,13 +345,15 @@ zr_qgz_config zr_qgz_config_default(void)
 }
 
 /* W = 1: nothing to reduce and no wire to compress; the mean of one rank is its input. */
-static void copy_exact(zr_dtype in_type, const void *in, size_t count, float *out)
+static zr_status copy_exact(zr_coll_op *op, zr_dtype in_type, const void *in, size_t count,
+                            float *out)
 {
+    void *x;
+    const zr_coll_local *L = zr_coll_local_of(op, &x);
     if (in_type == ZR_DTYPE_BF16) {
-        zr_bf16_to_f32_n(out, in, count);
-    } else if ((const void *)out != in) {
-        memmove(out, in, count * sizeof(float));
+        return L->from_bf16(x, out, in, count);
     }
+    return L->copy(x, out, in, count * sizeof(float));
 }
 
 /* Chunks, block size and workspace of a qgZ of count elements per partition. */
@@ -385,6 +421,51 @@ zr_coll_cost zr_qgz_cost(const zr_comm *c, const zr_qgz_config *cfg, size_t coun
     return k;
 }
 
+/* Fill in q's state of an op begun on c: parameters, and the buffers carved from op->work. */
+static zr_status setup(zr_comm *c, const zr_qgz_config *cfg, const qgz_layout *L,
+                       zr_dtype in_type, const void *in, size_t count, float *out,
+                       zr_qgz_feedback *fb, zr_coll_op *op)
+{
+    qgz_state *q = zr_coll_algo_state(op);
+    void *x;
+    const zr_coll_local *loc = zr_coll_local_of(op, &x);
+    int W = c->size[ZR_GROUP_WORLD], D = c->ranks_per_node, N = c->n_nodes;
+    q->q = cfg->q;
+    q->in_type = in_type;
+    q->in = in;
+    q->count = count;
+    q->out = out;
+    q->fb = fb;
+    q->mul = 1.0f / (float)W;
+    q->W = W;
+    q->D = D;
+    q->N = N;
+    q->d = c->rank[ZR_GROUP_NODE];
+    q->groups = L->groups;
+    q->chunks = L->chunks;
+    unsigned char *cur = op->work;
+    q->blocks = zr_coll_carve(&cur, sizeof(void *) * (size_t)L->nptr);
+    if (loc->device) {
+        /* the launches take a host array of device pointers; op->work is device memory */
+        void *ptrs = NULL;
+        ZR_CHECK(zr_coll_host_scratch(op, sizeof(void *) * (size_t)L->nptr, &ptrs));
+        q->blocks = ptrs;
+    }
+    for (int i = 0; i < L->slots; i++) {
+        if (D > 1) {
+            q->send1[i] = zr_coll_carve(&cur, (size_t)W * L->bytes);
+            q->recv1[i] = zr_coll_carve(&cur, (size_t)W * L->bytes);
+        }
+        if (N > 1) {
+            q->send2[i] = zr_coll_carve(&cur, (size_t)N * L->bytes);
+            q->recv2[i] = zr_coll_carve(&cur, (size_t)N * L->bytes);
+        }
+    }
+    /* every received block is checked: W per chunk on the node hop, N on the cross hop */
+    size_t checks = (size_t)L->chunks * ((D > 1 ? (size_t)W : 0) + (N > 1 ? (size_t)N : 0));
+    return loc->expect_checks(x, checks);
+}
+
 zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
                        size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op)
 {
@@ -412,51 +493,29 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
     if (W == 1 || count == 0) {
         qgz_state *none;
         ZR_CHECK(zr_coll_begin(c, op, &algo, 0, (void **)&none));
-        copy_exact(in_type, in, count, out);
-        zr_coll_end(op);
-        return ZR_OK;
+        zr_status st = copy_exact(op, in_type, in, count, out);
+        if (st != ZR_OK) {
+            zr_coll_end(op);
+            return st;
+        }
+        return zr_coll_finish(op);
     }
-    if (cfg->error_feedback) {
-        ZR_CHECK(feedback_prepare(fb, (size_t)W * count, D > 1 && N > 1 ? (size_t)N * count : 0));
-    }
-
     qgz_layout L = layout(c, cfg, count);
-    size_t groups = L.groups, bytes = L.bytes, work = L.work;
-    int chunks = L.chunks, slots = L.slots, nptr = L.nptr;
-
     unsigned pending =
         (D > 1 ? ZR_COLL_BIT(ZR_GROUP_NODE) : 0) | (N > 1 ? ZR_COLL_BIT(ZR_GROUP_CROSS) : 0);
     qgz_state *q;
     ZR_CHECK(zr_coll_begin(c, op, &algo, pending, (void **)&q));
-    zr_status st = zr_coll_reserve(op, work);
+    zr_status st = zr_coll_reserve(op, L.work);
+    if (st == ZR_OK && cfg->error_feedback) {
+        st = feedback_prepare(c, op, fb, (size_t)W * count,
+                              D > 1 && N > 1 ? (size_t)N * count : 0);
+    }
+    if (st == ZR_OK) {
+        st = setup(c, cfg, &L, in_type, in, count, out, cfg->error_feedback ? fb : NULL, op);
+    }
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;
-    }
-    q->q = cfg->q;
-    q->in_type = in_type;
-    q->in = in;
-    q->count = count;
-    q->out = out;
-    q->fb = cfg->error_feedback ? fb : NULL;
-    q->mul = 1.0f / (float)W;
-    q->W = W;
-    q->D = D;
-    q->N = N;
-    q->d = c->rank[ZR_GROUP_NODE];
-    q->groups = groups;
-    q->chunks = chunks;
-    unsigned char *cur = op->work;
-    q->blocks = zr_coll_carve(&cur, sizeof(void *) * (size_t)nptr);
-    for (int i = 0; i < slots; i++) {
-        if (D > 1) {
-            q->send1[i] = zr_coll_carve(&cur, (size_t)W * bytes);
-            q->recv1[i] = zr_coll_carve(&cur, (size_t)W * bytes);
-        }
-        if (N > 1) {
-            q->send2[i] = zr_coll_carve(&cur, (size_t)N * bytes);
-            q->recv2[i] = zr_coll_carve(&cur, (size_t)N * bytes);
-        }
     }
     return zr_coll_kick(c, op);
 }

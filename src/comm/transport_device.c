@@ -36,6 +36,7 @@ zr_status zr_devx_init(zr_devx *x, const zr_transport *owner, const void *arg, c
     }
     ZR_CUDA_CHECK(cudaSetDevice(x->dev.ordinal));
     x->follow = a->stream != NULL ? zr_stream_cuda(a->stream) : NULL;
+    x->follow_s = a->stream;
     ZR_CUDA_CHECK(cudaEventCreateWithFlags(&x->ready, cudaEventDisableTiming));
     return ZR_OK;
 }
@@ -130,11 +131,30 @@ zr_status zr_devx_query(cudaEvent_t e, int *done)
     return ZR_OK;
 }
 
-zr_status zr_comm_device_follow(zr_comm *c, zr_stream *s)
+/* c's device transport state, or NULL when c moves host memory. */
+static zr_devx *devx_of(const zr_comm *c)
 {
     zr_devx *x = c->transport_state;
     if (x == NULL || (c->transport != &zr_transport_nccl && c->transport != &zr_transport_staged) ||
         x->owner != c->transport) {
+        return NULL;
+    }
+    return x;
+}
+
+const zr_device *zr_comm_device(const zr_comm *c, zr_stream **follow)
+{
+    const zr_devx *x = devx_of(c);
+    if (follow != NULL) {
+        *follow = x != NULL ? x->follow_s : NULL;
+    }
+    return x != NULL ? &x->dev : NULL;
+}
+
+zr_status zr_comm_device_follow(zr_comm *c, zr_stream *s)
+{
+    zr_devx *x = devx_of(c);
+    if (x == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "zr_comm_device_follow: the transport is %s, not a device one",
                 c->transport != NULL ? c->transport->name : "none");
     }
@@ -143,10 +163,20 @@ zr_status zr_comm_device_follow(zr_comm *c, zr_stream *s)
                 zr_stream_device(s)->ordinal, x->dev.ordinal);
     }
     x->follow = s != NULL ? zr_stream_cuda(s) : NULL;
+    x->follow_s = s;
     return ZR_OK;
 }
 
 #else /* !ZR_CUDA */
+
+const zr_device *zr_comm_device(const zr_comm *c, zr_stream **follow)
+{
+    (void)c;
+    if (follow != NULL) {
+        *follow = NULL;
+    }
+    return NULL;
+}
 
 zr_status zr_comm_device_follow(zr_comm *c, zr_stream *s)
 {

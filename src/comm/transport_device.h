@@ -21,6 +21,7 @@ typedef struct zr_devx {
     const zr_transport *owner; /* the table whose state this is (zr_comm_device_follow) */
     zr_device dev;
     cudaStream_t follow; /* exchanges start after its work (NULL: the legacy stream) */
+    zr_stream *follow_s; /* the same as a zr_stream, for zr_comm_device (NULL: legacy) */
     cudaEvent_t ready;   /* recorded on follow when an exchange starts */
     cudaEvent_t *pool;   /* idle events */
     int npool, cap;

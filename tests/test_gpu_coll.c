@@ -1,0 +1,473 @@
+/*
+ * test_gpu_coll.c - every collective of zr/coll.h on device buffers, through
+ * both device transports (staged MPI and NCCL), against the CPU path on the
+ * same inputs.
+ *
+ * The reference is the MPI transport on host memory: the CPU path, whose
+ * results and bounds test_coll checks against the exact sums. Each case
+ * (all-gather fp32/bf16 in and on the wire, qwZ INT8/INT4, the hpZ cut and
+ * gather, reduce-scatter fp32/bf16 on world and node groups, qgZ with and
+ * without error feedback and chunks, fp32 and bf16 inputs, all-reduce, two
+ * ops in flight at once) then runs on the GPU with the same inputs, and
+ *   - the output bytes equal the CPU's (the local work is the same steps in
+ *     the same order; NaN compares as NaN: a GPU's NaN payloads are its own),
+ *   - the error-feedback residuals equal the CPU's after two calls,
+ *   - the traffic counters (calls and bytes per kind, own node and others)
+ *     and the count of non-finite groups equal the CPU's.
+ * Inputs are written on the stream the communicator follows right before
+ * each start, and outputs read on it right after completion, with no other
+ * synchronisation: an op that did not order its work after the followed
+ * stream, or that completed before its kernels did, fails the comparison
+ * (and the emulator's race detector).
+ *
+ * Under mpirun at 1x4, 2x2 and 3x2 (ZR_RANKS_PER_NODE) in the emulator build,
+ * each rank on an emulated GPU of its own; NCCL runs where every rank of a
+ * node has a GPU (always in the emulator). On a real GPU (suite gpu) the same
+ * program, where the machine has the GPUs; without a GPU it says it was
+ * skipped and why.
+ */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#define ZR_TEST_MPI
+#include "test.h"
+
+#include "zr/coll.h"
+#include "zr/comm.h"
+#include "zr/device.h"
+
+#define COUNT        1000 /* elements per partition: not a multiple of any group */
+#define QGROUP       256  /* quantization groups: several per partition */
+#define STAGED_CHUNK 1024 /* small: every message is several chunks */
+#define MAX_CASES    32
+
+static int W, R, D;
+static int ngpu;
+static zr_device own_gpu;
+static zr_stream *stream; /* the stream the communicators follow */
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+static void *buf_alloc(int on_dev, size_t bytes)
+{
+    void *p = NULL;
+    if (on_dev) {
+        TEST_OK(zr_device_alloc_at(&own_gpu, &p, bytes, __FILE__, __LINE__));
+    } else {
+        p = calloc(1, bytes > 0 ? bytes : 1);
+    }
+    return p;
+}
+
+static void buf_free(int on_dev, void *p)
+{
+    if (on_dev) {
+        zr_device_free(&own_gpu, p);
+    } else {
+        free(p);
+    }
+}
+
+/* Host bytes into a buffer: on the GPU queued on the followed stream, no host wait. */
+static void buf_put(int on_dev, void *dst, const void *host, size_t bytes)
+{
+    if (on_dev) {
+        TEST_OK(zr_memcpy_async(dst, host, bytes, stream));
+    } else {
+        memcpy(dst, host, bytes);
+    }
+}
+
+static void buf_get(int on_dev, void *host, const void *src, size_t bytes)
+{
+    if (on_dev) {
+        TEST_OK(zr_memcpy_async(host, src, bytes, stream));
+        TEST_OK(zr_stream_sync(stream));
+    } else {
+        memcpy(host, src, bytes);
+    }
+}
+
+/* ---- what a run of the cases gives ------------------------------------------------------- */
+
+typedef struct result {
+    const char *name;
+    unsigned char *bytes; /* the outputs, in order */
+    size_t len;
+    zr_traffic traffic;
+    size_t nonfinite;
+} result;
+
+typedef struct run {
+    result r[MAX_CASES];
+    int n;
+} run;
+
+static result *begin_case(zr_comm *c, run *log, const char *name)
+{
+    ZR_ASSERT(log->n < MAX_CASES);
+    result *r = &log->r[log->n++];
+    memset(r, 0, sizeof *r);
+    r->name = name;
+    zr_comm_traffic_reset(c);
+    return r;
+}
+
+static void keep(result *r, const void *p, size_t bytes)
+{
+    r->bytes = realloc(r->bytes, r->len + bytes);
+    memcpy(r->bytes + r->len, p, bytes);
+    r->len += bytes;
+}
+
+/* Read a device (or host) buffer back into the case's result. */
+static void keep_buf(result *r, int on_dev, const void *buf, size_t bytes)
+{
+    unsigned char *h = malloc(bytes > 0 ? bytes : 1);
+    buf_get(on_dev, h, buf, bytes);
+    keep(r, h, bytes);
+    free(h);
+}
+
+static void end_case(zr_comm *c, result *r, const zr_coll_op *op)
+{
+    r->traffic = zr_comm_traffic_get(c);
+    r->nonfinite += op != NULL ? op->nonfinite : 0;
+}
+
+/* Inputs: values of a plausible scale, different per rank and case; an Inf where asked. */
+static void fill(float *x, size_t n, int salt, int with_inf)
+{
+    zr_test_rng rng = {0x9E3779B97F4A7C15ull * (uint64_t)(R + 1) + (uint64_t)salt * 7919u};
+    for (size_t i = 0; i < n; i++) {
+        x[i] = zr_test_rng_normal(&rng) * 0.05f;
+    }
+    if (with_inf && R == W - 1 && n > 3) {
+        x[3] = INFINITY; /* a non-finite group on the last rank */
+    }
+}
+
+/* ---- the cases ------------------------------------------------------------------------------ */
+
+/* All-gather over g of a shard of in_type: out fp32, wire as given. */
+static void case_allgather(zr_comm *c, int on_dev, run *log, const char *name, zr_group g,
+                           zr_kind kind, const zr_wire *wire, zr_dtype in_type, int salt)
+{
+    result *r = begin_case(c, log, name);
+    int n = c->size[g];
+    size_t count = COUNT, full = (size_t)n * count;
+    float *h = malloc(count * sizeof(float));
+    fill(h, count, salt, wire->type == ZR_WIRE_QUANT);
+    size_t esize = zr_dtype_size(in_type);
+    void *hin = malloc(count * esize);
+    if (in_type == ZR_DTYPE_BF16) {
+        zr_bf16_from_f32_n(hin, h, count);
+    } else {
+        memcpy(hin, h, count * esize);
+    }
+    void *in = buf_alloc(on_dev, count * esize);
+    float *out = buf_alloc(on_dev, full * sizeof(float));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    buf_put(on_dev, in, hin, count * esize);
+    TEST_OK(zr_allgather(c, g, kind, wire, in_type, in, count, out, &op));
+    end_case(c, r, &op);
+    keep_buf(r, on_dev, out, full * sizeof(float));
+    zr_coll_op_free(&op);
+    buf_free(on_dev, in);
+    buf_free(on_dev, out);
+    free(h);
+    free(hin);
+}
+
+/* The hpZ secondary cut from a full buffer, then the gather inside the hpZ group. */
+static void case_hpz(zr_comm *c, int on_dev, run *log, const char *name, const zr_wire *wire,
+                     zr_dtype type)
+{
+    result *r = begin_case(c, log, name);
+    int h = c->size[ZR_GROUP_HPZ];
+    size_t count = COUNT, full = (size_t)h * count;
+    float *hfull = malloc(full * sizeof(float));
+    fill(hfull, full, 11, 0);
+    float *fbuf = buf_alloc(on_dev, full * sizeof(float));
+    void *sec = buf_alloc(on_dev, count * zr_dtype_size(type));
+    float *out = buf_alloc(on_dev, full * sizeof(float));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    buf_put(on_dev, fbuf, hfull, full * sizeof(float));
+    TEST_OK(zr_hpz_cut(c, fbuf, count, type, sec));
+    keep_buf(r, on_dev, sec, count * zr_dtype_size(type));
+    TEST_OK(zr_hpz_gather(c, wire, type, sec, count, out, &op));
+    end_case(c, r, &op);
+    keep_buf(r, on_dev, out, full * sizeof(float));
+    zr_coll_op_free(&op);
+    buf_free(on_dev, fbuf);
+    buf_free(on_dev, sec);
+    buf_free(on_dev, out);
+    free(hfull);
+}
+
+static void case_reduce_scatter(zr_comm *c, int on_dev, run *log, const char *name, zr_group g,
+                                zr_wire_type wt)
+{
+    result *r = begin_case(c, log, name);
+    zr_wire wire = {wt, {0, 0, ZR_QSYM}};
+    size_t count = COUNT, full = (size_t)c->size[g] * count;
+    float *h = malloc(full * sizeof(float));
+    fill(h, full, 21 + (int)g, 0);
+    float *in = buf_alloc(on_dev, full * sizeof(float));
+    float *out = buf_alloc(on_dev, count * sizeof(float));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    buf_put(on_dev, in, h, full * sizeof(float));
+    TEST_OK(zr_reduce_scatter(c, g, &wire, in, count, out, &op));
+    end_case(c, r, &op);
+    keep_buf(r, on_dev, out, count * sizeof(float));
+    zr_coll_op_free(&op);
+    buf_free(on_dev, in);
+    buf_free(on_dev, out);
+    free(h);
+}
+
+static void case_allreduce(zr_comm *c, int on_dev, run *log, const char *name, zr_wire_type wt)
+{
+    result *r = begin_case(c, log, name);
+    zr_wire wire = {wt, {0, 0, ZR_QSYM}};
+    size_t count = 3 * COUNT + 7; /* not a multiple of the group size */
+    float *h = malloc(count * sizeof(float));
+    fill(h, count, 31, 0);
+    float *buf = buf_alloc(on_dev, count * sizeof(float));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    buf_put(on_dev, buf, h, count * sizeof(float));
+    TEST_OK(zr_allreduce(c, ZR_GROUP_WORLD, &wire, buf, count, &op));
+    end_case(c, r, &op);
+    keep_buf(r, on_dev, buf, count * sizeof(float));
+    zr_coll_op_free(&op);
+    buf_free(on_dev, buf);
+    free(h);
+}
+
+/* qgZ: two calls (the residuals carry over with error feedback), outputs and residuals kept. */
+static void case_qgz(zr_comm *c, int on_dev, run *log, const char *name, const zr_qgz_config *cfg,
+                     zr_dtype in_type)
+{
+    result *r = begin_case(c, log, name);
+    size_t count = COUNT, full = (size_t)W * count, esize = zr_dtype_size(in_type);
+    float *h = malloc(full * sizeof(float));
+    void *hin = malloc(full * esize);
+    void *in = buf_alloc(on_dev, full * esize);
+    float *out = buf_alloc(on_dev, count * sizeof(float));
+    zr_qgz_feedback fb;
+    memset(&fb, 0, sizeof fb);
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    for (int call = 0; call < 2; call++) {
+        fill(h, full, 41 + call, 1);
+        if (in_type == ZR_DTYPE_BF16) {
+            zr_bf16_from_f32_n(hin, h, full);
+        } else {
+            memcpy(hin, h, full * esize);
+        }
+        buf_put(on_dev, in, hin, full * esize);
+        TEST_OK(zr_qgz(c, cfg, in_type, in, count, out, &fb, &op));
+        r->nonfinite += op.nonfinite;
+        keep_buf(r, on_dev, out, count * sizeof(float));
+    }
+    end_case(c, r, NULL);
+    if (cfg->error_feedback) {
+        TEST_EQ_INT(fb.dev.kind, on_dev ? ZR_DEVICE_CUDA : ZR_DEVICE_CPU);
+        keep_buf(r, on_dev, fb.intra, fb.n_intra * sizeof(float));
+        keep_buf(r, on_dev, fb.inter, fb.n_inter * sizeof(float));
+    }
+    zr_qgz_feedback_free(&fb);
+    zr_coll_op_free(&op);
+    buf_free(on_dev, in);
+    buf_free(on_dev, out);
+    free(h);
+    free(hin);
+}
+
+/* A prefetching qwZ and a qgZ in flight together, polled, completed in the other order. */
+static void case_in_flight(zr_comm *c, int on_dev, run *log)
+{
+    result *r = begin_case(c, log, "qwz + qgz in flight");
+    zr_wire q8 = {ZR_WIRE_QUANT, {8, QGROUP, ZR_QSYM}};
+    zr_qgz_config cfg = zr_qgz_config_default();
+    cfg.q.group = QGROUP;
+    cfg.chunks = 2;
+    size_t count = COUNT, full = (size_t)W * count;
+    float *h = malloc(full * sizeof(float));
+    fill(h, full, 51, 0);
+    float *shard = buf_alloc(on_dev, count * sizeof(float));
+    float *gathered = buf_alloc(on_dev, full * sizeof(float));
+    float *grad = buf_alloc(on_dev, full * sizeof(float));
+    float *out = buf_alloc(on_dev, count * sizeof(float));
+    buf_put(on_dev, shard, h, count * sizeof(float));
+    buf_put(on_dev, grad, h, full * sizeof(float));
+    zr_coll_op a = ZR_COLL_OP_INIT, b = ZR_COLL_OP_INIT;
+    TEST_OK(zr_allgather_start(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
+                               gathered, &a));
+    TEST_OK(zr_qgz_start(c, &cfg, ZR_DTYPE_F32, grad, count, out, NULL, &b));
+    int done = 0;
+    for (int i = 0; i < 3 && !done; i++) {
+        TEST_OK(zr_coll_test(c, &a, &done));
+    }
+    TEST_OK(zr_coll_wait(c, &b));
+    TEST_OK(zr_coll_wait(c, &a));
+    end_case(c, r, &a);
+    r->nonfinite += b.nonfinite;
+    keep_buf(r, on_dev, gathered, full * sizeof(float));
+    keep_buf(r, on_dev, out, count * sizeof(float));
+    zr_coll_op_free(&a);
+    zr_coll_op_free(&b);
+    buf_free(on_dev, shard);
+    buf_free(on_dev, gathered);
+    buf_free(on_dev, grad);
+    buf_free(on_dev, out);
+    free(h);
+}
+
+static void run_cases(zr_comm *c, int on_dev, run *log)
+{
+    memset(log, 0, sizeof *log);
+    zr_wire f32 = {ZR_WIRE_F32, {0, 0, ZR_QSYM}}, bf16 = {ZR_WIRE_BF16, {0, 0, ZR_QSYM}};
+    zr_wire q8 = {ZR_WIRE_QUANT, {8, QGROUP, ZR_QSYM}};
+    zr_wire q4 = {ZR_WIRE_QUANT, {4, QGROUP, ZR_QASYM}};
+    case_allgather(c, on_dev, log, "allgather f32 <- f32", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &f32,
+                   ZR_DTYPE_F32, 1);
+    case_allgather(c, on_dev, log, "allgather f32 <- bf16", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER,
+                   &f32, ZR_DTYPE_BF16, 2);
+    case_allgather(c, on_dev, log, "allgather bf16 <- f32", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER,
+                   &bf16, ZR_DTYPE_F32, 3);
+    case_allgather(c, on_dev, log, "allgather bf16 <- bf16 (node)", ZR_GROUP_NODE,
+                   ZR_KIND_ALLGATHER, &bf16, ZR_DTYPE_BF16, 4);
+    case_allgather(c, on_dev, log, "qwz int8 <- f32", ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8,
+                   ZR_DTYPE_F32, 5);
+    case_allgather(c, on_dev, log, "qwz int4 asym <- bf16 (cross)", ZR_GROUP_CROSS, ZR_KIND_QWZ,
+                   &q4, ZR_DTYPE_BF16, 6);
+    case_hpz(c, on_dev, log, "hpz bf16", &bf16, ZR_DTYPE_BF16);
+    case_hpz(c, on_dev, log, "hpz f32 secondary, qwz int8", &q8, ZR_DTYPE_F32);
+    case_reduce_scatter(c, on_dev, log, "reduce-scatter f32", ZR_GROUP_WORLD, ZR_WIRE_F32);
+    case_reduce_scatter(c, on_dev, log, "reduce-scatter bf16", ZR_GROUP_WORLD, ZR_WIRE_BF16);
+    case_reduce_scatter(c, on_dev, log, "reduce-scatter f32 (node)", ZR_GROUP_NODE, ZR_WIRE_F32);
+    case_allreduce(c, on_dev, log, "allreduce f32", ZR_WIRE_F32);
+    case_allreduce(c, on_dev, log, "allreduce bf16", ZR_WIRE_BF16);
+    zr_qgz_config cfg = zr_qgz_config_default();
+    cfg.q.group = QGROUP;
+    case_qgz(c, on_dev, log, "qgz int4", &cfg, ZR_DTYPE_F32);
+    cfg.chunks = 3;
+    cfg.error_feedback = 1;
+    case_qgz(c, on_dev, log, "qgz int4, 3 chunks, error feedback", &cfg, ZR_DTYPE_F32);
+    cfg.q.bits = 8;
+    cfg.chunks = 2;
+    case_qgz(c, on_dev, log, "qgz int8 <- bf16, 2 chunks, error feedback", &cfg, ZR_DTYPE_BF16);
+    case_in_flight(c, on_dev, log);
+}
+
+static void run_free(run *log)
+{
+    for (int i = 0; i < log->n; i++) {
+        free(log->r[i].bytes);
+    }
+}
+
+/* ---- comparison ----------------------------------------------------------------------------- */
+
+static run cpu_run; /* the MPI transport on host memory */
+
+/* The same bits, or both NaN (a NaN's payload is the hardware's). */
+static int same_float(uint32_t a, uint32_t b)
+{
+    int nan_a = (a & 0x7f800000u) == 0x7f800000u && (a & 0x007fffffu) != 0;
+    int nan_b = (b & 0x7f800000u) == 0x7f800000u && (b & 0x007fffffu) != 0;
+    return a == b || (nan_a && nan_b);
+}
+
+static void compare(const run *got, const char *transport)
+{
+    TEST_EQ_INT(got->n, cpu_run.n);
+    for (int i = 0; i < got->n && i < cpu_run.n; i++) {
+        const result *g = &got->r[i], *e = &cpu_run.r[i];
+        TEST_CHECKF(g->len == e->len, "%s, %s: %zu output bytes, CPU %zu", transport, g->name,
+                    g->len, e->len);
+        size_t bad = 0, first = 0;
+        for (size_t b = 0; g->len == e->len && b + 4 <= g->len; b += 4) {
+            uint32_t x, y;
+            memcpy(&x, g->bytes + b, 4);
+            memcpy(&y, e->bytes + b, 4);
+            if (!same_float(x, y) && bad++ == 0) {
+                first = b;
+            }
+        }
+        TEST_CHECKF(bad == 0, "%s, %s: %zu of %zu words differ from the CPU path (first at byte %zu)",
+                    transport, g->name, bad, g->len / 4, first);
+        TEST_CHECKF(memcmp(&g->traffic, &e->traffic, sizeof g->traffic) == 0,
+                    "%s, %s: the traffic counters differ from the CPU path's", transport, g->name);
+        TEST_CHECKF(g->nonfinite == e->nonfinite, "%s, %s: %zu non-finite groups, CPU %zu",
+                    transport, g->name, g->nonfinite, e->nonfinite);
+    }
+}
+
+static zr_status use(zr_comm *c, const zr_transport *t)
+{
+    zr_transport_device arg = {&own_gpu, stream, STAGED_CHUNK};
+    return zr_comm_use_transport(c, t, &arg);
+}
+
+static void through(const zr_transport *t, const char *name)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    TEST_OK(use(&c, t));
+    if (c.transport == t) {
+        TEST_CHECK(zr_comm_device(&c, NULL) != NULL);
+        run got;
+        run_cases(&c, 1, &got);
+        compare(&got, name);
+        run_free(&got);
+    }
+    zr_comm_free(&c);
+}
+
+static void test_staged(void)
+{
+    through(&zr_transport_staged, "staged transport");
+}
+
+static void test_nccl(void)
+{
+    if (D > ngpu) {
+        return; /* ranks of a node share a GPU: NCCL refuses them (test_transport checks that) */
+    }
+    through(&zr_transport_nccl, "NCCL transport");
+}
+
+/* The CPU path on a communicator that never had a device transport reports no device. */
+static void test_host_comm(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    zr_stream *s = stream;
+    TEST_CHECK(zr_comm_device(&c, &s) == NULL);
+    TEST_CHECK(s == NULL);
+    zr_comm_free(&c);
+}
+
+int main(int argc, char **argv)
+{
+    setenv("ZR_EMU_DEVICES", "8", 0); /* the emulator: room for a GPU per rank of a node */
+    zr_test_mpi_init(&argc, &argv);
+    MPI_Comm_size(MPI_COMM_WORLD, &W);
+    MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    const char *env = getenv("ZR_RANKS_PER_NODE");
+    D = env != NULL ? atoi(env) : W; /* one machine: one real node */
+    if (zr_device_cuda_count(&ngpu) != ZR_OK) {
+        return zr_test_skip("%s", zr_error_message());
+    }
+    TEST_OK(zr_device_open_for_rank(R % D, D, &own_gpu));
+    TEST_OK(zr_stream_create(&own_gpu, &stream));
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    run_cases(&c, 0, &cpu_run);
+    zr_comm_free(&c);
+    TEST_RUN(test_host_comm);
+    TEST_RUN(test_staged);
+    TEST_RUN(test_nccl);
+    run_free(&cpu_run);
+    zr_stream_destroy(stream);
+    return zr_test_finish();
+}
