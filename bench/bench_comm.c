@@ -3,7 +3,11 @@
  * and the ZeRO++ collectives, in the style of nccl-tests.
  *
  *   mpirun -np 4 -x ZR_RANKS_PER_NODE=2 zr bench comm [--json] [--min 1K]
- *          [--max 256M] [--iters N] [--chunks C]
+ *          [--max 256M] [--iters N] [--chunks C] [--device cuda [--transport T]]
+ *
+ * --device cuda runs the same collectives on device buffers through a
+ * device transport, with NCCL's own collectives as baselines
+ * (bench_comm_cuda.c).
  *
  * For every size (bytes of the full fp32 buffer, powers of 4) and
  * collective: median over iterations of the slowest rank's time, algbw =
@@ -187,6 +191,10 @@ static int usage(int code)
     fprintf(code ? stderr : stdout,
             "usage: mpirun -np N zr bench comm [--json] [--min SIZE] [--max SIZE] [--iters N] "
             "[--chunks C]\n"
+            "                                  [--device cpu|cuda] [--transport nccl|staged]\n"
+            "  --device cuda: zr's collectives on device buffers (each rank the GPU of its "
+            "node-local\n"
+            "  rank) next to NCCL's own all-gather / reduce-scatter; exits 1 without a GPU\n"
             "  SIZE: bytes of the full fp32 buffer (1K, 4M, 256M ...), powers of 4 from min to "
             "max\n"
             "  defaults: --min 1K --max 256M, iterations by size (20 .. 3), --chunks 4 for the "
@@ -199,8 +207,13 @@ int zr_bench_comm(int argc, char **argv)
 {
     int json = 0, iters = 0, chunks = 4;
     size_t min = 1024, max = (size_t)256 << 20;
+    const char *device = "cpu", *transport = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            device = argv[++i];
+        } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
+            transport = argv[++i];
+        } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (strcmp(argv[i], "--min") == 0 && i + 1 < argc) {
             min = parse_size(argv[++i]);
@@ -216,6 +229,14 @@ int zr_bench_comm(int argc, char **argv)
     }
     if (min == 0 || max < min || iters < 0 || chunks < 1) {
         return usage(2);
+    }
+    if (strcmp(device, "cpu") != 0) {
+        zr_bench_comm_args a = {device, transport, json, iters, chunks, min, max};
+        return zr_bench_comm_cuda(&a);
+    }
+    if (transport != NULL) {
+        fprintf(stderr, "zr bench comm: --transport goes with --device cuda\n");
+        return 2;
     }
     MPI_Init(&argc, &argv);
     bench b;

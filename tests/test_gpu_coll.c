@@ -329,8 +329,8 @@ static void run_cases(zr_comm *c, int on_dev, run *log)
     zr_wire q4 = {ZR_WIRE_QUANT, {4, QGROUP, ZR_QASYM}};
     case_allgather(c, on_dev, log, "allgather f32 <- f32", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &f32,
                    ZR_DTYPE_F32, 1);
-    case_allgather(c, on_dev, log, "allgather f32 <- bf16", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER,
-                   &f32, ZR_DTYPE_BF16, 2);
+    case_allgather(c, on_dev, log, "allgather f32 <- bf16", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &f32,
+                   ZR_DTYPE_BF16, 2);
     case_allgather(c, on_dev, log, "allgather bf16 <- f32", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER,
                    &bf16, ZR_DTYPE_F32, 3);
     case_allgather(c, on_dev, log, "allgather bf16 <- bf16 (node)", ZR_GROUP_NODE,
@@ -393,7 +393,8 @@ static void compare(const run *got, const char *transport)
                 first = b;
             }
         }
-        TEST_CHECKF(bad == 0, "%s, %s: %zu of %zu words differ from the CPU path (first at byte %zu)",
+        TEST_CHECKF(bad == 0,
+                    "%s, %s: %zu of %zu words differ from the CPU path (first at byte %zu)",
                     transport, g->name, bad, g->len / 4, first);
         TEST_CHECKF(memcmp(&g->traffic, &e->traffic, sizeof g->traffic) == 0,
                     "%s, %s: the traffic counters differ from the CPU path's", transport, g->name);

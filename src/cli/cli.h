@@ -33,6 +33,14 @@ int zr_bench_quant(int argc, char **argv);
 int zr_bench_model(int argc, char **argv);
 int zr_bench_train(int argc, char **argv);
 int zr_bench_comm(int argc, char **argv);
+/* zr bench comm --device cuda (bench/bench_comm_cuda.c): 1 at once without a GPU. */
+typedef struct zr_bench_comm_args {
+    const char *device;    /* "cuda" */
+    const char *transport; /* "nccl", "staged" or NULL (NCCL where each rank has a GPU) */
+    int json, iters, chunks;
+    size_t min, max; /* bytes of the full fp32 buffer */
+} zr_bench_comm_args;
+int zr_bench_comm_cuda(const zr_bench_comm_args *a);
 int zr_bench_memory(int argc, char **argv);
 /* zr bench quant --device cuda[:N] (bench/bench_quant_cuda.c); 1 without a GPU. */
 int zr_bench_quant_cuda(const char *spec, int json, const size_t *sizes, int nsizes, int group,

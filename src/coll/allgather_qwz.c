@@ -69,8 +69,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
         }
         unsigned char *own = w->blocks + (size_t)c->rank[w->group] * w->block;
         ZR_CHECK(L->encode(x, &w->q, w->in_type, w->in, w->count, 1.0f, NULL, own));
-        ZR_CHECK(zr_coll_iallgather(c, op, w->group, w->kind, own, w->block, w->blocks,
-                                    &op->req[0]));
+        ZR_CHECK(
+            zr_coll_iallgather(c, op, w->group, w->kind, own, w->block, w->blocks, &op->req[0]));
         zr_coll_posted_last(op, w->group);
         op->phase = 1;
     }

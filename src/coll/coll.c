@@ -193,14 +193,14 @@ static zr_status exchange(zr_comm *c, zr_coll_op *op, int alltoall, zr_group g, 
     return st;
 }
 
-zr_status zr_coll_iallgather(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind,
-                             const void *send, size_t bytes, void *recv, zr_request *req)
+zr_status zr_coll_iallgather(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind, const void *send,
+                             size_t bytes, void *recv, zr_request *req)
 {
     return exchange(c, op, 0, g, kind, send, bytes, recv, req);
 }
 
-zr_status zr_coll_ialltoall(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind,
-                            const void *send, size_t bytes, void *recv, zr_request *req)
+zr_status zr_coll_ialltoall(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind, const void *send,
+                            size_t bytes, void *recv, zr_request *req)
 {
     return exchange(c, op, 1, g, kind, send, bytes, recv, req);
 }

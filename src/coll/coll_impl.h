@@ -162,10 +162,10 @@ const zr_coll_local *zr_coll_local_of(zr_coll_op *op, void **x);
  * they follow the op's codec stream, so they start after the local work
  * queued before them, without a host wait.
  */
-zr_status zr_coll_iallgather(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind,
-                             const void *send, size_t bytes, void *recv, zr_request *req);
-zr_status zr_coll_ialltoall(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind,
-                            const void *send, size_t bytes, void *recv, zr_request *req);
+zr_status zr_coll_iallgather(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind, const void *send,
+                             size_t bytes, void *recv, zr_request *req);
+zr_status zr_coll_ialltoall(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind, const void *send,
+                            size_t bytes, void *recv, zr_request *req);
 
 /* Host memory of the op kept across calls (pointer arrays for the device's launches). */
 zr_status zr_coll_host_scratch(zr_coll_op *op, size_t bytes, void **out);

@@ -176,9 +176,9 @@ static zr_status cpu_check(void *x, zr_comm *c, zr_coll_op *op, const void *bloc
 }
 
 const zr_coll_local zr_coll_local_cpu = {
-    "cpu",        0,          cpu_copy,       cpu_zero,        cpu_to_bf16,
-    cpu_from_bf16, cpu_encode, cpu_decode,     cpu_decode_add,  cpu_sum_requant,
-    cpu_mean,     cpu_expect_checks, cpu_check,
+    "cpu",      0,          cpu_copy,       cpu_zero,        cpu_to_bf16, cpu_from_bf16,
+    cpu_encode, cpu_decode, cpu_decode_add, cpu_sum_requant, cpu_mean,    cpu_expect_checks,
+    cpu_check,
 };
 
 /* ---- the GPU ------------------------------------------------------------------------------ */
@@ -390,8 +390,8 @@ static zr_status dev_expect_checks(void *x, size_t n)
     d->hdr = NULL;
     d->chk = NULL;
     d->capchk = 0;
-    ZR_CHECK(zr_host_alloc_pinned_at(&d->dev, (void **)&d->hdr, n * HEADER_BYTES, __FILE__,
-                                     __LINE__));
+    ZR_CHECK(
+        zr_host_alloc_pinned_at(&d->dev, (void **)&d->hdr, n * HEADER_BYTES, __FILE__, __LINE__));
     ZR_ALLOC(d->chk, n);
     d->capchk = n;
     return ZR_OK;
@@ -412,9 +412,9 @@ static zr_status dev_check(void *x, zr_comm *c, zr_coll_op *op, const void *bloc
 }
 
 const zr_coll_local zr_coll_local_cuda = {
-    "cuda",        1,          dev_copy,       dev_zero,       dev_to_bf16,
-    dev_from_bf16, dev_encode, dev_decode,     dev_decode_add, dev_sum_requant,
-    dev_mean,      dev_expect_checks, dev_check,
+    "cuda",     1,          dev_copy,       dev_zero,        dev_to_bf16, dev_from_bf16,
+    dev_encode, dev_decode, dev_decode_add, dev_sum_requant, dev_mean,    dev_expect_checks,
+    dev_check,
 };
 
 #else /* !ZR_CUDA: zr_comm_device is always NULL, so no op gets here */
@@ -480,9 +480,9 @@ zr_status zr_coll_dev_follow(zr_coll_dev *dev, zr_comm *c, zr_stream **prev)
 
 /* the CPU table: what a device op would use, never reached */
 const zr_coll_local zr_coll_local_cuda = {
-    "cuda",        1,          cpu_copy,       cpu_zero,       cpu_to_bf16,
-    cpu_from_bf16, cpu_encode, cpu_decode,     cpu_decode_add, cpu_sum_requant,
-    cpu_mean,      cpu_expect_checks, cpu_check,
+    "cuda",     1,          cpu_copy,       cpu_zero,        cpu_to_bf16, cpu_from_bf16,
+    cpu_encode, cpu_decode, cpu_decode_add, cpu_sum_requant, cpu_mean,    cpu_expect_checks,
+    cpu_check,
 };
 
 #endif /* ZR_CUDA */

@@ -177,8 +177,8 @@ static zr_status reduce_chunk(zr_comm *c, zr_coll_op *op, int k)
     int slot = k % SLOTS;
     if (q->D > 1) {
         /* with one node these blocks are summed into out: their non-finite groups count */
-        ZR_CHECK(check_blocks(c, op, ZR_GROUP_NODE, q->recv1[slot], q->D, q->N, bytes, len,
-                              q->N == 1));
+        ZR_CHECK(
+            check_blocks(c, op, ZR_GROUP_NODE, q->recv1[slot], q->D, q->N, bytes, len, q->N == 1));
     }
     for (int m = 0; m < q->N; m++) {
         if (q->D == 1) {
@@ -286,8 +286,8 @@ static zr_status residual_prepare(zr_coll_op *op, const zr_device *dev, float **
 {
     void *x;
     const zr_coll_local *L = zr_coll_local_of(op, &x);
-    ZR_CHECK(zr_device_alloc_at(dev, (void **)buf, (n > 0 ? n : 1) * sizeof(float), __FILE__,
-                                __LINE__));
+    ZR_CHECK(
+        zr_device_alloc_at(dev, (void **)buf, (n > 0 ? n : 1) * sizeof(float), __FILE__, __LINE__));
     *have = n;
     return L->zero(x, *buf, (n > 0 ? n : 1) * sizeof(float));
 }
@@ -302,7 +302,8 @@ static zr_status feedback_prepare(zr_comm *c, zr_coll_op *op, zr_qgz_feedback *f
 {
     const zr_device *d = zr_comm_device(c, NULL);
     zr_device dev = d != NULL ? *d : zr_device_cpu();
-    int moved = dev.kind != fb->dev.kind || (dev.kind == ZR_DEVICE_CUDA && dev.ordinal != fb->dev.ordinal);
+    int moved =
+        dev.kind != fb->dev.kind || (dev.kind == ZR_DEVICE_CUDA && dev.ordinal != fb->dev.ordinal);
     if (moved) {
         zr_qgz_feedback_free(fb);
         fb->dev = dev;
@@ -422,9 +423,9 @@ zr_coll_cost zr_qgz_cost(const zr_comm *c, const zr_qgz_config *cfg, size_t coun
 }
 
 /* Fill in q's state of an op begun on c: parameters, and the buffers carved from op->work. */
-static zr_status setup(zr_comm *c, const zr_qgz_config *cfg, const qgz_layout *L,
-                       zr_dtype in_type, const void *in, size_t count, float *out,
-                       zr_qgz_feedback *fb, zr_coll_op *op)
+static zr_status setup(zr_comm *c, const zr_qgz_config *cfg, const qgz_layout *L, zr_dtype in_type,
+                       const void *in, size_t count, float *out, zr_qgz_feedback *fb,
+                       zr_coll_op *op)
 {
     qgz_state *q = zr_coll_algo_state(op);
     void *x;
@@ -507,8 +508,7 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
     ZR_CHECK(zr_coll_begin(c, op, &algo, pending, (void **)&q));
     zr_status st = zr_coll_reserve(op, L.work);
     if (st == ZR_OK && cfg->error_feedback) {
-        st = feedback_prepare(c, op, fb, (size_t)W * count,
-                              D > 1 && N > 1 ? (size_t)N * count : 0);
+        st = feedback_prepare(c, op, fb, (size_t)W * count, D > 1 && N > 1 ? (size_t)N * count : 0);
     }
     if (st == ZR_OK) {
         st = setup(c, cfg, &L, in_type, in, count, out, cfg->error_feedback ? fb : NULL, op);

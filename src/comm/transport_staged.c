@@ -55,6 +55,7 @@ typedef struct staged_state {
     int nstages;
     staged_exchange **live; /* the exchanges in flight, for progress */
     int nlive, livecap;
+    uint64_t serial; /* exchanges started so far */
 } staged_state;
 
 /* The steps of a message (chunk): sends D2H -> WIRE -> DONE, receives WIRE -> H2D -> DONE. */
@@ -63,6 +64,7 @@ enum { STEP_D2H = 0, STEP_WIRE, STEP_H2D, STEP_DONE };
 /* What zr_request.impl points to: one allocation. */
 struct staged_exchange {
     zr_group g;
+    uint64_t serial;   /* the transport's exchanges started before this one */
     const char *dsend; /* device buffers */
     char *drecv;
     int ssend, srecv;    /* their pinned stages (indices), -1: none */
@@ -259,6 +261,7 @@ static zr_status staged_iexchange(zr_comm *c, zr_group g, const void *send, cons
     ZR_CHECK(exchange_alloc(count, &x));
     zr_xplan_messages(n, me, scount, sdisp, rcount, rdisp, s->chunk, x->msg, count);
     x->g = g;
+    x->serial = s->serial++;
     x->dsend = send;
     x->drecv = recv;
     x->self = zr_devx_take_self(&s->x);
@@ -278,6 +281,27 @@ static zr_status staged_iexchange(zr_comm *c, zr_group g, const void *send, cons
     return ZR_OK;
 }
 
+/*
+ * An earlier exchange on x's communicator still has sends to post. MPI matches the
+ * messages of two ranks on one communicator and tag in posting order, and
+ * every receiver posted the earlier exchange's receives first, so x's sends
+ * wait for those: the copies of a later exchange can be seen done first
+ * (its events are queried later), and two exchanges of a group in flight at
+ * once (qgZ's pipeline) would otherwise cross.
+ */
+static int sends_wait_before(const zr_comm *c, const staged_state *s, const staged_exchange *x)
+{
+    MPI_Comm mine = zr_comm_mpi(c, x->g); /* groups of the same ranks may share one */
+    for (int i = 0; i < s->nlive; i++) {
+        const staged_exchange *y = s->live[i];
+        if (y != x && y->serial < x->serial && !y->failed && y->next_send < y->count &&
+            zr_comm_mpi(c, y->g) == mine) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* A message's next step if it is due; *moved = 1 when one was taken. */
 static zr_status advance_one(zr_comm *c, staged_state *s, staged_exchange *x, size_t i, int *moved)
 {
@@ -285,7 +309,7 @@ static zr_status advance_one(zr_comm *c, staged_state *s, staged_exchange *x, si
     int flag = 0;
     switch (x->step[i]) {
     case STEP_D2H: /* a send: post it when its copy is done, and only in the plan's order */
-        if (i != x->next_send) {
+        if (i != x->next_send || sends_wait_before(c, s, x)) {
             return ZR_OK;
         }
         ZR_CHECK(zr_devx_query(x->ev[x->copy[i]], &flag));
