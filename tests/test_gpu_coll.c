@@ -34,7 +34,7 @@
 #include "zr/comm.h"
 #include "zr/device.h"
 
-#define COUNT        600 /* elements per partition: 3 quantization groups, the last short */
+#define COUNT        600  /* elements per partition: 3 quantization groups, the last short */
 #define QGROUP       256  /* quantization groups: several per partition */
 #define STAGED_CHUNK 1024 /* small: every message is several chunks */
 #define MAX_CASES    32

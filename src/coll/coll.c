@@ -18,6 +18,14 @@
  *   B may post:                                   ^ only after A's last post
  *   every rank:       world sees A.RS, A.AG, B   (never A.RS, B, A.AG on one
  *                                                 rank and A.RS, A.AG, B on another)
+ *
+ * Device buffers. When the communicator's transport is a device one, an op
+ * runs its local work through the CUDA table of coll_local.c on a codec
+ * stream it keeps (with its workspace in device memory), and its exchanges
+ * follow that stream. Its last step then only queues work, so the op stays
+ * in flight (finishing) until the host sees the codec stream's final event
+ * and the received headers pass validation; test and wait poll that here,
+ * and a failure drains the codec stream before the workspace can be reused.
  */
 #include "coll_impl.h"
 
