@@ -13,7 +13,9 @@
  *     the same order; NaN compares as NaN: a GPU's NaN payloads are its own),
  *   - the error-feedback residuals equal the CPU's after two calls,
  *   - the traffic counters (calls and bytes per kind, own node and others)
- *     and the count of non-finite groups equal the CPU's.
+ *     and the count of non-finite groups equal the CPU's;
+ * and a received block that fails validation fails the device op with the
+ * CPU path's message (the device checks the headers when the op completes).
  * Inputs are written on the stream the communicator follows right before
  * each start, and outputs read on it right after completion, with no other
  * synchronisation: an op that did not order its work after the followed
@@ -437,6 +439,64 @@ static void test_nccl(void)
     through(&zr_transport_nccl, "NCCL transport");
 }
 
+/*
+ * A block that fails validation: the last rank quantizes with groups of 296
+ * instead of 256 (the same block size for 600 elements: 3 groups either way),
+ * so every other rank refuses its block, and it refuses theirs. The device op
+ * fails too, with the same message as the CPU path's on every rank, instead
+ * of succeeding with what its kernels decoded.
+ */
+static zr_status bad_block_run(zr_comm *c, int on_dev, char *msg, size_t len)
+{
+    zr_wire q8 = {ZR_WIRE_QUANT, {8, R == W - 1 ? 296 : QGROUP, ZR_QSYM}};
+    float *h = malloc(COUNT * sizeof(float));
+    fill(h, COUNT, 61, 0);
+    float *in = buf_alloc(on_dev, COUNT * sizeof(float));
+    float *out = buf_alloc(on_dev, (size_t)W * COUNT * sizeof(float));
+    buf_put(on_dev, in, h, COUNT * sizeof(float));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    zr_status st =
+        zr_allgather(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, in, COUNT, out, &op);
+    snprintf(msg, len, "%s", st == ZR_OK ? "" : zr_error_message());
+    TEST_CHECK(!op.active);
+    zr_coll_op_free(&op);
+    buf_free(on_dev, in);
+    buf_free(on_dev, out);
+    free(h);
+    return st;
+}
+
+static void test_bad_block(void)
+{
+    if (W == 1) {
+        return; /* a rank validates its own block with its own parameters */
+    }
+    char cpu_msg[1024], dev_msg[1024];
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    zr_status cpu_st = bad_block_run(&c, 0, cpu_msg, sizeof cpu_msg);
+    TEST_EQ_INT(cpu_st, ZR_ERR_FORMAT); /* the last rank refuses the others' blocks in turn */
+    zr_comm_free(&c);
+    const zr_transport *t[2] = {&zr_transport_staged, &zr_transport_nccl};
+    for (int i = 0; i < 2; i++) {
+        if (t[i] == &zr_transport_nccl && D > ngpu) {
+            continue;
+        }
+        TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+        TEST_OK(use(&c, t[i]));
+        zr_status st = bad_block_run(&c, 1, dev_msg, sizeof dev_msg);
+        TEST_EQ_INT(st, cpu_st);
+        TEST_CHECKF(strcmp(dev_msg, cpu_msg) == 0, "%s: the device says '%s', the CPU '%s'",
+                    t[i]->name, dev_msg, cpu_msg);
+        zr_comm_free(&c);
+    }
+    if (R == 0) {
+        TEST_CHECKF(strstr(cpu_msg, "qwZ: block from world rank") != NULL &&
+                        strstr(cpu_msg, "group 296, expected 256") != NULL,
+                    "the CPU's message: %s", cpu_msg);
+    }
+}
+
 /* The CPU path on a communicator that never had a device transport reports no device. */
 static void test_host_comm(void)
 {
@@ -468,6 +528,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_host_comm);
     TEST_RUN(test_staged);
     TEST_RUN(test_nccl);
+    TEST_RUN(test_bad_block);
     run_free(&cpu_run);
     zr_stream_destroy(stream);
     return zr_test_finish();
