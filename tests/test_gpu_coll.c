@@ -244,9 +244,9 @@ static void case_allreduce(zr_comm *c, int on_dev, run *log, const char *name, z
     free(h);
 }
 
-/* qgZ: two calls (the residuals carry over with error feedback), outputs and residuals kept. */
+/* qgZ: `calls` calls (the residuals carry over with error feedback), outputs and residuals kept. */
 static void case_qgz(zr_comm *c, int on_dev, run *log, const char *name, const zr_qgz_config *cfg,
-                     zr_dtype in_type)
+                     zr_dtype in_type, int calls)
 {
     result *r = begin_case(c, log, name);
     size_t count = COUNT, full = (size_t)W * count, esize = zr_dtype_size(in_type);
@@ -257,7 +257,7 @@ static void case_qgz(zr_comm *c, int on_dev, run *log, const char *name, const z
     zr_qgz_feedback fb;
     memset(&fb, 0, sizeof fb);
     zr_coll_op op = ZR_COLL_OP_INIT;
-    for (int call = 0; call < 2; call++) {
+    for (int call = 0; call < calls; call++) {
         fill(h, full, 41 + call, 1);
         if (in_type == ZR_DTYPE_BF16) {
             zr_bf16_from_f32_n(hin, h, full);
@@ -350,13 +350,14 @@ static void run_cases(zr_comm *c, int on_dev, run *log)
     case_allreduce(c, on_dev, log, "allreduce bf16", ZR_WIRE_BF16);
     zr_qgz_config cfg = zr_qgz_config_default();
     cfg.q.group = QGROUP;
-    case_qgz(c, on_dev, log, "qgz int4", &cfg, ZR_DTYPE_F32);
+    case_qgz(c, on_dev, log, "qgz int4", &cfg, ZR_DTYPE_F32, 1);
     cfg.chunks = 3;
     cfg.error_feedback = 1;
-    case_qgz(c, on_dev, log, "qgz int4, 3 chunks, error feedback", &cfg, ZR_DTYPE_F32);
+    /* 3 chunks: the third reuses the first's buffers; the second call starts from residuals */
+    case_qgz(c, on_dev, log, "qgz int4, 3 chunks, error feedback x2", &cfg, ZR_DTYPE_F32, 2);
     cfg.q.bits = 8;
     cfg.chunks = 2;
-    case_qgz(c, on_dev, log, "qgz int8 <- bf16, 2 chunks, error feedback", &cfg, ZR_DTYPE_BF16);
+    case_qgz(c, on_dev, log, "qgz int8 <- bf16, 2 chunks, error feedback", &cfg, ZR_DTYPE_BF16, 1);
     case_in_flight(c, on_dev, log);
 }
 
