@@ -94,6 +94,8 @@ typedef struct zr_train_config {
     int qgz_chunks;
     /* zr.compare: also report what ZeRO-3 bf16 would have sent (demo) */
     int compare_zero3;
+    /* zr.device: "auto" (the GPUs when every rank sees one, else the CPU), "cpu" or "cuda" */
+    char device[16];
 
     /* the --config file read (not a key: it names where the keys came from), "" = none */
     char config_path[4096];

@@ -48,6 +48,9 @@
     {.path = p, .type = K_STR, .off = F(m), .off2 = NOFIELD, .size = sizeof(((zr_train_config *)0)->m), .sdef = d, .flag = fl, .help = hp}
 #define ENUM(p, m, d, ch, rf, wh, hp) \
     {.path = p, .type = K_ENUM, .off = F(m), .off2 = NOFIELD, .size = sizeof(((zr_train_config *)0)->m), .sdef = d, .choices = ch, .refuse = rf, .why = wh, .help = hp}
+/* an enumeration with a flag and a resume policy */
+#define ENUMFP(p, m, d, ch, fl, pol, hp) \
+    {.path = p, .type = K_ENUM, .off = F(m), .off2 = NOFIELD, .size = sizeof(((zr_train_config *)0)->m), .sdef = d, .choices = ch, .flag = fl, .resume = pol, .help = hp}
 #define PAIR(p, m1, m2, d1, d2, l, h, o, hp) \
     {.path = p, .type = K_PAIR, .off = F(m1), .off2 = F(m2), .def = d1, .def2 = d2, .lo = l, .hi = h, .open = o, .help = hp}
 /* A DeepSpeed boolean zr has no field for: the other value is refused. */
@@ -252,6 +255,10 @@ const cfg_key zr_cfg_keys[] = {
          "qgZ: carry each rank's quantization error into the next step"),
     INT("zr.quant.qgz_chunks", qgz_chunks, 1, 1, 64, NULL, "qgZ: pipeline the all-to-all in this many chunks"),
     BOOL("zr.compare_zero3", compare_zero3, 1, NULL, "also report the traffic plain ZeRO-3 (bf16) would have sent"),
+    ENUMFP("zr.device", device, "auto", "auto|cpu|cuda", "device", ZR_RESUME_CHANGE,
+           "where the model computes: \"cuda\" one GPU per rank (by node-local rank; fails at once "
+           "without one), \"cpu\" the host, \"auto\" the GPUs when every rank sees one, else the "
+           "CPU; a resume may change it (checkpoints are the same on both)"),
 };
 /* clang-format on */
 
