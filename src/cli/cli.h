@@ -35,6 +35,8 @@ int zr_bench_train(int argc, char **argv);
 int zr_bench_comm(int argc, char **argv);
 int zr_bench_memory(int argc, char **argv);
 /* zr bench quant --device cuda[:N] (bench/bench_quant_cuda.c); 1 without a GPU. */
+/* zr bench model --device cuda (bench/bench_model_cuda.c). */
+int zr_bench_model_cuda(const char *spec, int json, int quick);
 int zr_bench_quant_cuda(const char *spec, int json, const size_t *sizes, int nsizes, int group,
                         int reps);
 
