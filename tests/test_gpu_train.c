@@ -16,7 +16,8 @@
  *
  * With --no-gpu (emulator: ZR_EMU_DEVICES=0 set here before any CUDA call)
  * zr.device cuda fails at once on every rank saying no GPU was found, and
- * auto trains on the CPU. Without a GPU the comparisons are skipped.
+ * auto trains on the CPU, and zr bench model --device cuda exits 1 saying no
+ * GPU was found. Without a GPU the comparisons are skipped.
  *
  * Suites: emu (build/emu, the emulated GPU; 1 rank and 4 ranks as 2 x 2),
  * gpu (the release build on a real GPU).
@@ -28,11 +29,14 @@
 #include "zr/trainer.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 enum { STEPS = 5, CUT = 3 };
 
 static int W;
+static float stage3_gpu[STEPS]; /* test_modes' GPU run of stage 3, the trajectory resumed below */
+static int stage3_done;
 
 typedef struct mode {
     const char *name;
@@ -117,6 +121,10 @@ static void test_modes(void)
                         cpu[s], m->tol);
             worst = fmax(worst, fabs(cpu[s] - gpu[s]));
         }
+        if (i == 3) {
+            memcpy(stage3_gpu, gpu, sizeof gpu);
+            stage3_done = 1;
+        }
         if (zr_test_rank == 0) {
             printf("  %-26s %d ranks: losses %.6f .. %.6f, worst |GPU - CPU| %.3g\n", m->name, W,
                    cpu[0], cpu[STEPS - 1], worst);
@@ -138,9 +146,11 @@ static void test_resume_on_cpu(void)
     }
     const mode *m = &modes[3]; /* stage 3 */
     zr_train_config c;
-    float full[STEPS], part[STEPS];
-    TEST_OK(config(&c, m, "cuda", STEPS));
-    TEST_OK(run(&c, 0, full, NULL));
+    float *full = stage3_gpu, part[STEPS];
+    if (!stage3_done) {
+        TEST_OK(config(&c, m, "cuda", STEPS));
+        TEST_OK(run(&c, 0, full, NULL));
+    }
     TEST_OK(config(&c, m, "cuda", CUT));
     snprintf(c.checkpoint_dir, sizeof c.checkpoint_dir, "%s/ckpt", dir);
     TEST_OK(run(&c, 0, part, NULL));
@@ -181,6 +191,34 @@ static void test_no_gpu(void)
     TEST_CHECK(!on_gpu && isfinite(l[0]));
 }
 
+/* No GPU: zr bench model --device cuda exits 1 at once, saying so (rank 0; no MPI in it). */
+static void test_bench_no_gpu(void)
+{
+    if (zr_test_rank != 0) {
+        return;
+    }
+    char exe[4096], cmd[4200], out[4096] = "";
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    TEST_CHECK(n > 0);
+    if (n <= 0) {
+        return;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    *slash = '\0'; /* build/<variant>/tests */
+    snprintf(cmd, sizeof cmd, "'%s/../zr' bench model --device cuda --json 2>&1", exe);
+    FILE *p = popen(cmd, "r");
+    TEST_CHECK(p != NULL);
+    if (p == NULL) {
+        return;
+    }
+    size_t got = fread(out, 1, sizeof out - 1, p);
+    out[got] = '\0';
+    int status = pclose(p);
+    TEST_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(out, "no GPU found"),
+                "zr bench model --device cuda without a GPU: status %d, output: %s", status, out);
+}
+
 int main(int argc, char **argv)
 {
     int no_gpu = argc > 1 && strcmp(argv[1], "--no-gpu") == 0;
@@ -199,6 +237,7 @@ int main(int argc, char **argv)
             return zr_test_skip("this machine has a GPU; --no-gpu checks a machine without one");
         }
         TEST_RUN(test_no_gpu);
+        TEST_RUN(test_bench_no_gpu);
     } else {
         if (!all) {
             return zr_test_skip("%s", has ? "a rank sees no GPU" : zr_error_message());
