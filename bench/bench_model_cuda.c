@@ -89,10 +89,10 @@ static zr_status state_init(gstate *b, const zr_gpt_config *cfg, int B, int T)
     for (int u = 0; u < b->nu && st == ZR_OK; u++) {
         size_t n = b->numel[u] = zr_gpt_unit_numel(&host, u);
         big = n > big ? n : big;
-        ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->p[u], n * 2, __FILE__, __LINE__),
-                      st, done);
-        ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->g[u], n * 2, __FILE__, __LINE__),
-                      st, done);
+        ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->p[u], n * 2, __FILE__, __LINE__), st,
+                      done);
+        ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->g[u], n * 2, __FILE__, __LINE__), st,
+                      done);
         ZR_CHECK_GOTO(
             zr_device_alloc_at(&b->dev, (void **)&b->master[u], n * 4, __FILE__, __LINE__), st,
             done);
@@ -112,10 +112,10 @@ static zr_status state_init(gstate *b, const zr_gpt_config *cfg, int B, int T)
     }
     ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->g32, big * 4, __FILE__, __LINE__), st,
                   done);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&b->in, sizeof(int) * (size_t)B * T, __FILE__, __LINE__),
-                  st, done);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&b->tg, sizeof(int) * (size_t)B * T, __FILE__, __LINE__),
-                  st, done);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&b->in, sizeof(int) * (size_t)B * T, __FILE__, __LINE__), st,
+                  done);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&b->tg, sizeof(int) * (size_t)B * T, __FILE__, __LINE__), st,
+                  done);
     uint64_t x = 88172645463325252ull;
     for (int i = 0; i < B * T; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -142,8 +142,8 @@ static zr_status step(gstate *b, int t)
         ZR_CHECK(zr_memset_async(b->g[u], 0, b->numel[u] * 2, b->s));
     }
     for (int u = L; u >= 0; u--) {
-        ZR_CHECK(zr_gpt_cuda_backward_unit(&b->m, u, u > 0 ? b->p[u] : NULL, b->p[0], b->g[u],
-                                           b->g[0]));
+        ZR_CHECK(
+            zr_gpt_cuda_backward_unit(&b->m, u, u > 0 ? b->p[u] : NULL, b->p[0], b->g[u], b->g[0]));
     }
     for (int u = 0; u <= L; u++) {
         ZR_CHECK(zr_bf16_cuda_to_f32(b->g32, b->g[u], b->numel[u], b->s));
@@ -242,8 +242,9 @@ static zr_status fit_batch(gstate *b, const zr_gpt_config *cfg, int T, int quick
         }
         zr_error_clear();
     }
-    ZR_FAIL(ZR_ERR_NOMEM, "GPT-2 at T = %d does not fit in %.2f GB of free GPU memory even at B = 1",
-            T, (double)free_b / 1e9);
+    ZR_FAIL(ZR_ERR_NOMEM,
+            "GPT-2 at T = %d does not fit in %.2f GB of free GPU memory even at B = 1", T,
+            (double)free_b / 1e9);
 }
 
 int zr_bench_model_cuda(const char *spec, int json, int quick)

@@ -45,8 +45,10 @@ typedef struct mode {
 } mode;
 
 static const mode modes[] = {
-    {"stage 0", 0, 0, 0, 0, 1e-5},  {"stage 1", 1, 0, 0, 0, 1e-5},
-    {"stage 2", 2, 0, 0, 0, 1e-5},  {"stage 3", 3, 0, 0, 0, 1e-5},
+    {"stage 0", 0, 0, 0, 0, 1e-5},
+    {"stage 1", 1, 0, 0, 0, 1e-5},
+    {"stage 2", 2, 0, 0, 0, 1e-5},
+    {"stage 3", 3, 0, 0, 0, 1e-5},
     {"ZeRO++ (qwZ + hpZ + qgZ)", 3, 1, 1, 1, 0.02 * 5.5},
 };
 

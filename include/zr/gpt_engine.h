@@ -99,7 +99,7 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
 typedef struct zr_gpt_gpu {
     zr_gpt_cuda model;
     zr_device dev;
-    zr_stream *stream; /* owned; the model's kernels and every copy */
+    zr_stream *stream;  /* owned; the model's kernels and every copy */
     float *p[3], *g[3]; /* device: unit 0, a block, the last unit (parameters, gradients) */
     size_t numel[3];
 } zr_gpt_gpu;
@@ -115,7 +115,7 @@ void zr_gpt_gpu_free(zr_gpt_gpu *g);
 /* zr_gpt_engine_micro and zr_gpt_engine_eval on the GPU: the same schedule and the same calls. */
 zr_status zr_gpt_engine_micro_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
                                   const int *targets, float *loss);
-zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
-                                 const int *targets, float *loss);
+zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs, const int *targets,
+                                 float *loss);
 
 #endif /* ZR_GPT_ENGINE_H */

@@ -248,8 +248,8 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
     return eval(&r, e, inputs, targets, loss);
 }
 
-zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
-                                 const int *targets, float *loss)
+zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs, const int *targets,
+                                 float *loss)
 {
     runner r = {NULL, g};
     return eval(&r, e, inputs, targets, loss);

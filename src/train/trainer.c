@@ -210,9 +210,8 @@ static zr_status forward_backward_update(zr_trainer *t, float lr, double *local,
     for (int k = 0; k < t->cfg.gradient_accumulation_steps; k++) {
         float l;
         zr_loader_next(&t->train, t->inputs, t->targets);
-        ZR_CHECK(t->on_gpu
-                     ? zr_gpt_engine_micro_gpu(&t->gpu, &t->engine, t->inputs, t->targets, &l)
-                     : zr_gpt_engine_micro(&t->model, &t->engine, t->inputs, t->targets, &l));
+        ZR_CHECK(t->on_gpu ? zr_gpt_engine_micro_gpu(&t->gpu, &t->engine, t->inputs, t->targets, &l)
+                           : zr_gpt_engine_micro(&t->model, &t->engine, t->inputs, t->targets, &l));
         *local += l;
     }
     return zr_engine_step(&t->engine, lr, st);

@@ -56,16 +56,17 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
             return ZR_OK;
         }
     }
-    zr_status st = zr_device_open_for_rank(t->comm.rank[ZR_GROUP_NODE],
-                                           t->comm.size[ZR_GROUP_NODE], &t->device);
+    zr_status st = zr_device_open_for_rank(t->comm.rank[ZR_GROUP_NODE], t->comm.size[ZR_GROUP_NODE],
+                                           &t->device);
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     t->on_gpu = 1;
     char desc[256];
     zr_device_describe(&t->device, desc, sizeof desc);
-    zr_trainer_note(t, ZR_LOG_INFO,
-                    "device: cuda (zr.device %s), one GPU per rank by node-local rank; rank 0 on %s; "
-                    "fp32 compute (TF32 off)",
-                    want, desc);
+    zr_trainer_note(
+        t, ZR_LOG_INFO,
+        "device: cuda (zr.device %s), one GPU per rank by node-local rank; rank 0 on %s; "
+        "fp32 compute (TF32 off)",
+        want, desc);
     return ZR_OK;
 }
 
@@ -101,8 +102,8 @@ static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
 zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
 {
     if (!t->on_gpu) {
-        return zr_comm_agree(&t->comm, zr_gpt_init_ex(&t->model, &t->mcfg, B, T,
-                                                      t->cfg.activation_checkpointing));
+        return zr_comm_agree(
+            &t->comm, zr_gpt_init_ex(&t->model, &t->mcfg, B, T, t->cfg.activation_checkpointing));
     }
     ZR_CHECK(zr_comm_agree(&t->comm, check_gpu_memory(t, B, T)));
     if (t->cfg.activation_checkpointing) {
