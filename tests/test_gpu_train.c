@@ -12,7 +12,8 @@
  * trajectory further, so there the bound is the one test_zeropp grants
  * ZeRO++ against ZeRO-3 on the CPU (2% of the loss). Then a checkpoint
  * written by a GPU run after 3 steps resumes on the CPU and continues the
- * same trajectory (steps 4 and 5 within 1e-5 of the GPU-only run).
+ * same trajectory (steps 4 and 5 within 1e-5 of the GPU-only run). The
+ * GPU's peak bytes must be what the start-up memory check predicted.
  *
  * With --no-gpu (emulator: ZR_EMU_DEVICES=0 set here before any CUDA call)
  * zr.device cuda fails at once on every rank saying no GPU was found, and
@@ -134,6 +135,18 @@ static void test_modes(void)
     }
 }
 
+/* The GPU's peak bytes are what the trainer's start-up check predicted (±5%). */
+static void test_device_memory(void)
+{
+    const zr_gpt_config cfg = {16, 256, 256, 1, 2, 32}; /* config(): the corpus' 256 bytes */
+    double pred = (double)zr_gpt_gpu_device_bytes(&cfg, 2, 16);
+    double peak = (double)zr_mem_device_peak();
+    TEST_CHECKF(peak >= 0.95 * pred && peak <= 1.05 * pred,
+                "peak device memory %.0f bytes vs %.0f predicted", peak, pred);
+    TEST_CHECKF(zr_mem_device_current() == 0, "%zu device bytes still held after the runs",
+                zr_mem_device_current());
+}
+
 /* A GPU checkpoint after CUT steps, resumed on the CPU, continues the GPU-only trajectory. */
 static void test_resume_on_cpu(void)
 {
@@ -245,6 +258,7 @@ int main(int argc, char **argv)
             return zr_test_skip("%s", has ? "a rank sees no GPU" : zr_error_message());
         }
         TEST_RUN(test_modes);
+        TEST_RUN(test_device_memory);
         TEST_RUN(test_resume_on_cpu);
     }
     return zr_test_finish();
