@@ -13,7 +13,8 @@
  * ZeRO++ against ZeRO-3 on the CPU (2% of the loss). Then a checkpoint
  * written by a GPU run after 3 steps resumes on the CPU and continues the
  * same trajectory (steps 4 and 5 within 1e-5 of the GPU-only run). The
- * GPU's peak bytes must be what the start-up memory check predicted.
+ * GPU's peak bytes must be what the start-up memory check predicted. bf16
+ * compute (bf16.enabled) must follow the CPU's losses within 2%.
  *
  * With --no-gpu (emulator: ZR_EMU_DEVICES=0 set here before any CUDA call)
  * zr.device cuda fails at once on every rank saying no GPU was found, and
@@ -53,9 +54,12 @@ static const mode modes[] = {
     {"ZeRO++ (qwZ + hpZ + qgZ)", 3, 1, 1, 1, 0.02 * 5.5},
 };
 
-static zr_status config(zr_train_config *c, const mode *m, const char *device, int steps)
+/* The tiny run; bf16: bf16.enabled (on the GPU bf16 compute; on the CPU only the wire). */
+static zr_status config_ex(zr_train_config *c, const mode *m, const char *device, int steps,
+                           int bf16)
 {
     zr_config_defaults(c);
+    c->bf16_enabled = bf16;
     c->stage = m->stage;
     c->layers = 1;
     c->channels = 32;
@@ -76,6 +80,12 @@ static zr_status config(zr_train_config *c, const mode *m, const char *device, i
     c->threads = 1;
     snprintf(c->device, sizeof c->device, "%s", device);
     return zr_config_finalize(c, W);
+}
+
+/* fp32 compute on the GPU (TF32 off), fp32 on the wire: the mode compared with the CPU. */
+static zr_status config(zr_train_config *c, const mode *m, const char *device, int steps)
+{
+    return config_ex(c, m, device, steps, 0);
 }
 
 /* Steps [start, end) of a run of c; losses[s] for each step s run. */
@@ -135,11 +145,34 @@ static void test_modes(void)
     }
 }
 
+/* bf16 compute on the GPU follows the CPU's fp32 trajectory within 2% of the loss. */
+static void test_bf16(void)
+{
+    zr_train_config c;
+    float cpu[STEPS], gpu[STEPS];
+    int on_gpu = 0;
+    TEST_OK(config_ex(&c, &modes[3], "cpu", STEPS, 1));
+    TEST_OK(run(&c, 0, cpu, NULL));
+    TEST_OK(config_ex(&c, &modes[3], "cuda", STEPS, 1));
+    TEST_OK(run(&c, 0, gpu, &on_gpu));
+    TEST_CHECK(on_gpu);
+    double worst = 0;
+    for (int s = 0; s < STEPS; s++) {
+        TEST_CHECKF(isfinite(gpu[s]) && fabs(cpu[s] - gpu[s]) <= 0.02 * cpu[s],
+                    "bf16 step %d: GPU loss %.9g vs CPU fp32 %.9g", s + 1, gpu[s], cpu[s]);
+        worst = fmax(worst, fabs(cpu[s] - gpu[s]));
+    }
+    TEST_CHECK(gpu[STEPS - 1] < gpu[0]); /* it trains */
+    if (zr_test_rank == 0) {
+        printf("  bf16 compute, stage 3      %d ranks: worst |GPU - CPU fp32| %.3g\n", W, worst);
+    }
+}
+
 /* The GPU's peak bytes are what the trainer's start-up check predicted (±5%). */
 static void test_device_memory(void)
 {
     const zr_gpt_config cfg = {16, 256, 256, 1, 2, 32}; /* config(): the corpus' 256 bytes */
-    double pred = (double)zr_gpt_gpu_device_bytes(&cfg, 2, 16);
+    double pred = (double)zr_gpt_gpu_device_bytes(&cfg, 2, 16, ZR_DTYPE_F32);
     double peak = (double)zr_mem_device_peak();
     TEST_CHECKF(peak >= 0.95 * pred && peak <= 1.05 * pred,
                 "peak device memory %.0f bytes vs %.0f predicted", peak, pred);
@@ -259,6 +292,7 @@ int main(int argc, char **argv)
         }
         TEST_RUN(test_modes);
         TEST_RUN(test_device_memory);
+        TEST_RUN(test_bf16);
         TEST_RUN(test_resume_on_cpu);
     }
     return zr_test_finish();

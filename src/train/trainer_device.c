@@ -70,12 +70,23 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
     return ZR_OK;
 }
 
+/*
+ * The GPU's compute type: bf16.enabled, as in DeepSpeed, means bf16 weights
+ * and activations (fp32 accumulation, fp32 master weights in the engine);
+ * false gives the fp32 mode compared with the CPU. The CPU computes in fp32
+ * either way (there bf16.enabled sets only the wire).
+ */
+static zr_dtype compute_type(const zr_trainer *t)
+{
+    return t->cfg.bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+}
+
 /* The device model's bytes against this GPU's free memory, before it allocates them. */
 static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
 {
     size_t free_b = 0, total_b = 0;
     ZR_CHECK(zr_device_mem_info(&t->device, &free_b, &total_b));
-    size_t need = zr_gpt_gpu_device_bytes(&t->mcfg, B, T);
+    size_t need = zr_gpt_gpu_device_bytes(&t->mcfg, B, T, compute_type(t));
     /* ranks that share a GPU each need their own */
     int per_node = t->comm.size[ZR_GROUP_NODE];
     int sharing = 1, count = 0;
@@ -113,7 +124,7 @@ zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
     }
     zr_status st = zr_gpt_init_ex(&t->model, &t->mcfg, 1, 1, 0);
     if (st == ZR_OK) {
-        st = zr_gpt_gpu_init(&t->gpu, &t->device, &t->mcfg, B, T);
+        st = zr_gpt_gpu_init(&t->gpu, &t->device, &t->mcfg, B, T, compute_type(t));
     }
     return zr_comm_agree(&t->comm, st);
 }
