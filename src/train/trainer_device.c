@@ -62,11 +62,12 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
     t->on_gpu = 1;
     char desc[256];
     zr_device_describe(&t->device, desc, sizeof desc);
-    zr_trainer_note(
-        t, ZR_LOG_INFO,
-        "device: cuda (zr.device %s), one GPU per rank by node-local rank; rank 0 on %s; "
-        "fp32 compute (TF32 off)",
-        want, desc);
+    zr_trainer_note(t, ZR_LOG_INFO,
+                    "device: cuda (zr.device %s), one GPU per rank by node-local rank; rank 0 on "
+                    "%s; %s",
+                    want, desc,
+                    t->cfg.bf16_enabled ? "bf16 compute (bf16.enabled; fp32 master weights)"
+                                        : "fp32 compute, TF32 off (bf16.enabled false)");
     return ZR_OK;
 }
 
@@ -95,10 +96,10 @@ static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
     }
     const double GB = 1e9;
     zr_trainer_note(t, ZR_LOG_INFO,
-                    "GPU memory: predicted %.3f GB per rank (activations and unit buffers for "
+                    "GPU memory: predicted %.1f MB per rank (activations and unit buffers for "
                     "train_micro_batch_size_per_gpu %d x zr.model.seq_len %d), %.3f GB free of "
                     "%.3f GB",
-                    (double)need / GB, B, T, (double)free_b / GB, (double)total_b / GB);
+                    (double)need / 1e6, B, T, (double)free_b / GB, (double)total_b / GB);
     if ((double)need * sharing > (double)free_b) {
         ZR_FAIL(ZR_ERR_NOMEM,
                 "needs %.3f GB of GPU memory per rank (%d rank%s on this GPU), but %s has %.3f GB "
