@@ -10,6 +10,7 @@
  * forward / backward / AdamW split. With --seq T1,T2,... it runs 124M at those
  * sequence lengths instead (ascending), printing the activation bytes and the
  * process's peak RSS after each, which shows how memory grows with T.
+ * --device cuda measures GPT-2 124M on a GPU instead (bench_model_cuda.c).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -236,6 +237,7 @@ static void print_json(const bench_result *res, int nres)
 }
 
 typedef struct bench_opts {
+    const char *device; /* "cpu", or a GPU (bench_model_cuda.c) */
     int json, quick, nthreads, nseq;
     int threads[8], seq[8];
 } bench_opts;
@@ -243,10 +245,12 @@ typedef struct bench_opts {
 /* Returns -1 to go on, or the exit code. */
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    *o = (bench_opts){.nthreads = 2, .threads = {1, 2}};
+    *o = (bench_opts){.device = "cpu", .nthreads = 2, .threads = {1, 2}};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             o->json = 1;
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            o->device = argv[++i];
         } else if (strcmp(argv[i], "--quick") == 0) {
             o->quick = 1;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
@@ -267,7 +271,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
         } else {
             fprintf(stderr, "usage: zr bench model [--json] [--threads 1,2] [--quick] "
-                            "[--seq 1024,2048,4096]\n");
+                            "[--seq 1024,2048,4096] [--device cpu|cuda|cuda:N]\n");
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
@@ -280,6 +284,9 @@ int zr_bench_model(int argc, char **argv)
     int rc = parse_args(argc, argv, &o);
     if (rc >= 0) {
         return rc;
+    }
+    if (strcmp(o.device, "cpu") != 0) {
+        return zr_bench_model_cuda(o.device, o.json, o.quick);
     }
     const int json = o.json, quick = o.quick, nthreads = o.nthreads, nseq = o.nseq;
     const int *threads = o.threads, *seq = o.seq;

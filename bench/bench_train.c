@@ -6,7 +6,8 @@
  * For ZeRO-3 bf16, +qwZ, +hpZ, +qgZ and all three: median step time,
  * tokens/s, the split into compute / exposed communication / optimizer, and
  * the intra- and inter-node bytes per step from zr's exact counters. The
- * ZeRO-3 row is the baseline measured in the same run.
+ * ZeRO-3 row is the baseline measured in the same run. --device cuda (or
+ * auto) trains on the GPUs (zr.device), the CPU by default.
  */
 #include "../src/cli/cli.h"
 
@@ -182,6 +183,7 @@ int zr_bench_train(int argc, char **argv)
     int json = 0, steps = 10, layers = 4, channels = 256, heads = 4, T = 128, B = 4;
     const char *only = NULL; /* comma list of modes to run; NULL = all */
     const char *cfg_path = NULL;
+    const char *device = "cpu"; /* zr.device of every mode: the CPU unless asked */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
@@ -201,9 +203,14 @@ int zr_bench_train(int argc, char **argv)
             cfg_path = argv[++i];
         } else if (strcmp(argv[i], "--modes") == 0 && i + 1 < argc) {
             only = argv[++i];
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "cpu") == 0 || strcmp(argv[i + 1], "cuda") == 0 ||
+                    strcmp(argv[i + 1], "auto") == 0)) {
+            device = argv[++i];
         } else {
             fprintf(stderr, "usage: mpirun -np N zr bench train [--json] [--steps N] [--layers L] "
                             "[--channels C] [--heads H] [--seq T] [--micro-batch B]\n"
+                            "       [--device cpu|cuda|auto (zr.device; default cpu)]\n"
                             "       [--modes zero3_bf16,qwz,hpz,qgz,zeropp] [--config FILE (mode "
                             "\"config\")]\n");
             return 2;
@@ -223,8 +230,8 @@ int zr_bench_train(int argc, char **argv)
     zr_comm_describe(&c, desc, sizeof desc);
     if (R == 0) {
         printf("zr bench train: %s; GPT L=%d C=%d T=%d, %zu parameters, micro-batch %d per rank, "
-               "%d steps per mode (median), through zr's trainer\n\n",
-               desc, layers, channels, T, zr_gpt_config_param_count(&cfg), B, steps);
+               "%d steps per mode (median), through zr's trainer, zr.device %s\n\n",
+               desc, layers, channels, T, zr_gpt_config_param_count(&cfg), B, steps, device);
         printf("%-11s %9s %9s %9s %9s %8s %8s %11s %11s %9s\n", "mode", "step ms", "min ms",
                "tok/s", "compute", "comm", "optim", "inter MB", "intra MB", "mean loss");
     }
@@ -240,6 +247,7 @@ int zr_bench_train(int argc, char **argv)
         } else {
             ZR_TRY(mode_config(&sh, &modes[i], c.size[ZR_GROUP_WORLD], &mcfg), "");
         }
+        snprintf(mcfg.device, sizeof mcfg.device, "%s", device);
         ran[i] = 1;
         ZR_TRY(run_mode(&mcfg, steps, &rows[i]), "");
         row *r = &rows[i];

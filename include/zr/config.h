@@ -28,7 +28,7 @@ typedef struct zr_train_config {
     int gradient_accumulation_steps;    /* 0 = derived */
     double gradient_clipping;           /* global norm; 0 disables */
     int steps_per_print;
-    int bf16_enabled;                 /* bf16.enabled: 16-bit wire (compute stays fp32 on CPU) */
+    int bf16_enabled; /* bf16.enabled: 16-bit wire; on a GPU also bf16 compute (fp32 on the CPU) */
     char communication_data_type[16]; /* "", "bf16" or "fp32" ("" = bf16 if bf16.enabled else fp32)
                                        */
 
@@ -94,6 +94,8 @@ typedef struct zr_train_config {
     int qgz_chunks;
     /* zr.compare: also report what ZeRO-3 bf16 would have sent (demo) */
     int compare_zero3;
+    /* zr.device: "auto" (the GPUs when every rank sees one, else the CPU), "cpu" or "cuda" */
+    char device[16];
 
     /* the --config file read (not a key: it names where the keys came from), "" = none */
     char config_path[4096];

@@ -89,6 +89,13 @@ zr_status zr_device_map_rank(int local_rank, int local_size, const char *visible
  */
 zr_status zr_device_open_for_rank(int local_rank, int local_size, zr_device *dev);
 
+/*
+ * Free and total memory of dev now (CUDA: cudaMemGetInfo on dev's GPU, which
+ * becomes this thread's current device; the CPU: ZR_ERR_INVALID, the host's
+ * memory is the OS's to tell).
+ */
+zr_status zr_device_mem_info(const zr_device *dev, size_t *free_bytes, size_t *total_bytes);
+
 /* One line for logs and benchmarks: "cpu" or "cuda:0 NVIDIA H100 (sm_90, 79.1 GiB, 132 SMs)". */
 void zr_device_describe(const zr_device *dev, char *buf, size_t size);
 

@@ -52,6 +52,7 @@ typedef struct zr_step_record {
     double t_step, t_compute, t_comm, t_optim;          /* this rank, seconds */
     double bytes_intra, bytes_inter, zero3_bytes_inter; /* summed over ranks */
     double eta_s;                                       /* estimate to the last step */
+    double device_mem_peak;       /* this rank's peak GPU bytes so far (0 on the CPU device) */
     int print;                    /* 1: a periodic progress line is due (steps_per_print) */
     char checkpoint[ZR_PATH_MAX]; /* saved after this step, "" if none */
     int stop;                     /* a stop was requested (signal): the loop ends here */
@@ -74,7 +75,10 @@ typedef struct zr_trainer {
     zr_dataset data;
     zr_loader train, val;
     zr_gpt_config mcfg;
-    zr_gpt model;
+    zr_gpt model;     /* on a GPU: a one-token model, for its unit table only */
+    zr_device device; /* where the model computes (zr.device) */
+    int on_gpu;
+    zr_gpt_gpu gpu; /* on a GPU: the device model */
     zr_gpt_specs specs;
     zr_engine engine;
     int engine_up;

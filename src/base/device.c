@@ -241,7 +241,24 @@ zr_status zr_device_open_for_rank(int local_rank, int local_size, zr_device *dev
     return zr_device_open_cuda(c.ordinal, dev);
 }
 
+zr_status zr_device_mem_info(const zr_device *dev, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    if (dev->kind != ZR_DEVICE_CUDA) {
+        ZR_FAIL(ZR_ERR_INVALID, "memory info: %s is not a GPU", dev->name);
+    }
+    ZR_CUDA_CHECK(cudaSetDevice(dev->ordinal));
+    ZR_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return ZR_OK;
+}
+
 #else /* !ZR_CUDA */
+
+zr_status zr_device_mem_info(const zr_device *dev, size_t *free_bytes, size_t *total_bytes)
+{
+    *free_bytes = *total_bytes = 0;
+    ZR_FAIL(ZR_ERR_DEVICE, "%s: zr was " NO_CUDA_MSG, dev->name);
+}
 
 zr_status zr_device_cuda_count(int *count)
 {

@@ -43,6 +43,8 @@ typedef struct zr_bench_comm_args {
 int zr_bench_comm_cuda(const zr_bench_comm_args *a);
 int zr_bench_memory(int argc, char **argv);
 /* zr bench quant --device cuda[:N] (bench/bench_quant_cuda.c); 1 without a GPU. */
+/* zr bench model --device cuda (bench/bench_model_cuda.c). */
+int zr_bench_model_cuda(const char *spec, int json, int quick);
 int zr_bench_quant_cuda(const char *spec, int json, const size_t *sizes, int nsizes, int group,
                         int reps);
 

@@ -107,9 +107,13 @@ static void print_step(const zr_step_record *r, int bar)
             printf(" (val %.9g)", r->val_loss);
         }
         printf(" | lr %.2e | norm %6.3f | %7.0f tok/s | compute %5.1f comm %5.1f optim %4.1f ms"
-               " | intra %6.2f inter %6.2f MB | ETA %s\n",
+               " | intra %6.2f inter %6.2f MB",
                r->lr, r->grad_norm, r->tokens_per_s, 1e3 * r->t_compute, 1e3 * r->t_comm,
-               1e3 * r->t_optim, r->bytes_intra / 1e6, r->bytes_inter / 1e6, e);
+               1e3 * r->t_optim, r->bytes_intra / 1e6, r->bytes_inter / 1e6);
+        if (r->device_mem_peak > 0) {
+            printf(" | GPU peak %.1f MB", r->device_mem_peak / 1e6);
+        }
+        printf(" | ETA %s\n", e);
     } else if (bar) {
         progress_bar(r);
     }

@@ -48,6 +48,9 @@
     {.path = p, .type = K_STR, .off = F(m), .off2 = NOFIELD, .size = sizeof(((zr_train_config *)0)->m), .sdef = d, .flag = fl, .help = hp}
 #define ENUM(p, m, d, ch, rf, wh, hp) \
     {.path = p, .type = K_ENUM, .off = F(m), .off2 = NOFIELD, .size = sizeof(((zr_train_config *)0)->m), .sdef = d, .choices = ch, .refuse = rf, .why = wh, .help = hp}
+/* an enumeration with a flag and a resume policy */
+#define ENUMFP(p, m, d, ch, fl, pol, hp) \
+    {.path = p, .type = K_ENUM, .off = F(m), .off2 = NOFIELD, .size = sizeof(((zr_train_config *)0)->m), .sdef = d, .choices = ch, .flag = fl, .resume = pol, .help = hp}
 #define PAIR(p, m1, m2, d1, d2, l, h, o, hp) \
     {.path = p, .type = K_PAIR, .off = F(m1), .off2 = F(m2), .def = d1, .def2 = d2, .lo = l, .hi = h, .open = o, .help = hp}
 /* A DeepSpeed boolean zr has no field for: the other value is refused. */
@@ -79,7 +82,8 @@ const cfg_key zr_cfg_keys[] = {
          "zr computes in fp32 on the CPU and sends bf16 on the wire; use \"bf16\" or \"fp32\"",
          "wire type of exact (unquantized) gathers and reductions; \"\" = bf16 if bf16.enabled, else fp32"),
     BOOL("bf16.enabled", bf16_enabled, 1, "bf16",
-         "16-bit (bf16) wire for exact collectives; compute stays fp32 on the CPU"),
+         "16-bit (bf16) wire for exact collectives; on a GPU (zr.device) also bf16 compute "
+         "(fp32 master weights); compute stays fp32 on the CPU"),
     REFUSE("fp16.enabled", 0, "true",
            "zr computes in fp32 on the CPU and uses bf16 on the wire; use \"bf16\": {\"enabled\": true} instead"),
     NOEFFECT("fp16.loss_scale", W_FP16), NOEFFECT("fp16.initial_scale_power", W_FP16),
@@ -252,6 +256,10 @@ const cfg_key zr_cfg_keys[] = {
          "qgZ: carry each rank's quantization error into the next step"),
     INT("zr.quant.qgz_chunks", qgz_chunks, 1, 1, 64, NULL, "qgZ: pipeline the all-to-all in this many chunks"),
     BOOL("zr.compare_zero3", compare_zero3, 1, NULL, "also report the traffic plain ZeRO-3 (bf16) would have sent"),
+    ENUMFP("zr.device", device, "auto", "auto|cpu|cuda", "device", ZR_RESUME_CHANGE,
+           "where the model computes: \"cuda\" one GPU per rank (by node-local rank; fails at once "
+           "without one), \"cpu\" the host, \"auto\" the GPUs when every rank sees one, else the "
+           "CPU; a resume may change it (checkpoints are the same on both)"),
 };
 /* clang-format on */
 

@@ -14,6 +14,8 @@
  */
 #include "zr/gpt_engine.h"
 
+#include "gpt_gpu_impl.h"
+
 #include <string.h>
 
 zr_status zr_gpt_specs_init(zr_gpt_specs *s, const zr_gpt_config *cfg)
@@ -82,66 +84,105 @@ zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt *m, uint64_t seed
     return ZR_OK;
 }
 
-/* Unit u's forward: the model's, or (m == NULL, a dry walk) its report. */
-static zr_status fwd(zr_gpt *m, zr_engine *e, int u, const float *p, const float *p0)
+/*
+ * What computes the units: the CPU model, the GPU model, or neither (a dry
+ * walk, each unit's computation reported to the engine instead).
+ */
+typedef struct runner {
+    zr_gpt *cpu;
+    zr_gpt_gpu *gpu;
+} runner;
+
+static int is_dry(const runner *r)
 {
-    if (m == NULL) {
-        zr_engine_note_compute(e, u, ZR_PHASE_FORWARD);
-        return ZR_OK;
-    }
-    return zr_gpt_forward_unit(m, u, p, p0);
+    return r->cpu == NULL && r->gpu == NULL;
 }
 
-static zr_status bwd(zr_gpt *m, zr_engine *e, int u, const float *p, const float *p0, float *g,
-                     float *g0)
+/* Unit u's forward: the model's, or (a dry walk) its report. */
+static zr_status fwd(const runner *r, zr_engine *e, int u, const float *p, const float *p0)
 {
-    if (m == NULL) {
-        zr_engine_note_compute(e, u, ZR_PHASE_BACKWARD);
-        return ZR_OK;
+    if (r->gpu != NULL) {
+        return zr_gpt_gpu_forward_unit(r->gpu, u, p, p0);
     }
-    return zr_gpt_backward_unit(m, u, p, p0, g, g0);
+    if (r->cpu != NULL) {
+        return zr_gpt_forward_unit(r->cpu, u, p, p0);
+    }
+    zr_engine_note_compute(e, u, ZR_PHASE_FORWARD);
+    return ZR_OK;
+}
+
+static zr_status bwd(const runner *r, zr_engine *e, int u, const float *p, const float *p0,
+                     float *g, float *g0)
+{
+    if (r->gpu != NULL) {
+        return zr_gpt_gpu_backward_unit(r->gpu, u, p, p0, g, g0);
+    }
+    if (r->cpu != NULL) {
+        return zr_gpt_backward_unit(r->cpu, u, p, p0, g, g0);
+    }
+    zr_engine_note_compute(e, u, ZR_PHASE_BACKWARD);
+    return ZR_OK;
+}
+
+static zr_status loss_of(const runner *r, float *loss)
+{
+    if (r->gpu != NULL) {
+        return zr_gpt_gpu_loss(r->gpu, loss);
+    }
+    *loss = zr_gpt_loss(r->cpu);
+    return ZR_OK;
 }
 
 /* Forward through every unit; leaves units last (L+1) and 0 gathered for the backward. */
-static zr_status forward(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+static zr_status forward(const runner *r, zr_engine *e, const int *inputs, const int *targets,
                          const float **p_last, const float **p_unit0)
 {
     int last = e->nunits - 1;
-    if (m != NULL) {
-        ZR_ASSERT(zr_gpt_unit_count(m) == e->nunits);
-        ZR_CHECK(zr_gpt_forward_begin(m, inputs, targets));
+    if (r->cpu != NULL) {
+        ZR_ASSERT(zr_gpt_unit_count(r->cpu) == e->nunits);
+        ZR_CHECK(zr_gpt_forward_begin(r->cpu, inputs, targets));
+    }
+    if (r->gpu != NULL) {
+        ZR_ASSERT(r->gpu->model.cfg.layers + 2 == e->nunits);
+        ZR_CHECK(zr_gpt_gpu_forward_begin(r->gpu, inputs, targets));
     }
     ZR_CHECK(zr_engine_prefetch(e, 0, ZR_PHASE_FORWARD));
     for (int u = 0; u < last; u++) {
         const float *p;
         ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p));
         ZR_CHECK(zr_engine_prefetch(e, u + 1, ZR_PHASE_FORWARD));
-        ZR_CHECK(fwd(m, e, u, p, NULL));
+        ZR_CHECK(fwd(r, e, u, p, NULL));
         ZR_CHECK(zr_engine_release(e, u));
     }
     /* the tied LM head: unit 0 comes back (from the hpZ secondary when there is one) */
     ZR_CHECK(zr_engine_prefetch(e, 0, ZR_PHASE_FORWARD));
     ZR_CHECK(zr_engine_fetch(e, last, ZR_PHASE_FORWARD, p_last));
     ZR_CHECK(zr_engine_fetch(e, 0, ZR_PHASE_FORWARD, p_unit0));
-    return fwd(m, e, last, *p_last, *p_unit0);
+    return fwd(r, e, last, *p_last, *p_unit0);
 }
 
-/* One micro-batch; m == NULL walks it on a dry engine (no loss, no inputs). */
-static zr_status micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets, float *loss)
+/* One micro-batch; a dry runner walks it on a dry engine (no loss, no inputs). */
+static zr_status micro(const runner *r, zr_engine *e, const int *inputs, const int *targets,
+                       float *loss)
 {
     int last = e->nunits - 1;
     const float *p_last, *p0;
     ZR_CHECK(zr_engine_micro_begin(e));
-    ZR_CHECK(forward(m, e, inputs, targets, &p_last, &p0));
-    if (m != NULL) {
-        *loss = zr_gpt_loss(m);
-        ZR_CHECK(zr_gpt_backward_begin(m));
+    ZR_CHECK(forward(r, e, inputs, targets, &p_last, &p0));
+    if (!is_dry(r)) {
+        ZR_CHECK(loss_of(r, loss));
+    }
+    if (r->cpu != NULL) {
+        ZR_CHECK(zr_gpt_backward_begin(r->cpu));
+    }
+    if (r->gpu != NULL) {
+        ZR_CHECK(zr_gpt_gpu_backward_begin(r->gpu));
     }
     float *g_last, *g0;
     ZR_CHECK(zr_engine_grads(e, last, &g_last));
     ZR_CHECK(zr_engine_grads(e, 0, &g0));
     ZR_CHECK(zr_engine_prefetch(e, last - 1, ZR_PHASE_BACKWARD));
-    ZR_CHECK(bwd(m, e, last, p_last, p0, g_last, g0));
+    ZR_CHECK(bwd(r, e, last, p_last, p0, g_last, g0));
     ZR_CHECK(zr_engine_release(e, last));
     ZR_CHECK(zr_engine_release(e, 0));
     ZR_CHECK(zr_engine_grads_done(e, last));
@@ -151,12 +192,12 @@ static zr_status micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *ta
         ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_BACKWARD, &p));
         ZR_CHECK(zr_engine_prefetch(e, u - 1 >= 1 ? u - 1 : -1, ZR_PHASE_BACKWARD));
         ZR_CHECK(zr_engine_grads(e, u, &g));
-        ZR_CHECK(bwd(m, e, u, p, NULL, g, NULL));
+        ZR_CHECK(bwd(r, e, u, p, NULL, g, NULL));
         ZR_CHECK(zr_engine_release(e, u));
         ZR_CHECK(zr_engine_grads_done(e, u));
     }
     /* the embedding's backward reads no parameters: no gather */
-    ZR_CHECK(bwd(m, e, 0, NULL, NULL, g0, NULL));
+    ZR_CHECK(bwd(r, e, 0, NULL, NULL, g0, NULL));
     return zr_engine_grads_done(e, 0);
 }
 
@@ -164,21 +205,31 @@ zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const 
                               float *loss)
 {
     ZR_ASSERT(m != NULL);
-    return micro(m, e, inputs, targets, loss);
+    runner r = {m, NULL};
+    return micro(&r, e, inputs, targets, loss);
+}
+
+zr_status zr_gpt_engine_micro_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
+                                  const int *targets, float *loss)
+{
+    ZR_ASSERT(g != NULL);
+    runner r = {NULL, g};
+    return micro(&r, e, inputs, targets, loss);
 }
 
 zr_status zr_gpt_engine_walk(zr_engine *e)
 {
     ZR_ASSERT(e->dry.event != NULL && e->nunits >= 2);
-    return micro(NULL, e, NULL, NULL, NULL);
+    runner r = {NULL, NULL};
+    return micro(&r, e, NULL, NULL, NULL);
 }
 
-zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
-                             float *loss)
+static zr_status eval(const runner *r, zr_engine *e, const int *inputs, const int *targets,
+                      float *loss)
 {
     const float *p_last, *p0;
-    ZR_CHECK(forward(m, e, inputs, targets, &p_last, &p0));
-    *loss = zr_gpt_loss(m);
+    ZR_CHECK(forward(r, e, inputs, targets, &p_last, &p0));
+    ZR_CHECK(loss_of(r, loss));
     ZR_CHECK(zr_engine_release(e, e->nunits - 1));
     ZR_CHECK(zr_engine_release(e, 0));
     /* The releases above cut hpZ secondaries from this forward's gathers. A
@@ -188,6 +239,20 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
      * train differently from one that does not, or from its own resume. */
     zr_engine_invalidate_secondary(e);
     return ZR_OK;
+}
+
+zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+                             float *loss)
+{
+    runner r = {m, NULL};
+    return eval(&r, e, inputs, targets, loss);
+}
+
+zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs, const int *targets,
+                                 float *loss)
+{
+    runner r = {NULL, g};
+    return eval(&r, e, inputs, targets, loss);
 }
 
 zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt *m, const char *path)

@@ -142,7 +142,8 @@ static zr_status validate(zr_trainer *t, float *loss)
     for (int i = 0; i < t->cfg.val_batches; i++) {
         float l;
         zr_loader_next(&t->val, t->inputs, t->targets);
-        ZR_CHECK(zr_gpt_engine_eval(&t->model, &t->engine, t->inputs, t->targets, &l));
+        ZR_CHECK(t->on_gpu ? zr_gpt_engine_eval_gpu(&t->gpu, &t->engine, t->inputs, t->targets, &l)
+                           : zr_gpt_engine_eval(&t->model, &t->engine, t->inputs, t->targets, &l));
         sum += l;
     }
     ZR_CHECK(zr_comm_allreduce_sum_f64(&t->comm, ZR_GROUP_WORLD, &sum, 1));
@@ -190,6 +191,9 @@ static void write_metrics(zr_trainer *t, int done, float loss, float lr, const z
     zr_metrics_line_i64(&l, "bytes_inter", (long long)v[2]);
     zr_metrics_line_i64(&l, "zero3_bytes_inter", (long long)v[3]);
     zr_metrics_line_i64(&l, "skipped", st->skipped);
+    if (t->on_gpu) {
+        zr_metrics_line_i64(&l, "device_mem_peak", (long long)zr_mem_device_peak());
+    }
     if (do_val) {
         zr_metrics_line_f32(&l, "val_loss", val_loss);
     }
@@ -206,7 +210,8 @@ static zr_status forward_backward_update(zr_trainer *t, float lr, double *local,
     for (int k = 0; k < t->cfg.gradient_accumulation_steps; k++) {
         float l;
         zr_loader_next(&t->train, t->inputs, t->targets);
-        ZR_CHECK(zr_gpt_engine_micro(&t->model, &t->engine, t->inputs, t->targets, &l));
+        ZR_CHECK(t->on_gpu ? zr_gpt_engine_micro_gpu(&t->gpu, &t->engine, t->inputs, t->targets, &l)
+                           : zr_gpt_engine_micro(&t->model, &t->engine, t->inputs, t->targets, &l));
         *local += l;
     }
     return zr_engine_step(&t->engine, lr, st);
@@ -231,6 +236,7 @@ static void fill_record(zr_trainer *t, zr_step_record *rec, const zr_step_stats 
     rec->t_compute = st->t_total - st->t_comm - st->t_optim;
     rec->tokens_per_s =
         (double)t->world * accum * c->train_micro_batch_size_per_gpu * c->seq_len / st->t_total;
+    rec->device_mem_peak = t->on_gpu ? (double)zr_mem_device_peak() : 0.0;
     rec->eta_s = (zr_now() - t->t_run) / (done - t->start) * (c->train_steps - done);
     rec->print = done % c->steps_per_print == 0 || done == c->train_steps || done == t->start + 1;
     rec->val_loss = NAN;
@@ -398,6 +404,7 @@ void zr_trainer_free(zr_trainer *t, int exit_code)
     }
     zr_gpt_specs_free(&t->specs);
     zr_gpt_free(&t->model);
+    zr_gpt_gpu_free(&t->gpu);
     zr_dataset_free(&t->data);
     zr_free(t->inputs);
     zr_free(t->targets);

@@ -7,6 +7,8 @@
  *                     schedule, data, model shape, loaders, the size and
  *                     memory checks, model and engine; the checkpoint dir
  *                     claimed; the metrics file opened at the first step
+ *   trainer_device.c  zr.device: the CPU or each rank's GPU, agreed by every
+ *                     rank; the GPU's memory check; the model on it
  *   trainer_resume.c  zr_trainer_resume: the checkpoint to continue from,
  *                     checked against this run, loaded and resharded
  */
@@ -29,6 +31,20 @@ void zr_trainer_warn_ckpt(void *ctx, const char *msg);
  * the engine.
  */
 zr_status zr_trainer_setup(zr_trainer *t);
+
+/*
+ * zr.device: "cpu", "cuda" (every rank opens its GPU by node-local rank, or
+ * every rank fails with the first failing rank's reason) or "auto" (the GPUs
+ * when every rank sees one, else the CPU); rank 0 says which in one line.
+ */
+zr_status zr_trainer_pick_device(zr_trainer *t);
+
+/*
+ * The model for B x T tokens where it computes: the CPU model, or on a GPU
+ * the device model (after checking its bytes against the GPU's free memory)
+ * and a one-token CPU model for the unit table. Agreed by every rank.
+ */
+zr_status zr_trainer_init_model(zr_trainer *t, int B, int T);
 
 /* Lock the checkpoint dir, clear a crashed save's leftovers, refuse to mix two runs. */
 zr_status zr_trainer_claim_dir(zr_trainer *t);

@@ -142,6 +142,9 @@ static zr_status check_sizes(zr_trainer *t)
     double acts = 4.0 * (BT * (m->layers * (16.0 * C + 4.0 + (double)m->heads * c->seq_len) +
                                10.0 * C + m->padded_vocab + 3.0) +
                          128.0 * c->seq_len);
+    if (t->on_gpu) {
+        acts = 0; /* on the GPU: zr_trainer_init_model checks them against its memory */
+    }
     double params = (double)zr_gpt_config_param_count(m);
     double state = 16.0 * params / t->world + (c->stage < 3 ? 4.0 * params : 0.0);
     struct sysinfo si;
@@ -197,6 +200,11 @@ static zr_status check_memory(zr_trainer *t)
     zr_gpt_memory_prediction p;
     ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
                                    c->activation_checkpointing, &ecfg, &t->comm, &p));
+    if (t->on_gpu) {
+        /* the activations live on the GPU (zr_trainer_init_model checks them there) */
+        p.total -= p.activations;
+        p.activations = 0;
+    }
     const double GB = 1e9;
     zr_trainer_note(
         t, ZR_LOG_INFO,
@@ -263,12 +271,11 @@ zr_status zr_trainer_setup(zr_trainer *t)
                          msg, c->data_path[0] ? c->data_path : "the bundled corpus", B, T);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
+    ZR_CHECK(zr_trainer_pick_device(t));
     ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
     ZR_CHECK(zr_comm_agree(&t->comm, check_memory(t)));
-    st = zr_gpt_init_ex(&t->model, &t->mcfg, B, T, c->activation_checkpointing);
-    if (st == ZR_OK) {
-        st = zr_gpt_specs_init(&t->specs, &t->mcfg);
-    }
+    ZR_CHECK(zr_trainer_init_model(t, B, T));
+    st = zr_gpt_specs_init(&t->specs, &t->mcfg);
     if (st == ZR_OK) {
         st = zr_alloc_at((void **)&t->inputs, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
     }

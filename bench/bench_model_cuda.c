@@ -1,0 +1,316 @@
+/*
+ * bench_model_cuda.c - "zr bench model --device cuda": one GPU training
+ * step of GPT-2 124M (T = 1024) in bf16 mixed precision against a cuBLAS
+ * bf16 GEMM of the model's largest shape, measured in the same run.
+ *
+ *   zr bench model --device cuda[:N] [--json] [--quick]
+ *
+ * A step is the device model's forward and backward (zr/model_cuda.h, bf16
+ * weights and activations, fp32 accumulation) and AdamW on fp32 master
+ * weights with the bf16 copy refreshed, everything on one stream and timed
+ * with CUDA events (median of the timed steps after one warm-up). The
+ * micro-batch is the largest of a ladder whose activations and model state
+ * fit in the GPU's free memory (cudaMemGetInfo), backing off when the
+ * allocation fails anyway. Model FLOP/s counts 6 x params x tokens +
+ * attention (zr_gpt_flops_per_step); flops_vs_gemm divides it by the rate
+ * of one bf16 GEMM of the LM head's shape (B T x Vp x C). --quick runs a
+ * small model at T = 64 (a smoke test, e.g. on the emulator: its numbers
+ * mean nothing). Without a GPU it exits with status 1 at once, saying so.
+ */
+#include "../src/cli/cli.h"
+#include "zr/model_cuda.h"
+#include "zr/optim.h"
+#include "zr/quant_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_UNITS 64
+
+typedef struct gstate {
+    zr_device dev;
+    zr_stream *s;
+    zr_event *e0, *e1;
+    zr_gpt_cuda m;
+    int nu;
+    size_t numel[MAX_UNITS];
+    zr_bf16 *p[MAX_UNITS], *g[MAX_UNITS];
+    float *master[MAX_UNITS], *mom[MAX_UNITS], *var[MAX_UNITS];
+    float *g32; /* one unit's gradient in fp32, for AdamW */
+    int *in, *tg;
+} gstate;
+
+/* Device bytes of the model state: bf16 params and grads, fp32 master, m, v, one fp32 grad. */
+static size_t state_bytes(const zr_gpt_config *cfg)
+{
+    int nu = cfg->layers + 2;
+    size_t total = 0, big = 0;
+    for (int u = 0; u < nu; u++) {
+        size_t n = zr_gpt_config_unit_numel(cfg, u);
+        total += n * (2 + 2 + 12);
+        big = n > big ? n : big;
+    }
+    return total + big * 4;
+}
+
+static void state_free(gstate *b)
+{
+    if (b->s != NULL) {
+        (void)zr_stream_sync(b->s);
+    }
+    zr_gpt_cuda_free(&b->m);
+    for (int u = 0; u < b->nu; u++) {
+        zr_device_free(&b->dev, b->p[u]);
+        zr_device_free(&b->dev, b->g[u]);
+        zr_device_free(&b->dev, b->master[u]);
+        zr_device_free(&b->dev, b->mom[u]);
+        zr_device_free(&b->dev, b->var[u]);
+    }
+    zr_device_free(&b->dev, b->g32);
+    zr_free(b->in);
+    zr_free(b->tg);
+    b->nu = 0;
+    b->g32 = NULL;
+    b->in = b->tg = NULL;
+}
+
+/* The model for B x T and its state on the device, parameters from the GPT-2 init. */
+static zr_status state_init(gstate *b, const zr_gpt_config *cfg, int B, int T)
+{
+    ZR_CHECK(zr_gpt_cuda_init(&b->m, cfg, B, T, ZR_DTYPE_BF16, b->s));
+    zr_gpt host;
+    ZR_CHECK(zr_gpt_init(&host, cfg, 1, 1)); /* the unit table and the init only */
+    b->nu = zr_gpt_unit_count(&host);
+    ZR_ASSERT(b->nu <= MAX_UNITS);
+    size_t big = 0;
+    zr_status st = ZR_OK;
+    float *tmp = NULL;
+    for (int u = 0; u < b->nu && st == ZR_OK; u++) {
+        size_t n = b->numel[u] = zr_gpt_unit_numel(&host, u);
+        big = n > big ? n : big;
+        ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->p[u], n * 2, __FILE__, __LINE__), st,
+                      done);
+        ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->g[u], n * 2, __FILE__, __LINE__), st,
+                      done);
+        ZR_CHECK_GOTO(
+            zr_device_alloc_at(&b->dev, (void **)&b->master[u], n * 4, __FILE__, __LINE__), st,
+            done);
+        ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->mom[u], n * 4, __FILE__, __LINE__),
+                      st, done);
+        ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->var[u], n * 4, __FILE__, __LINE__),
+                      st, done);
+        ZR_CHECK_GOTO(zr_alloc_at((void **)&tmp, n * 4, __FILE__, __LINE__), st, done);
+        zr_gpt_unit_init_params(&host, u, tmp, 1);
+        ZR_CHECK_GOTO(zr_memcpy_async(b->master[u], tmp, n * 4, b->s), st, done);
+        ZR_CHECK_GOTO(zr_stream_sync(b->s), st, done);
+        zr_free(tmp);
+        tmp = NULL;
+        ZR_CHECK_GOTO(zr_bf16_cuda_from_f32(b->p[u], b->master[u], n, b->s), st, done);
+        ZR_CHECK_GOTO(zr_memset_async(b->mom[u], 0, n * 4, b->s), st, done);
+        ZR_CHECK_GOTO(zr_memset_async(b->var[u], 0, n * 4, b->s), st, done);
+    }
+    ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, (void **)&b->g32, big * 4, __FILE__, __LINE__), st,
+                  done);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&b->in, sizeof(int) * (size_t)B * T, __FILE__, __LINE__), st,
+                  done);
+    ZR_CHECK_GOTO(zr_alloc_at((void **)&b->tg, sizeof(int) * (size_t)B * T, __FILE__, __LINE__), st,
+                  done);
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < B * T; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        b->in[i] = (int)(x % (uint64_t)cfg->vocab);
+        b->tg[i] = (int)((x >> 20) % (uint64_t)cfg->vocab);
+    }
+done:
+    zr_free(tmp);
+    zr_gpt_free(&host);
+    return st;
+}
+
+/* One step queued on the stream: forward, backward, AdamW on every unit. */
+static zr_status step(gstate *b, int t)
+{
+    int L = b->nu - 1;
+    zr_adamw h = zr_adamw_default();
+    ZR_CHECK(zr_gpt_cuda_forward_begin(&b->m, b->in, b->tg));
+    for (int u = 0; u <= L; u++) {
+        ZR_CHECK(zr_gpt_cuda_forward_unit(&b->m, u, b->p[u], b->p[0]));
+    }
+    ZR_CHECK(zr_gpt_cuda_backward_begin(&b->m));
+    for (int u = 0; u <= L; u++) {
+        ZR_CHECK(zr_memset_async(b->g[u], 0, b->numel[u] * 2, b->s));
+    }
+    for (int u = L; u >= 0; u--) {
+        ZR_CHECK(
+            zr_gpt_cuda_backward_unit(&b->m, u, u > 0 ? b->p[u] : NULL, b->p[0], b->g[u], b->g[0]));
+    }
+    for (int u = 0; u <= L; u++) {
+        ZR_CHECK(zr_bf16_cuda_to_f32(b->g32, b->g[u], b->numel[u], b->s));
+        ZR_CHECK(zr_adamw_cuda_update(&h, 1e-4f, t, 1.0f, 1, b->master[u], b->g32, b->mom[u],
+                                      b->var[u], b->numel[u], b->s));
+        ZR_CHECK(zr_bf16_cuda_from_f32(b->p[u], b->master[u], b->numel[u], b->s));
+    }
+    return ZR_OK;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median milliseconds of reps steps after one warm-up. */
+static zr_status time_steps(gstate *b, int reps, float *ms)
+{
+    float t[16];
+    ZR_ASSERT(reps >= 1 && reps <= 16);
+    ZR_CHECK(step(b, 1));
+    for (int r = 0; r < reps; r++) {
+        ZR_CHECK(zr_event_record(b->e0, b->s));
+        ZR_CHECK(step(b, r + 2));
+        ZR_CHECK(zr_event_record(b->e1, b->s));
+        ZR_CHECK(zr_event_sync(b->e1));
+        ZR_CHECK(zr_event_elapsed_ms(b->e0, b->e1, &t[r]));
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_float);
+    *ms = t[reps / 2];
+    return ZR_OK;
+}
+
+/* TFLOP/s of one bf16 GEMM [M x K] [K x N] on the stream (median of reps). */
+static zr_status gemm_rate(gstate *b, int M, int N, int K, int reps, double *tflops)
+{
+    zr_blas *blas = NULL;
+    void *A = NULL, *B = NULL, *C = NULL;
+    zr_status st = zr_blas_create(b->s, ZR_DTYPE_BF16, &blas);
+    float t[16];
+    ZR_ASSERT(reps >= 1 && reps <= 16);
+    if (st != ZR_OK) {
+        goto done;
+    }
+    ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, &A, (size_t)M * K * 2, __FILE__, __LINE__), st, done);
+    ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, &B, (size_t)N * K * 2, __FILE__, __LINE__), st, done);
+    ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, &C, (size_t)M * N * 2, __FILE__, __LINE__), st, done);
+    ZR_CHECK_GOTO(zr_memset_async(A, 0x3c, (size_t)M * K * 2, b->s), st, done);
+    ZR_CHECK_GOTO(zr_memset_async(B, 0x3c, (size_t)N * K * 2, b->s), st, done);
+    /* the LM head's product: C[M, N] = A[M, K] B[N, K]^T */
+    zr_gemm g = {0, 1, M, N, K, K, K, N, 0, 0, 0, 1, 1.0f, 0.0f};
+    ZR_CHECK_GOTO(zr_blas_gemm(blas, &g, A, B, C), st, done);
+    for (int r = 0; r < reps; r++) {
+        ZR_CHECK_GOTO(zr_event_record(b->e0, b->s), st, done);
+        ZR_CHECK_GOTO(zr_blas_gemm(blas, &g, A, B, C), st, done);
+        ZR_CHECK_GOTO(zr_event_record(b->e1, b->s), st, done);
+        ZR_CHECK_GOTO(zr_event_sync(b->e1), st, done);
+        ZR_CHECK_GOTO(zr_event_elapsed_ms(b->e0, b->e1, &t[r]), st, done);
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_float);
+    *tflops = 2.0 * M * N * (double)K / (t[reps / 2] * 1e-3) * 1e-12;
+done:
+    if (b->s != NULL) {
+        (void)zr_stream_sync(b->s);
+    }
+    zr_blas_destroy(blas);
+    zr_device_free(&b->dev, A);
+    zr_device_free(&b->dev, B);
+    zr_device_free(&b->dev, C);
+    return st;
+}
+
+/* The largest micro-batch of the ladder that is predicted to fit and then does. */
+static zr_status fit_batch(gstate *b, const zr_gpt_config *cfg, int T, int quick, int *B)
+{
+    static const int ladder[] = {64, 48, 32, 24, 16, 12, 8, 6, 4, 3, 2, 1};
+    size_t free_b = 0, total_b = 0;
+    ZR_CHECK(zr_device_mem_info(&b->dev, &free_b, &total_b));
+    size_t state = state_bytes(cfg);
+    for (size_t i = quick ? sizeof ladder / sizeof ladder[0] - 2 : 0;
+         i < sizeof ladder / sizeof ladder[0]; i++) {
+        size_t need =
+            state + zr_gpt_cuda_activation_bytes(cfg, ladder[i], T, ZR_DTYPE_BF16) + (64u << 20);
+        if ((double)need > 0.92 * (double)free_b) {
+            continue;
+        }
+        zr_status st = state_init(b, cfg, ladder[i], T);
+        if (st == ZR_OK) {
+            *B = ladder[i];
+            return ZR_OK;
+        }
+        state_free(b);
+        if (st != ZR_ERR_NOMEM && st != ZR_ERR_DEVICE) {
+            return st;
+        }
+        zr_error_clear();
+    }
+    ZR_FAIL(ZR_ERR_NOMEM,
+            "GPT-2 at T = %d does not fit in %.2f GB of free GPU memory even at B = 1", T,
+            (double)free_b / 1e9);
+}
+
+int zr_bench_model_cuda(const char *spec, int json, int quick)
+{
+    zr_device_kind kind;
+    int ordinal;
+    gstate b;
+    memset(&b, 0, sizeof b);
+    zr_status st = zr_device_parse(spec, &kind, &ordinal);
+    if (st == ZR_OK) {
+        st = zr_device_open_cuda(ordinal < 0 ? 0 : ordinal, &b.dev);
+    }
+    if (st != ZR_OK) {
+        fprintf(stderr, "zr bench model: --device %s: %s\n", spec, zr_error_message());
+        return 1;
+    }
+    const zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768};
+    const zr_gpt_config small = {64, 256, 256, 2, 4, 64};
+    const zr_gpt_config *cfg = quick ? &small : &gpt2;
+    const int T = cfg->max_t, reps = quick ? 1 : 5;
+    char desc[256];
+    zr_device_describe(&b.dev, desc, sizeof desc);
+    printf("zr bench model: %s, GPT %s bf16 (fp32 master and AdamW) at T = %d, one GPU,\n"
+           "median of %d steps timed with CUDA events%s\n",
+           desc, quick ? "small (--quick)" : "124M", T, reps,
+           quick ? "; --quick: a smoke test, not a measurement" : "");
+    int B = 0;
+    float ms = 0;
+    double gemm = 0;
+    st = zr_stream_create(&b.dev, &b.s);
+    if (st == ZR_OK) {
+        st = zr_event_create(&b.dev, &b.e0);
+    }
+    if (st == ZR_OK) {
+        st = zr_event_create(&b.dev, &b.e1);
+    }
+    if (st == ZR_OK) {
+        st = fit_batch(&b, cfg, T, quick, &B);
+    }
+    if (st == ZR_OK) {
+        st = time_steps(&b, reps, &ms);
+    }
+    state_free(&b);
+    if (st == ZR_OK) {
+        st = gemm_rate(&b, B * T, cfg->padded_vocab, cfg->channels, reps, &gemm);
+    }
+    zr_event_destroy(b.e0);
+    zr_event_destroy(b.e1);
+    zr_stream_destroy(b.s);
+    if (st != ZR_OK) {
+        fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st), zr_error_message());
+        return 1;
+    }
+    double tok_s = (double)B * T / (ms * 1e-3);
+    double tflops = zr_gpt_flops_per_step(cfg, B, T) / (ms * 1e-3) * 1e-12;
+    double peak_mb = (double)zr_mem_device_peak() / 1e6;
+    printf("B %d x T %d: %.2f ms/step, %.0f tokens/s, model %.2f TFLOP/s, bf16 GEMM %d x %d x %d "
+           "%.2f TFLOP/s, flops_vs_gemm %.3f, peak device memory %.0f MB\n",
+           B, T, ms, tok_s, tflops, B * T, cfg->padded_vocab, cfg->channels, gemm,
+           gemm > 0 ? tflops / gemm : 0.0, peak_mb);
+    if (json) {
+        printf("{\"bench\":\"model\",\"device\":\"%s\",\"config\":\"%s\",\"dtype\":\"bf16\","
+               "\"B\":%d,\"T\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.3f,"
+               "\"gemm_tflops\":%.3f,\"flops_vs_gemm\":%.3f,\"peak_device_mb\":%.1f}\n",
+               b.dev.name, quick ? "small" : "124M", B, T, ms, tok_s, tflops, gemm,
+               gemm > 0 ? tflops / gemm : 0.0, peak_mb);
+    }
+    return 0;
+}
