@@ -45,7 +45,7 @@ typedef enum zr_wire_type {
 
 typedef struct zr_wire {
     zr_wire_type type;
-    zr_qparams q; /* used when type == ZR_WIRE_QUANT */
+    zr_quant_params q; /* used when type == ZR_WIRE_QUANT */
 } zr_wire;
 
 /* One in-flight collective and its reusable workspace (opaque to callers). */
@@ -110,7 +110,7 @@ zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type, co
 /* ---- qgZ ------------------------------------------------------------------ */
 
 typedef struct zr_qgz_config {
-    zr_qparams q; /* both hops; INT4 by default */
+    zr_quant_params q; /* both hops; INT4 by default */
     int chunks; /* pipelining: >1 splits the buffer so hop 1 of chunk k+1 overlaps hop 2 of chunk k
                  */
     int error_feedback; /* keep quantization residuals per buffer (see zr_qgz_feedback) */

@@ -66,7 +66,7 @@ static cJSON *model_json(const zr_gpt_config *m)
     return o;
 }
 
-static cJSON *plan_json(const zr_plan *p)
+static cJSON *plan_json(const zr_zero_plan *p)
 {
     cJSON *plan = cJSON_CreateObject();
     cJSON_AddNumberToObject(plan, "stage", p->stage);
@@ -332,7 +332,7 @@ static zr_status read_plan(const cJSON *root, const char *mpath, zr_ckpt_meta *m
     meta->stage = (int)v;
     const cJSON *hpz = cJSON_GetObjectItemCaseSensitive(plan, "hpz_secondary");
     ZR_CHECK(json_kind_is(hpz, is_bool, "a boolean", mpath, "plan.hpz_secondary"));
-    zr_plan preset = zr_plan_preset(meta->stage, cJSON_IsTrue(hpz));
+    zr_zero_plan preset = zr_zero_plan_preset(meta->stage, cJSON_IsTrue(hpz));
     if (preset.secondary != cJSON_IsTrue(hpz)) {
         ZR_FAIL(ZR_ERR_FORMAT,
                 "%s: \"plan.hpz_secondary\" is true at stage %d (hpZ is stage 3 only)", mpath,

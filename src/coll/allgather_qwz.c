@@ -27,7 +27,7 @@
 typedef struct qwz_state {
     zr_group group;
     zr_kind kind;
-    zr_qparams q;
+    zr_quant_params q;
     zr_dtype in_type;
     const void *in;
     size_t count, block; /* elements per rank, bytes per block */
@@ -83,13 +83,13 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 
 static const zr_coll_algo algo = {"allgather_qwz", advance};
 
-size_t zr_allgather_qwz_work(const zr_comm *c, zr_group g, const zr_qparams *q, size_t count)
+size_t zr_allgather_qwz_work(const zr_comm *c, zr_group g, const zr_quant_params *q, size_t count)
 {
     return (size_t)c->size[g] * zr_quant_block_bytes(q, count);
 }
 
-zr_coll_cost zr_allgather_qwz_cost(const zr_comm *c, zr_group g, zr_kind kind, const zr_qparams *q,
-                                   size_t count)
+zr_coll_cost zr_allgather_qwz_cost(const zr_comm *c, zr_group g, zr_kind kind,
+                                   const zr_quant_params *q, size_t count)
 {
     zr_coll_cost k = {.kind = kind, .work = zr_allgather_qwz_work(c, g, q, count)};
     zr_coll_cost_send(c, g, zr_quant_block_bytes(q, count), 0, &k);
@@ -99,11 +99,11 @@ zr_coll_cost zr_allgather_qwz_cost(const zr_comm *c, zr_group g, zr_kind kind, c
     return k;
 }
 
-zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_qparams *q,
+zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_quant_params *q,
                                  zr_dtype in_type, const void *in, size_t count, float *out,
                                  zr_coll_op *op)
 {
-    ZR_CHECK(zr_qparams_check(q));
+    ZR_CHECK(zr_quant_params_check(q));
     size_t bytes = zr_quant_block_bytes(q, count);
     qwz_state *w;
     ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&w));

@@ -58,7 +58,7 @@
 
 /* qgZ's state: two quantized all-to-all hops, pipelined over chunks. */
 typedef struct qgz_state {
-    zr_qparams q;
+    zr_quant_params q;
     zr_dtype in_type;
     const void *in;
     size_t count;
@@ -304,7 +304,7 @@ zr_qgz_config zr_qgz_config_default(void)
     memset(&cfg, 0, sizeof cfg);
     cfg.q.bits = 4;
     cfg.q.group = ZR_QUANT_DEFAULT_GROUP;
-    cfg.q.scheme = ZR_QSYM;
+    cfg.q.scheme = ZR_QUANT_SYM;
     cfg.chunks = 1;
     cfg.error_feedback = 0;
     return cfg;
@@ -395,7 +395,7 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
     if (c == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "qgZ: NULL communicator");
     }
-    ZR_CHECK(zr_qparams_check(&cfg->q));
+    ZR_CHECK(zr_quant_params_check(&cfg->q));
     if (cfg->chunks < 0) {
         ZR_FAIL(ZR_ERR_INVALID, "qgZ: chunks must be >= 1 (0 means 1), got %d", cfg->chunks);
     }

@@ -184,7 +184,8 @@ static double time_kernel(kern *k, int which)
     double sum = 0, start = 0;
     int n = 0;
     zr_adamw h = zr_adamw_default();
-    zr_qparams q8 = {8, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM}, q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
+    zr_quant_params q8 = {8, ZR_QUANT_DEFAULT_GROUP, ZR_QUANT_SYM},
+                    q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QUANT_SYM};
     volatile double sink = 0;
     for (int r = 0; r < REPS + 1 || zr_now() - start < WINDOW_S / 4; r++) {
         double t0 = zr_now();
@@ -231,7 +232,7 @@ static zr_status probe_kernels(zr_comm *c, zr_probe *p)
 {
     kern k;
     memset(&k, 0, sizeof k);
-    zr_qparams q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
+    zr_quant_params q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QUANT_SYM};
     size_t qb = zr_quant_block_bytes(&q4, NEL) * 2 + 64;
     zr_status st = ZR_OK;
     float **f[4] = {&k.x, &k.y, &k.m, &k.v};
