@@ -347,7 +347,8 @@ static qgz_layout layout(const zr_comm *c, const zr_qgz_config *cfg, size_t coun
     return L;
 }
 
-size_t zr_qgz_work(const zr_comm *c, const zr_qgz_config *cfg, size_t count)
+/* Bytes of workspace the op reserves (layout says what they hold). */
+static size_t work_bytes(const zr_comm *c, const zr_qgz_config *cfg, size_t count)
 {
     if (c->size[ZR_GROUP_WORLD] == 1 || count == 0) {
         return 0;
@@ -359,7 +360,7 @@ zr_coll_cost zr_qgz_cost(const zr_comm *c, const zr_qgz_config *cfg, size_t coun
 {
     zr_qgz_config def = zr_qgz_config_default();
     cfg = cfg != NULL ? cfg : &def;
-    zr_coll_cost k = {.kind = ZR_KIND_QGZ, .work = zr_qgz_work(c, cfg, count)};
+    zr_coll_cost k = {.kind = ZR_KIND_QGZ, .work = work_bytes(c, cfg, count)};
     size_t W = (size_t)c->size[ZR_GROUP_WORLD], D = (size_t)c->ranks_per_node,
            N = (size_t)c->n_nodes;
     if (W == 1 || count == 0) {
