@@ -185,10 +185,7 @@ zr_status zr_file_read_all(const char *path, char **out, size_t *n)
         ZR_FAIL_GOTO(st, fail, ZR_ERR_NOMEM, "%s is too large to read",
                      zr_file_show(path, shown, sizeof shown));
     }
-    st = zr_alloc_at((void **)&buf, len + 1, __FILE__, __LINE__);
-    if (st != ZR_OK) {
-        goto fail;
-    }
+    ZR_ALLOC_GOTO(buf, len + 1, st, fail);
     if (len > 0 && fread(buf, 1, len, f) != len) {
         ZR_FAIL_GOTO(st, fail, ZR_ERR_IO, "cannot read %s: %s",
                      zr_file_show(path, shown, sizeof shown),

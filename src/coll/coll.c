@@ -219,7 +219,9 @@ zr_status zr_coll_reserve(zr_coll_op *op, size_t bytes)
     zr_free(op->work);
     op->work = NULL;
     op->work_cap = 0;
-    ZR_CHECK(zr_alloc_at(&op->work, bytes, __FILE__, __LINE__));
+    unsigned char *work;
+    ZR_ALLOC(work, bytes);
+    op->work = work;
     op->work_cap = bytes;
     return ZR_OK;
 }

@@ -241,8 +241,7 @@ zr_status zr_comm_layout_agree(zr_comm *c, const zr_comm_config *cfg, int bad_ti
     int *cls = NULL;
     zr_status st;
     ZR_ALLOC(all, (size_t)W);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&cls, sizeof(int) * (size_t)W, __FILE__, __LINE__), st,
-                  fail);
+    ZR_ALLOC_GOTO(cls, (size_t)W, st, fail);
     ZR_CHECK_GOTO(zr_comm_ctl_exchange(c, &mine, sizeof mine, all, -1, "the start-up agreement"),
                   st, fail);
     ZR_CHECK_GOTO(check_env(all, W), st, fail);

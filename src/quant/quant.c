@@ -486,8 +486,7 @@ zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, f
     size_t group = (size_t)p->group, nf = 0;
     size_t cap = count < group ? count : group;
     float *sum = NULL;
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&sum, (cap > 0 ? cap : 1) * sizeof *sum, __FILE__, __LINE__),
-                  st, done);
+    ZR_ALLOC_GOTO(sum, cap > 0 ? cap : 1, st, done);
     uint8_t *payload = block_start(p, count, out_block);
     for (size_t start = 0, gi = 0; start < count; start += group, gi++) {
         size_t n = count - start < group ? count - start : group;
