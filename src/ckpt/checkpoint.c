@@ -238,12 +238,13 @@ zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_
     uint64_t mine[2] = {crc, bytes};
     uint64_t *all = NULL, *sizes = NULL;
     uint32_t *crcs = NULL;
-    st = zr_alloc_at((void **)&all, sizeof(uint64_t) * 2 * (size_t)W, __FILE__, __LINE__);
+    /* a rank that cannot allocate still takes part in the agreement below */
+    st = ZR_ALLOC_STATUS(all, 2 * (size_t)W);
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&crcs, sizeof(uint32_t) * (size_t)W, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(crcs, (size_t)W);
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&sizes, sizeof(uint64_t) * (size_t)W, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(sizes, (size_t)W);
     }
     st = zr_comm_agree(c, st);
     if (st == ZR_OK) {
@@ -397,8 +398,7 @@ static zr_status reader_open(reader *rd, const char *path)
     memset(rd, 0, sizeof *rd);
     rd->path = path;
     ZR_CHECK(open_manifest(path, &rd->m));
-    zr_status st = zr_alloc_at((void **)&rd->files, sizeof(FILE *) * (size_t)rd->m.meta.world,
-                               __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(rd->files, (size_t)rd->m.meta.world);
     if (st != ZR_OK) {
         reader_close(rd);
     }

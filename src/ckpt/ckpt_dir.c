@@ -225,7 +225,7 @@ static zr_status scan(const char *dir, ckpt_entry **out, int *n)
         if (*n == cap) {
             ckpt_entry *grown = NULL;
             cap = cap ? 2 * cap : 16;
-            st = zr_alloc_at((void **)&grown, sizeof *grown * (size_t)cap, __FILE__, __LINE__);
+            st = ZR_ALLOC_STATUS(grown, (size_t)cap);
             if (st != ZR_OK) {
                 break;
             }

@@ -392,8 +392,7 @@ static zr_status read_units(const cJSON *root, const char *mpath, zr_ckpt_manife
         ZR_FAIL(ZR_ERR_FORMAT, "%s: \"units\" lists %d units; a model of %d layers has %d", mpath,
                 m->nunits, model->layers, zr_gpt_config_unit_count(model));
     }
-    ZR_CHECK(zr_alloc_at((void **)&m->lay, sizeof(zr_ckpt_unit_layout) * (size_t)m->nunits,
-                         __FILE__, __LINE__));
+    ZR_ALLOC(m->lay, (size_t)m->nunits);
     int u = 0;
     for (const cJSON *it = units->child; it != NULL; it = it->next, u++) {
         char obj[32];
@@ -428,7 +427,7 @@ static zr_status read_files(const cJSON *root, const char *mpath, zr_ckpt_manife
         ZR_FAIL(ZR_ERR_FORMAT, "%s: \"files\" lists %d rank files; \"world_size\" is %d", mpath,
                 cJSON_GetArraySize(files), world);
     }
-    ZR_CHECK(zr_alloc_at((void **)&m->crcs, sizeof(uint32_t) * (size_t)world, __FILE__, __LINE__));
+    ZR_ALLOC(m->crcs, (size_t)world);
     int r = 0;
     for (const cJSON *it = files->child; it != NULL; it = it->next, r++) {
         char obj[32], name[32];
@@ -569,7 +568,7 @@ static zr_status section_text(const cJSON *root, const char *section, char **out
         ZR_FAIL(ZR_ERR_NOMEM, "out of memory reading the manifest's \"%s\"", section);
     }
     size_t n = strlen(text) + 1;
-    zr_status st = zr_alloc_at((void **)out, n, __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(*out, n);
     if (st == ZR_OK) {
         memcpy(*out, text, n);
     }

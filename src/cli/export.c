@@ -90,9 +90,7 @@ static zr_status run(const char *ckpt, const char *llmc, const char *st_path)
     float **units;
     ZR_ALLOC(units, (size_t)n);
     for (int u = 0; u < n && st == ZR_OK; u++) {
-        st = zr_alloc_at((void **)&units[u],
-                         zr_gpt_config_unit_numel(&meta.model, u) * sizeof(float), __FILE__,
-                         __LINE__);
+        st = ZR_ALLOC_STATUS(units[u], zr_gpt_config_unit_numel(&meta.model, u));
         if (st == ZR_OK) {
             st = zr_ckpt_read_unit(path, &meta, u, units[u]);
         }

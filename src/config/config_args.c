@@ -40,7 +40,7 @@ static zr_status list_from_text(const cfg_key *k, const char *text, cJSON **out)
 {
     size_t n = strlen(text) + 3;
     char *buf = NULL;
-    ZR_CHECK(zr_alloc_at((void **)&buf, n, __FILE__, __LINE__));
+    ZR_ALLOC(buf, n);
     int bracket = text[0] == '[' || k->type == K_NOEFFECT;
     snprintf(buf, n, bracket ? "%s" : "[%s]", text);
     *out = cJSON_Parse(buf);

@@ -241,10 +241,8 @@ static zr_status parse_config(zr_train_config *c, const char *text, const char *
                      name, json_kind(root));
     }
     ZR_CHECK_GOTO(zr_config_scan_literals(text, name, strict, &lits), st, done);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&w.set, zr_config_nkeys, __FILE__, __LINE__), st, done);
-    ZR_CHECK_GOTO(
-        zr_alloc_at((void **)&w.set_as, sizeof(char *) * zr_config_nkeys, __FILE__, __LINE__), st,
-        done);
+    ZR_ALLOC_GOTO(w.set, zr_config_nkeys, st, done);
+    ZR_ALLOC_GOTO(w.set_as, zr_config_nkeys, st, done);
     ZR_CHECK_GOTO(walk(c, root, "", &w), st, done);
     if (w.unknown_top > MAX_UNKNOWN_LISTED) {
         char msg[320];
@@ -287,7 +285,7 @@ zr_status zr_config_load_json(zr_train_config *c, const char *path,
     ZR_CHECK(zr_file_open_read(path, &f));
     enum { MAX_BYTES = 16 << 20 }; /* a config is a few KB; this only stops a wrong file */
     char *text = NULL;
-    zr_status st = zr_alloc_at((void **)&text, MAX_BYTES + 1, __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(text, MAX_BYTES + 1);
     if (st != ZR_OK) {
         fclose(f);
         return st;

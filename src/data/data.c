@@ -265,8 +265,8 @@ static zr_status read_shard(zr_dataset *ds, FILE *f, const char *path, size_t si
                 "(truncated or damaged)",
                 path, k->name, h[2], hdr + count * (size_t)k->token_bytes, size);
     }
-    void *buf;
-    ZR_CHECK(zr_alloc_at(&buf, count * (size_t)k->token_bytes, __FILE__, __LINE__));
+    unsigned char *buf;
+    ZR_ALLOC(buf, count * (size_t)k->token_bytes);
     zr_status st = read_exact(f, path, buf, count * (size_t)k->token_bytes);
     if (st != ZR_OK) {
         zr_free(buf);
@@ -290,7 +290,7 @@ static zr_status append_text(FILE *f, const char *path, size_t size, uint16_t **
     if (*len + size > *cap) {
         size_t ncap = (*len + size) * 2 + 4096;
         uint16_t *nb;
-        ZR_CHECK(zr_alloc_at((void **)&nb, ncap * sizeof *nb, __FILE__, __LINE__));
+        ZR_ALLOC(nb, ncap);
         if (*len > 0) {
             memcpy(nb, *buf, *len * sizeof *nb);
         }
@@ -298,7 +298,7 @@ static zr_status append_text(FILE *f, const char *path, size_t size, uint16_t **
         *buf = nb;
         *cap = ncap;
     }
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&bytes, size, __FILE__, __LINE__), st, done);
+    ZR_ALLOC_GOTO(bytes, size, st, done);
     ZR_CHECK_GOTO(read_exact(f, path, bytes, size), st, done);
     long long bad = zr_text_check(bytes, size);
     if (bad >= 0) {
@@ -455,8 +455,7 @@ zr_status zr_dataset_load_fortunes(zr_dataset *ds, const char *dir)
         if (count == cap) {
             size_t ncap = cap * 2 + 64;
             char **nn;
-            ZR_CHECK_GOTO(zr_alloc_at((void **)&nn, ncap * sizeof *nn, __FILE__, __LINE__), st,
-                          done);
+            ZR_ALLOC_GOTO(nn, ncap, st, done);
             if (count > 0) {
                 memcpy(nn, names, count * sizeof *nn);
             }
@@ -465,7 +464,7 @@ zr_status zr_dataset_load_fortunes(zr_dataset *ds, const char *dir)
             cap = ncap;
         }
         size_t len = strlen(nm) + 1;
-        ZR_CHECK_GOTO(zr_alloc_at((void **)&names[count], len, __FILE__, __LINE__), st, done);
+        ZR_ALLOC_GOTO(names[count], len, st, done);
         memcpy(names[count++], nm, len);
     }
     if (count == 0) {

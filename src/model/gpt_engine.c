@@ -22,9 +22,7 @@ zr_status zr_gpt_specs_init(zr_gpt_specs *s, const zr_gpt_config *cfg)
     ZR_CHECK(zr_gpt_config_check(cfg));
     int n = zr_gpt_config_unit_count(cfg);
     ZR_ALLOC(s->units, (size_t)n);
-    zr_status st =
-        zr_alloc_at((void **)&s->ranges, sizeof(zr_range) * (size_t)n * ZR_GPT_MAX_UNIT_TENSORS,
-                    __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(s->ranges, (size_t)n * ZR_GPT_MAX_UNIT_TENSORS);
     if (st != ZR_OK) {
         zr_gpt_specs_free(s);
         return st;

@@ -354,7 +354,7 @@ zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg, f
             maxnumel = st_numel(&t[i]);
         }
     }
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&buf, maxnumel * sizeof *buf, __FILE__, __LINE__), st, done);
+    ZR_ALLOC_GOTO(buf, maxnumel, st, done);
     ZR_CHECK_GOTO(zr_file_tmp_open(&f, path), st, done);
     /* safetensors is little-endian; so are the machines zr runs on */
     st = zr_file_tmp_write(&f, &hlen64, sizeof hlen64);

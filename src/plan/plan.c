@@ -161,8 +161,7 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
     int cap = splits * (2 + 3 + 3 * 3 * (D + 1) * 3);
     zr_plan_choice *list = NULL;
     ZR_ALLOC(list, (size_t)cap);
-    zr_status st = zr_alloc_at((void **)&out->entries, sizeof(zr_plan_entry) * (size_t)cap,
-                               __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(out->entries, (size_t)cap);
     double min_mem = INFINITY;
     int n = 0;
     for (long long b = 1; b <= per && b <= bmax && st == ZR_OK; b++) {

@@ -146,11 +146,11 @@ static zr_status record_resume(zr_trainer *t, const char *path, int64_t step, co
     cJSON_Delete(event);
     zr_status st = h != NULL && e != NULL ? ZR_OK : ZR_ERR_NOMEM;
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&t->history_json, strlen(h) + 1, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(t->history_json, strlen(h) + 1);
     }
     if (st == ZR_OK) {
         memcpy(t->history_json, h, strlen(h) + 1);
-        st = zr_alloc_at((void **)&t->resume_event, strlen(e) + 2, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(t->resume_event, strlen(e) + 2);
     }
     if (st == ZR_OK) {
         snprintf(t->resume_event, strlen(e) + 2, "%s\n", e);
@@ -182,7 +182,7 @@ static zr_status check_changes(zr_trainer *t, const char *path, const zr_ckpt_me
         st = zr_ckpt_read_section(path, "resumes", &hist);
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&ch, sizeof *ch * zr_config_key_count(), __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(ch, zr_config_key_count());
     }
     if (st == ZR_OK && saved != NULL) {
         st = zr_config_compare(&t->cfg, saved, ch, &nch);

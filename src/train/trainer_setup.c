@@ -270,10 +270,10 @@ zr_status zr_trainer_setup(zr_trainer *t)
         st = zr_gpt_specs_init(&t->specs, &t->mcfg);
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&t->inputs, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(t->inputs, (size_t)B * T);
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&t->targets, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(t->targets, (size_t)B * T);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     zr_engine_config ecfg = zr_config_engine(c);

@@ -168,9 +168,9 @@ static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *
         int h = e->comm->size[ZR_GROUP_HPZ];
         s->sec_count = s->padded / (size_t)h;
         s->sec_type = e->cfg.param_wire.type == ZR_WIRE_F32 ? ZR_DTYPE_F32 : ZR_DTYPE_BF16;
-        ZR_CHECK(zr_alloc_at(&s->secondary,
-                             zr_engine_held(e, s->sec_count) * zr_dtype_size(s->sec_type), __FILE__,
-                             __LINE__));
+        unsigned char *sec;
+        ZR_ALLOC(sec, zr_engine_held(e, s->sec_count) * zr_dtype_size(s->sec_type));
+        s->secondary = sec;
     }
     return ZR_OK;
 }
@@ -178,28 +178,25 @@ static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *
 /* The units' ranges must cover each unit in order. */
 static zr_status check_units(int nunits, const zr_unit_spec *units)
 {
-    zr_status st = ZR_OK;
     if (nunits <= 0) {
-        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__, "a model needs at least one unit");
+        ZR_FAIL(ZR_ERR_INVALID, "a model needs at least one unit");
     }
-    for (int u = 0; u < nunits && st == ZR_OK; u++) {
+    for (int u = 0; u < nunits; u++) {
         size_t covered = 0;
         for (int i = 0; i < units[u].nranges; i++) {
             const zr_range *r = &units[u].ranges[i];
             if (r->offset != covered) {
-                st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                                 "unit %d: ranges must cover the unit in order without gaps", u);
-                break;
+                ZR_FAIL(ZR_ERR_INVALID, "unit %d: ranges must cover the unit in order without gaps",
+                        u);
             }
             covered += r->numel;
         }
-        if (st == ZR_OK && covered != units[u].numel) {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "unit %d: ranges cover %zu of %zu elements", u, covered,
-                             units[u].numel);
+        if (covered != units[u].numel) {
+            ZR_FAIL(ZR_ERR_INVALID, "unit %d: ranges cover %zu of %zu elements", u, covered,
+                    units[u].numel);
         }
     }
-    return st;
+    return ZR_OK;
 }
 
 /* Everything but the agreements of a real engine; dry: obs.event != NULL. */
@@ -214,10 +211,9 @@ static zr_status setup(zr_engine *e, zr_comm *comm, const zr_engine_config *cfg,
     const char *safe = getenv("ZR_SAFE");
     e->safe = !zr_engine_is_dry(e) && safe != NULL && strcmp(safe, "1") == 0;
     ZR_CHECK(check_units(nunits, units));
-    ZR_CHECK(zr_alloc_at((void **)&e->units, sizeof(zr_unit_state) * (size_t)nunits, __FILE__,
-                         __LINE__));
+    ZR_ALLOC(e->units, (size_t)nunits);
     ZR_CHECK(zr_engine_pool_init(&e->pool, zr_engine_is_dry(e)));
-    ZR_CHECK(zr_alloc_at((void **)&e->fifo, sizeof(int) * (size_t)nunits, __FILE__, __LINE__));
+    ZR_ALLOC(e->fifo, (size_t)nunits);
     for (int u = 0; u < nunits; u++) {
         ZR_CHECK(unit_alloc(e, &e->units[u], &units[u]));
     }
@@ -354,11 +350,12 @@ zr_status zr_engine_get_params(zr_engine *e, int u, float *full)
     ZR_CHECK(zr_engine_pool_get(e->pool, s->padded, 0, &tmp));
     ZR_CHECK(zr_engine_pool_get_op(e->pool, &op));
     zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QUANT_SYM}};
-    zr_status st = zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &exact, ZR_DTYPE_F32,
-                                s->master, s->shard, tmp, op);
-    if (st == ZR_OK) {
-        memcpy(full, tmp, s->numel * sizeof(float));
-    }
+    zr_status st;
+    ZR_CHECK_GOTO(zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &exact, ZR_DTYPE_F32,
+                               s->master, s->shard, tmp, op),
+                  st, done);
+    memcpy(full, tmp, s->numel * sizeof(float));
+done:
     zr_engine_pool_put_op(e->pool, op);
     zr_engine_pool_put(e->pool, tmp);
     return st;
