@@ -568,10 +568,10 @@ static zr_status section_text(const cJSON *root, const char *section, char **out
         ZR_FAIL(ZR_ERR_NOMEM, "out of memory reading the manifest's \"%s\"", section);
     }
     size_t n = strlen(text) + 1;
-    zr_status st = ZR_ALLOC_STATUS(*out, n);
-    if (st == ZR_OK) {
-        memcpy(*out, text, n);
-    }
+    zr_status st = ZR_OK;
+    ZR_ALLOC_GOTO(*out, n, st, done);
+    memcpy(*out, text, n);
+done:
     cJSON_free(text);
     return st;
 }

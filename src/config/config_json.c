@@ -81,13 +81,14 @@ static zr_status no_duplicates(const cJSON *obj, const char *prefix, const char 
     }
     qsort(names, (size_t)n, sizeof *names, cmp_name);
     zr_status st = ZR_OK;
-    for (int i = 1; i < n && st == ZR_OK; i++) {
+    for (int i = 1; i < n; i++) {
         if (strcmp(names[i - 1], names[i]) == 0) {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "%s: key \"%s%s%.200s\" appears twice; give each key once", name,
-                             prefix, prefix[0] != '\0' ? "." : "", names[i]);
+            ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID,
+                         "%s: key \"%s%s%.200s\" appears twice; give each key once", name, prefix,
+                         prefix[0] != '\0' ? "." : "", names[i]);
         }
     }
+done:
     zr_free(names);
     return st;
 }

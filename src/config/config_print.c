@@ -161,10 +161,10 @@ zr_status zr_config_to_json(const zr_train_config *c, char **out)
     }
     /* cJSON allocates with plain malloc: the caller gets counted memory, freed with zr_free */
     size_t n = strlen(text) + 1;
-    zr_status st = ZR_ALLOC_STATUS(*out, n);
-    if (st == ZR_OK) {
-        memcpy(*out, text, n);
-    }
+    zr_status st = ZR_OK;
+    ZR_ALLOC_GOTO(*out, n, st, done);
+    memcpy(*out, text, n);
+done:
     cJSON_free(text);
     return st;
 }

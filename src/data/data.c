@@ -88,11 +88,11 @@ zr_status zr_shard_write_kind(const char *path, zr_data_kind kind, const void *t
     header[2] = (int32_t)n;
     zr_file_tmp t;
     ZR_CHECK(zr_file_tmp_open(&t, path));
-    zr_status st = zr_file_tmp_write(&t, header, sizeof header);
-    if (st == ZR_OK) {
-        st = zr_file_tmp_write(&t, tokens, n * (size_t)k->token_bytes);
-    }
-    return zr_file_tmp_commit(&t, st);
+    zr_status st;
+    ZR_CHECK_GOTO(zr_file_tmp_write(&t, header, sizeof header), st, done);
+    st = zr_file_tmp_write(&t, tokens, n * (size_t)k->token_bytes);
+done:
+    return zr_file_tmp_commit(&t, st); /* removes the temporary file when st is an error */
 }
 
 zr_status zr_shard_write(const char *path, const uint16_t *tokens, size_t n)
@@ -415,10 +415,10 @@ static zr_status append_file(const char *path, uint16_t **buf, size_t *len, size
     FILE *f;
     ZR_CHECK(zr_file_open_read(path, &f));
     size_t size = 0;
-    zr_status st = open_size(f, path, &size);
-    if (st == ZR_OK) {
-        st = append_text(f, path, size, buf, len, cap);
-    }
+    zr_status st;
+    ZR_CHECK_GOTO(open_size(f, path, &size), st, done);
+    st = append_text(f, path, size, buf, len, cap);
+done:
     fclose(f);
     return st;
 }

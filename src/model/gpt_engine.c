@@ -188,19 +188,25 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
     return ZR_OK;
 }
 
+/* Unit u of the model file at path into the engine, through a full-size buffer. */
+static zr_status load_llmc_unit(zr_engine *e, const zr_gpt *m, const char *path, int u)
+{
+    float *full;
+    ZR_ALLOC(full, zr_gpt_unit_numel(m, u));
+    zr_status st;
+    ZR_CHECK_GOTO(zr_gpt_read_llmc_unit(path, &m->cfg, u, full), st, done);
+    st = zr_engine_set_params(e, u, full);
+done:
+    zr_free(full);
+    return st;
+}
+
 zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt *m, const char *path)
 {
     int n = zr_gpt_unit_count(m);
     ZR_ASSERT(n == e->nunits);
     for (int u = 0; u < n; u++) {
-        float *full;
-        ZR_ALLOC(full, zr_gpt_unit_numel(m, u));
-        zr_status st = zr_gpt_read_llmc_unit(path, &m->cfg, u, full);
-        if (st == ZR_OK) {
-            st = zr_engine_set_params(e, u, full);
-        }
-        zr_free(full);
-        ZR_CHECK(st);
+        ZR_CHECK(load_llmc_unit(e, m, path, u));
     }
     return ZR_OK;
 }
