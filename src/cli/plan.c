@@ -70,19 +70,16 @@ static zr_status check_output(const char *out, const char *what, const zr_train_
 {
     zr_file_inputs in;
     zr_file_inputs_init(&in);
-    zr_status st = zr_file_inputs_add(&in, probe, "the probe file (--probe)");
-    if (st == ZR_OK) {
-        st = zr_file_inputs_add(&in, c->config_path, "the configuration file (--config)");
-    }
-    if (st == ZR_OK) {
-        st = zr_file_inputs_add(&in, c->data_path, "the training data (zr.data.path)");
-    }
-    if (st == ZR_OK) {
-        st = zr_file_inputs_add(&in, c->init_path, "the model file (zr.model.init)");
-    }
-    if (st == ZR_OK) {
-        st = zr_file_output_check(out, what, &in, exists);
-    }
+    zr_status st;
+    ZR_CHECK_GOTO(zr_file_inputs_add(&in, probe, "the probe file (--probe)"), st, done);
+    ZR_CHECK_GOTO(zr_file_inputs_add(&in, c->config_path, "the configuration file (--config)"), st,
+                  done);
+    ZR_CHECK_GOTO(zr_file_inputs_add(&in, c->data_path, "the training data (zr.data.path)"), st,
+                  done);
+    ZR_CHECK_GOTO(zr_file_inputs_add(&in, c->init_path, "the model file (zr.model.init)"), st,
+                  done);
+    st = zr_file_output_check(out, what, &in, exists);
+done:
     zr_file_inputs_free(&in);
     return st;
 }
