@@ -83,7 +83,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 
 static const zr_coll_algo algo = {"allgather_qwz", advance};
 
-size_t zr_allgather_qwz_work(const zr_comm *c, zr_group g, const zr_quant_params *q, size_t count)
+/* Bytes of workspace the op reserves (its cost's .work). */
+static size_t work_bytes(const zr_comm *c, zr_group g, const zr_quant_params *q, size_t count)
 {
     return (size_t)c->size[g] * zr_quant_block_bytes(q, count);
 }
@@ -91,7 +92,7 @@ size_t zr_allgather_qwz_work(const zr_comm *c, zr_group g, const zr_quant_params
 zr_coll_cost zr_allgather_qwz_cost(const zr_comm *c, zr_group g, zr_kind kind,
                                    const zr_quant_params *q, size_t count)
 {
-    zr_coll_cost k = {.kind = kind, .work = zr_allgather_qwz_work(c, g, q, count)};
+    zr_coll_cost k = {.kind = kind, .work = work_bytes(c, g, q, count)};
     zr_coll_cost_send(c, g, zr_quant_block_bytes(q, count), 0, &k);
     k.q_enc = count;
     k.q_dec = (size_t)c->size[g] * count;
@@ -107,7 +108,7 @@ zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_
     size_t bytes = zr_quant_block_bytes(q, count);
     qwz_state *w;
     ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&w));
-    zr_status st = zr_coll_reserve(op, zr_allgather_qwz_work(c, g, q, count));
+    zr_status st = zr_coll_reserve(op, work_bytes(c, g, q, count));
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;
