@@ -91,7 +91,7 @@ typedef struct bench_ctx {
 } bench_ctx;
 
 /* Median seconds of reps runs of one operation (after one warm-up run). */
-static double time_op(const bench_ctx *c, int op, const zr_qparams *p, zr_dtype t, int reps)
+static double time_op(const bench_ctx *c, int op, const zr_quant_params *p, zr_dtype t, int reps)
 {
     double ts[64];
     reps = reps > 64 ? 64 : reps;
@@ -133,7 +133,8 @@ static size_t parse_size(const char *s)
     return v > 0 ? (size_t)v : 0;
 }
 
-static double rms_rel_error(const zr_qparams *p, const float *x, size_t n, float *y, void *block)
+static double rms_rel_error(const zr_quant_params *p, const float *x, size_t n, float *y,
+                            void *block)
 {
     ZR_TRY(zr_quant_encode(p, ZR_DTYPE_F32, x, n, 1.0f, NULL, block, NULL), "bench quant");
     ZR_TRY(zr_quant_decode(block, ZR_DTYPE_F32, y, n), "bench quant");
@@ -159,7 +160,7 @@ int zr_bench_quant(int argc, char **argv)
     int json = 0, group = ZR_QUANT_DEFAULT_GROUP, reps_arg = 0;
     size_t sizes[MAX_SIZES] = {1u << 20, 16u << 20, 64u << 20};
     int nsizes = 3;
-    zr_qimpl impl = ZR_QIMPL_AUTO;
+    zr_quant_impl impl = ZR_QUANT_IMPL_AUTO;
     const char *device = "cpu";
     int sizes_given = 0;
     for (int i = 1; i < argc; i++) {
@@ -179,10 +180,10 @@ int zr_bench_quant(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--impl") == 0 && i + 1 < argc) {
             const char *s = argv[++i];
-            impl = strcmp(s, "scalar") == 0   ? ZR_QIMPL_SCALAR
-                   : strcmp(s, "avx2") == 0   ? ZR_QIMPL_AVX2
-                   : strcmp(s, "avx512") == 0 ? ZR_QIMPL_AVX512
-                                              : ZR_QIMPL_AUTO;
+            impl = strcmp(s, "scalar") == 0   ? ZR_QUANT_IMPL_SCALAR
+                   : strcmp(s, "avx2") == 0   ? ZR_QUANT_IMPL_AVX2
+                   : strcmp(s, "avx512") == 0 ? ZR_QUANT_IMPL_AVX512
+                                              : ZR_QUANT_IMPL_AUTO;
         } else if (strcmp(argv[i], "--group") == 0 && i + 1 < argc) {
             group = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
@@ -199,8 +200,8 @@ int zr_bench_quant(int argc, char **argv)
                                    sizes_given ? nsizes : 1, group, reps_arg > 0 ? reps_arg : 20);
     }
     ZR_TRY(zr_quant_set_impl(impl), "choose an implementation this CPU supports");
-    zr_qparams p8 = {8, group, ZR_QSYM}, p4 = {4, group, ZR_QSYM};
-    ZR_TRY(zr_qparams_check(&p8), "--group must be a multiple of 8 in 32..65536");
+    zr_quant_params p8 = {8, group, ZR_QUANT_SYM}, p4 = {4, group, ZR_QUANT_SYM};
+    ZR_TRY(zr_quant_params_check(&p8), "--group must be a multiple of 8 in 32..65536");
 
     size_t nmax = 0;
     for (int s = 0; s < nsizes; s++) {
@@ -213,7 +214,8 @@ int zr_bench_quant(int argc, char **argv)
     ZR_TRY(zr_alloc_at((void **)&xh, nmax * 2, __FILE__, __LINE__), "out of memory");
     ZR_TRY(zr_alloc_at((void **)&out, nmax * 4, __FILE__, __LINE__), "out of memory");
     ZR_TRY(zr_alloc_at((void **)&copy, nmax * 4, __FILE__, __LINE__), "out of memory");
-    ZR_TRY(zr_alloc_at((void **)&block, zr_quant_block_bytes(&(zr_qparams){8, 32, ZR_QASYM}, nmax),
+    ZR_TRY(zr_alloc_at((void **)&block,
+                       zr_quant_block_bytes(&(zr_quant_params){8, 32, ZR_QUANT_ASYM}, nmax),
                        __FILE__, __LINE__),
            "out of memory");
     fill_noise(x, nmax, 1);
@@ -221,7 +223,7 @@ int zr_bench_quant(int argc, char **argv)
 
     printf("zr bench quant: impl %s, group %d, median of repetitions, GB/s of the "
            "uncompressed side\n\n",
-           zr_qimpl_name(zr_quant_get_impl()), group);
+           zr_quant_impl_name(zr_quant_get_impl()), group);
     printf("%-10s %-5s %-5s %9s %10s %12s %9s\n", "op", "bits", "type", "elements", "GB/s",
            "memcpy GB/s", "x memcpy");
     bench_row rows[MAX_ROWS];
@@ -238,7 +240,7 @@ int zr_bench_quant(int argc, char **argv)
         }
         for (int op = OP_QUANT; op <= OP_DEQUANT; op++) {
             for (int bits = 8; bits >= 4; bits -= 4) {
-                const zr_qparams *p = bits == 8 ? &p8 : &p4;
+                const zr_quant_params *p = bits == 8 ? &p8 : &p4;
                 for (int t = 0; t < 2; t++) {
                     if (op == OP_DEQUANT) {
                         /* decode needs a block of these parameters */
@@ -278,10 +280,10 @@ int zr_bench_quant(int argc, char **argv)
     double speed[sizeof sweep / sizeof sweep[0]];
     for (size_t g = 0; g < sizeof sweep / sizeof sweep[0]; g++) {
         for (int v = 0; v < 4; v++) {
-            zr_qparams p = {v % 2 ? 4 : 8, sweep[g], v >= 2 ? ZR_QASYM : ZR_QSYM};
+            zr_quant_params p = {v % 2 ? 4 : 8, sweep[g], v >= 2 ? ZR_QUANT_ASYM : ZR_QUANT_SYM};
             err[g][v] = rms_rel_error(&p, x, ne, out, block);
         }
-        zr_qparams p = {8, sweep[g], ZR_QSYM};
+        zr_quant_params p = {8, sweep[g], ZR_QUANT_SYM};
         bench_ctx c = {x, xh, block, out, copy, nt};
         speed[g] = (double)(nt * 4) / time_op(&c, OP_QUANT, &p, ZR_DTYPE_F32, 7) / 1e9;
         printf("%7d %11.3e %11.3e %11.3e %11.3e %12.2f %10.3f\n", sweep[g], err[g][0], err[g][1],
@@ -292,7 +294,7 @@ int zr_bench_quant(int argc, char **argv)
     if (json) {
         printf("{\"bench\":\"quant\",\"impl\":\"%s\",\"group\":%d,\"default_group\":%d,"
                "\"results\":[",
-               zr_qimpl_name(zr_quant_get_impl()), group, ZR_QUANT_DEFAULT_GROUP);
+               zr_quant_impl_name(zr_quant_get_impl()), group, ZR_QUANT_DEFAULT_GROUP);
         for (int i = 0; i < nrows; i++) {
             printf("%s{\"op\":\"%s\",\"bits\":%d,\"dtype\":\"%s\",\"n\":%zu,\"gbps\":%.3f,"
                    "\"memcpy_gbps\":%.3f,\"ratio\":%.3f}",
@@ -312,6 +314,6 @@ int zr_bench_quant(int argc, char **argv)
     zr_free(out);
     zr_free(copy);
     zr_free(block);
-    zr_quant_set_impl(ZR_QIMPL_AUTO);
+    zr_quant_set_impl(ZR_QUANT_IMPL_AUTO);
     return 0;
 }

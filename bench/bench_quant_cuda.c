@@ -32,7 +32,7 @@ typedef struct gbench {
     zr_bf16 *xh;
     uint8_t *block, *blocks; /* blocks: 4 INT4 blocks back to back, for the sums */
     size_t n, block4;        /* block4: bytes of one INT4 block of n elements */
-    zr_qparams p8, p4;
+    zr_quant_params p8, p4;
     double *sq;
 } gbench;
 
@@ -155,10 +155,10 @@ static zr_status time_op(gbench *b, int op, int reps, float *ms)
 static zr_status setup(const zr_device *dev, size_t n, int group, gbench *b)
 {
     b->n = n;
-    b->p8 = (zr_qparams){8, group, ZR_QSYM};
-    b->p4 = (zr_qparams){4, group, ZR_QSYM};
+    b->p8 = (zr_quant_params){8, group, ZR_QUANT_SYM};
+    b->p4 = (zr_quant_params){4, group, ZR_QUANT_SYM};
     b->block4 = zr_quant_block_bytes(&b->p4, n / 4);
-    ZR_CHECK(zr_qparams_check(&b->p8));
+    ZR_CHECK(zr_quant_params_check(&b->p8));
     ZR_DEVICE_ALLOC(dev, b->x, n);
     ZR_DEVICE_ALLOC(dev, b->out, n);
     ZR_DEVICE_ALLOC(dev, b->copy, n);

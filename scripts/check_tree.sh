@@ -140,8 +140,8 @@ done
 
 # ---- sizes ------------------------------------------------------------------------
 
-declare -A allowed # path -> 1 while listed in the allow-list
-declare -A allowed_used
+declare -A allowed=() # path -> 1 while listed in the allow-list
+declare -A allowed_used=()
 if [ -f "$ALLOW" ]; then
     n=0
     while IFS= read -r line || [ -n "$line" ]; do

@@ -82,7 +82,7 @@ static zr_wire wire_of(zr_wire_type t, int bits, int group)
     w.type = t;
     w.q.bits = bits;
     w.q.group = group;
-    w.q.scheme = ZR_QSYM;
+    w.q.scheme = ZR_QUANT_SYM;
     return w;
 }
 
@@ -402,7 +402,7 @@ static void test_hpz(void)
  * hop-2 scales of the N partial sums.
  */
 static void qgz_reference(const zr_comm *c, size_t count, unsigned seed, zr_dtype t,
-                          const zr_qparams *q, double *mean, double *bound)
+                          const zr_quant_params *q, double *mean, double *bound)
 {
     int w = c->size[ZR_GROUP_WORLD], d = c->ranks_per_node, nn = c->n_nodes;
     int me = c->rank[ZR_GROUP_WORLD];
@@ -449,7 +449,7 @@ static void qgz_reference(const zr_comm *c, size_t count, unsigned seed, zr_dtyp
 }
 
 static int qgz_check(const zr_comm *c, const float *out, size_t count, unsigned seed, zr_dtype t,
-                     const zr_qparams *q, double *worst)
+                     const zr_quant_params *q, double *worst)
 {
     double *mean = malloc(sizeof(double) * (count ? count : 1));
     double *bound = malloc(sizeof(double) * (count ? count : 1));

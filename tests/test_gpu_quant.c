@@ -128,7 +128,7 @@ static void fill(int kind, zr_test_rng *rng, float *x, size_t n, size_t group)
 /* ---- encode and decode ---------------------------------------------------------------- */
 
 typedef struct enc_case {
-    zr_qparams p;
+    zr_quant_params p;
     zr_dtype t;
     size_t n;
     float mul;
@@ -154,7 +154,7 @@ static void check_case(const enc_case *c, const float *xf, const float *r0)
         memcpy(x, xf, n * 4);
     }
     memcpy(r_ref, r0, n * 4);
-    TEST_OK(zr_quant_set_impl(ZR_QIMPL_SCALAR));
+    TEST_OK(zr_quant_set_impl(ZR_QUANT_IMPL_SCALAR));
     TEST_OK(zr_quant_encode(&c->p, c->t, x, n, c->mul, c->residual ? r_ref : NULL, ref, NULL));
 
     uint8_t *dx = d_a + c->off * es, *dblk = d_b + c->boff;
@@ -165,7 +165,7 @@ static void check_case(const enc_case *c, const float *xf, const float *r0)
     TEST_OK(zr_quant_cuda_encode(&c->p, c->t, dx, n, c->mul, c->residual ? dr : NULL, dblk, st));
     get(blk, dblk, bytes);
     get(r_gpu, dr, n * 4);
-    const char *sch = c->p.scheme == ZR_QASYM ? "asym" : "sym";
+    const char *sch = c->p.scheme == ZR_QUANT_ASYM ? "asym" : "sym";
     long at = diff_at(ref, blk, bytes);
     TEST_CHECKF(at < 0, "encode int%d %s G %d n %zu %s mul %g%s off %zu: byte %ld of %zu",
                 c->p.bits, sch, c->p.group, n, zr_dtype_name(c->t), c->mul,
@@ -201,7 +201,7 @@ static void check_case(const enc_case *c, const float *xf, const float *r0)
         TEST_CHECKF(at < 0, "decode mode %d int%d %s G %d n %zu off %zu: byte %ld", mode, c->p.bits,
                     sch, c->p.group, n, c->off, at);
     }
-    TEST_OK(zr_quant_set_impl(ZR_QIMPL_AUTO));
+    TEST_OK(zr_quant_set_impl(ZR_QUANT_IMPL_AUTO));
     free(x);
     free(ref);
     free(blk);
@@ -249,7 +249,7 @@ static void sweep(const int *groups, int ngroups)
                 r[i] = zr_test_rng_uniform(&rng) * 0.01f;
             }
             for (int v = 0; v < 8; v++) {
-                enc_case c = {{v & 1 ? 4 : 8, G, v & 2 ? ZR_QASYM : ZR_QSYM},
+                enc_case c = {{v & 1 ? 4 : 8, G, v & 2 ? ZR_QUANT_ASYM : ZR_QUANT_SYM},
                               v & 4 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
                               ns[li],
                               (li + (size_t)v) % 3 == 0 ? 0.25f : 1.0f,
@@ -285,7 +285,7 @@ static void test_encode_large_groups(void)
 
 /* ---- decode-sum-requantize -------------------------------------------------------------- */
 
-static void sum_case(int k, size_t n, const zr_qparams *out_p, int residual, zr_test_rng *rng)
+static void sum_case(int k, size_t n, const zr_quant_params *out_p, int residual, zr_test_rng *rng)
 {
     size_t nn = n ? n : 1;
     float *x = malloc(nn * 4), *r0 = malloc(nn * 4), *r_ref = malloc(nn * 4);
@@ -295,7 +295,7 @@ static void sum_case(int k, size_t n, const zr_qparams *out_p, int residual, zr_
     size_t off = 0;
     for (int j = 0; j < k; j++) {
         /* each input its own format */
-        zr_qparams p = {j % 2 ? 4 : 8, j % 3 ? 32 : 64, j % 2 ? ZR_QASYM : ZR_QSYM};
+        zr_quant_params p = {j % 2 ? 4 : 8, j % 3 ? 32 : 64, j % 2 ? ZR_QUANT_ASYM : ZR_QUANT_SYM};
         fill(j == 2 ? K_SPECIAL : K_GAUSS, rng, x, n, 32);
         size_t b = zr_quant_block_bytes(&p, n);
         blocks[j] = malloc(b);
@@ -311,10 +311,10 @@ static void sum_case(int k, size_t n, const zr_qparams *out_p, int residual, zr_
     size_t bytes = zr_quant_block_bytes(out_p, n);
     uint8_t *ref = malloc(bytes), *blk = malloc(bytes);
     float mul = 1.0f / (float)k;
-    TEST_OK(zr_quant_set_impl(ZR_QIMPL_SCALAR));
+    TEST_OK(zr_quant_set_impl(ZR_QUANT_IMPL_SCALAR));
     TEST_OK(zr_quant_sum_requant((const void *const *)blocks, k, n, mul, out_p,
                                  residual ? r_ref : NULL, ref, NULL));
-    TEST_OK(zr_quant_set_impl(ZR_QIMPL_AUTO));
+    TEST_OK(zr_quant_set_impl(ZR_QUANT_IMPL_AUTO));
     put(d_c, r0, n * 4);
     TEST_OK(zr_memset_async(d_b, 0x5a, bytes, st));
     TEST_OK(zr_quant_cuda_sum_requant(dblocks, k, n, mul, out_p, residual ? (float *)d_c : NULL,
@@ -344,17 +344,17 @@ static void test_sum_requant(void)
     static const size_t ns[] = {0, 1, 31, 32, 33, 64, 100, 103, 200};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
         for (int k = 1; k <= 5; k += 2) {
-            zr_qparams p = {(int)(i % 2 ? 8 : 4), 32, i % 3 ? ZR_QSYM : ZR_QASYM};
+            zr_quant_params p = {(int)(i % 2 ? 8 : 4), 32, i % 3 ? ZR_QUANT_SYM : ZR_QUANT_ASYM};
             sum_case(k, ns[i], &p, (int)(i % 2), &rng);
         }
     }
-    zr_qparams big = {4, 1024, ZR_QSYM};
+    zr_quant_params big = {4, 1024, ZR_QUANT_SYM};
     sum_case(2, 3 * 1024 + 7, &big, 1, &rng);
-    zr_qparams huge = {8, 4096, ZR_QASYM};
+    zr_quant_params huge = {8, 4096, ZR_QUANT_ASYM};
     sum_case(3, 4096 + 9, &huge, 0, &rng);
 
     /* an input that is not a block of count elements: the output is refused */
-    zr_qparams p = {8, 32, ZR_QSYM};
+    zr_quant_params p = {8, 32, ZR_QUANT_SYM};
     float x[40] = {1.0f};
     uint8_t in[256], out[256];
     TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, x, 40, 1.0f, NULL, in, NULL));
@@ -554,7 +554,7 @@ static void test_sumsq(void)
 
 static void test_arguments(void)
 {
-    zr_qparams p = {8, 32, ZR_QSYM};
+    zr_quant_params p = {8, 32, ZR_QUANT_SYM};
     zr_device cpu = zr_device_cpu();
     zr_stream *cs = NULL;
     TEST_OK(zr_stream_create(&cpu, &cs));
@@ -565,7 +565,7 @@ static void test_arguments(void)
                ZR_ERR_INVALID, "4-byte aligned");
     TEST_FAILS(zr_quant_cuda_encode(&p, (zr_dtype)9, d_a, 8, 1.0f, NULL, d_b, st), ZR_ERR_INVALID,
                "dtype");
-    zr_qparams bad = {6, 32, ZR_QSYM};
+    zr_quant_params bad = {6, 32, ZR_QUANT_SYM};
     TEST_FAILS(zr_quant_cuda_encode(&bad, ZR_DTYPE_F32, d_a, 8, 1.0f, NULL, d_b, st),
                ZR_ERR_INVALID, "bits");
     const void *none[1] = {d_a};

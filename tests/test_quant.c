@@ -30,17 +30,17 @@ static float u2f(uint32_t u)
 }
 
 /* The implementations this CPU can run, scalar first (the oracle). */
-static int impls(zr_qimpl *out)
+static int impls(zr_quant_impl *out)
 {
     int n = 0;
-    zr_qimpl all[] = {ZR_QIMPL_SCALAR, ZR_QIMPL_AVX2, ZR_QIMPL_AVX512};
+    zr_quant_impl all[] = {ZR_QUANT_IMPL_SCALAR, ZR_QUANT_IMPL_AVX2, ZR_QUANT_IMPL_AVX512};
     for (int i = 0; i < 3; i++) {
         if (zr_quant_set_impl(all[i]) == ZR_OK) {
             out[n++] = all[i];
         }
     }
     zr_error_clear();
-    zr_quant_set_impl(ZR_QIMPL_AUTO);
+    zr_quant_set_impl(ZR_QUANT_IMPL_AUTO);
     return n;
 }
 
@@ -104,21 +104,21 @@ static void fill(int kind, zr_test_rng *rng, float *x, size_t n, size_t group)
 
 /* ---- the oracle checks ---------------------------------------------------- */
 
-static float scale_of(const uint8_t *block, const zr_qparams *p, size_t gi, float *zero)
+static float scale_of(const uint8_t *block, const zr_quant_params *p, size_t gi, float *zero)
 {
     float s;
-    size_t idx = p->scheme == ZR_QASYM ? 2 * gi : gi;
+    size_t idx = p->scheme == ZR_QUANT_ASYM ? 2 * gi : gi;
     memcpy(&s, block + 32 + idx * 4, 4);
     *zero = 0.0f;
-    if (p->scheme == ZR_QASYM) {
+    if (p->scheme == ZR_QUANT_ASYM) {
         memcpy(zero, block + 32 + (idx + 1) * 4, 4);
     }
     return s;
 }
 
 /* Check |v - x'| against the bound of quant.h for every element of finite groups. */
-static int check_bound(const zr_qparams *p, const uint8_t *block, const float *v, const float *dq,
-                       size_t n)
+static int check_bound(const zr_quant_params *p, const uint8_t *block, const float *v,
+                       const float *dq, size_t n)
 {
     int bad = 0;
     double half = (double)(1 << (p->bits - 1));
@@ -130,7 +130,7 @@ static int check_bound(const zr_qparams *p, const uint8_t *block, const float *v
         }
         double err = fabs((double)v[i] - (double)dq[i]);
         double bound;
-        if (p->scheme == ZR_QSYM) {
+        if (p->scheme == ZR_QUANT_SYM) {
             bound = (double)v[i] > (half - 0.5) * s ? s : s / 2.0;
             bound = bound * (1 + 0x1p-15) + tiny; /* rounding of q * scale */
         } else {
@@ -140,8 +140,8 @@ static int check_bound(const zr_qparams *p, const uint8_t *block, const float *v
         if (!(err <= bound)) {
             bad++;
             TEST_CHECKF(0, "bits %d %s G %d i %zu: x %.9g x' %.9g err %.3g > bound %.3g (scale %g)",
-                        p->bits, p->scheme == ZR_QSYM ? "sym" : "asym", p->group, i, v[i], dq[i],
-                        err, bound, s);
+                        p->bits, p->scheme == ZR_QUANT_SYM ? "sym" : "asym", p->group, i, v[i],
+                        dq[i], err, bound, s);
         }
     }
     return bad == 0;
@@ -153,10 +153,10 @@ static int check_bound(const zr_qparams *p, const uint8_t *block, const float *v
  * oracle bit for bit; every decode mode equal too; the error bound; and the
  * residual equal to v - x'.
  */
-static void check_all(const zr_qparams *p, zr_dtype t, const float *xf, size_t n, float mul,
+static void check_all(const zr_quant_params *p, zr_dtype t, const float *xf, size_t n, float mul,
                       const float *res_in, size_t *nonfinite_out)
 {
-    zr_qimpl im[3];
+    zr_quant_impl im[3];
     int ni = impls(im);
     size_t bytes = zr_quant_block_bytes(p, n);
     TEST_CHECK(bytes % 4 == 0);
@@ -211,7 +211,7 @@ static void check_all(const zr_qparams *p, zr_dtype t, const float *xf, size_t n
             nf_ref = nf;
             continue;
         }
-        const char *name = zr_qimpl_name(im[k]);
+        const char *name = zr_quant_impl_name(im[k]);
         TEST_CHECKF(nf == nf_ref, "%s nonfinite %zu vs %zu", name, nf, nf_ref);
         TEST_CHECKF(memcmp(ref, blk, bytes) == 0, "%s block differs (bits %d %s G %d n %zu %s)",
                     name, p->bits, p->scheme ? "asym" : "sym", p->group, n, zr_dtype_name(t));
@@ -222,7 +222,7 @@ static void check_all(const zr_qparams *p, zr_dtype t, const float *xf, size_t n
         TEST_CHECKF(memcmp(dh_ref, dh, n * 2) == 0, "%s bf16 decode differs", name);
         TEST_CHECKF(memcmp(acc_ref, acc, n * 4) == 0, "%s decode_add differs", name);
     }
-    zr_quant_set_impl(ZR_QIMPL_AUTO);
+    zr_quant_set_impl(ZR_QUANT_IMPL_AUTO);
     check_bound(p, ref, v, dq_ref, n);
     if (res_in != NULL) {
         int ok = 1;
@@ -255,29 +255,30 @@ static void check_all(const zr_qparams *p, zr_dtype t, const float *xf, size_t n
 
 static void test_params_and_sizes(void)
 {
-    zr_qparams p = {8, 256, ZR_QSYM};
-    TEST_OK(zr_qparams_check(&p));
-    zr_qparams bad = p;
+    zr_quant_params p = {8, 256, ZR_QUANT_SYM};
+    TEST_OK(zr_quant_params_check(&p));
+    zr_quant_params bad = p;
     bad.bits = 6;
-    TEST_FAILS(zr_qparams_check(&bad), ZR_ERR_INVALID, "bits");
+    TEST_FAILS(zr_quant_params_check(&bad), ZR_ERR_INVALID, "bits");
     bad = p;
     bad.group = 36;
-    TEST_FAILS(zr_qparams_check(&bad), ZR_ERR_INVALID, "group");
+    TEST_FAILS(zr_quant_params_check(&bad), ZR_ERR_INVALID, "group");
     bad.group = 24;
-    TEST_FAILS(zr_qparams_check(&bad), ZR_ERR_INVALID, "group");
+    TEST_FAILS(zr_quant_params_check(&bad), ZR_ERR_INVALID, "group");
     bad.group = 65536 + 8;
-    TEST_FAILS(zr_qparams_check(&bad), ZR_ERR_INVALID, "group");
+    TEST_FAILS(zr_quant_params_check(&bad), ZR_ERR_INVALID, "group");
     bad = p;
-    bad.scheme = (zr_qscheme)7;
-    TEST_FAILS(zr_qparams_check(&bad), ZR_ERR_INVALID, "scheme");
+    bad.scheme = (zr_quant_scheme)7;
+    TEST_FAILS(zr_quant_params_check(&bad), ZR_ERR_INVALID, "scheme");
     p.group = 32;
-    TEST_OK(zr_qparams_check(&p));
+    TEST_OK(zr_quant_params_check(&p));
     p.group = 65536;
-    TEST_OK(zr_qparams_check(&p));
+    TEST_OK(zr_quant_params_check(&p));
     p.group = ZR_QUANT_DEFAULT_GROUP;
-    TEST_OK(zr_qparams_check(&p));
+    TEST_OK(zr_quant_params_check(&p));
 
-    zr_qparams q8 = {8, 32, ZR_QSYM}, q4 = {4, 32, ZR_QSYM}, a4 = {4, 32, ZR_QASYM};
+    zr_quant_params q8 = {8, 32, ZR_QUANT_SYM}, q4 = {4, 32, ZR_QUANT_SYM},
+                    a4 = {4, 32, ZR_QUANT_ASYM};
     TEST_EQ_INT(zr_quant_block_bytes(&q8, 0), 32);
     TEST_EQ_INT(zr_quant_block_bytes(&q8, 1), 32 + 4 + 4);
     TEST_EQ_INT(zr_quant_block_bytes(&q8, 33), 32 + 8 + 36);
@@ -289,18 +290,18 @@ static void test_params_and_sizes(void)
 
 static void test_impl_select(void)
 {
-    TEST_OK(zr_quant_set_impl(ZR_QIMPL_SCALAR));
-    TEST_EQ_INT(zr_quant_get_impl(), ZR_QIMPL_SCALAR);
-    TEST_FAILS(zr_quant_set_impl((zr_qimpl)42), ZR_ERR_INVALID, "impl");
-    TEST_OK(zr_quant_set_impl(ZR_QIMPL_AUTO));
-    zr_qimpl im[3];
+    TEST_OK(zr_quant_set_impl(ZR_QUANT_IMPL_SCALAR));
+    TEST_EQ_INT(zr_quant_get_impl(), ZR_QUANT_IMPL_SCALAR);
+    TEST_FAILS(zr_quant_set_impl((zr_quant_impl)42), ZR_ERR_INVALID, "impl");
+    TEST_OK(zr_quant_set_impl(ZR_QUANT_IMPL_AUTO));
+    zr_quant_impl im[3];
     int n = impls(im);
     TEST_EQ_INT(zr_quant_get_impl(), im[n - 1]); /* auto = the best one */
     printf("  implementations:");
     for (int i = 0; i < n; i++) {
-        printf(" %s", zr_qimpl_name(im[i]));
+        printf(" %s", zr_quant_impl_name(im[i]));
     }
-    printf(" (auto = %s)\n", zr_qimpl_name(zr_quant_get_impl()));
+    printf(" (auto = %s)\n", zr_quant_impl_name(zr_quant_get_impl()));
 #if defined(__x86_64__)
     if (__builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
         TEST_EQ_INT(n, 3); /* on this CI machine the vector paths must be tested */
@@ -392,7 +393,7 @@ static void test_exact_roundtrip(void)
     zr_test_rng rng = {77};
     for (int bits = 4; bits <= 8; bits += 4) {
         for (int scheme = 0; scheme < 2; scheme++) {
-            zr_qparams p = {bits, 64, (zr_qscheme)scheme};
+            zr_quant_params p = {bits, 64, (zr_quant_scheme)scheme};
             size_t n = 64 * 5 + 24;
             float *x = malloc(n * 4), *y = malloc(n * 4);
             int qmin = scheme ? 0 : -(1 << (bits - 1)),
@@ -410,16 +411,16 @@ static void test_exact_roundtrip(void)
                 x[i] = zero + (float)q * s;
             }
             uint8_t *b = malloc(zr_quant_block_bytes(&p, n));
-            zr_qimpl im[3];
+            zr_quant_impl im[3];
             int ni = impls(im);
             for (int k = 0; k < ni; k++) {
                 zr_quant_set_impl(im[k]);
                 TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, x, n, 1.0f, NULL, b, NULL));
                 TEST_OK(zr_quant_decode(b, ZR_DTYPE_F32, y, n));
                 TEST_CHECKF(memcmp(x, y, n * 4) == 0, "bits %d scheme %d %s: not exact", bits,
-                            scheme, zr_qimpl_name(im[k]));
+                            scheme, zr_quant_impl_name(im[k]));
             }
-            zr_quant_set_impl(ZR_QIMPL_AUTO);
+            zr_quant_set_impl(ZR_QUANT_IMPL_AUTO);
             free(x);
             free(y);
             free(b);
@@ -441,7 +442,7 @@ static void test_properties(void)
             for (int bits = 4; bits <= 8; bits += 4) {
                 for (int scheme = 0; scheme < 2; scheme++) {
                     for (int t = 0; t < 2; t++) {
-                        zr_qparams p = {bits, G, (zr_qscheme)scheme};
+                        zr_quant_params p = {bits, G, (zr_quant_scheme)scheme};
                         int before = zr_test_failed_checks;
                         check_all(&p, (zr_dtype)t, x, n, 1.0f, NULL, NULL);
                         /* with mul and residual too */
@@ -478,7 +479,7 @@ static void test_lengths(void)
         for (size_t n = 1; n <= maxn; n++) {
             for (int bits = 4; bits <= 8; bits += 4) {
                 for (int scheme = 0; scheme < 2; scheme++) {
-                    zr_qparams p = {bits, G, (zr_qscheme)scheme};
+                    zr_quant_params p = {bits, G, (zr_quant_scheme)scheme};
                     check_all(&p, (zr_dtype)(n & 1), x, n, 1.0f, (n % 4 == 0) ? r : NULL, NULL);
                 }
             }
@@ -491,12 +492,12 @@ static void test_lengths(void)
     float *x = malloc(big[6] * 4);
     fill(D_UNIFORM, &rng, x, big[6], 65536);
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
-        zr_qparams p = {(int)(i % 2 ? 4 : 8), 65536, ZR_QSYM};
+        zr_quant_params p = {(int)(i % 2 ? 4 : 8), 65536, ZR_QUANT_SYM};
         check_all(&p, ZR_DTYPE_F32, x, big[i], 1.0f, NULL, NULL);
     }
     free(x);
     /* count 0 is a valid, header-only block */
-    zr_qparams p = {8, 32, ZR_QSYM};
+    zr_quant_params p = {8, 32, ZR_QUANT_SYM};
     uint8_t b[64];
     TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, NULL, 0, 1.0f, NULL, b, NULL));
     TEST_OK(zr_quant_validate(b, zr_quant_block_bytes(&p, 0), &p, 0));
@@ -506,7 +507,7 @@ static void test_lengths(void)
 static void test_zero_and_constant(void)
 {
     /* absmax 0: scale 0 and exact zeros, never NaN */
-    zr_qparams p = {4, 32, ZR_QSYM};
+    zr_quant_params p = {4, 32, ZR_QUANT_SYM};
     float x[40], y[40];
     for (int i = 0; i < 40; i++) {
         x[i] = (i & 1) ? -0.0f : 0.0f;
@@ -529,12 +530,12 @@ static void test_zero_and_constant(void)
     TEST_OK(zr_quant_decode(b, ZR_DTYPE_F32, y, 40));
     TEST_CHECK(y[0] == -3.0f && y[1] == 3.0f * 7.0f / 8.0f);
     /* asymmetric: a constant group is exact */
-    p.scheme = ZR_QASYM;
+    p.scheme = ZR_QUANT_ASYM;
     TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, x + 1, 1, 1.0f, NULL, b, NULL));
     TEST_OK(zr_quant_decode(b, ZR_DTYPE_F32, y, 1));
     TEST_CHECK(y[0] == 3.0f);
     /* a scale that underflows to 0 decodes to zeros, never NaN or Inf */
-    p.scheme = ZR_QSYM;
+    p.scheme = ZR_QUANT_SYM;
     p.bits = 8;
     for (int i = 0; i < 32; i++) {
         x[i] = u2f((uint32_t)(i % 20)); /* 0 .. 19 * 2^-149 */
@@ -553,7 +554,7 @@ static void test_zero_and_constant(void)
 /* Error feedback: over many steps the decoded sum tracks the true sum. */
 static void test_error_feedback(void)
 {
-    zr_qparams p = {4, 32, ZR_QSYM};
+    zr_quant_params p = {4, 32, ZR_QUANT_SYM};
     size_t n = 96;
     float x[96], r[96], y[96];
     double sum_true[96] = {0}, sum_dq[96] = {0}, sum_plain[96] = {0};
@@ -606,7 +607,7 @@ static void test_nonfinite(void)
                 for (size_t i = 0; i < n; i++) {
                     r[i] = 0.01f;
                 }
-                zr_qparams p = {bits, G, (zr_qscheme)scheme};
+                zr_quant_params p = {bits, G, (zr_quant_scheme)scheme};
                 size_t nf = 0;
                 check_all(&p, (zr_dtype)t, x, n, 1.0f, NULL, &nf);
                 TEST_EQ_INT(nf, 4);
@@ -616,7 +617,7 @@ static void test_nonfinite(void)
                 if (t == 0) {
                     uint8_t *b = malloc(bytes);
                     TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, x, n, 1.0f, r, b, &nf));
-                    zr_qheader h;
+                    zr_quant_header h;
                     memcpy(&h, b, sizeof h);
                     TEST_EQ_INT(h.nonfinite_groups, 4);
                     TEST_OK(zr_quant_decode(b, ZR_DTYPE_F32, y, n));
@@ -640,7 +641,7 @@ static void test_nonfinite(void)
         }
     }
     /* finite input that overflows after mul is non-finite too */
-    zr_qparams p = {8, 32, ZR_QSYM};
+    zr_quant_params p = {8, 32, ZR_QUANT_SYM};
     for (int i = 0; i < 32; i++) {
         x[i] = 1e30f;
     }
@@ -656,13 +657,17 @@ static void test_nonfinite(void)
 static void test_sum_requant(void)
 {
     zr_test_rng rng = {4242};
-    static const zr_qparams in_p[] = {
-        {4, 64, ZR_QSYM}, {8, 32, ZR_QSYM}, {4, 256, ZR_QASYM}, {8, 64, ZR_QSYM}, {4, 32, ZR_QSYM}};
-    zr_qimpl im[3];
+    static const zr_quant_params in_p[] = {{4, 64, ZR_QUANT_SYM},
+                                           {8, 32, ZR_QUANT_SYM},
+                                           {4, 256, ZR_QUANT_ASYM},
+                                           {8, 64, ZR_QUANT_SYM},
+                                           {4, 32, ZR_QUANT_SYM}};
+    zr_quant_impl im[3];
     int ni = impls(im);
     for (int k = 1; k <= 5; k++) {
         for (int op = 0; op < 4; op++) {
-            zr_qparams p = {op % 2 ? 8 : 4, op < 2 ? 64 : 32, op == 3 ? ZR_QASYM : ZR_QSYM};
+            zr_quant_params p = {op % 2 ? 8 : 4, op < 2 ? 64 : 32,
+                                 op == 3 ? ZR_QUANT_ASYM : ZR_QUANT_SYM};
             size_t n = 64 * 17 + 3;
             float *x = malloc(n * 4), *sum = malloc(n * 4), *r0 = malloc(n * 4);
             float *r_ref = malloc(n * 4), *r = malloc(n * 4);
@@ -678,7 +683,7 @@ static void test_sum_requant(void)
             size_t bytes = zr_quant_block_bytes(&p, n);
             uint8_t *want = malloc(bytes), *got = malloc(bytes);
             /* the manual path, with the oracle */
-            zr_quant_set_impl(ZR_QIMPL_SCALAR);
+            zr_quant_set_impl(ZR_QUANT_IMPL_SCALAR);
             TEST_OK(zr_quant_decode(blocks[0], ZR_DTYPE_F32, sum, n));
             for (int j = 1; j < k; j++) {
                 TEST_OK(zr_quant_decode_add(blocks[j], sum, n));
@@ -696,18 +701,18 @@ static void test_sum_requant(void)
                 TEST_OK(
                     zr_quant_sum_requant((const void *const *)blocks, k, n, mul, &p, r, got, &nf));
                 TEST_CHECKF(memcmp(want, got, bytes) == 0, "k %d op %d %s: block differs", k, op,
-                            zr_qimpl_name(im[m]));
+                            zr_quant_impl_name(im[m]));
                 TEST_CHECKF(memcmp(r_ref, r, n * 4) == 0, "k %d op %d %s: residual differs", k, op,
-                            zr_qimpl_name(im[m]));
+                            zr_quant_impl_name(im[m]));
                 TEST_EQ_INT(nf, nf_want);
                 TEST_OK(zr_quant_sum_requant((const void *const *)blocks, k, n, mul, &p, NULL, got,
                                              NULL));
                 TEST_CHECKF(memcmp(want_nores, got, bytes) == 0,
                             "k %d op %d %s: block differs (no residual)", k, op,
-                            zr_qimpl_name(im[m]));
+                            zr_quant_impl_name(im[m]));
             }
             free(want_nores);
-            zr_quant_set_impl(ZR_QIMPL_AUTO);
+            zr_quant_set_impl(ZR_QUANT_IMPL_AUTO);
             /* a block of the wrong length is refused */
             TEST_FAILS(zr_quant_sum_requant((const void *const *)blocks, k, n - 1, mul, &p, NULL,
                                             got, NULL),
@@ -728,7 +733,7 @@ static void test_sum_requant(void)
 
 static void test_validate(void)
 {
-    zr_qparams p = {4, 64, ZR_QSYM};
+    zr_quant_params p = {4, 64, ZR_QUANT_SYM};
     size_t n = 200;
     float x[200];
     zr_test_rng rng = {8};
@@ -739,7 +744,7 @@ static void test_validate(void)
     TEST_OK(zr_quant_validate(good, bytes, &p, n));
     TEST_OK(zr_quant_validate(good, bytes, NULL, SIZE_MAX));
     TEST_EQ_INT(zr_quant_block_count(good), n);
-    zr_qheader h0;
+    zr_quant_header h0;
     memcpy(&h0, good, sizeof h0);
     TEST_EQ_INT(h0.magic, ZR_QUANT_MAGIC);
     TEST_CHECK(memcmp(good, "ZRQ1", 4) == 0);
@@ -747,7 +752,7 @@ static void test_validate(void)
 #define MUTATE(field, value, substr)                                                               \
     do {                                                                                           \
         memcpy(b, good, bytes);                                                                    \
-        zr_qheader h = h0;                                                                         \
+        zr_quant_header h = h0;                                                                    \
         h.field = value;                                                                           \
         memcpy(b, &h, sizeof h);                                                                   \
         TEST_FAILS(zr_quant_validate(b, bytes, NULL, SIZE_MAX), ZR_ERR_FORMAT, substr);            \
@@ -770,11 +775,11 @@ static void test_validate(void)
     TEST_FAILS(zr_quant_validate(good, bytes + 4, NULL, SIZE_MAX), ZR_ERR_FORMAT, "size");
     TEST_FAILS(zr_quant_validate(good, 31, NULL, SIZE_MAX), ZR_ERR_FORMAT, "header");
     TEST_FAILS(zr_quant_validate(good, bytes, &p, 199), ZR_ERR_FORMAT, "count");
-    zr_qparams e = p;
+    zr_quant_params e = p;
     e.bits = 8;
     TEST_FAILS(zr_quant_validate(good, bytes, &e, n), ZR_ERR_FORMAT, "bits");
     e = p;
-    e.scheme = ZR_QASYM;
+    e.scheme = ZR_QUANT_ASYM;
     TEST_FAILS(zr_quant_validate(good, bytes, &e, n), ZR_ERR_FORMAT, "scheme");
     e = p;
     e.group = 128;
@@ -807,7 +812,7 @@ static void test_asym_vs_sym(void)
     double err[2][2];
     for (int bits = 4; bits <= 8; bits += 4) {
         for (int scheme = 0; scheme < 2; scheme++) {
-            zr_qparams p = {bits, 256, (zr_qscheme)scheme};
+            zr_quant_params p = {bits, 256, (zr_quant_scheme)scheme};
             uint8_t *b = malloc(zr_quant_block_bytes(&p, n));
             TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, x, n, 1.0f, NULL, b, NULL));
             TEST_OK(zr_quant_decode(b, ZR_DTYPE_F32, y, n));

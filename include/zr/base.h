@@ -217,9 +217,21 @@ typedef struct zr_mem_site {
 } zr_mem_site;
 int zr_mem_sites(zr_mem_site *out, int max, int at_peak);
 
-/* ZR_ALLOC(p, n): p = zeroed array of n elements of *p, or return ZR_ERR_NOMEM. */
-#define ZR_ALLOC(ptr, count)                                                                       \
-    ZR_CHECK(zr_alloc_at((void **)&(ptr), zr_mul_size_((count), sizeof *(ptr)), __FILE__, __LINE__))
+/*
+ * ZR_ALLOC(p, n): p = zeroed array of n elements of *p, or return ZR_ERR_NOMEM.
+ * ZR_ALLOC_GOTO(p, n, st, label): the same in a function that holds
+ * resources: store the status in st and jump to its cleanup label.
+ * ZR_ALLOC_STATUS(p, n): the same allocation as an expression giving its
+ * status, for code that must go on after a failure (a status chain before a
+ * call every rank makes) and for programs (ZR_TRY).
+ * Every allocation of zr goes through these, so that zr_mem_sites names the
+ * line that allocated; CONTRIBUTING.md says when zr_alloc_at is called
+ * directly.
+ */
+#define ZR_ALLOC_STATUS(ptr, count)                                                                \
+    zr_alloc_at((void **)&(ptr), zr_mul_size_((count), sizeof *(ptr)), __FILE__, __LINE__)
+#define ZR_ALLOC(ptr, count)                 ZR_CHECK(ZR_ALLOC_STATUS(ptr, count))
+#define ZR_ALLOC_GOTO(ptr, count, st, label) ZR_CHECK_GOTO(ZR_ALLOC_STATUS(ptr, count), st, label)
 
 /* count * size, saturating to SIZE_MAX so that an overflow fails to allocate. */
 static inline size_t zr_mul_size_(size_t count, size_t size)

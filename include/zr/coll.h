@@ -55,7 +55,7 @@ typedef enum zr_wire_type {
 
 typedef struct zr_wire {
     zr_wire_type type;
-    zr_qparams q; /* used when type == ZR_WIRE_QUANT */
+    zr_quant_params q; /* used when type == ZR_WIRE_QUANT */
 } zr_wire;
 
 /* One in-flight collective and its reusable workspace (opaque to callers). */
@@ -120,7 +120,7 @@ zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type, co
 /* ---- qgZ ------------------------------------------------------------------ */
 
 typedef struct zr_qgz_config {
-    zr_qparams q; /* both hops; INT4 by default */
+    zr_quant_params q; /* both hops; INT4 by default */
     int chunks; /* pipelining: >1 splits the buffer so hop 1 of chunk k+1 overlaps hop 2 of chunk k
                  */
     int error_feedback; /* keep quantization residuals per buffer (see zr_qgz_feedback) */
@@ -159,25 +159,15 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
                        size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op);
 
 /*
- * Bytes of workspace each collective reserves in its op for these arguments
- * (what zr_coll_op.work_cap grows to), for predicting memory before running
- * it. Only the group sizes and the layout of c are read.
- */
-size_t zr_allgather_work(const zr_comm *c, zr_group g, const zr_wire *wire, zr_dtype in_type,
-                         size_t count);
-size_t zr_reduce_scatter_work(const zr_comm *c, zr_group g, const zr_wire *wire, size_t count);
-size_t zr_allreduce_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count);
-size_t zr_qgz_work(const zr_comm *c, const zr_qgz_config *cfg, size_t count);
-
-/*
  * What one rank does in one collective, known from the layout of c alone,
  * before (or instead of) running it: dry runs of the engine and the planner
  * read it. The exchanges it posts and the bytes it sends to peers on its own
  * node and on other nodes are exactly what zr_comm_iexchange will account;
  * bytes are split by hop (hop 1 starts only once hop 0 has arrived: the
  * all-reduce's gather, qgZ's cross-node all-to-all). The element counts are
- * the CPU work the algorithm does around the exchanges, and work is what
- * zr_*_work gives (the op's workspace grows to it and keeps it).
+ * the CPU work the algorithm does around the exchanges, and work is the
+ * bytes of workspace it reserves in its op (zr_coll_op.work_cap grows to it
+ * and keeps it).
  */
 typedef struct zr_coll_cost {
     zr_kind kind;                /* the traffic row it is accounted under */

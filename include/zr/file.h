@@ -42,9 +42,6 @@ zr_status zr_file_mkdir_p(const char *path);
  */
 zr_status zr_file_open_read(const char *path, FILE **out);
 
-/* Size in bytes of the regular file at path. */
-zr_status zr_file_size(const char *path, uint64_t *out);
-
 /*
  * Read the whole regular file at path into a buffer from the counted
  * allocator with a '\0' after the last byte; free it with zr_free.

@@ -5,13 +5,13 @@
  * per-group scales: the buffer is cut into groups of G elements (the last
  * group may be shorter) and each group is quantized on its own.
  *
- * Symmetric (ZR_QSYM, the ZeRO++ scheme), b bits:
+ * Symmetric (ZR_QUANT_SYM, the ZeRO++ scheme), b bits:
  *     absmax = max |x| over the group
  *     scale  = absmax / 2^(b-1)              (stored as fp32)
  *     q      = clamp(round_half_even(x / scale), -2^(b-1), 2^(b-1)-1)
  *     x'     = q * scale
  *   absmax = 0 gives scale = 0 and exact zeros (never NaN).
- * Asymmetric (ZR_QASYM), b bits:
+ * Asymmetric (ZR_QUANT_ASYM), b bits:
  *     scale  = (max - min) / (2^b - 1), zero point = min (both stored as fp32)
  *     q      = clamp(round_half_even((x - min) / scale), 0, 2^b - 1)
  *     x'     = min + q * scale
@@ -46,7 +46,7 @@
  * Stored NaN scales are the quiet NaN 0x7fc00000.
  *
  * Wire block (one contiguous, self-describing message):
- *     zr_qheader   (32 bytes: magic, bits, scheme, group, count, ...)
+ *     zr_quant_header   (32 bytes: magic, bits, scheme, group, count, ...)
  *     scales       fp32 x ngroups  (symmetric)  or  fp32 x 2*ngroups (asym: scale, min pairs)
  *     payload      count bytes (8-bit) or ceil(count/2) bytes (4-bit),
  *                  zero-padded to a multiple of 4 bytes
@@ -87,16 +87,16 @@ void zr_bf16_to_f32_n(float *dst, const zr_bf16 *src, size_t n);
 
 /* ---- codec parameters ---------------------------------------------------- */
 
-typedef enum zr_qscheme {
-    ZR_QSYM = 0,
-    ZR_QASYM = 1,
-} zr_qscheme;
+typedef enum zr_quant_scheme {
+    ZR_QUANT_SYM = 0,
+    ZR_QUANT_ASYM = 1,
+} zr_quant_scheme;
 
-typedef struct zr_qparams {
-    int bits;          /* 8 or 4 */
-    int group;         /* elements per group: multiple of 8, 32..65536 */
-    zr_qscheme scheme; /* ZR_QSYM (ZeRO++) or ZR_QASYM */
-} zr_qparams;
+typedef struct zr_quant_params {
+    int bits;               /* 8 or 4 */
+    int group;              /* elements per group: multiple of 8, 32..65536 */
+    zr_quant_scheme scheme; /* ZR_QUANT_SYM (ZeRO++) or ZR_QUANT_ASYM */
+} zr_quant_params;
 
 /*
  * Default group size, chosen by measurement (zr bench quant, AVX-512, one
@@ -112,13 +112,13 @@ typedef struct zr_qparams {
 #define ZR_QUANT_DEFAULT_GROUP 1024
 
 /* Check bits, group and scheme; ZR_ERR_INVALID with a message naming the bad field. */
-zr_status zr_qparams_check(const zr_qparams *p);
+zr_status zr_quant_params_check(const zr_quant_params *p);
 
 /* ---- wire block ----------------------------------------------------------- */
 
 #define ZR_QUANT_MAGIC 0x3151525au /* "ZRQ1" little-endian */
 
-typedef struct zr_qheader {
+typedef struct zr_quant_header {
     uint32_t magic;
     uint8_t bits;
     uint8_t scheme;
@@ -127,12 +127,12 @@ typedef struct zr_qheader {
     uint32_t nonfinite_groups; /* groups that held Inf or NaN at encode time */
     uint64_t count;            /* elements */
     uint64_t payload_offset;   /* bytes from the header start to the payload */
-} zr_qheader;
+} zr_quant_header;
 
-_Static_assert(sizeof(zr_qheader) == 32, "zr_qheader is part of the wire format");
+_Static_assert(sizeof(zr_quant_header) == 32, "zr_quant_header is part of the wire format");
 
 /* Exact size in bytes of a block holding count elements (a multiple of 4). */
-size_t zr_quant_block_bytes(const zr_qparams *p, size_t count);
+size_t zr_quant_block_bytes(const zr_quant_params *p, size_t count);
 
 /*
  * Quantize count elements of x (type in_type) into block, which must have
@@ -146,7 +146,7 @@ size_t zr_quant_block_bytes(const zr_qparams *p, size_t count);
  * *nonfinite (may be NULL) receives the number of groups that held Inf/NaN.
  * x may be NULL when count is 0 (a header-only block).
  */
-zr_status zr_quant_encode(const zr_qparams *p, zr_dtype in_type, const void *x, size_t count,
+zr_status zr_quant_encode(const zr_quant_params *p, zr_dtype in_type, const void *x, size_t count,
                           float mul, float *residual, void *block, size_t *nonfinite);
 
 /*
@@ -155,7 +155,7 @@ zr_status zr_quant_encode(const zr_qparams *p, zr_dtype in_type, const void *x, 
  * expect_count (unless it is SIZE_MAX); the size must equal
  * zr_quant_block_bytes. ZR_ERR_FORMAT with a message saying which field is wrong.
  */
-zr_status zr_quant_validate(const void *block, size_t block_bytes, const zr_qparams *expect,
+zr_status zr_quant_validate(const void *block, size_t block_bytes, const zr_quant_params *expect,
                             size_t expect_count);
 
 /* Element count of a block (after validation). */
@@ -182,21 +182,21 @@ zr_status zr_quant_decode_add(const void *block, float *acc, size_t count);
  * of the others, then zr_quant_encode of the fp32 sum.
  */
 zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, float mul,
-                               const zr_qparams *p, float *residual, void *out_block,
+                               const zr_quant_params *p, float *residual, void *out_block,
                                size_t *nonfinite);
 
 /* ---- implementation selection (tests and benchmarks) -------------------- */
 
-typedef enum zr_qimpl {
-    ZR_QIMPL_AUTO = 0, /* best the CPU supports */
-    ZR_QIMPL_SCALAR,   /* the reference oracle */
-    ZR_QIMPL_AVX2,
-    ZR_QIMPL_AVX512,
-} zr_qimpl;
+typedef enum zr_quant_impl {
+    ZR_QUANT_IMPL_AUTO = 0, /* best the CPU supports */
+    ZR_QUANT_IMPL_SCALAR,   /* the reference oracle */
+    ZR_QUANT_IMPL_AVX2,
+    ZR_QUANT_IMPL_AVX512,
+} zr_quant_impl;
 
 /* Force an implementation; ZR_ERR_INVALID if this CPU cannot run it. */
-zr_status zr_quant_set_impl(zr_qimpl impl);
-zr_qimpl zr_quant_get_impl(void);
-const char *zr_qimpl_name(zr_qimpl impl);
+zr_status zr_quant_set_impl(zr_quant_impl impl);
+zr_quant_impl zr_quant_get_impl(void);
+const char *zr_quant_impl_name(zr_quant_impl impl);
 
 #endif /* ZR_QUANT_H */

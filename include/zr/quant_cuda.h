@@ -33,8 +33,8 @@
  * zr_quant_block_bytes(p, count) bytes). The header's nonfinite_groups
  * counts the groups that held Inf or NaN (read it from the block).
  */
-zr_status zr_quant_cuda_encode(const zr_qparams *p, zr_dtype in_type, const void *x, size_t count,
-                               float mul, float *residual, void *block, zr_stream *s);
+zr_status zr_quant_cuda_encode(const zr_quant_params *p, zr_dtype in_type, const void *x,
+                               size_t count, float mul, float *residual, void *block, zr_stream *s);
 
 /* zr_quant_decode and zr_quant_decode_add on the device. */
 zr_status zr_quant_cuda_decode(const void *block, zr_dtype out_type, void *out, size_t count,
@@ -49,7 +49,7 @@ zr_status zr_quant_cuda_decode_add(const void *block, float *acc, size_t count, 
  */
 #define ZR_QUANT_CUDA_MAX_BLOCKS 64
 zr_status zr_quant_cuda_sum_requant(const void *const *blocks, int k, size_t count, float mul,
-                                    const zr_qparams *p, float *residual, void *out_block,
+                                    const zr_quant_params *p, float *residual, void *out_block,
                                     zr_stream *s);
 
 /* zr_bf16_from_f32_n / zr_bf16_to_f32_n on the device. */

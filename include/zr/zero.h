@@ -82,16 +82,16 @@ typedef enum zr_placement {
     ZR_SHARDED = 1,    /* 1/W on each rank */
 } zr_placement;
 
-typedef struct zr_plan {
+typedef struct zr_zero_plan {
     int stage;           /* 0..3: the preset this plan came from */
     zr_placement params; /* working parameters */
     zr_placement grads;  /* gradients */
     zr_placement optim;  /* fp32 master weights and Adam moments */
     int secondary;       /* 1: hpZ secondary copy of the parameters over ZR_GROUP_HPZ */
-} zr_plan;
+} zr_zero_plan;
 
 /* The preset for a ZeRO stage, with or without hpZ. */
-zr_plan zr_plan_preset(int stage, int hpz);
+zr_zero_plan zr_zero_plan_preset(int stage, int hpz);
 
 /* A range of a unit that gets weight decay or not (LayerNorm and biases do not). */
 typedef struct zr_range {
@@ -116,7 +116,7 @@ typedef struct zr_engine_config {
     zr_wire param_wire;    /* exact parameter gathers: ZR_WIRE_BF16 (default) or ZR_WIRE_F32 */
     zr_wire grad_wire;     /* exact gradient reductions: ZR_WIRE_BF16 or ZR_WIRE_F32 */
     int qwz;               /* quantize weight gathers (stage 3) */
-    zr_qparams qwz_q;      /* INT8, group from quant.h by default */
+    zr_quant_params qwz_q; /* INT8, group from quant.h by default */
     int hpz;               /* hpZ secondary partition (stage 3) */
     int qgz;               /* quantized hierarchical gradient reduce-scatter (stage 2, 3) */
     zr_qgz_config qgz_cfg; /* INT4 by default */
@@ -186,7 +186,7 @@ typedef struct zr_engine_pool zr_engine_pool; /* private: reused transient buffe
 typedef struct zr_engine {
     zr_comm *comm; /* not owned */
     zr_engine_config cfg;
-    zr_plan plan;
+    zr_zero_plan plan;
     int nunits;
     zr_unit_state *units; /* owned */
     zr_engine_pool *pool; /* owned */

@@ -301,7 +301,7 @@ static zr_status block_add(void *ptr, size_t bytes, const char *file, int line, 
     if (nblocks == cap_blocks) {
         size_t cap = cap_blocks ? 2 * cap_blocks : 64;
         cuda_block *grown;
-        ZR_CHECK(zr_alloc_at((void **)&grown, cap * sizeof *grown, __FILE__, __LINE__));
+        ZR_ALLOC(grown, cap);
         if (nblocks > 0) {
             memcpy(grown, blocks, nblocks * sizeof *grown);
         }

@@ -166,22 +166,6 @@ zr_status zr_file_open_read(const char *path, FILE **out)
     return ZR_OK;
 }
 
-zr_status zr_file_size(const char *path, uint64_t *out)
-{
-    char shown[160];
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        ZR_FAIL(ZR_ERR_IO, "cannot open %s: %s", zr_file_show(path, shown, sizeof shown),
-                strerror(errno));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        ZR_FAIL(ZR_ERR_INVALID, "%s is %s, not a regular file",
-                zr_file_show(path, shown, sizeof shown), kind_of(sb.st_mode));
-    }
-    *out = (uint64_t)sb.st_size;
-    return ZR_OK;
-}
-
 zr_status zr_file_read_all(const char *path, char **out, size_t *n)
 {
     char shown[160];
@@ -201,10 +185,7 @@ zr_status zr_file_read_all(const char *path, char **out, size_t *n)
         ZR_FAIL_GOTO(st, fail, ZR_ERR_NOMEM, "%s is too large to read",
                      zr_file_show(path, shown, sizeof shown));
     }
-    st = zr_alloc_at((void **)&buf, len + 1, __FILE__, __LINE__);
-    if (st != ZR_OK) {
-        goto fail;
-    }
+    ZR_ALLOC_GOTO(buf, len + 1, st, fail);
     if (len > 0 && fread(buf, 1, len, f) != len) {
         ZR_FAIL_GOTO(st, fail, ZR_ERR_IO, "cannot read %s: %s",
                      zr_file_show(path, shown, sizeof shown),

@@ -131,25 +131,25 @@ static zr_status write_rank_file(zr_engine *e, const char *dir, int rank, int64_
     h.step = step;
     uint32_t crc = zr_crc32c(0, &h, sizeof h);
     uint64_t bytes = sizeof h;
-    zr_status st = zr_file_tmp_write(&t, &h, sizeof h);
-    for (int u = 0; u < e->nunits && st == ZR_OK; u++) {
+    zr_status st;
+    ZR_CHECK_GOTO(zr_file_tmp_write(&t, &h, sizeof h), st, done);
+    for (int u = 0; u < e->nunits; u++) {
         float *arr[3];
-        st = zr_engine_optim_shard(e, u, &arr[0], &arr[1], &arr[2]);
+        ZR_CHECK_GOTO(zr_engine_optim_shard(e, u, &arr[0], &arr[1], &arr[2]), st, done);
         size_t n = zr_engine_shard(e, u) * sizeof(float);
-        for (int k = 0; k < 3 && st == ZR_OK; k++) {
-            st = zr_file_tmp_write(&t, arr[k], n);
+        for (int k = 0; k < 3; k++) {
+            ZR_CHECK_GOTO(zr_file_tmp_write(&t, arr[k], n), st, done);
             crc = zr_crc32c(crc, arr[k], n);
             bytes += n;
         }
     }
-    if (st == ZR_OK) {
-        st = zr_file_tmp_write(&t, &crc, sizeof crc);
-        bytes += sizeof crc;
-    }
-    if (st == ZR_OK && fflush(t.f) == 0) {
+    ZR_CHECK_GOTO(zr_file_tmp_write(&t, &crc, sizeof crc), st, done);
+    bytes += sizeof crc;
+    if (fflush(t.f) == 0) {
         zr_ckpt_fault_point(ZR_CKPT_FAULT_RANK_TMP, step, rank);
     }
-    ZR_CHECK(zr_file_tmp_commit(&t, st));
+done:
+    ZR_CHECK(zr_file_tmp_commit(&t, st)); /* removes the temporary file when st is an error */
     *crc_out = crc;
     *bytes_out = bytes;
     return ZR_OK;
@@ -238,12 +238,13 @@ zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_
     uint64_t mine[2] = {crc, bytes};
     uint64_t *all = NULL, *sizes = NULL;
     uint32_t *crcs = NULL;
-    st = zr_alloc_at((void **)&all, sizeof(uint64_t) * 2 * (size_t)W, __FILE__, __LINE__);
+    /* a rank that cannot allocate still takes part in the agreement below */
+    st = ZR_ALLOC_STATUS(all, 2 * (size_t)W);
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&crcs, sizeof(uint32_t) * (size_t)W, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(crcs, (size_t)W);
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&sizes, sizeof(uint64_t) * (size_t)W, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(sizes, (size_t)W);
     }
     st = zr_comm_agree(c, st);
     if (st == ZR_OK) {
@@ -397,8 +398,7 @@ static zr_status reader_open(reader *rd, const char *path)
     memset(rd, 0, sizeof *rd);
     rd->path = path;
     ZR_CHECK(open_manifest(path, &rd->m));
-    zr_status st = zr_alloc_at((void **)&rd->files, sizeof(FILE *) * (size_t)rd->m.meta.world,
-                               __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(rd->files, (size_t)rd->m.meta.world);
     if (st != ZR_OK) {
         reader_close(rd);
     }
@@ -483,10 +483,11 @@ zr_status zr_ckpt_verify(const char *path)
     reader rd;
     ZR_CHECK(reader_open(&rd, path));
     zr_status st = ZR_OK;
-    for (int q = 0; q < rd.m.meta.world && st == ZR_OK; q++) {
+    for (int q = 0; q < rd.m.meta.world; q++) {
         FILE *f;
-        st = reader_file(&rd, q, &f);
+        ZR_CHECK_GOTO(reader_file(&rd, q, &f), st, done);
     }
+done:
     reader_close(&rd);
     return st;
 }

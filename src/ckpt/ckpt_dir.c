@@ -225,7 +225,7 @@ static zr_status scan(const char *dir, ckpt_entry **out, int *n)
         if (*n == cap) {
             ckpt_entry *grown = NULL;
             cap = cap ? 2 * cap : 16;
-            st = zr_alloc_at((void **)&grown, sizeof *grown * (size_t)cap, __FILE__, __LINE__);
+            st = ZR_ALLOC_STATUS(grown, (size_t)cap);
             if (st != ZR_OK) {
                 break;
             }
@@ -258,7 +258,7 @@ zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep, int64_t pro
     ZR_CHECK(scan(dir, &v, &n));
     zr_status st = ZR_OK;
     int kept = 1; /* the one just written */
-    for (int i = n - 1; i >= 0 && st == ZR_OK; i--) {
+    for (int i = n - 1; i >= 0; i--) {
         /* only checkpoints zr wrote and verified, older than the one just written: nothing
            newer (it is another run's future or was set aside), nothing it cannot vouch for */
         if (v[i].kind != ENTRY_CKPT || v[i].step >= current) {
@@ -271,22 +271,17 @@ zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep, int64_t pro
         /* one rename takes it out of the list, so a crash during the removal
            never leaves a "complete" checkpoint with files missing */
         char old[ZR_PATH_MAX], gone[ZR_PATH_MAX];
-        st = zr_ckpt_pathf(old, sizeof old, "%s/%s", dir, v[i].name);
-        if (st == ZR_OK) {
-            st = zr_ckpt_pathf(gone, sizeof gone, "%s.deleting", old);
-        }
-        if (st != ZR_OK) {
-            break;
-        }
+        ZR_CHECK_GOTO(zr_ckpt_pathf(old, sizeof old, "%s/%s", dir, v[i].name), st, done);
+        ZR_CHECK_GOTO(zr_ckpt_pathf(gone, sizeof gone, "%s.deleting", old), st, done);
         zr_ckpt_remove_dir(gone, 0, 0); /* a leftover of an earlier interrupted removal */
         if (rename(old, gone) != 0) {
-            st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot rename %s to %s: %s", old, gone,
-                             strerror(errno));
-            break;
+            ZR_FAIL_GOTO(st, done, ZR_ERR_IO, "cannot rename %s to %s: %s", old, gone,
+                         strerror(errno));
         }
         zr_ckpt_fault_point(ZR_CKPT_FAULT_ROTATE_MOVED, current, 0);
         zr_ckpt_remove_dir(gone, ZR_CKPT_FAULT_ROTATE_HALF, current);
     }
+done:
     zr_free(v);
     return st;
 }
@@ -363,16 +358,15 @@ zr_status zr_ckpt_find_intact(const char *dir, int64_t before, char *path, size_
     *found = 0;
     ZR_CHECK(scan(dir, &v, &n));
     zr_status st = ZR_OK;
-    for (int i = n - 1; i >= 0 && st == ZR_OK && !*found; i--) {
+    for (int i = n - 1; i >= 0 && !*found; i--) {
         if (v[i].kind != ENTRY_CKPT || (before >= 0 && v[i].step >= before)) {
             continue;
         }
-        st = zr_ckpt_pathf(path, len, "%s/%s", dir, v[i].name);
-        if (st == ZR_OK) {
-            *found = zr_ckpt_verify(path) == ZR_OK;
-            zr_error_clear();
-        }
+        ZR_CHECK_GOTO(zr_ckpt_pathf(path, len, "%s/%s", dir, v[i].name), st, done);
+        *found = zr_ckpt_verify(path) == ZR_OK;
+        zr_error_clear();
     }
+done:
     zr_free(v);
     return st;
 }
@@ -392,7 +386,7 @@ zr_status zr_ckpt_recover(const char *dir, zr_ckpt_warn_fn fn, void *ctx)
     struct dirent *ent;
     /* renames while reading a directory may show an entry twice or not at
        all; what is missed here is handled by the next save of that step */
-    while ((ent = readdir(d)) != NULL && st == ZR_OK) {
+    while ((ent = readdir(d)) != NULL) {
         int64_t s;
         const char *suffix;
         char p[ZR_PATH_MAX], q[ZR_PATH_MAX];
@@ -415,24 +409,21 @@ zr_status zr_ckpt_recover(const char *dir, zr_ckpt_warn_fn fn, void *ctx)
             zr_ckpt_remove_dir(p, 0, 0);
         } else if (suffix[0] == '\0') {
             char marker[ZR_PATH_MAX];
-            st = zr_ckpt_pathf(marker, sizeof marker, "%s/COMPLETE", p);
-            if (st == ZR_OK && !zr_ckpt_exists(marker)) {
+            ZR_CHECK_GOTO(zr_ckpt_pathf(marker, sizeof marker, "%s/COMPLETE", p), st, done);
+            if (!zr_ckpt_exists(marker)) {
                 /* only an older zr or a hand-made folder leaves this; its step
                    would block the save of that step, so it moves, whole */
-                st = rename_aside(p, ".incomplete", q, sizeof q);
-                if (st == ZR_OK) {
-                    warn(fn, ctx,
-                         "moved %s aside to %s: it has no COMPLETE marker (a save that stopped "
-                         "midway); nothing was deleted",
-                         p, q);
-                }
+                ZR_CHECK_GOTO(rename_aside(p, ".incomplete", q, sizeof q), st, done);
+                warn(fn, ctx,
+                     "moved %s aside to %s: it has no COMPLETE marker (a save that stopped "
+                     "midway); nothing was deleted",
+                     p, q);
             }
         }
     }
+    st = zr_file_sync_dir(dir);
+done:
     closedir(d);
-    if (st == ZR_OK) {
-        st = zr_file_sync_dir(dir);
-    }
     return st;
 }
 
@@ -443,29 +434,26 @@ zr_status zr_ckpt_set_aside_after(const char *dir, int64_t step, zr_ckpt_warn_fn
     ZR_CHECK(scan(dir, &v, &n));
     zr_status st = ZR_OK;
     int moved = 0;
-    for (int i = 0; i < n && st == ZR_OK; i++) {
+    for (int i = 0; i < n; i++) {
         char p[ZR_PATH_MAX], q[ZR_PATH_MAX];
         /* checkpoints (damaged ones too) whose step a later save of this run would take;
            what is not zr's stays where it is */
         if (v[i].kind == ENTRY_FOREIGN || v[i].step <= step) {
             continue;
         }
-        st = zr_ckpt_pathf(p, sizeof p, "%s/%s", dir, v[i].name);
-        if (st == ZR_OK) {
-            st = rename_aside(p, ".set-aside", q, sizeof q);
-        }
-        if (st == ZR_OK) {
-            moved++;
-            warn(fn, ctx,
-                 "moved %s aside to %s: it is newer than the checkpoint this run resumes "
-                 "from; nothing was deleted",
-                 p, q);
-        }
+        ZR_CHECK_GOTO(zr_ckpt_pathf(p, sizeof p, "%s/%s", dir, v[i].name), st, done);
+        ZR_CHECK_GOTO(rename_aside(p, ".set-aside", q, sizeof q), st, done);
+        moved++;
+        warn(fn, ctx,
+             "moved %s aside to %s: it is newer than the checkpoint this run resumes "
+             "from; nothing was deleted",
+             p, q);
     }
-    zr_free(v);
-    if (st == ZR_OK && moved > 0) {
+    if (moved > 0) {
         st = zr_file_sync_dir(dir);
     }
+done:
+    zr_free(v);
     return st;
 }
 

@@ -66,7 +66,7 @@ static cJSON *model_json(const zr_gpt_config *m)
     return o;
 }
 
-static cJSON *plan_json(const zr_plan *p)
+static cJSON *plan_json(const zr_zero_plan *p)
 {
     cJSON *plan = cJSON_CreateObject();
     cJSON_AddNumberToObject(plan, "stage", p->stage);
@@ -332,7 +332,7 @@ static zr_status read_plan(const cJSON *root, const char *mpath, zr_ckpt_meta *m
     meta->stage = (int)v;
     const cJSON *hpz = cJSON_GetObjectItemCaseSensitive(plan, "hpz_secondary");
     ZR_CHECK(json_kind_is(hpz, is_bool, "a boolean", mpath, "plan.hpz_secondary"));
-    zr_plan preset = zr_plan_preset(meta->stage, cJSON_IsTrue(hpz));
+    zr_zero_plan preset = zr_zero_plan_preset(meta->stage, cJSON_IsTrue(hpz));
     if (preset.secondary != cJSON_IsTrue(hpz)) {
         ZR_FAIL(ZR_ERR_FORMAT,
                 "%s: \"plan.hpz_secondary\" is true at stage %d (hpZ is stage 3 only)", mpath,
@@ -392,8 +392,7 @@ static zr_status read_units(const cJSON *root, const char *mpath, zr_ckpt_manife
         ZR_FAIL(ZR_ERR_FORMAT, "%s: \"units\" lists %d units; a model of %d layers has %d", mpath,
                 m->nunits, model->layers, zr_gpt_config_unit_count(model));
     }
-    ZR_CHECK(zr_alloc_at((void **)&m->lay, sizeof(zr_ckpt_unit_layout) * (size_t)m->nunits,
-                         __FILE__, __LINE__));
+    ZR_ALLOC(m->lay, (size_t)m->nunits);
     int u = 0;
     for (const cJSON *it = units->child; it != NULL; it = it->next, u++) {
         char obj[32];
@@ -428,7 +427,7 @@ static zr_status read_files(const cJSON *root, const char *mpath, zr_ckpt_manife
         ZR_FAIL(ZR_ERR_FORMAT, "%s: \"files\" lists %d rank files; \"world_size\" is %d", mpath,
                 cJSON_GetArraySize(files), world);
     }
-    ZR_CHECK(zr_alloc_at((void **)&m->crcs, sizeof(uint32_t) * (size_t)world, __FILE__, __LINE__));
+    ZR_ALLOC(m->crcs, (size_t)world);
     int r = 0;
     for (const cJSON *it = files->child; it != NULL; it = it->next, r++) {
         char obj[32], name[32];
@@ -569,10 +568,10 @@ static zr_status section_text(const cJSON *root, const char *section, char **out
         ZR_FAIL(ZR_ERR_NOMEM, "out of memory reading the manifest's \"%s\"", section);
     }
     size_t n = strlen(text) + 1;
-    zr_status st = zr_alloc_at((void **)out, n, __FILE__, __LINE__);
-    if (st == ZR_OK) {
-        memcpy(*out, text, n);
-    }
+    zr_status st = ZR_OK;
+    ZR_ALLOC_GOTO(*out, n, st, done);
+    memcpy(*out, text, n);
+done:
     cJSON_free(text);
     return st;
 }

@@ -68,49 +68,48 @@ static zr_status check_out(const char *out, const char *what, zr_file_inputs *in
     return zr_file_inputs_add_output(in, out, as);
 }
 
+/* The checkpoint to read (into path, meta), and the outputs checked against every input. */
+static zr_status pick_checked(const char *ckpt, const char *llmc, const char *st_path, char *path,
+                              size_t len, zr_ckpt_meta *meta, int *rep_llmc, int *rep_st)
+{
+    zr_file_inputs in;
+    zr_file_inputs_init(&in);
+    zr_status st;
+    ZR_CHECK_GOTO(pick(ckpt, path, len, meta, &in), st, done);
+    /* before anything is read or written: no output may be an input or the other output */
+    ZR_CHECK_GOTO(check_out(llmc, "--llmc", &in, rep_llmc), st, done);
+    st = check_out(st_path, "--safetensors", &in, rep_st);
+done:
+    zr_file_inputs_free(&in);
+    return st;
+}
+
 static zr_status run(const char *ckpt, const char *llmc, const char *st_path)
 {
     char path[4096];
     zr_ckpt_meta meta;
-    zr_file_inputs in;
-    zr_file_inputs_init(&in);
     int rep_llmc = 0, rep_st = 0;
-    zr_status st = pick(ckpt, path, sizeof path, &meta, &in);
-    /* before anything is read or written: no output may be an input or the other output */
-    if (st == ZR_OK) {
-        st = check_out(llmc, "--llmc", &in, &rep_llmc);
-    }
-    if (st == ZR_OK) {
-        st = check_out(st_path, "--safetensors", &in, &rep_st);
-    }
-    zr_file_inputs_free(&in);
-    ZR_CHECK(st);
+    ZR_CHECK(pick_checked(ckpt, llmc, st_path, path, sizeof path, &meta, &rep_llmc, &rep_st));
     /* every depth a run can train (zr.model.layers) can be exported: one buffer per unit */
     int n = zr_gpt_config_unit_count(&meta.model);
     float **units;
     ZR_ALLOC(units, (size_t)n);
-    for (int u = 0; u < n && st == ZR_OK; u++) {
-        st = zr_alloc_at((void **)&units[u],
-                         zr_gpt_config_unit_numel(&meta.model, u) * sizeof(float), __FILE__,
-                         __LINE__);
-        if (st == ZR_OK) {
-            st = zr_ckpt_read_unit(path, &meta, u, units[u]);
-        }
+    zr_status st = ZR_OK;
+    for (int u = 0; u < n; u++) {
+        ZR_ALLOC_GOTO(units[u], zr_gpt_config_unit_numel(&meta.model, u), st, done);
+        ZR_CHECK_GOTO(zr_ckpt_read_unit(path, &meta, u, units[u]), st, done);
     }
-    if (st == ZR_OK && llmc != NULL) {
-        st = zr_gpt_write_llmc(llmc, &meta.model, units);
-        if (st == ZR_OK) {
-            printf("wrote %s (llm.c GPT-2, fp32) from %s%s\n", llmc, path,
-                   rep_llmc ? "; it replaced the file that was there" : "");
-        }
+    if (llmc != NULL) {
+        ZR_CHECK_GOTO(zr_gpt_write_llmc(llmc, &meta.model, units), st, done);
+        printf("wrote %s (llm.c GPT-2, fp32) from %s%s\n", llmc, path,
+               rep_llmc ? "; it replaced the file that was there" : "");
     }
-    if (st == ZR_OK && st_path != NULL) {
-        st = zr_gpt_write_safetensors(st_path, &meta.model, units);
-        if (st == ZR_OK) {
-            printf("wrote %s (safetensors, Hugging Face GPT-2 names) from %s%s\n", st_path, path,
-                   rep_st ? "; it replaced the file that was there" : "");
-        }
+    if (st_path != NULL) {
+        ZR_CHECK_GOTO(zr_gpt_write_safetensors(st_path, &meta.model, units), st, done);
+        printf("wrote %s (safetensors, Hugging Face GPT-2 names) from %s%s\n", st_path, path,
+               rep_st ? "; it replaced the file that was there" : "");
     }
+done:
     for (int u = 0; u < n; u++) {
         zr_free(units[u]);
     }

@@ -70,19 +70,16 @@ static zr_status check_output(const char *out, const char *what, const zr_train_
 {
     zr_file_inputs in;
     zr_file_inputs_init(&in);
-    zr_status st = zr_file_inputs_add(&in, probe, "the probe file (--probe)");
-    if (st == ZR_OK) {
-        st = zr_file_inputs_add(&in, c->config_path, "the configuration file (--config)");
-    }
-    if (st == ZR_OK) {
-        st = zr_file_inputs_add(&in, c->data_path, "the training data (zr.data.path)");
-    }
-    if (st == ZR_OK) {
-        st = zr_file_inputs_add(&in, c->init_path, "the model file (zr.model.init)");
-    }
-    if (st == ZR_OK) {
-        st = zr_file_output_check(out, what, &in, exists);
-    }
+    zr_status st;
+    ZR_CHECK_GOTO(zr_file_inputs_add(&in, probe, "the probe file (--probe)"), st, done);
+    ZR_CHECK_GOTO(zr_file_inputs_add(&in, c->config_path, "the configuration file (--config)"), st,
+                  done);
+    ZR_CHECK_GOTO(zr_file_inputs_add(&in, c->data_path, "the training data (zr.data.path)"), st,
+                  done);
+    ZR_CHECK_GOTO(zr_file_inputs_add(&in, c->init_path, "the model file (zr.model.init)"), st,
+                  done);
+    st = zr_file_output_check(out, what, &in, exists);
+done:
     zr_file_inputs_free(&in);
     return st;
 }
@@ -95,29 +92,62 @@ static int fail_msg(const char *cmd, zr_status st)
 
 /* ---- zr probe ------------------------------------------------------------------ */
 
+/*
+ * zr probe's own flags into out and max_b, the rest (train keys) into rest[*n].
+ * A bad value is reported after MPI_Init, by rank 0 only.
+ */
+static zr_status probe_args(int argc, char **argv, char **rest, int *n, const char **out,
+                            int *max_b)
+{
+    zr_status st = ZR_OK;
+    for (int i = 0; i < argc; i++) {
+        if (flag(argc, argv, i, "-o", 1) || flag(argc, argv, i, "--output", 1)) {
+            *out = argv[++i];
+        } else if (flag(argc, argv, i, "--max-micro-batch", 1)) {
+            double v = 0;
+            if (st == ZR_OK) {
+                st = zr_cli_number("--max-micro-batch", argv[i + 1], 1, 1 << 16, 1, &v);
+            }
+            *max_b = (int)v, i++;
+        } else {
+            rest[(*n)++] = argv[i];
+        }
+    }
+    return st;
+}
+
+/* Measure on c and write the probe (rank 0); every rank returns the agreed status. */
+static zr_status probe_measure(zr_comm *c, const zr_train_config *cfg, int vocab, int max_b,
+                               const char *out, int replaces, int rank)
+{
+    zr_probe p;
+    int b = max_b > 0 ? max_b : cfg->train_micro_batch_size_per_gpu;
+    double t0 = zr_now();
+    zr_status st = zr_probe_run(c, cfg, vocab, b, &p);
+    if (st == ZR_OK && rank == 0) {
+        st = zr_probe_write(out, &p);
+        if (st == ZR_OK) {
+            printf("zr probe: %d nodes x %d ranks, %.1f s: block fwd %.2f bwd %.2f ms at "
+                   "micro-batch %d; inter-node %.1f MB/s per rank (latency %.0f us), "
+                   "intra-node %.1f MB/s (%.0f us), overlap %.2f; wrote %s%s\n",
+                   p.nodes, p.ranks_per_node, zr_now() - t0, 1e3 * p.compute[0].fwd_block,
+                   1e3 * p.compute[0].bwd_block, p.compute[0].batch, p.inter_bw / 1e6,
+                   1e6 * p.inter_lat, p.intra_bw / 1e6, 1e6 * p.intra_lat, p.overlap, out,
+                   replaces ? " (it replaced the file that was there)" : "");
+        }
+    }
+    return zr_comm_agree(c, st);
+}
+
 int zr_cli_probe(int argc, char **argv)
 {
     const char *out = "probe.json";
-    int max_b = 0;
-    zr_status arg_st = ZR_OK; /* reported after MPI_Init, by rank 0 only */
+    int max_b = 0, n = 0;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (rest == NULL) {
         return EXIT_RUNTIME;
     }
-    int n = 0;
-    for (int i = 0; i < argc; i++) {
-        if (flag(argc, argv, i, "-o", 1) || flag(argc, argv, i, "--output", 1)) {
-            out = argv[++i];
-        } else if (flag(argc, argv, i, "--max-micro-batch", 1)) {
-            double v = 0;
-            if (arg_st == ZR_OK) {
-                arg_st = zr_cli_number("--max-micro-batch", argv[i + 1], 1, 1 << 16, 1, &v);
-            }
-            max_b = (int)v, i++;
-        } else {
-            rest[n++] = argv[i];
-        }
-    }
+    zr_status arg_st = probe_args(argc, argv, rest, &n, &out, &max_b);
     MPI_Init(&argc, &argv);
     int rank, help = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -156,26 +186,8 @@ int zr_cli_probe(int argc, char **argv)
         st = zr_comm_init(&c, MPI_COMM_WORLD, &cc);
         up = st == ZR_OK;
     }
-    zr_probe p;
     if (st == ZR_OK) {
-        int b = max_b > 0 ? max_b : cfg.train_micro_batch_size_per_gpu;
-        double t0 = zr_now();
-        st = zr_probe_run(&c, &cfg, vocab, b, &p);
-        if (st == ZR_OK && rank == 0) {
-            st = zr_probe_write(out, &p);
-            if (st == ZR_OK) {
-                printf("zr probe: %d nodes x %d ranks, %.1f s: block fwd %.2f bwd %.2f ms at "
-                       "micro-batch %d; inter-node %.1f MB/s per rank (latency %.0f us), "
-                       "intra-node %.1f MB/s (%.0f us), overlap %.2f; wrote %s%s\n",
-                       p.nodes, p.ranks_per_node, zr_now() - t0, 1e3 * p.compute[0].fwd_block,
-                       1e3 * p.compute[0].bwd_block, p.compute[0].batch, p.inter_bw / 1e6,
-                       1e6 * p.inter_lat, p.intra_bw / 1e6, 1e6 * p.intra_lat, p.overlap, out,
-                       replaces ? " (it replaced the file that was there)" : "");
-            }
-        }
-        if (up) {
-            st = zr_comm_agree(&c, st);
-        }
+        st = probe_measure(&c, &cfg, vocab, max_b, out, replaces, rank);
     }
     int code = st == ZR_OK ? EXIT_OK : EXIT_RUNTIME;
     if (st != ZR_OK) {
@@ -257,39 +269,54 @@ static zr_status write_config(const char *path, const zr_train_config *cfg,
     return st;
 }
 
+/* zr plan's own flags; what they are not is passed on as train keys. */
+typedef struct plan_flags {
+    const char *probe_path, *out_cfg; /* --probe, --write-config */
+    double limit, top;                /* --memory-limit (bytes; -1: the probe's), --top */
+    int json;                         /* --json */
+} plan_flags;
+
+/* zr plan's own flags into f, the rest (train keys) into rest[*n]. */
+static zr_status plan_args(int argc, char **argv, char **rest, int *n, plan_flags *f)
+{
+    zr_status st = ZR_OK;
+    for (int i = 0; i < argc; i++) {
+        if (flag(argc, argv, i, "--probe", 1)) {
+            f->probe_path = argv[++i];
+        } else if (flag(argc, argv, i, "--memory-limit", 1)) {
+            if (st == ZR_OK) {
+                st = zr_cli_number("--memory-limit", argv[i + 1], 1e-6, 1e9, 0, &f->limit);
+                f->limit *= 1e9; /* GB */
+            }
+            i++;
+        } else if (flag(argc, argv, i, "--top", 1)) {
+            if (st == ZR_OK) {
+                st = zr_cli_number("--top", argv[i + 1], 1, 1e6, 1, &f->top);
+            }
+            i++;
+        } else if (flag(argc, argv, i, "--write-config", 1)) {
+            f->out_cfg = argv[++i];
+        } else if (strcmp(argv[i], "--json") == 0) {
+            f->json = 1;
+        } else {
+            rest[(*n)++] = argv[i];
+        }
+    }
+    return st;
+}
+
 int zr_cli_plan(int argc, char **argv)
 {
-    const char *probe_path = NULL, *out_cfg = NULL;
-    double limit = -1, top_v = 15;
-    int json = 0;
-    zr_status arg_st = ZR_OK;
+    plan_flags f = {NULL, NULL, -1, 15, 0};
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     if (rest == NULL) {
         return EXIT_RUNTIME;
     }
     int n = 0;
-    for (int i = 0; i < argc; i++) {
-        if (flag(argc, argv, i, "--probe", 1)) {
-            probe_path = argv[++i];
-        } else if (flag(argc, argv, i, "--memory-limit", 1)) {
-            if (arg_st == ZR_OK) {
-                arg_st = zr_cli_number("--memory-limit", argv[i + 1], 1e-6, 1e9, 0, &limit);
-                limit *= 1e9; /* GB */
-            }
-            i++;
-        } else if (flag(argc, argv, i, "--top", 1)) {
-            if (arg_st == ZR_OK) {
-                arg_st = zr_cli_number("--top", argv[i + 1], 1, 1e6, 1, &top_v);
-            }
-            i++;
-        } else if (flag(argc, argv, i, "--write-config", 1)) {
-            out_cfg = argv[++i];
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else {
-            rest[n++] = argv[i];
-        }
-    }
+    zr_status arg_st = plan_args(argc, argv, rest, &n, &f);
+    const char *probe_path = f.probe_path, *out_cfg = f.out_cfg;
+    double limit = f.limit, top_v = f.top;
+    int json = f.json;
     static zr_train_config cfg;
     zr_config_defaults(&cfg);
     int help = 0, vocab = 0, code = EXIT_OK;

@@ -375,8 +375,8 @@ int zr_cli_plot(int argc, char **argv)
     }
     zr_metrics_series *runs = NULL;
     int *has = NULL;
-    if (zr_alloc_at((void **)&runs, sizeof *runs * (size_t)nruns, __FILE__, __LINE__) != ZR_OK ||
-        zr_alloc_at((void **)&has, sizeof *has * 3 * (size_t)nruns, __FILE__, __LINE__) != ZR_OK) {
+    if (ZR_ALLOC_STATUS(runs, (size_t)nruns) != ZR_OK ||
+        ZR_ALLOC_STATUS(has, 3 * (size_t)nruns) != ZR_OK) {
         zr_free(runs);
         fprintf(stderr, "zr plot: %s\n", zr_error_message());
         return 1;

@@ -12,6 +12,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One line per rank, printed in rank order. */
+static void print_ranks(zr_comm *c)
+{
+    int W = c->size[ZR_GROUP_WORLD], R = c->rank[ZR_GROUP_WORLD];
+    for (int r = 0; r < W; r++) {
+        if (r == R) {
+            char host[MPI_MAX_PROCESSOR_NAME];
+            int len = 0;
+            MPI_Get_processor_name(host, &len);
+            printf("  rank %d on %s: node %d (local %d/%d), cross %d/%d, hpz %d/%d\n", R, host,
+                   c->node, c->rank[ZR_GROUP_NODE], c->size[ZR_GROUP_NODE], c->rank[ZR_GROUP_CROSS],
+                   c->size[ZR_GROUP_CROSS], c->rank[ZR_GROUP_HPZ], c->size[ZR_GROUP_HPZ]);
+            fflush(stdout);
+        }
+        ZR_TRY(zr_comm_barrier(c), "");
+    }
+}
+
+/* B bytes from every rank to every rank, through each group in turn; *ok = 0 if
+ * a block did not come from the rank the group says. */
+static zr_status gather_groups(zr_comm *c, size_t B, int *ok)
+{
+    int W = c->size[ZR_GROUP_WORLD], R = c->rank[ZR_GROUP_WORLD];
+    zr_status st = ZR_OK;
+    unsigned char *send = NULL, *recv = NULL;
+    ZR_ALLOC_GOTO(send, B, st, done);
+    ZR_ALLOC_GOTO(recv, B * (size_t)W, st, done);
+    memset(send, R & 0xff, B);
+    for (int g = 0; g < ZR_GROUP_COUNT; g++) {
+        ZR_CHECK_GOTO(zr_comm_allgather(c, (zr_group)g, ZR_KIND_ALLGATHER, send, B, recv), st,
+                      done);
+        for (int p = 0; p < c->size[g]; p++) {
+            int who = zr_comm_world_rank(c, (zr_group)g, p);
+            *ok &= recv[(size_t)p * B] == (unsigned char)(who & 0xff) &&
+                   recv[(size_t)p * B + B - 1] == (unsigned char)(who & 0xff);
+        }
+    }
+done:
+    zr_free(send);
+    zr_free(recv);
+    return st;
+}
+
 int zr_cli_selfcheck(int argc, char **argv)
 {
     int hpz = 0;
@@ -40,35 +83,12 @@ int zr_cli_selfcheck(int argc, char **argv)
     if (R == 0) {
         printf("zr selfcheck: %s, transport %s\n", desc, c.transport->name);
     }
-    /* one line per rank, printed in rank order */
-    for (int r = 0; r < W; r++) {
-        if (r == R) {
-            char host[MPI_MAX_PROCESSOR_NAME];
-            int len = 0;
-            MPI_Get_processor_name(host, &len);
-            printf("  rank %d on %s: node %d (local %d/%d), cross %d/%d, hpz %d/%d\n", R, host,
-                   c.node, c.rank[ZR_GROUP_NODE], c.size[ZR_GROUP_NODE], c.rank[ZR_GROUP_CROSS],
-                   c.size[ZR_GROUP_CROSS], c.rank[ZR_GROUP_HPZ], c.size[ZR_GROUP_HPZ]);
-            fflush(stdout);
-        }
-        ZR_TRY(zr_comm_barrier(&c), "");
-    }
+    print_ranks(&c);
     /* 1 MiB from every rank to every rank, through each group in turn */
     size_t B = 1 << 20;
-    unsigned char *send = NULL, *recv = NULL;
-    ZR_TRY(zr_alloc_at((void **)&send, B, __FILE__, __LINE__), "");
-    ZR_TRY(zr_alloc_at((void **)&recv, B * (size_t)W, __FILE__, __LINE__), "");
-    memset(send, R & 0xff, B);
     int ok = 1;
     zr_comm_traffic_reset(&c);
-    for (int g = 0; g < ZR_GROUP_COUNT; g++) {
-        ZR_TRY(zr_comm_allgather(&c, (zr_group)g, ZR_KIND_ALLGATHER, send, B, recv), "");
-        for (int p = 0; p < c.size[g]; p++) {
-            int who = zr_comm_world_rank(&c, (zr_group)g, p);
-            ok &= recv[(size_t)p * B] == (unsigned char)(who & 0xff) &&
-                  recv[(size_t)p * B + B - 1] == (unsigned char)(who & 0xff);
-        }
-    }
+    ZR_TRY(gather_groups(&c, B, &ok), "");
     zr_traffic t;
     ZR_TRY(zr_comm_traffic_total(&c, &t), "");
     uint64_t D = (uint64_t)c.ranks_per_node, N = (uint64_t)c.n_nodes,
@@ -87,8 +107,6 @@ int zr_cli_selfcheck(int argc, char **argv)
                expect_intra / 1048576.0, expect_inter / 1048576.0);
         printf("zr selfcheck: %s\n", all_ok ? "passed" : "FAILED");
     }
-    zr_free(send);
-    zr_free(recv);
     zr_comm_free(&c);
     MPI_Finalize();
     return all_ok ? 0 : 1;

@@ -42,26 +42,18 @@ static void print_note(void *ctx, zr_log_level level, const char *msg)
     }
 }
 
-static const char *hint_for(zr_status st)
-{
-    switch (st) {
-    case ZR_ERR_INVALID:
-        return "zr train --help lists every key with its default";
-    case ZR_ERR_FORMAT:
-        return "the file is damaged or is not what zr expects; nothing was overwritten";
-    case ZR_ERR_IO:
-        return "check the path and permissions; nothing was overwritten";
-    default:
-        return "";
-    }
-}
-
-/* Report an agreed error on rank 0 and return the exit code every rank uses. */
+/* Report an agreed error on rank 0, with a hint for the errors a user fixes, and
+ * return the exit code every rank uses. */
 static int fail(int rank, zr_status st)
 {
+    const char *hint =
+        st == ZR_ERR_INVALID ? "zr train --help lists every key with its default"
+        : st == ZR_ERR_FORMAT
+            ? "the file is damaged or is not what zr expects; nothing was overwritten"
+        : st == ZR_ERR_IO ? "check the path and permissions; nothing was overwritten"
+                          : "";
     if (rank == 0) {
         fprintf(stderr, "zr train: error: %s\n", zr_error_message());
-        const char *hint = hint_for(st);
         if (hint[0] != '\0') {
             fprintf(stderr, "  hint: %s\n", hint);
         }

@@ -71,8 +71,9 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 
 static const zr_coll_algo algo = {"allgather_direct", advance};
 
-size_t zr_allgather_direct_work(const zr_comm *c, zr_group g, zr_wire_type wire, zr_dtype in_type,
-                                size_t count)
+/* Bytes of workspace the op reserves (its cost's .work). */
+static size_t work_bytes(const zr_comm *c, zr_group g, zr_wire_type wire, zr_dtype in_type,
+                         size_t count)
 {
     size_t n = (size_t)c->size[g];
     if (wire != ZR_WIRE_BF16) {
@@ -85,7 +86,7 @@ zr_coll_cost zr_allgather_direct_cost(const zr_comm *c, zr_group g, zr_kind kind
                                       zr_dtype in_type, size_t count)
 {
     size_t n = (size_t)c->size[g];
-    zr_coll_cost k = {.kind = kind, .work = zr_allgather_direct_work(c, g, wire, in_type, count)};
+    zr_coll_cost k = {.kind = kind, .work = work_bytes(c, g, wire, in_type, count)};
     zr_coll_cost_send(c, g, count * (wire == ZR_WIRE_BF16 ? 2 : 4), 0, &k);
     if (wire == ZR_WIRE_BF16) {
         k.bf16_enc = in_type == ZR_DTYPE_F32 ? count : 0;
@@ -101,7 +102,7 @@ zr_status zr_allgather_direct_start(zr_comm *c, zr_group g, zr_kind kind, zr_wir
                                     zr_coll_op *op)
 {
     int n = c->size[g];
-    size_t work = zr_allgather_direct_work(c, g, wire, in_type, count);
+    size_t work = work_bytes(c, g, wire, in_type, count);
     zr_coll_direct *a;
     ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&a));
     zr_status st = zr_coll_reserve(op, work);

@@ -29,7 +29,7 @@
 typedef struct qwz_state {
     zr_group group;
     zr_kind kind;
-    zr_qparams q;
+    zr_quant_params q;
     zr_dtype in_type;
     const void *in;
     size_t count, block; /* elements per rank, bytes per block */
@@ -85,15 +85,16 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 
 static const zr_coll_algo algo = {"allgather_qwz", advance};
 
-size_t zr_allgather_qwz_work(const zr_comm *c, zr_group g, const zr_qparams *q, size_t count)
+/* Bytes of workspace the op reserves (its cost's .work). */
+static size_t work_bytes(const zr_comm *c, zr_group g, const zr_quant_params *q, size_t count)
 {
     return (size_t)c->size[g] * zr_quant_block_bytes(q, count);
 }
 
-zr_coll_cost zr_allgather_qwz_cost(const zr_comm *c, zr_group g, zr_kind kind, const zr_qparams *q,
-                                   size_t count)
+zr_coll_cost zr_allgather_qwz_cost(const zr_comm *c, zr_group g, zr_kind kind,
+                                   const zr_quant_params *q, size_t count)
 {
-    zr_coll_cost k = {.kind = kind, .work = zr_allgather_qwz_work(c, g, q, count)};
+    zr_coll_cost k = {.kind = kind, .work = work_bytes(c, g, q, count)};
     zr_coll_cost_send(c, g, zr_quant_block_bytes(q, count), 0, &k);
     k.q_enc = count;
     k.q_dec = (size_t)c->size[g] * count;
@@ -101,15 +102,15 @@ zr_coll_cost zr_allgather_qwz_cost(const zr_comm *c, zr_group g, zr_kind kind, c
     return k;
 }
 
-zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_qparams *q,
+zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_quant_params *q,
                                  zr_dtype in_type, const void *in, size_t count, float *out,
                                  zr_coll_op *op)
 {
-    ZR_CHECK(zr_qparams_check(q));
+    ZR_CHECK(zr_quant_params_check(q));
     size_t bytes = zr_quant_block_bytes(q, count);
     qwz_state *w;
     ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&w));
-    zr_status st = zr_coll_reserve(op, zr_allgather_qwz_work(c, g, q, count));
+    zr_status st = zr_coll_reserve(op, work_bytes(c, g, q, count));
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;

@@ -71,7 +71,8 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 
 static const zr_coll_algo algo = {"allreduce", advance};
 
-size_t zr_allreduce_work(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
+/* Bytes of workspace the op reserves: the reduce-scatter's and the gathered blocks. */
+static size_t work_bytes(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
 {
     size_t n = (size_t)c->size[g], per = zr_div_up(count, n);
     return zr_reduce_scatter_direct_work(c, g, wire, per) + zr_coll_span(n * per * sizeof(float));
@@ -82,7 +83,7 @@ zr_coll_cost zr_allreduce_cost(const zr_comm *c, zr_group g, zr_wire_type wire, 
     size_t n = (size_t)c->size[g], per = zr_div_up(count, n), esize = wire == ZR_WIRE_BF16 ? 2 : 4;
     zr_coll_cost k = zr_reduce_scatter_direct_cost(c, g, wire, per);
     k.kind = ZR_KIND_ALLREDUCE;
-    k.work = zr_allreduce_work(c, g, wire, count);
+    k.work = work_bytes(c, g, wire, count);
     zr_coll_cost_send(c, g, per * esize, 1, &k); /* the gather of the reduced parts */
     if (wire == ZR_WIRE_BF16) {
         k.bf16_enc += per; /* my reduced part */
@@ -111,7 +112,7 @@ zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float 
     size_t per = zr_div_up(count, (size_t)n);
     zr_coll_direct *a;
     ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&a));
-    zr_status st = zr_coll_reserve(op, zr_allreduce_work(c, g, t, count));
+    zr_status st = zr_coll_reserve(op, work_bytes(c, g, t, count));
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;

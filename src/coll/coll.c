@@ -374,7 +374,7 @@ void zr_coll_cost_send(const zr_comm *c, zr_group g, size_t bytes, int hop, zr_c
 
 size_t zr_coll_block_nonfinite(const void *block)
 {
-    zr_qheader h;
+    zr_quant_header h;
     memcpy(&h, block, sizeof h);
     return h.nonfinite_groups;
 }

@@ -21,20 +21,6 @@ static zr_status check_group(const zr_comm *c, zr_group g, const char *what)
     return ZR_OK;
 }
 
-size_t zr_allgather_work(const zr_comm *c, zr_group g, const zr_wire *wire, zr_dtype in_type,
-                         size_t count)
-{
-    if (wire != NULL && wire->type == ZR_WIRE_QUANT) {
-        return zr_allgather_qwz_work(c, g, &wire->q, count);
-    }
-    return zr_allgather_direct_work(c, g, wire != NULL ? wire->type : ZR_WIRE_F32, in_type, count);
-}
-
-size_t zr_reduce_scatter_work(const zr_comm *c, zr_group g, const zr_wire *wire, size_t count)
-{
-    return zr_reduce_scatter_direct_work(c, g, wire != NULL ? wire->type : ZR_WIRE_F32, count);
-}
-
 zr_coll_cost zr_allgather_cost(const zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
                                zr_dtype in_type, size_t count)
 {

@@ -65,7 +65,7 @@
 
 /* qgZ's state: two quantized all-to-all hops, pipelined over chunks. */
 typedef struct qgz_state {
-    zr_qparams q;
+    zr_quant_params q;
     zr_dtype in_type;
     const void *in;
     size_t count;
@@ -339,7 +339,7 @@ zr_qgz_config zr_qgz_config_default(void)
     memset(&cfg, 0, sizeof cfg);
     cfg.q.bits = 4;
     cfg.q.group = ZR_QUANT_DEFAULT_GROUP;
-    cfg.q.scheme = ZR_QSYM;
+    cfg.q.scheme = ZR_QUANT_SYM;
     cfg.chunks = 1;
     cfg.error_feedback = 0;
     return cfg;
@@ -384,7 +384,8 @@ static qgz_layout layout(const zr_comm *c, const zr_qgz_config *cfg, size_t coun
     return L;
 }
 
-size_t zr_qgz_work(const zr_comm *c, const zr_qgz_config *cfg, size_t count)
+/* Bytes of workspace the op reserves (layout says what they hold). */
+static size_t work_bytes(const zr_comm *c, const zr_qgz_config *cfg, size_t count)
 {
     if (c->size[ZR_GROUP_WORLD] == 1 || count == 0) {
         return 0;
@@ -396,7 +397,7 @@ zr_coll_cost zr_qgz_cost(const zr_comm *c, const zr_qgz_config *cfg, size_t coun
 {
     zr_qgz_config def = zr_qgz_config_default();
     cfg = cfg != NULL ? cfg : &def;
-    zr_coll_cost k = {.kind = ZR_KIND_QGZ, .work = zr_qgz_work(c, cfg, count)};
+    zr_coll_cost k = {.kind = ZR_KIND_QGZ, .work = work_bytes(c, cfg, count)};
     size_t W = (size_t)c->size[ZR_GROUP_WORLD], D = (size_t)c->ranks_per_node,
            N = (size_t)c->n_nodes;
     if (W == 1 || count == 0) {
@@ -477,7 +478,7 @@ zr_status zr_qgz_start(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, c
     if (c == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "qgZ: NULL communicator");
     }
-    ZR_CHECK(zr_qparams_check(&cfg->q));
+    ZR_CHECK(zr_quant_params_check(&cfg->q));
     if (cfg->chunks < 0) {
         ZR_FAIL(ZR_ERR_INVALID, "qgZ: chunks must be >= 1 (0 means 1), got %d", cfg->chunks);
     }

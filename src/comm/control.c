@@ -57,7 +57,7 @@ zr_status zr_comm_ctl_exchange(zr_comm *c, const void *mine, size_t bytes, void 
     MPI_Request *reqs = NULL;
     int *peer = NULL;
     ZR_ALLOC(reqs, 2 * (size_t)W);
-    zr_status st = zr_alloc_at((void **)&peer, sizeof(int) * 4 * (size_t)W, __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(peer, 4 * (size_t)W);
     int n = 0, nrecv = 0;
     for (int r = 0; r < W && st == ZR_OK; r++) {
         if (r == me || (root >= 0 && me != root && r != root) || (root >= 0 && me == root)) {
@@ -105,8 +105,8 @@ zr_status zr_comm_ctl_exchange(zr_comm *c, const void *mine, size_t bytes, void 
  */
 static zr_status gather_values(zr_comm *c, zr_group g, const void *vals, size_t bytes, void **all)
 {
-    void *buf;
-    ZR_CHECK(zr_alloc_at(&buf, bytes * (size_t)c->size[g], __FILE__, __LINE__));
+    unsigned char *buf;
+    ZR_ALLOC(buf, bytes * (size_t)c->size[g]);
     memcpy((char *)buf + (size_t)c->rank[g] * bytes, vals, bytes);
     zr_status st = zr_comm_allgather(c, g, ZR_KIND_CONTROL,
                                      (char *)buf + (size_t)c->rank[g] * bytes, bytes, buf);
@@ -308,8 +308,7 @@ _Noreturn void zr_comm_abort(zr_comm *c, int exit_code)
     zr_file_drain_std(5.0);
     /* everyone is here, so the message printed before this call is out */
     int32_t one = 1, *all = NULL;
-    (void)zr_alloc_at((void **)&all, sizeof *all * (size_t)c->size[ZR_GROUP_WORLD], __FILE__,
-                      __LINE__);
+    (void)ZR_ALLOC_STATUS(all, (size_t)c->size[ZR_GROUP_WORLD]);
     if (all != NULL && c->control->ctl != MPI_COMM_NULL) {
         (void)zr_comm_ctl_exchange(c, &one, sizeof one, all, -1, "the final abort");
     }

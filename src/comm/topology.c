@@ -95,14 +95,14 @@ static zr_status detect_nodes(zr_comm *c, MPI_Comm world, int rank, int size, in
              ? zr_comm_poll(c, &req, 1, NULL, 0, NULL, "node detection", ZR_GROUP_WORLD, -1, 0)
              : zr_mpi_status_at(rc, __FILE__, __LINE__, "MPI_Iallgather");
     if (st != ZR_OK) {
-        goto fail;
+        goto done;
     }
     for (int r = 0; r < size; r++) {
         tmp[r] = all[2 * r];
         tmp[size + r] = all[2 * r + 1];
     }
     *rpn = zr_comm_check_placement(tmp, tmp + size, size, why, n);
-fail:
+done:
     zr_free(all);
     return st;
 }
@@ -241,20 +241,19 @@ zr_status zr_comm_layout_agree(zr_comm *c, const zr_comm_config *cfg, int bad_ti
     int *cls = NULL;
     zr_status st;
     ZR_ALLOC(all, (size_t)W);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&cls, sizeof(int) * (size_t)W, __FILE__, __LINE__), st,
-                  fail);
+    ZR_ALLOC_GOTO(cls, (size_t)W, st, done);
     ZR_CHECK_GOTO(zr_comm_ctl_exchange(c, &mine, sizeof mine, all, -1, "the start-up agreement"),
-                  st, fail);
-    ZR_CHECK_GOTO(check_env(all, W), st, fail);
+                  st, done);
+    ZR_CHECK_GOTO(check_env(all, W), st, done);
     /* the environment matters only where no config field overrides it */
     int env_used = 1;
     for (int r = 0; r < W; r++) {
         env_used &= all[r].cfg_rpn == 0;
     }
     for (int field = env_used ? 0 : 1; field < 3; field++) {
-        ZR_CHECK_GOTO(check_field(all, W, field, cls), st, fail);
+        ZR_CHECK_GOTO(check_field(all, W, field, cls), st, done);
     }
-fail:
+done:
     zr_free(cls);
     zr_free(all);
     return st;

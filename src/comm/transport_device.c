@@ -74,8 +74,7 @@ void zr_devx_put(zr_devx *x, cudaEvent_t e)
     if (x->npool == x->cap) {
         int cap = x->cap ? 2 * x->cap : 16;
         cudaEvent_t *grown = NULL;
-        if (zr_alloc_at((void **)&grown, sizeof *grown * (size_t)cap, __FILE__, __LINE__) !=
-            ZR_OK) {
+        if (ZR_ALLOC_STATUS(grown, (size_t)cap) != ZR_OK) {
             cudaEventDestroy(e); /* no room to keep it: the pool just stays smaller */
             return;
         }

@@ -122,9 +122,9 @@ static zr_status check_gpus(zr_comm *c, const nccl_state *s, zr_status local)
     int W = c->size[ZR_GROUP_WORLD], a, b, bad = -1;
     gpu_line *all = NULL;
     zr_gpu_id *ids = NULL;
-    zr_status st = zr_alloc_at((void **)&all, sizeof *all * (size_t)W, __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(all, (size_t)W);
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&ids, sizeof *ids * (size_t)W, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(ids, (size_t)W);
     }
     /* the exchange itself runs even after a local failure: the others wait for this rank */
     zr_status ex = zr_comm_ctl_exchange(c, &mine, sizeof mine, all, -1, "the NCCL set-up");

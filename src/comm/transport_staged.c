@@ -95,8 +95,7 @@ static zr_status stage_get(staged_state *s, size_t bytes, int *out)
     }
     if (best < 0) {
         stage *grown = NULL;
-        ZR_CHECK(zr_alloc_at((void **)&grown, sizeof *grown * (size_t)(s->nstages + 1), __FILE__,
-                             __LINE__));
+        ZR_ALLOC(grown, (size_t)s->nstages + 1);
         if (s->nstages > 0) {
             memcpy(grown, s->stages, sizeof *grown * (size_t)s->nstages);
         }
@@ -172,7 +171,7 @@ static zr_status live_add(staged_state *s, staged_exchange *x)
     if (s->nlive == s->livecap) {
         int cap = s->livecap ? 2 * s->livecap : 8;
         staged_exchange **grown = NULL;
-        ZR_CHECK(zr_alloc_at((void **)&grown, sizeof *grown * (size_t)cap, __FILE__, __LINE__));
+        ZR_ALLOC(grown, (size_t)cap);
         if (s->nlive > 0) {
             memcpy(grown, s->live, sizeof *grown * (size_t)s->nlive);
         }

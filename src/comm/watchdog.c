@@ -72,7 +72,7 @@ static int pending_of(const zr_comm *c, const zr_waiter *w, zr_pending **out)
 {
     int max = 2 * world_size(c) + 2;
     *out = NULL;
-    if (zr_alloc_at((void **)out, sizeof **out * (size_t)max, __FILE__, __LINE__) != ZR_OK) {
+    if (ZR_ALLOC_STATUS(*out, (size_t)max) != ZR_OK) {
         return 0;
     }
     return w->pending(c, w->ctx, *out, max);
@@ -117,7 +117,7 @@ static void describe_wait(const zr_comm *c, const zr_waiter *w, char *buf, size_
     zr_group g = w->group;
     /* out of memory only loses the rank list: the description still names the wait */
     int *mark = NULL;
-    (void)zr_alloc_at((void **)&mark, sizeof *mark * (size_t)W, __FILE__, __LINE__);
+    (void)ZR_ALLOC_STATUS(mark, (size_t)W);
     int any_recv = 0, any_send = 0;
     int unknown = mark_pending(c, w, mark, &any_recv, &any_send);
     size_t used = (size_t)snprintf(buf, len, "%s (group %s of %d ranks", w->what, zr_group_name(g),

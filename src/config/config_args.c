@@ -40,7 +40,7 @@ static zr_status list_from_text(const cfg_key *k, const char *text, cJSON **out)
 {
     size_t n = strlen(text) + 3;
     char *buf = NULL;
-    ZR_CHECK(zr_alloc_at((void **)&buf, n, __FILE__, __LINE__));
+    ZR_ALLOC(buf, n);
     int bracket = text[0] == '[' || k->type == K_NOEFFECT;
     snprintf(buf, n, bracket ? "%s" : "[%s]", text);
     *out = cJSON_Parse(buf);
@@ -99,22 +99,22 @@ static zr_status apply_text(zr_train_config *c, const cfg_key *k, const char *te
 {
     int numeric = k->type == K_INT || k->type == K_I64 || k->type == K_U64 || k->type == K_DBL;
     size_t len = strlen(text);
-    if (numeric && zr_cfg_number_overflows(text, len)) {
+    if (numeric && zr_config_number_overflows(text, len)) {
         char shown[80], expect[200];
-        zr_cfg_show_number(text, len, shown, sizeof shown);
-        zr_cfg_describe_expect(k, expect, sizeof expect);
+        zr_config_show_number(text, len, shown, sizeof shown);
+        zr_config_describe_expect(k, expect, sizeof expect);
         ZR_FAIL(ZR_ERR_INVALID, "%s: %s is out of range: it must be %s", where, shown, expect);
     }
     cfg_int exact;
-    if (zr_cfg_is_int(k) && zr_cfg_int_parse(text, len, &exact) != 0) {
+    if (zr_config_is_int(k) && zr_config_int_parse(text, len, &exact) != 0) {
         /* a number: read from its text, exactly (a double would round 2^53 + 1) */
-        ZR_CHECK(zr_cfg_store_int(c, k, where, text, len));
+        ZR_CHECK(zr_config_store_int(c, k, where, text, len));
         c->given |= k->given;
         return ZR_OK;
     }
     cJSON *v = NULL;
     ZR_CHECK(value_from_text(k, text, where, &v));
-    zr_status st = zr_cfg_apply_value(c, k, v, where, NULL, 0, warn, ctx);
+    zr_status st = zr_config_apply_value(c, k, v, where, NULL, 0, warn, ctx);
     cJSON_Delete(v);
     return st;
 }
@@ -138,13 +138,13 @@ static zr_status flag_key(const char *name, const char *value, const char *next,
                           const cfg_key **out, int *negated)
 {
     *negated = 0;
-    const cfg_key *k = zr_cfg_find_key(name);
+    const cfg_key *k = zr_config_find_key(name);
     if (k == NULL) {
-        k = zr_cfg_find_flag(name);
+        k = zr_config_find_flag(name);
     }
     if (k == NULL && strncmp(name, "no-", 3) == 0) {
-        const cfg_key *nk = zr_cfg_find_key(name + 3);
-        nk = zr_cfg_resolve(nk != NULL ? nk : zr_cfg_find_flag(name + 3));
+        const cfg_key *nk = zr_config_find_key(name + 3);
+        nk = zr_config_resolve(nk != NULL ? nk : zr_config_find_flag(name + 3));
         int b;
         if (nk != NULL && nk->type != K_BOOL && nk->negate == NULL) {
             ZR_FAIL(ZR_ERR_INVALID,
@@ -168,11 +168,11 @@ static zr_status flag_key(const char *name, const char *value, const char *next,
     }
     if (k == NULL) {
         char hint[160];
-        zr_cfg_suggest_flag(name, hint, sizeof hint);
+        zr_config_suggest_flag(name, hint, sizeof hint);
         ZR_FAIL(ZR_ERR_INVALID, "unknown flag --%s%s%s%s; see zr train --help", name,
                 hint[0] ? " (did you mean " : "", hint, hint[0] ? "?)" : "");
     }
-    *out = zr_cfg_resolve(k);
+    *out = zr_config_resolve(k);
     return ZR_OK;
 }
 

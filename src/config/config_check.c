@@ -17,40 +17,40 @@
 /* Re-check every field against the table: a program may have set it directly. */
 static zr_status check_fields(const zr_train_config *c)
 {
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        const cfg_key *k = &zr_cfg_keys[i];
-        if (!zr_cfg_listed(k)) {
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        const cfg_key *k = &zr_config_keys[i];
+        if (!zr_config_listed(k)) {
             continue;
         }
         char expect[200], got[300];
-        zr_cfg_describe_expect(k, expect, sizeof expect);
-        zr_cfg_fmt_value(c, k, got, sizeof got);
+        zr_config_describe_expect(k, expect, sizeof expect);
+        zr_config_fmt_value(c, k, got, sizeof got);
         int ok = 1;
         switch (k->type) {
         case K_BOOL: {
-            int b = *(const int *)zr_cfg_cfield(c, k->off);
+            int b = *(const int *)zr_config_cfield(c, k->off);
             ok = b == 0 || b == 1;
             break;
         }
         case K_STR: {
-            const char *s = zr_cfg_cfield(c, k->off);
+            const char *s = zr_config_cfield(c, k->off);
             ok = memchr(s, '\0', k->size) != NULL;
             break;
         }
         case K_ENUM: {
-            const char *s = zr_cfg_cfield(c, k->off);
+            const char *s = zr_config_cfield(c, k->off);
             char canon[64];
             ok = memchr(s, '\0', k->size) != NULL &&
-                 zr_cfg_match_choice(k->choices, s, canon, sizeof canon) != NULL &&
+                 zr_config_match_choice(k->choices, s, canon, sizeof canon) != NULL &&
                  strcmp(s, canon) == 0;
             break;
         }
         case K_PAIR:
-            ok = zr_cfg_num_ok(k, zr_cfg_get_num(c, k, k->off)) &&
-                 zr_cfg_num_ok(k, zr_cfg_get_num(c, k, k->off2));
+            ok = zr_config_num_ok(k, zr_config_get_num(c, k, k->off)) &&
+                 zr_config_num_ok(k, zr_config_get_num(c, k, k->off2));
             break;
         default:
-            ok = zr_cfg_num_ok(k, zr_cfg_get_num(c, k, k->off));
+            ok = zr_config_num_ok(k, zr_config_get_num(c, k, k->off));
             break;
         }
         if (!ok) {
@@ -115,8 +115,8 @@ static zr_status batch_sizes(zr_train_config *c, int world)
     }
     /* a derived size obeys the bound of its own key, or train_batch_size INT_MAX would ask
        for two billion sequences per rank and fail (or swap) only when allocated */
-    double mb_max = zr_cfg_find_key("train_micro_batch_size_per_gpu")->hi;
-    double ga_max = zr_cfg_find_key("gradient_accumulation_steps")->hi;
+    double mb_max = zr_config_find_key("train_micro_batch_size_per_gpu")->hi;
+    double ga_max = zr_config_find_key("gradient_accumulation_steps")->hi;
     if ((double)mb > mb_max || (double)ga > ga_max) {
         ZR_FAIL(ZR_ERR_INVALID,
                 "train_batch_size (%lld) at %lld rank%s gives train_micro_batch_size_per_gpu %lld "

@@ -20,15 +20,15 @@ zr_status zr_config_compare(const zr_train_config *c, const char *saved_json, zr
     *n = 0;
     static zr_train_config was; /* large (paths): not on the stack */
     was = *c;
-    ZR_CHECK(zr_cfg_parse_saved(&was, saved_json, "the checkpoint's configuration"));
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        const cfg_key *k = &zr_cfg_keys[i];
-        if (!zr_cfg_listed(k) || k->resume == ZR_RESUME_LOCAL) {
+    ZR_CHECK(zr_config_parse_saved(&was, saved_json, "the checkpoint's configuration"));
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        const cfg_key *k = &zr_config_keys[i];
+        if (!zr_config_listed(k) || k->resume == ZR_RESUME_LOCAL) {
             continue;
         }
         char a[sizeof out->was], b[sizeof out->now];
-        zr_cfg_fmt_value(&was, k, a, sizeof a);
-        zr_cfg_fmt_value(c, k, b, sizeof b);
+        zr_config_fmt_value(&was, k, a, sizeof a);
+        zr_config_fmt_value(c, k, b, sizeof b);
         if (strcmp(a, b) != 0) {
             zr_config_change *ch = &out[(*n)++];
             ch->key = k->path;

@@ -17,10 +17,10 @@ zr_engine_config zr_config_engine(const zr_train_config *c)
     e.param_wire.type = wire;
     e.grad_wire.type = wire;
     e.qwz = c->zero_quantized_weights;
-    e.qwz_q = (zr_qparams){c->qwz_bits, c->qwz_group, ZR_QSYM};
+    e.qwz_q = (zr_quant_params){c->qwz_bits, c->qwz_group, ZR_QUANT_SYM};
     e.hpz = c->zero_hpz_partition_size != 1;
     e.qgz = c->zero_quantized_gradients;
-    e.qgz_cfg.q = (zr_qparams){c->qgz_bits, c->qgz_group, ZR_QSYM};
+    e.qgz_cfg.q = (zr_quant_params){c->qgz_bits, c->qgz_group, ZR_QUANT_SYM};
     e.qgz_cfg.chunks = c->qgz_chunks;
     e.qgz_cfg.error_feedback = c->qgz_error_feedback;
     e.overlap = c->overlap_comm;

@@ -90,26 +90,26 @@ typedef struct cfg_key {
 
 /* ---- config_keys.c: the table -------------------------------------------- */
 
-extern const cfg_key zr_cfg_keys[];
-extern const size_t zr_cfg_nkeys;
+extern const cfg_key zr_config_keys[];
+extern const size_t zr_config_nkeys;
 
-void *zr_cfg_field(zr_train_config *c, size_t off);
-const void *zr_cfg_cfield(const zr_train_config *c, size_t off);
-int zr_cfg_has_field(const cfg_key *k);
+void *zr_config_field(zr_train_config *c, size_t off);
+const void *zr_config_cfield(const zr_train_config *c, size_t off);
+int zr_config_has_field(const cfg_key *k);
 /* A key that sets a field (not a NOEFFECT or ALIAS entry): printed, dumped, checked. */
-int zr_cfg_listed(const cfg_key *k);
-const cfg_key *zr_cfg_find_key(const char *path);
-const cfg_key *zr_cfg_find_flag(const char *flag);
+int zr_config_listed(const cfg_key *k);
+const cfg_key *zr_config_find_key(const char *path);
+const cfg_key *zr_config_find_flag(const char *flag);
 /* An alias stands for its target everywhere except in messages. */
-const cfg_key *zr_cfg_resolve(const cfg_key *k);
+const cfg_key *zr_config_resolve(const cfg_key *k);
 /* Is path a section (an object holding keys), e.g. "zero_optimization"? */
-int zr_cfg_is_section(const char *path);
+int zr_config_is_section(const char *path);
 /* Length of the parent part of a dotted path ("a.b.c" -> 3, "a" -> 0). */
-size_t zr_cfg_parent_len(const char *path);
-const char *zr_cfg_leaf(const char *path);
+size_t zr_config_parent_len(const char *path);
+const char *zr_config_leaf(const char *path);
 /* Did-you-mean for an unknown JSON name under section parent ("" = top), or flag. */
-void zr_cfg_suggest_json(const char *parent, const char *name, char *out, size_t n);
-void zr_cfg_suggest_flag(const char *name, char *out, size_t n);
+void zr_config_suggest_json(const char *parent, const char *name, char *out, size_t n);
+void zr_config_suggest_flag(const char *name, char *out, size_t n);
 
 /* ---- config_literals.c: what cJSON does not keep -------------------------- */
 
@@ -133,16 +133,17 @@ typedef struct cfg_literals {
  * and line:column) and, when strict, a \u0000 in a string (refused: cJSON
  * would cut the string there).
  */
-zr_status zr_cfg_scan_literals(const char *text, const char *name, int strict, cfg_literals *out);
-void zr_cfg_literals_free(cfg_literals *l);
+zr_status zr_config_scan_literals(const char *text, const char *name, int strict,
+                                  cfg_literals *out);
+void zr_config_literals_free(cfg_literals *l);
 /* The literal of key k (resolved), or NULL. */
-const cfg_literal *zr_cfg_find_literal(const cfg_literals *l, const cfg_key *k);
+const cfg_literal *zr_config_find_literal(const cfg_literals *l, const cfg_key *k);
 
 /* ---- config_json.c --------------------------------------------------------- */
 
 /* Read a configuration zr saved (a manifest's "config") over c, leniently:
    unknown keys, nulls and values this zr does not take leave c as it was. */
-zr_status zr_cfg_parse_saved(zr_train_config *c, const char *text, const char *name);
+zr_status zr_config_parse_saved(zr_train_config *c, const char *text, const char *name);
 
 /* ---- config_value.c: one key's value ------------------------------------- */
 
@@ -158,39 +159,39 @@ typedef struct cfg_int {
  * 2^53 (where a double is exact). 1: *out holds it; 0: not a number at all;
  * -1: a number, but not a whole one, or beyond 64 bits, or not exact.
  */
-int zr_cfg_int_parse(const char *s, size_t len, cfg_int *out);
+int zr_config_int_parse(const char *s, size_t len, cfg_int *out);
 /* Set integer key k to v when its range (and choices, multiple) allow it; else refuse
    naming where, the range and the text as written. */
-zr_status zr_cfg_store_int(zr_train_config *c, const cfg_key *k, const char *where, const char *s,
-                           size_t len);
+zr_status zr_config_store_int(zr_train_config *c, const cfg_key *k, const char *where,
+                              const char *s, size_t len);
 
 /* A warning or note to warn, or to stderr when warn is NULL. */
-void zr_cfg_emit(warn_fn warn, void *ctx, const char *msg);
+void zr_config_emit(warn_fn warn, void *ctx, const char *msg);
 /* Is the choice list "a|b|c" holding s? Returns the canonical spelling or NULL. */
-const char *zr_cfg_match_choice(const char *choices, const char *s, char *buf, size_t n);
+const char *zr_config_match_choice(const char *choices, const char *s, char *buf, size_t n);
 /* What a key accepts, as a phrase: "an integer in [0, 3]", "true or false", ... */
-void zr_cfg_describe_expect(const cfg_key *k, char *buf, size_t n);
+void zr_config_describe_expect(const cfg_key *k, char *buf, size_t n);
 /* Is v acceptable for numeric key k (integrality, range, choices, multiple)? */
-int zr_cfg_num_ok(const cfg_key *k, double v);
+int zr_config_num_ok(const cfg_key *k, double v);
 /* A JSON value in a message: compact, cut at 48 characters. */
-void zr_cfg_render_json(const cJSON *v, char *buf, size_t n);
+void zr_config_render_json(const cJSON *v, char *buf, size_t n);
 /*
  * Set key k from JSON value v; where names the key for messages. lit: the
  * number as written, for an integer key (NULL: the text is v's double, exact
  * up to 2^53). null is refused (leave the key out for its default).
  */
-zr_status zr_cfg_apply_value(zr_train_config *c, const cfg_key *k, const cJSON *v,
-                             const char *where, const char *lit, size_t lit_len, warn_fn warn,
-                             void *ctx);
+zr_status zr_config_apply_value(zr_train_config *c, const cfg_key *k, const cJSON *v,
+                                const char *where, const char *lit, size_t lit_len, warn_fn warn,
+                                void *ctx);
 /* Is k an integer key (int, long long, unsigned long long)? */
-int zr_cfg_is_int(const cfg_key *k);
+int zr_config_is_int(const cfg_key *k);
 /* Does the number written as s[0..len) lie beyond a double? s is '\0'-terminated. */
-int zr_cfg_number_overflows(const char *s, size_t len);
+int zr_config_number_overflows(const char *s, size_t len);
 /* A number's text for a message: as written, or its start and length when it is long. */
-void zr_cfg_show_number(const char *s, size_t len, char *buf, size_t n);
+void zr_config_show_number(const char *s, size_t len, char *buf, size_t n);
 /* The numeric value of a field, as a double (for range checks and printing). */
-double zr_cfg_get_num(const zr_train_config *c, const cfg_key *k, size_t off);
+double zr_config_get_num(const zr_train_config *c, const cfg_key *k, size_t off);
 /* A field's value as text: 3, 0.001, true, "AdamW", [0.9, 0.95]. */
-void zr_cfg_fmt_value(const zr_train_config *c, const cfg_key *k, char *buf, size_t n);
+void zr_config_fmt_value(const zr_train_config *c, const cfg_key *k, char *buf, size_t n);
 
 #endif /* ZR_CONFIG_IMPL_H */

@@ -6,7 +6,7 @@
  * unknown top-level key (a DeepSpeed feature zr does not have) is a warning,
  * the first few by name. A key given twice (or by two names) and null are
  * refused. A configuration zr saved in a checkpoint is read leniently (what
- * an older or newer zr wrote must not stop a resume): zr_cfg_parse_saved.
+ * an older or newer zr wrote must not stop a resume): zr_config_parse_saved.
  *
  * cJSON reports no line numbers; the error offset it returns is turned into
  * line:column here.
@@ -81,13 +81,14 @@ static zr_status no_duplicates(const cJSON *obj, const char *prefix, const char 
     }
     qsort(names, (size_t)n, sizeof *names, cmp_name);
     zr_status st = ZR_OK;
-    for (int i = 1; i < n && st == ZR_OK; i++) {
+    for (int i = 1; i < n; i++) {
         if (strcmp(names[i - 1], names[i]) == 0) {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "%s: key \"%s%s%.200s\" appears twice; give each key once", name,
-                             prefix, prefix[0] != '\0' ? "." : "", names[i]);
+            ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID,
+                         "%s: key \"%s%s%.200s\" appears twice; give each key once", name, prefix,
+                         prefix[0] != '\0' ? "." : "", names[i]);
         }
     }
+done:
     zr_free(names);
     return st;
 }
@@ -103,7 +104,7 @@ static zr_status unknown_key(walk_ctx *w, const char *prefix, const char *key, c
     if (top && ++w->unknown_top > MAX_UNKNOWN_LISTED) {
         return ZR_OK; /* counted, summed up at the end */
     }
-    zr_cfg_suggest_json(prefix, key, hint, sizeof hint);
+    zr_config_suggest_json(prefix, key, hint, sizeof hint);
     if (!top) {
         ZR_FAIL(ZR_ERR_INVALID,
                 "%s: unknown key \"%.200s\" in section \"%s\"%s%s%s; zr train --help lists "
@@ -113,14 +114,14 @@ static zr_status unknown_key(walk_ctx *w, const char *prefix, const char *key, c
     }
     snprintf(msg, sizeof msg, "%s: unknown key \"%.200s\"%s%s%s (ignored)", w->name, path,
              hint[0] ? " (did you mean \"" : "", hint, hint[0] ? "\"?)" : "");
-    zr_cfg_emit(w->warn, w->warn_ctx, msg);
+    zr_config_emit(w->warn, w->warn_ctx, msg);
     return ZR_OK;
 }
 
 /* Key k set by this file under path; the same key twice (a name and its alias) is refused. */
 static zr_status mark_set(walk_ctx *w, const cfg_key *k, const char *path)
 {
-    size_t i = (size_t)(k - zr_cfg_keys);
+    size_t i = (size_t)(k - zr_config_keys);
     if (w->set[i] && w->strict) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: \"%s\" and \"%s\" set the same key; give it once", w->name,
                 w->set_as[i], path);
@@ -140,30 +141,30 @@ static zr_status member(zr_train_config *c, const cJSON *child, const char *pref
     int n = prefix[0] == '\0' ? snprintf(path, sizeof path, "%s", key)
                               : snprintf(path, sizeof path, "%s.%s", prefix, key);
     int fits = n > 0 && (size_t)n < sizeof path;
-    const cfg_key *k = fits ? zr_cfg_find_key(path) : NULL;
+    const cfg_key *k = fits ? zr_config_find_key(path) : NULL;
     char where[320];
     snprintf(where, sizeof where, "%s: \"%.256s\"", w->name, fits ? path : key);
     if (k != NULL) {
-        const cfg_key *r = zr_cfg_resolve(k);
+        const cfg_key *r = zr_config_resolve(k);
         if (r->type != K_NOEFFECT) {
             ZR_CHECK(mark_set(w, r, k->path));
         }
-        const cfg_literal *lit = cJSON_IsNumber(child) ? zr_cfg_find_literal(w->lits, r) : NULL;
-        zr_status st = zr_cfg_apply_value(c, r, child, where, lit ? lit->text : NULL,
-                                          lit ? lit->len : 0, w->warn, w->warn_ctx);
+        const cfg_literal *lit = cJSON_IsNumber(child) ? zr_config_find_literal(w->lits, r) : NULL;
+        zr_status st = zr_config_apply_value(c, r, child, where, lit ? lit->text : NULL,
+                                             lit ? lit->len : 0, w->warn, w->warn_ctx);
         if (st != ZR_OK && !w->strict) {
             zr_error_clear(); /* a value this zr no longer takes: the current one stays */
             return ZR_OK;
         }
         return st;
     }
-    if (fits && zr_cfg_is_section(path)) {
+    if (fits && zr_config_is_section(path)) {
         if (!cJSON_IsObject(child)) {
             if (!w->strict) {
                 return ZR_OK;
             }
             char got[64];
-            zr_cfg_render_json(child, got, sizeof got);
+            zr_config_render_json(child, got, sizeof got);
             ZR_FAIL(ZR_ERR_INVALID, "%s must be an object (a section of keys), got %s %s", where,
                     json_kind(child), got);
         }
@@ -240,22 +241,20 @@ static zr_status parse_config(zr_train_config *c, const char *text, const char *
         ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID, "%s: the top level must be a JSON object, got %s",
                      name, json_kind(root));
     }
-    ZR_CHECK_GOTO(zr_cfg_scan_literals(text, name, strict, &lits), st, done);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&w.set, zr_cfg_nkeys, __FILE__, __LINE__), st, done);
-    ZR_CHECK_GOTO(
-        zr_alloc_at((void **)&w.set_as, sizeof(char *) * zr_cfg_nkeys, __FILE__, __LINE__), st,
-        done);
+    ZR_CHECK_GOTO(zr_config_scan_literals(text, name, strict, &lits), st, done);
+    ZR_ALLOC_GOTO(w.set, zr_config_nkeys, st, done);
+    ZR_ALLOC_GOTO(w.set_as, zr_config_nkeys, st, done);
     ZR_CHECK_GOTO(walk(c, root, "", &w), st, done);
     if (w.unknown_top > MAX_UNKNOWN_LISTED) {
         char msg[320];
         snprintf(msg, sizeof msg, "%s: %d more unknown top-level keys (ignored, not listed)", name,
                  w.unknown_top - MAX_UNKNOWN_LISTED);
-        zr_cfg_emit(warn, ctx, msg);
+        zr_config_emit(warn, ctx, msg);
     }
 done:
     zr_free(w.set);
     zr_free(w.set_as);
-    zr_cfg_literals_free(&lits);
+    zr_config_literals_free(&lits);
     cJSON_Delete(root);
     return st;
 }
@@ -266,7 +265,7 @@ zr_status zr_config_parse_json(zr_train_config *c, const char *text, const char 
     return parse_config(c, text, name, 1, warn, ctx);
 }
 
-zr_status zr_cfg_parse_saved(zr_train_config *c, const char *text, const char *name)
+zr_status zr_config_parse_saved(zr_train_config *c, const char *text, const char *name)
 {
     return parse_config(c, text, name, 0, NULL, NULL);
 }
@@ -287,7 +286,7 @@ zr_status zr_config_load_json(zr_train_config *c, const char *path,
     ZR_CHECK(zr_file_open_read(path, &f));
     enum { MAX_BYTES = 16 << 20 }; /* a config is a few KB; this only stops a wrong file */
     char *text = NULL;
-    zr_status st = zr_alloc_at((void **)&text, MAX_BYTES + 1, __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(text, MAX_BYTES + 1);
     if (st != ZR_OK) {
         fclose(f);
         return st;

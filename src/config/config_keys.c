@@ -67,7 +67,7 @@
 #define W_FP16 "fp16 training is not supported (see fp16.enabled)"
 #define W_MONITOR "zr writes JSON-lines metrics instead (zr.train.metrics_path)"
 
-const cfg_key zr_cfg_keys[] = {
+const cfg_key zr_config_keys[] = {
     /* ---- DeepSpeed top level ---- */
     INTG("train_batch_size", train_batch_size, 0, 0, IMAX, "batch", ZR_GIVEN_TRAIN_BATCH,
          "global sequences per optimizer step = micro batch * accumulation * world size; 0 = derived"),
@@ -263,61 +263,61 @@ const cfg_key zr_cfg_keys[] = {
 };
 /* clang-format on */
 
-const size_t zr_cfg_nkeys = sizeof zr_cfg_keys / sizeof zr_cfg_keys[0];
+const size_t zr_config_nkeys = sizeof zr_config_keys / sizeof zr_config_keys[0];
 
 /* ---- lookups ------------------------------------------------------------ */
 
-void *zr_cfg_field(zr_train_config *c, size_t off)
+void *zr_config_field(zr_train_config *c, size_t off)
 {
     return (char *)c + off;
 }
 
-const void *zr_cfg_cfield(const zr_train_config *c, size_t off)
+const void *zr_config_cfield(const zr_train_config *c, size_t off)
 {
     return (const char *)c + off;
 }
 
-int zr_cfg_has_field(const cfg_key *k)
+int zr_config_has_field(const cfg_key *k)
 {
     return k->off != NOFIELD;
 }
 
-const cfg_key *zr_cfg_find_key(const char *path)
+const cfg_key *zr_config_find_key(const char *path)
 {
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        if (strcmp(zr_cfg_keys[i].path, path) == 0) {
-            return &zr_cfg_keys[i];
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        if (strcmp(zr_config_keys[i].path, path) == 0) {
+            return &zr_config_keys[i];
         }
     }
     return NULL;
 }
 
-const cfg_key *zr_cfg_find_flag(const char *flag)
+const cfg_key *zr_config_find_flag(const char *flag)
 {
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        if (zr_cfg_keys[i].flag != NULL && strcmp(zr_cfg_keys[i].flag, flag) == 0) {
-            return &zr_cfg_keys[i];
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        if (zr_config_keys[i].flag != NULL && strcmp(zr_config_keys[i].flag, flag) == 0) {
+            return &zr_config_keys[i];
         }
     }
     return NULL;
 }
 
 /* An alias stands for its target everywhere except in messages. */
-const cfg_key *zr_cfg_resolve(const cfg_key *k)
+const cfg_key *zr_config_resolve(const cfg_key *k)
 {
     if (k != NULL && k->type == K_ALIAS) {
-        k = zr_cfg_find_key(k->target);
+        k = zr_config_find_key(k->target);
         ZR_ASSERT(k != NULL);
     }
     return k;
 }
 
 /* Is path a section (an object holding keys), e.g. "zero_optimization"? */
-int zr_cfg_is_section(const char *path)
+int zr_config_is_section(const char *path)
 {
     size_t n = strlen(path);
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        if (strncmp(zr_cfg_keys[i].path, path, n) == 0 && zr_cfg_keys[i].path[n] == '.') {
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        if (strncmp(zr_config_keys[i].path, path, n) == 0 && zr_config_keys[i].path[n] == '.') {
             return 1;
         }
     }
@@ -325,13 +325,13 @@ int zr_cfg_is_section(const char *path)
 }
 
 /* Length of the parent part of a dotted path ("a.b.c" -> 3, "a" -> 0). */
-size_t zr_cfg_parent_len(const char *path)
+size_t zr_config_parent_len(const char *path)
 {
     const char *dot = strrchr(path, '.');
     return dot == NULL ? 0 : (size_t)(dot - path);
 }
 
-const char *zr_cfg_leaf(const char *path)
+const char *zr_config_leaf(const char *path)
 {
     const char *dot = strrchr(path, '.');
     return dot == NULL ? path : dot + 1;
@@ -388,13 +388,13 @@ static int close_enough(const char *typed, int dist)
  * section, as the user typed it), or the same name in another section
  * (reported by its full path, e.g. "stage" at the top level).
  */
-void zr_cfg_suggest_json(const char *parent, const char *name, char *out, size_t n)
+void zr_config_suggest_json(const char *parent, const char *name, char *out, size_t n)
 {
     size_t plen = strlen(parent);
     int best = INT_MAX;
     out[0] = '\0';
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        const char *p = zr_cfg_keys[i].path;
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        const char *p = zr_config_keys[i].path;
         if (strncmp(p, parent, plen) == 0 && (plen == 0 || p[plen] == '.')) {
             /* the component right under parent: a key or a section */
             const char *comp = p + plen + (plen != 0);
@@ -411,7 +411,7 @@ void zr_cfg_suggest_json(const char *parent, const char *name, char *out, size_t
                 }
             }
         }
-        if (strcmp(zr_cfg_leaf(p), name) == 0 && best > 1) {
+        if (strcmp(zr_config_leaf(p), name) == 0 && best > 1) {
             best = 1;
             snprintf(out, n, "%s", p);
         }
@@ -419,15 +419,15 @@ void zr_cfg_suggest_json(const char *parent, const char *name, char *out, size_t
 }
 
 /* Suggest a flag (path or short alias) for an unknown one. */
-void zr_cfg_suggest_flag(const char *name, char *out, size_t n)
+void zr_config_suggest_flag(const char *name, char *out, size_t n)
 {
     int best = INT_MAX;
     out[0] = '\0';
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        const char *cands[3] = {zr_cfg_keys[i].path, zr_cfg_keys[i].flag,
-                                zr_cfg_leaf(zr_cfg_keys[i].path)};
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        const char *cands[3] = {zr_config_keys[i].path, zr_config_keys[i].flag,
+                                zr_config_leaf(zr_config_keys[i].path)};
         for (int j = 0; j < 3; j++) {
-            if (cands[j] == NULL || zr_cfg_keys[i].type == K_NOEFFECT) {
+            if (cands[j] == NULL || zr_config_keys[i].type == K_NOEFFECT) {
                 continue;
             }
             int d = edit_distance(name, cands[j]);
@@ -436,7 +436,7 @@ void zr_cfg_suggest_flag(const char *name, char *out, size_t n)
             }
             if (close_enough(name, d) && d < best) {
                 best = d;
-                snprintf(out, n, "--%s", j == 1 ? zr_cfg_keys[i].flag : zr_cfg_keys[i].path);
+                snprintf(out, n, "--%s", j == 1 ? zr_config_keys[i].flag : zr_config_keys[i].path);
             }
         }
     }
@@ -447,12 +447,12 @@ void zr_cfg_suggest_flag(const char *name, char *out, size_t n)
 void zr_config_defaults(zr_train_config *c)
 {
     memset(c, 0, sizeof *c);
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        const cfg_key *k = &zr_cfg_keys[i];
-        if (!zr_cfg_has_field(k)) {
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        const cfg_key *k = &zr_config_keys[i];
+        if (!zr_config_has_field(k)) {
             continue;
         }
-        void *p = zr_cfg_field(c, k->off);
+        void *p = zr_config_field(c, k->off);
         switch (k->type) {
         case K_INT:
         case K_BOOL:
@@ -473,7 +473,7 @@ void zr_config_defaults(zr_train_config *c)
             break;
         case K_PAIR:
             *(double *)p = k->def;
-            *(double *)zr_cfg_field(c, k->off2) = k->def2;
+            *(double *)zr_config_field(c, k->off2) = k->def2;
             break;
         case K_NOEFFECT:
         case K_ALIAS:
@@ -484,28 +484,28 @@ void zr_config_defaults(zr_train_config *c)
 
 zr_config_policy zr_config_key_policy(const char *path)
 {
-    const cfg_key *k = zr_cfg_resolve(zr_cfg_find_key(path));
+    const cfg_key *k = zr_config_resolve(zr_config_find_key(path));
     return k != NULL ? k->resume : ZR_RESUME_CHANGE;
 }
 
-int zr_cfg_listed(const cfg_key *k)
+int zr_config_listed(const cfg_key *k)
 {
-    return zr_cfg_has_field(k) && k->type != K_NOEFFECT && k->type != K_ALIAS;
+    return zr_config_has_field(k) && k->type != K_NOEFFECT && k->type != K_ALIAS;
 }
 
 size_t zr_config_key_count(void)
 {
-    return zr_cfg_nkeys;
+    return zr_config_nkeys;
 }
 
 int zr_config_key_info(size_t i, const char **path, const char **flag, zr_config_kind *kind)
 {
-    for (size_t j = 0; j < zr_cfg_nkeys; j++) {
-        if (!zr_cfg_listed(&zr_cfg_keys[j])) {
+    for (size_t j = 0; j < zr_config_nkeys; j++) {
+        if (!zr_config_listed(&zr_config_keys[j])) {
             continue;
         }
         if (i-- == 0) {
-            const cfg_key *k = &zr_cfg_keys[j];
+            const cfg_key *k = &zr_config_keys[j];
             *path = k->path;
             *flag = k->flag;
             *kind = k->type == K_INT || k->type == K_I64 || k->type == K_U64 ? ZR_CFG_INTEGER

@@ -65,17 +65,17 @@ static zr_status number(const walker *w, const char *name, const char *s, size_t
 {
     char path[DEPTH * KEYLEN];
     path_of(w, path, sizeof path);
-    const cfg_key *k = zr_cfg_resolve(zr_cfg_find_key(path));
-    if (zr_cfg_number_overflows(s, len)) {
+    const cfg_key *k = zr_config_resolve(zr_config_find_key(path));
+    if (zr_config_number_overflows(s, len)) {
         char shown[80], expect[200] = "";
         if (k != NULL) {
-            zr_cfg_describe_expect(k, expect, sizeof expect);
+            zr_config_describe_expect(k, expect, sizeof expect);
         }
-        zr_cfg_show_number(s, len, shown, sizeof shown);
+        zr_config_show_number(s, len, shown, sizeof shown);
         ZR_FAIL(ZR_ERR_INVALID, "%s:%d:%d: \"%s\": %s is out of range%s%s", name, line, col, path,
                 shown, expect[0] ? ": it must be " : "", expect);
     }
-    if (k != NULL && zr_cfg_is_int(k)) {
+    if (k != NULL && zr_config_is_int(k)) {
         ZR_CHECK(record(out, k, s, len, line, col));
     }
     return ZR_OK;
@@ -101,7 +101,7 @@ static zr_status string(const walker *w, const char *name, int strict, const cha
     return ZR_OK;
 }
 
-zr_status zr_cfg_scan_literals(const char *text, const char *name, int strict, cfg_literals *out)
+zr_status zr_config_scan_literals(const char *text, const char *name, int strict, cfg_literals *out)
 {
     memset(out, 0, sizeof *out);
     walker w;
@@ -142,18 +142,18 @@ zr_status zr_cfg_scan_literals(const char *text, const char *name, int strict, c
         }
     }
     if (st != ZR_OK) {
-        zr_cfg_literals_free(out);
+        zr_config_literals_free(out);
     }
     return st;
 }
 
-void zr_cfg_literals_free(cfg_literals *l)
+void zr_config_literals_free(cfg_literals *l)
 {
     zr_free(l->v);
     memset(l, 0, sizeof *l);
 }
 
-const cfg_literal *zr_cfg_find_literal(const cfg_literals *l, const cfg_key *k)
+const cfg_literal *zr_config_find_literal(const cfg_literals *l, const cfg_key *k)
 {
     for (int i = 0; l != NULL && i < l->n; i++) {
         if (l->v[i].key == k) {

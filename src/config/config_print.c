@@ -25,19 +25,19 @@ void zr_config_print_help(FILE *f)
            "dotted name. A resume lists every setting that differs from the checkpoint's, and\n"
            "refuses those marked \"on resume\".\n");
     char section[128] = "?";
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        const cfg_key *k = &zr_cfg_keys[i];
-        if (!zr_cfg_listed(k)) {
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        const cfg_key *k = &zr_config_keys[i];
+        if (!zr_config_listed(k)) {
             continue;
         }
-        size_t pl = zr_cfg_parent_len(k->path);
+        size_t pl = zr_config_parent_len(k->path);
         if (strlen(section) != pl || strncmp(section, k->path, pl) != 0) {
             snprintf(section, sizeof section, "%.*s", (int)pl, k->path);
             fprintf(f, "\n%s\n", pl == 0 ? "top level (DeepSpeed)" : section);
         }
         char expect[200], def[300];
-        zr_cfg_describe_expect(k, expect, sizeof expect);
-        zr_cfg_fmt_value(&d, k, def, sizeof def);
+        zr_config_describe_expect(k, expect, sizeof expect);
+        zr_config_fmt_value(&d, k, def, sizeof def);
         static const char *const on_resume[] = {
             [ZR_RESUME_CHANGE] = "",
             [ZR_RESUME_MATCH] = "; on resume: must be the checkpoint's",
@@ -50,16 +50,16 @@ void zr_config_print_help(FILE *f)
     }
     fprintf(f, "\nAccepted with a note, no effect in zr (DeepSpeed keys):\n ");
     int col = 1;
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        if (zr_cfg_keys[i].type != K_NOEFFECT) {
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        if (zr_config_keys[i].type != K_NOEFFECT) {
             continue;
         }
-        int w = (int)strlen(zr_cfg_keys[i].path) + 1;
+        int w = (int)strlen(zr_config_keys[i].path) + 1;
         if (col + w > 98) {
             fprintf(f, "\n ");
             col = 1;
         }
-        fprintf(f, " %s", zr_cfg_keys[i].path);
+        fprintf(f, " %s", zr_config_keys[i].path);
         col += w;
     }
     fprintf(f, "\n\nRefused: fp16.enabled true, communication_data_type \"fp16\", "
@@ -71,11 +71,11 @@ void zr_config_print_help(FILE *f)
 
 void zr_config_print(FILE *f, const zr_train_config *c)
 {
-    for (size_t i = 0; i < zr_cfg_nkeys; i++) {
-        if (zr_cfg_listed(&zr_cfg_keys[i])) {
+    for (size_t i = 0; i < zr_config_nkeys; i++) {
+        if (zr_config_listed(&zr_config_keys[i])) {
             char v[300];
-            zr_cfg_fmt_value(c, &zr_cfg_keys[i], v, sizeof v);
-            fprintf(f, "%-46s = %s\n", zr_cfg_keys[i].path, v);
+            zr_config_fmt_value(c, &zr_config_keys[i], v, sizeof v);
+            fprintf(f, "%-46s = %s\n", zr_config_keys[i].path, v);
         }
     }
 }
@@ -83,11 +83,11 @@ void zr_config_print(FILE *f, const zr_train_config *c)
 const char *zr_config_key_value(const zr_train_config *c, size_t i, char *buf, size_t n)
 {
     buf[0] = '\0';
-    if (i >= zr_cfg_nkeys || !zr_cfg_listed(&zr_cfg_keys[i])) {
+    if (i >= zr_config_nkeys || !zr_config_listed(&zr_config_keys[i])) {
         return NULL;
     }
-    zr_cfg_fmt_value(c, &zr_cfg_keys[i], buf, n);
-    return zr_cfg_keys[i].path;
+    zr_config_fmt_value(c, &zr_config_keys[i], buf, n);
+    return zr_config_keys[i].path;
 }
 
 /* The object at the dotted parent of path inside root, created as needed. */
@@ -113,8 +113,8 @@ static cJSON *json_parent(cJSON *root, const char *path)
 /* Add key k of c under its leaf name to obj; 0 when out of memory. */
 static int add_key(cJSON *obj, const zr_train_config *c, const cfg_key *k)
 {
-    const char *name = zr_cfg_leaf(k->path);
-    const void *p = zr_cfg_cfield(c, k->off);
+    const char *name = zr_config_leaf(k->path);
+    const void *p = zr_config_cfield(c, k->off);
     switch (k->type) {
     case K_BOOL:
         return cJSON_AddBoolToObject(obj, name, *(const int *)p) != NULL;
@@ -122,7 +122,7 @@ static int add_key(cJSON *obj, const zr_train_config *c, const cfg_key *k)
     case K_ENUM:
         return cJSON_AddStringToObject(obj, name, (const char *)p) != NULL;
     case K_PAIR: {
-        const double two[2] = {*(const double *)p, *(const double *)zr_cfg_cfield(c, k->off2)};
+        const double two[2] = {*(const double *)p, *(const double *)zr_config_cfield(c, k->off2)};
         cJSON *v = cJSON_CreateDoubleArray(two, 2);
         if (v != NULL && !cJSON_AddItemToObject(obj, name, v)) {
             cJSON_Delete(v);
@@ -134,11 +134,11 @@ static int add_key(cJSON *obj, const zr_train_config *c, const cfg_key *k)
     case K_I64: {
         /* as digits: a double would round a seed beyond 2^53 */
         char digits[32];
-        zr_cfg_fmt_value(c, k, digits, sizeof digits);
+        zr_config_fmt_value(c, k, digits, sizeof digits);
         return cJSON_AddRawToObject(obj, name, digits) != NULL;
     }
     default:
-        return cJSON_AddNumberToObject(obj, name, zr_cfg_get_num(c, k, k->off)) != NULL;
+        return cJSON_AddNumberToObject(obj, name, zr_config_get_num(c, k, k->off)) != NULL;
     }
 }
 
@@ -147,9 +147,9 @@ zr_status zr_config_to_json(const zr_train_config *c, char **out)
     *out = NULL;
     cJSON *root = cJSON_CreateObject();
     int ok = root != NULL;
-    for (size_t i = 0; ok && i < zr_cfg_nkeys; i++) {
-        const cfg_key *k = &zr_cfg_keys[i];
-        if (zr_cfg_listed(k)) {
+    for (size_t i = 0; ok && i < zr_config_nkeys; i++) {
+        const cfg_key *k = &zr_config_keys[i];
+        if (zr_config_listed(k)) {
             cJSON *obj = json_parent(root, k->path);
             ok = obj != NULL && add_key(obj, c, k);
         }
@@ -161,10 +161,10 @@ zr_status zr_config_to_json(const zr_train_config *c, char **out)
     }
     /* cJSON allocates with plain malloc: the caller gets counted memory, freed with zr_free */
     size_t n = strlen(text) + 1;
-    zr_status st = zr_alloc_at((void **)out, n, __FILE__, __LINE__);
-    if (st == ZR_OK) {
-        memcpy(*out, text, n);
-    }
+    zr_status st = ZR_OK;
+    ZR_ALLOC_GOTO(*out, n, st, done);
+    memcpy(*out, text, n);
+done:
     cJSON_free(text);
     return st;
 }

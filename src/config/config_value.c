@@ -1,7 +1,7 @@
 /*
  * config_value.c - one key's value: what it accepts (for messages and
  * checks), setting it from a JSON value, and printing it. A file and a flag
- * both end in zr_cfg_apply_value, so they accept and refuse the same values
+ * both end in zr_config_apply_value, so they accept and refuse the same values
  * with the same messages.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-void zr_cfg_emit(warn_fn warn, void *ctx, const char *msg)
+void zr_config_emit(warn_fn warn, void *ctx, const char *msg)
 {
     if (warn != NULL) {
         warn(ctx, msg);
@@ -26,7 +26,7 @@ void zr_cfg_emit(warn_fn warn, void *ctx, const char *msg)
 }
 
 /* Is the choice list "a|b|c" holding s? Returns the canonical spelling or NULL. */
-const char *zr_cfg_match_choice(const char *choices, const char *s, char *buf, size_t n)
+const char *zr_config_match_choice(const char *choices, const char *s, char *buf, size_t n)
 {
     const char *p = choices;
     for (;;) {
@@ -64,7 +64,7 @@ static void describe_choices(const char *choices, int quoted, char *buf, size_t 
     }
 }
 
-int zr_cfg_is_int(const cfg_key *k)
+int zr_config_is_int(const cfg_key *k)
 {
     return k->type == K_INT || k->type == K_I64 || k->type == K_U64;
 }
@@ -77,7 +77,7 @@ static unsigned long long int_hi(const cfg_key *k)
 
 static void fmt_bound(const cfg_key *k, char *buf, size_t n, double v, int is_hi)
 {
-    if (zr_cfg_is_int(k)) {
+    if (zr_config_is_int(k)) {
         /* integers exactly: "2147483647", "18446744073709551615", never "2.147483647e+09" */
         snprintf(buf, n, "%llu", is_hi ? int_hi(k) : (unsigned long long)v);
     } else {
@@ -86,7 +86,7 @@ static void fmt_bound(const cfg_key *k, char *buf, size_t n, double v, int is_hi
 }
 
 /* What a key accepts, as a phrase: "an integer in [0, 3]", "true or false", ... */
-void zr_cfg_describe_expect(const cfg_key *k, char *buf, size_t n)
+void zr_config_describe_expect(const cfg_key *k, char *buf, size_t n)
 {
     char lo[32], hi[32], range[80] = "";
     fmt_bound(k, lo, sizeof lo, k->lo, 0);
@@ -137,7 +137,7 @@ void zr_cfg_describe_expect(const cfg_key *k, char *buf, size_t n)
 }
 
 /* Is v acceptable for numeric key k (integrality, range, choices, multiple)? */
-int zr_cfg_num_ok(const cfg_key *k, double v)
+int zr_config_num_ok(const cfg_key *k, double v)
 {
     if (!isfinite(v)) {
         return 0;
@@ -149,7 +149,7 @@ int zr_cfg_num_ok(const cfg_key *k, double v)
     if (integer && k->choices != NULL) {
         char buf[32];
         snprintf(buf, sizeof buf, "%.0f", v);
-        return zr_cfg_match_choice(k->choices, buf, buf, sizeof buf) != NULL;
+        return zr_config_match_choice(k->choices, buf, buf, sizeof buf) != NULL;
     }
     if (v < k->lo || v > k->hi || ((k->open & LO_OPEN) && v == k->lo) ||
         ((k->open & HI_OPEN) && v == k->hi)) {
@@ -162,7 +162,7 @@ int zr_cfg_num_ok(const cfg_key *k, double v)
 }
 
 /* A JSON value in a message: compact, cut at 48 characters. */
-void zr_cfg_render_json(const cJSON *v, char *buf, size_t n)
+void zr_config_render_json(const cJSON *v, char *buf, size_t n)
 {
     char *s = cJSON_PrintUnformatted(v);
     if (s == NULL) {
@@ -191,12 +191,12 @@ static zr_status store_value(zr_train_config *c, const cfg_key *k, const cJSON *
         if (!cJSON_IsNumber(v)) {
             ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
         }
-        return zr_cfg_store_int(c, k, where, lit, lit_len);
+        return zr_config_store_int(c, k, where, lit, lit_len);
     case K_DBL:
-        if (!cJSON_IsNumber(v) || !zr_cfg_num_ok(k, v->valuedouble)) {
+        if (!cJSON_IsNumber(v) || !zr_config_num_ok(k, v->valuedouble)) {
             ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
         }
-        *(double *)zr_cfg_field(c, k->off) = v->valuedouble;
+        *(double *)zr_config_field(c, k->off) = v->valuedouble;
         break;
     case K_BOOL: {
         if (!cJSON_IsBool(v)) {
@@ -206,8 +206,8 @@ static zr_status store_value(zr_train_config *c, const cfg_key *k, const cJSON *
         if (k->refuse != NULL && strcmp(k->refuse, b ? "true" : "false") == 0) {
             ZR_FAIL(ZR_ERR_INVALID, "%s: %s is not supported: %s", where, k->refuse, k->why);
         }
-        if (zr_cfg_has_field(k)) {
-            *(int *)zr_cfg_field(c, k->off) = b;
+        if (zr_config_has_field(k)) {
+            *(int *)zr_config_field(c, k->off) = b;
         }
         break;
     }
@@ -215,7 +215,7 @@ static zr_status store_value(zr_train_config *c, const cfg_key *k, const cJSON *
         if (!cJSON_IsString(v) || strlen(v->valuestring) >= k->size) {
             ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
         }
-        snprintf((char *)zr_cfg_field(c, k->off), k->size, "%s", v->valuestring);
+        snprintf((char *)zr_config_field(c, k->off), k->size, "%s", v->valuestring);
         break;
     case K_ENUM: {
         char canon[64];
@@ -223,21 +223,21 @@ static zr_status store_value(zr_train_config *c, const cfg_key *k, const cJSON *
             ZR_FAIL(ZR_ERR_INVALID, "%s: %s is not supported: %s", where, got, k->why);
         }
         if (!cJSON_IsString(v) ||
-            zr_cfg_match_choice(k->choices, v->valuestring, canon, sizeof canon) == NULL) {
+            zr_config_match_choice(k->choices, v->valuestring, canon, sizeof canon) == NULL) {
             ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
         }
-        snprintf((char *)zr_cfg_field(c, k->off), k->size, "%s", canon);
+        snprintf((char *)zr_config_field(c, k->off), k->size, "%s", canon);
         break;
     }
     case K_PAIR: {
         const cJSON *a = cJSON_GetArrayItem(v, 0), *b = cJSON_GetArrayItem(v, 1);
         if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 || !cJSON_IsNumber(a) ||
-            !cJSON_IsNumber(b) || !zr_cfg_num_ok(k, a->valuedouble) ||
-            !zr_cfg_num_ok(k, b->valuedouble)) {
+            !cJSON_IsNumber(b) || !zr_config_num_ok(k, a->valuedouble) ||
+            !zr_config_num_ok(k, b->valuedouble)) {
             ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
         }
-        *(double *)zr_cfg_field(c, k->off) = a->valuedouble;
-        *(double *)zr_cfg_field(c, k->off2) = b->valuedouble;
+        *(double *)zr_config_field(c, k->off) = a->valuedouble;
+        *(double *)zr_config_field(c, k->off2) = b->valuedouble;
         break;
     }
     case K_NOEFFECT:
@@ -252,40 +252,40 @@ static zr_status store_value(zr_train_config *c, const cfg_key *k, const cJSON *
  * or `flag --stage (zero_optimization.stage)`. null is refused: DeepSpeed
  * reads it as "the default", which hides a value that was meant and lost.
  */
-zr_status zr_cfg_apply_value(zr_train_config *c, const cfg_key *k, const cJSON *v,
-                             const char *where, const char *lit, size_t lit_len, warn_fn warn,
-                             void *ctx)
+zr_status zr_config_apply_value(zr_train_config *c, const cfg_key *k, const cJSON *v,
+                                const char *where, const char *lit, size_t lit_len, warn_fn warn,
+                                void *ctx)
 {
     char got[64], expect[200];
     if (k->type == K_NOEFFECT) {
         char msg[512];
         snprintf(msg, sizeof msg, "note: %s accepted, has no effect in zr: %s", where, k->why);
-        zr_cfg_emit(warn, ctx, msg);
+        zr_config_emit(warn, ctx, msg);
         return ZR_OK;
     }
-    zr_cfg_describe_expect(k, expect, sizeof expect);
+    zr_config_describe_expect(k, expect, sizeof expect);
     if (cJSON_IsNull(v)) {
         ZR_FAIL(ZR_ERR_INVALID, "%s is null; it must be %s (leave the key out for its default)",
                 where, expect);
     }
     char num[40];
-    if (zr_cfg_is_int(k) && cJSON_IsNumber(v) && lit == NULL) {
-        /* no text: the double, which is exact up to 2^53 (beyond, zr_cfg_int_parse refuses) */
+    if (zr_config_is_int(k) && cJSON_IsNumber(v) && lit == NULL) {
+        /* no text: the double, which is exact up to 2^53 (beyond, zr_config_int_parse refuses) */
         snprintf(num, sizeof num, "%.17g", v->valuedouble);
         lit = num;
         lit_len = strlen(num);
     }
     if (lit != NULL) {
-        zr_cfg_show_number(lit, lit_len, got, sizeof got);
+        zr_config_show_number(lit, lit_len, got, sizeof got);
     } else {
-        zr_cfg_render_json(v, got, sizeof got);
+        zr_config_render_json(v, got, sizeof got);
     }
     ZR_CHECK(store_value(c, k, v, where, expect, got, lit, lit_len));
     c->given |= k->given;
     return ZR_OK;
 }
 
-int zr_cfg_int_parse(const char *s, size_t len, cfg_int *out)
+int zr_config_int_parse(const char *s, size_t len, cfg_int *out)
 {
     char buf[64];
     if (len == 0 || len >= sizeof buf) {
@@ -320,14 +320,14 @@ int zr_cfg_int_parse(const char *s, size_t len, cfg_int *out)
     return 1;
 }
 
-zr_status zr_cfg_store_int(zr_train_config *c, const cfg_key *k, const char *where, const char *s,
-                           size_t len)
+zr_status zr_config_store_int(zr_train_config *c, const cfg_key *k, const char *where,
+                              const char *s, size_t len)
 {
     char got[80], expect[200];
-    zr_cfg_show_number(s, len, got, sizeof got);
-    zr_cfg_describe_expect(k, expect, sizeof expect);
+    zr_config_show_number(s, len, got, sizeof got);
+    zr_config_describe_expect(k, expect, sizeof expect);
     cfg_int v;
-    int r = zr_cfg_int_parse(s, len, &v);
+    int r = zr_config_int_parse(s, len, &v);
     if (r == 0) {
         ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
     }
@@ -338,11 +338,11 @@ zr_status zr_cfg_store_int(zr_train_config *c, const cfg_key *k, const char *whe
     /* every integer key starts at 0 or above */
     int ok = !(v.neg && v.mag > 0) && v.mag >= (unsigned long long)k->lo && v.mag <= int_hi(k) &&
              (k->type != K_INT || v.mag <= INT_MAX) && (k->type != K_I64 || v.mag <= LLONG_MAX) &&
-             ((k->choices == NULL && k->multiple <= 1) || zr_cfg_num_ok(k, (double)v.mag));
+             ((k->choices == NULL && k->multiple <= 1) || zr_config_num_ok(k, (double)v.mag));
     if (!ok) {
         ZR_FAIL(ZR_ERR_INVALID, "%s must be %s, got %s", where, expect, got);
     }
-    void *f = zr_cfg_field(c, k->off);
+    void *f = zr_config_field(c, k->off);
     if (k->type == K_INT) {
         *(int *)f = (int)v.mag;
     } else if (k->type == K_I64) {
@@ -359,7 +359,7 @@ zr_status zr_cfg_store_int(zr_train_config *c, const cfg_key *k, const char *whe
  * (1e-999)? Such a value would reach the checks as inf or 0 and be reported
  * as something the user never wrote; it is reported as written instead.
  */
-int zr_cfg_number_overflows(const char *s, size_t len)
+int zr_config_number_overflows(const char *s, size_t len)
 {
     /* s goes on past len ('\0'-terminated), so strtod reads it in place: the
        literal is a whole number only when strtod stops exactly at its end */
@@ -370,7 +370,7 @@ int zr_cfg_number_overflows(const char *s, size_t len)
 }
 
 /* A number's text for a message: as written, or its start and length when it is long. */
-void zr_cfg_show_number(const char *s, size_t len, char *buf, size_t n)
+void zr_config_show_number(const char *s, size_t len, char *buf, size_t n)
 {
     if (len <= 40) {
         snprintf(buf, n, "%.*s", (int)len, s);
@@ -380,9 +380,9 @@ void zr_cfg_show_number(const char *s, size_t len, char *buf, size_t n)
 }
 
 /* The numeric value of a field, as a double (for range checks and printing). */
-double zr_cfg_get_num(const zr_train_config *c, const cfg_key *k, size_t off)
+double zr_config_get_num(const zr_train_config *c, const cfg_key *k, size_t off)
 {
-    const void *p = zr_cfg_cfield(c, off);
+    const void *p = zr_config_cfield(c, off);
     switch (k->type) {
     case K_INT:
     case K_BOOL:
@@ -397,9 +397,9 @@ double zr_cfg_get_num(const zr_train_config *c, const cfg_key *k, size_t off)
 }
 
 /* A field's value as text: 3, 0.001, true, "AdamW", [0.9, 0.95]. */
-void zr_cfg_fmt_value(const zr_train_config *c, const cfg_key *k, char *buf, size_t n)
+void zr_config_fmt_value(const zr_train_config *c, const cfg_key *k, char *buf, size_t n)
 {
-    const void *p = zr_cfg_cfield(c, k->off);
+    const void *p = zr_config_cfield(c, k->off);
     switch (k->type) {
     case K_INT:
         snprintf(buf, n, "%d", *(const int *)p);
@@ -422,7 +422,7 @@ void zr_cfg_fmt_value(const zr_train_config *c, const cfg_key *k, char *buf, siz
         break;
     case K_PAIR:
         snprintf(buf, n, "[%.10g, %.10g]", *(const double *)p,
-                 *(const double *)zr_cfg_cfield(c, k->off2));
+                 *(const double *)zr_config_cfield(c, k->off2));
         break;
     case K_NOEFFECT:
     case K_ALIAS:

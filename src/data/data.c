@@ -88,11 +88,11 @@ zr_status zr_shard_write_kind(const char *path, zr_data_kind kind, const void *t
     header[2] = (int32_t)n;
     zr_file_tmp t;
     ZR_CHECK(zr_file_tmp_open(&t, path));
-    zr_status st = zr_file_tmp_write(&t, header, sizeof header);
-    if (st == ZR_OK) {
-        st = zr_file_tmp_write(&t, tokens, n * (size_t)k->token_bytes);
-    }
-    return zr_file_tmp_commit(&t, st);
+    zr_status st;
+    ZR_CHECK_GOTO(zr_file_tmp_write(&t, header, sizeof header), st, done);
+    st = zr_file_tmp_write(&t, tokens, n * (size_t)k->token_bytes);
+done:
+    return zr_file_tmp_commit(&t, st); /* removes the temporary file when st is an error */
 }
 
 zr_status zr_shard_write(const char *path, const uint16_t *tokens, size_t n)
@@ -265,8 +265,8 @@ static zr_status read_shard(zr_dataset *ds, FILE *f, const char *path, size_t si
                 "(truncated or damaged)",
                 path, k->name, h[2], hdr + count * (size_t)k->token_bytes, size);
     }
-    void *buf;
-    ZR_CHECK(zr_alloc_at(&buf, count * (size_t)k->token_bytes, __FILE__, __LINE__));
+    unsigned char *buf;
+    ZR_ALLOC(buf, count * (size_t)k->token_bytes);
     zr_status st = read_exact(f, path, buf, count * (size_t)k->token_bytes);
     if (st != ZR_OK) {
         zr_free(buf);
@@ -290,7 +290,7 @@ static zr_status append_text(FILE *f, const char *path, size_t size, uint16_t **
     if (*len + size > *cap) {
         size_t ncap = (*len + size) * 2 + 4096;
         uint16_t *nb;
-        ZR_CHECK(zr_alloc_at((void **)&nb, ncap * sizeof *nb, __FILE__, __LINE__));
+        ZR_ALLOC(nb, ncap);
         if (*len > 0) {
             memcpy(nb, *buf, *len * sizeof *nb);
         }
@@ -298,7 +298,7 @@ static zr_status append_text(FILE *f, const char *path, size_t size, uint16_t **
         *buf = nb;
         *cap = ncap;
     }
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&bytes, size, __FILE__, __LINE__), st, done);
+    ZR_ALLOC_GOTO(bytes, size, st, done);
     ZR_CHECK_GOTO(read_exact(f, path, bytes, size), st, done);
     long long bad = zr_text_check(bytes, size);
     if (bad >= 0) {
@@ -415,10 +415,10 @@ static zr_status append_file(const char *path, uint16_t **buf, size_t *len, size
     FILE *f;
     ZR_CHECK(zr_file_open_read(path, &f));
     size_t size = 0;
-    zr_status st = open_size(f, path, &size);
-    if (st == ZR_OK) {
-        st = append_text(f, path, size, buf, len, cap);
-    }
+    zr_status st;
+    ZR_CHECK_GOTO(open_size(f, path, &size), st, done);
+    st = append_text(f, path, size, buf, len, cap);
+done:
     fclose(f);
     return st;
 }
@@ -455,8 +455,7 @@ zr_status zr_dataset_load_fortunes(zr_dataset *ds, const char *dir)
         if (count == cap) {
             size_t ncap = cap * 2 + 64;
             char **nn;
-            ZR_CHECK_GOTO(zr_alloc_at((void **)&nn, ncap * sizeof *nn, __FILE__, __LINE__), st,
-                          done);
+            ZR_ALLOC_GOTO(nn, ncap, st, done);
             if (count > 0) {
                 memcpy(nn, names, count * sizeof *nn);
             }
@@ -465,7 +464,7 @@ zr_status zr_dataset_load_fortunes(zr_dataset *ds, const char *dir)
             cap = ncap;
         }
         size_t len = strlen(nm) + 1;
-        ZR_CHECK_GOTO(zr_alloc_at((void **)&names[count], len, __FILE__, __LINE__), st, done);
+        ZR_ALLOC_GOTO(names[count], len, st, done);
         memcpy(names[count++], nm, len);
     }
     if (count == 0) {

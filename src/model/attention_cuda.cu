@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 /* ---- launchers -------------------------------------------------------------------------- */
 
-template <typename S, int G> static cudaError_t fwd_t(const zr_ok_att *a, cudaStream_t s)
+template <typename S, int G> static cudaError_t fwd_t(const zr_op_k_att *a, cudaStream_t s)
 {
     typedef att_tile<G> tl;
     dim3 grid((unsigned int)((a->T + tl::R - 1) / tl::R), (unsigned int)(a->B * a->NH));
@@ -331,7 +331,7 @@ template <typename S, int G> static cudaError_t fwd_t(const zr_ok_att *a, cudaSt
     return cudaGetLastError();
 }
 
-template <typename S, int G> static cudaError_t bwd_t(const zr_ok_att *a, cudaStream_t s)
+template <typename S, int G> static cudaError_t bwd_t(const zr_op_k_att *a, cudaStream_t s)
 {
     typedef att_tile<G> tl;
     dim3 grid((unsigned int)((a->T + tl::R - 1) / tl::R), (unsigned int)(a->B * a->NH));
@@ -355,7 +355,7 @@ template <typename S, int G> static cudaError_t bwd_t(const zr_ok_att *a, cudaSt
     return cudaGetLastError();
 }
 
-template <typename S> static cudaError_t fwd_s(const zr_ok_att *a, cudaStream_t s)
+template <typename S> static cudaError_t fwd_s(const zr_op_k_att *a, cudaStream_t s)
 {
     switch (a->g) {
     case 1:
@@ -371,7 +371,7 @@ template <typename S> static cudaError_t fwd_s(const zr_ok_att *a, cudaStream_t 
     }
 }
 
-template <typename S> static cudaError_t bwd_s(const zr_ok_att *a, cudaStream_t s)
+template <typename S> static cudaError_t bwd_s(const zr_op_k_att *a, cudaStream_t s)
 {
     switch (a->g) {
     case 1:
@@ -387,12 +387,12 @@ template <typename S> static cudaError_t bwd_s(const zr_ok_att *a, cudaStream_t 
     }
 }
 
-extern "C" cudaError_t zr_ok_launch_attention_fwd(int bf16, const zr_ok_att *a, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_attention_fwd(int bf16, const zr_op_k_att *a, cudaStream_t s)
 {
     return bf16 ? fwd_s<zr_bf16_t>(a, s) : fwd_s<float>(a, s);
 }
 
-extern "C" cudaError_t zr_ok_launch_attention_bwd(int bf16, const zr_ok_att *a, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_attention_bwd(int bf16, const zr_op_k_att *a, cudaStream_t s)
 {
     return bf16 ? bwd_s<zr_bf16_t>(a, s) : bwd_s<float>(a, s);
 }

@@ -235,16 +235,11 @@ zr_status zr_gpt_init_ex(zr_gpt *m, const zr_gpt_config *cfg, int B, int T, int 
 
     zr_status st = ZR_OK;
     size_t BT = (size_t)B * T;
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&m->inputs, BT * sizeof(int), __FILE__, __LINE__), st, fail);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&m->targets, BT * sizeof(int), __FILE__, __LINE__), st,
-                  fail);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&m->layers, (size_t)cfg->layers * sizeof *m->layers,
-                              __FILE__, __LINE__),
-                  st, fail);
+    ZR_ALLOC_GOTO(m->inputs, BT, st, fail);
+    ZR_ALLOC_GOTO(m->targets, BT, st, fail);
+    ZR_ALLOC_GOTO(m->layers, (size_t)cfg->layers, st, fail);
     m->arena_floats = layout_acts(m, NULL);
-    ZR_CHECK_GOTO(
-        zr_alloc_at((void **)&m->arena, m->arena_floats * sizeof(float), __FILE__, __LINE__), st,
-        fail);
+    ZR_ALLOC_GOTO(m->arena, m->arena_floats, st, fail);
     layout_acts(m, m->arena);
     m->acts_layer = -1;
     m->fwd_next = -1;

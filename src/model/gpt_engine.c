@@ -24,9 +24,7 @@ zr_status zr_gpt_specs_init(zr_gpt_specs *s, const zr_gpt_config *cfg)
     ZR_CHECK(zr_gpt_config_check(cfg));
     int n = zr_gpt_config_unit_count(cfg);
     ZR_ALLOC(s->units, (size_t)n);
-    zr_status st =
-        zr_alloc_at((void **)&s->ranges, sizeof(zr_range) * (size_t)n * ZR_GPT_MAX_UNIT_TENSORS,
-                    __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(s->ranges, (size_t)n * ZR_GPT_MAX_UNIT_TENSORS);
     if (st != ZR_OK) {
         zr_gpt_specs_free(s);
         return st;
@@ -255,19 +253,25 @@ zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
     return eval(&r, e, inputs, targets, loss);
 }
 
+/* Unit u of the model file at path into the engine, through a full-size buffer. */
+static zr_status load_llmc_unit(zr_engine *e, const zr_gpt *m, const char *path, int u)
+{
+    float *full;
+    ZR_ALLOC(full, zr_gpt_unit_numel(m, u));
+    zr_status st;
+    ZR_CHECK_GOTO(zr_gpt_read_llmc_unit(path, &m->cfg, u, full), st, done);
+    st = zr_engine_set_params(e, u, full);
+done:
+    zr_free(full);
+    return st;
+}
+
 zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt *m, const char *path)
 {
     int n = zr_gpt_unit_count(m);
     ZR_ASSERT(n == e->nunits);
     for (int u = 0; u < n; u++) {
-        float *full;
-        ZR_ALLOC(full, zr_gpt_unit_numel(m, u));
-        zr_status st = zr_gpt_read_llmc_unit(path, &m->cfg, u, full);
-        if (st == ZR_OK) {
-            st = zr_engine_set_params(e, u, full);
-        }
-        zr_free(full);
-        ZR_CHECK(st);
+        ZR_CHECK(load_llmc_unit(e, m, path, u));
     }
     return ZR_OK;
 }

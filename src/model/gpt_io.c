@@ -109,12 +109,12 @@ zr_status zr_gpt_write_llmc(const char *path, const zr_gpt_config *cfg, float *c
     ZR_CHECK(zr_file_tmp_open(&t, path));
     int32_t h[ZR_LLMC_HEADER_INTS];
     llmc_header(cfg, h);
-    zr_status st = zr_file_tmp_write(&t, h, sizeof h);
-    if (st == ZR_OK) {
-        io_ctx c = {.out = &t, .path = t.tmp, .units = units, .only = -1};
-        st = llmc_walk(cfg, write_tensor, &c);
-    }
-    return zr_file_tmp_commit(&t, st);
+    io_ctx c = {.out = &t, .path = t.tmp, .units = units, .only = -1};
+    zr_status st;
+    ZR_CHECK_GOTO(zr_file_tmp_write(&t, h, sizeof h), st, done);
+    st = llmc_walk(cfg, write_tensor, &c);
+done:
+    return zr_file_tmp_commit(&t, st); /* removes the temporary file when st is an error */
 }
 
 /*
@@ -354,7 +354,7 @@ zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg, f
             maxnumel = st_numel(&t[i]);
         }
     }
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&buf, maxnumel * sizeof *buf, __FILE__, __LINE__), st, done);
+    ZR_ALLOC_GOTO(buf, maxnumel, st, done);
     ZR_CHECK_GOTO(zr_file_tmp_open(&f, path), st, done);
     /* safetensors is little-endian; so are the machines zr runs on */
     st = zr_file_tmp_write(&f, &hlen64, sizeof hlen64);

@@ -106,8 +106,8 @@ zr_status zr_op_cuda_encoder_fwd(zr_dtype t, void *out, const int *inp, const vo
     const void *p[] = {out, inp, wte, wpe};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
     const void *v[] = {out, wte, wpe};
-    ZR_CUDA_CHECK(zr_ok_launch_encoder_fwd(is_bf16(t), out, inp, wte, wpe, B, T, C,
-                                           vec_ok(C, v, NPTR(v)), cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_encoder_fwd(is_bf16(t), out, inp, wte, wpe, B, T, C,
+                                             vec_ok(C, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
@@ -125,12 +125,12 @@ zr_status zr_op_cuda_encoder_bwd(zr_dtype t, void *dwte, void *dwpe, const void 
         ZR_FAIL(ZR_ERR_INVALID, "%s: %d token buckets for %d positions", what, nbuckets, B * T);
     }
     const void *v[] = {dwte, dwpe, dout};
-    ZR_CUDA_CHECK(zr_ok_launch_encoder_bwd(is_bf16(t), dwte, dwpe, dout, btoken, bstart, bpos,
-                                           nbuckets, B, T, C, vec_ok(C, v, NPTR(v)), cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_encoder_bwd(is_bf16(t), dwte, dwpe, dout, btoken, bstart, bpos,
+                                             nbuckets, B, T, C, vec_ok(C, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
-static zr_status layernorm(const char *what, zr_dtype t, const zr_ok_ln *a, zr_stream *s)
+static zr_status layernorm(const char *what, zr_dtype t, const zr_op_k_ln *a, zr_stream *s)
 {
     cudaStream_t cs;
     ZR_CHECK(setup(what, t, s, &cs));
@@ -140,17 +140,17 @@ static zr_status layernorm(const char *what, zr_dtype t, const zr_ok_ln *a, zr_s
     if (a->res != NULL && a->x == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: the residual add needs its second term", what);
     }
-    zr_ok_ln k = *a;
+    zr_op_k_ln k = *a;
     const void *v[] = {a->out, a->res, a->inp, a->x, a->xbias, a->w, a->b};
     k.vec = vec_ok(a->C, v, NPTR(v));
-    ZR_CUDA_CHECK(zr_ok_launch_layernorm_fwd(is_bf16(t), &k, cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_layernorm_fwd(is_bf16(t), &k, cs));
     return ZR_OK;
 }
 
 zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd, const void *inp,
                                    const void *w, const void *b, int N, int C, zr_stream *s)
 {
-    zr_ok_ln a = {out, NULL, mean, rstd, inp, NULL, NULL, w, b, N, C, 0};
+    zr_op_k_ln a = {out, NULL, mean, rstd, inp, NULL, NULL, w, b, N, C, 0};
     return layernorm("cuda layernorm forward", t, &a, s);
 }
 
@@ -162,7 +162,7 @@ zr_status zr_op_cuda_residual_layernorm_fwd(zr_dtype t, void *res, void *out, fl
     if (res == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "cuda residual layernorm forward: NULL residual output");
     }
-    zr_ok_ln k = {out, res, mean, rstd, a, x, xbias, w, b, N, C, 0};
+    zr_op_k_ln k = {out, res, mean, rstd, a, x, xbias, w, b, N, C, 0};
     return layernorm("cuda residual layernorm forward", t, &k, s);
 }
 
@@ -177,13 +177,13 @@ zr_status zr_op_cuda_residual_fwd(zr_dtype t, void *res, const void *a, const vo
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
     const void *v[] = {res, a, x, xbias};
     ZR_CUDA_CHECK(
-        zr_ok_launch_residual(is_bf16(t), res, a, x, xbias, N, C, vec_ok(C, v, NPTR(v)), cs));
+        zr_op_k_launch_residual(is_bf16(t), res, a, x, xbias, N, C, vec_ok(C, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
 size_t zr_op_cuda_colsum_scratch(int N, int C)
 {
-    return (size_t)zr_ok_colsum_parts(N) * (size_t)C * 2;
+    return (size_t)zr_op_k_colsum_parts(N) * (size_t)C * 2;
 }
 
 zr_status zr_op_cuda_layernorm_bwd(zr_dtype t, void *dinp, void *dw, void *db, const void *dout,
@@ -198,9 +198,9 @@ zr_status zr_op_cuda_layernorm_bwd(zr_dtype t, void *dinp, void *dw, void *db, c
     const void *p[] = {dinp, dw, db, dout, inp, w, mean, rstd, scratch};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
     const void *v[] = {dinp, dout, inp, w};
-    ZR_CUDA_CHECK(zr_ok_launch_layernorm_bwd(is_bf16(t), dinp, dw, db, dout, inp, w, mean, rstd, N,
-                                             C, accumulate != 0, scratch, vec_ok(C, v, NPTR(v)),
-                                             cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_layernorm_bwd(is_bf16(t), dinp, dw, db, dout, inp, w, mean, rstd,
+                                               N, C, accumulate != 0, scratch,
+                                               vec_ok(C, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
@@ -212,7 +212,7 @@ zr_status zr_op_cuda_bias_add(zr_dtype t, void *x, const void *bias, int N, int 
     ZR_CHECK(dims_ok(what, N, OC));
     const void *p[] = {x, bias};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    ZR_CUDA_CHECK(zr_ok_launch_bias_add(is_bf16(t), x, bias, N, OC, vec_ok(OC, p, NPTR(p)), cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_bias_add(is_bf16(t), x, bias, N, OC, vec_ok(OC, p, NPTR(p)), cs));
     return ZR_OK;
 }
 
@@ -225,7 +225,7 @@ zr_status zr_op_cuda_colsum_acc(zr_dtype t, void *db, const void *d, int N, int 
     ZR_CHECK(dims_ok(what, N, OC));
     const void *p[] = {db, d, scratch};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    ZR_CUDA_CHECK(zr_ok_launch_colsum(is_bf16(t), db, d, N, OC, scratch, cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_colsum(is_bf16(t), db, d, N, OC, scratch, cs));
     return ZR_OK;
 }
 
@@ -240,7 +240,7 @@ zr_status zr_op_cuda_bias_gelu_fwd(zr_dtype t, void *out, void *pre, const void 
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
     const void *v[] = {out, pre, bias};
     ZR_CUDA_CHECK(
-        zr_ok_launch_bias_gelu(is_bf16(t), out, pre, bias, N, OC, vec_ok(OC, v, NPTR(v)), cs));
+        zr_op_k_launch_bias_gelu(is_bf16(t), out, pre, bias, N, OC, vec_ok(OC, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
@@ -255,12 +255,13 @@ zr_status zr_op_cuda_gelu_bwd(zr_dtype t, void *dinp, const void *inp, const voi
     }
     const void *p[] = {dinp, inp, dout};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    ZR_CUDA_CHECK(zr_ok_launch_gelu_bwd(is_bf16(t), dinp, inp, dout, n, vec_ok(8, p, NPTR(p)), cs));
+    ZR_CUDA_CHECK(
+        zr_op_k_launch_gelu_bwd(is_bf16(t), dinp, inp, dout, n, vec_ok(8, p, NPTR(p)), cs));
     return ZR_OK;
 }
 
 /* The attention's shape checks and lane count: the smallest power of two g with 16 g >= hs. */
-static zr_status attention_args(const char *what, zr_ok_att *a)
+static zr_status attention_args(const char *what, zr_op_k_att *a)
 {
     if (a->B < 1 || a->T < 1 || a->C < 1 || a->NH < 1 || a->C % a->NH != 0) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: B %d, T %d, C %d, NH %d (C a multiple of NH, all >= 1)", what,
@@ -289,9 +290,9 @@ zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void
     ZR_CHECK(setup(what, t, s, &cs));
     const void *p[] = {out, lse, qkv};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    zr_ok_att a = {out, NULL, lse, NULL, qkv, NULL, NULL, B, T, C, NH, 0, 0, 0.0f};
+    zr_op_k_att a = {out, NULL, lse, NULL, qkv, NULL, NULL, B, T, C, NH, 0, 0, 0.0f};
     ZR_CHECK(attention_args(what, &a));
-    ZR_CUDA_CHECK(zr_ok_launch_attention_fwd(is_bf16(t), &a, cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_attention_fwd(is_bf16(t), &a, cs));
     return ZR_OK;
 }
 
@@ -304,9 +305,9 @@ zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const v
     ZR_CHECK(setup(what, t, s, &cs));
     const void *p[] = {dqkv, delta, dout, qkv, out, lse};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    zr_ok_att a = {NULL, dqkv, (float *)lse, delta, qkv, dout, out, B, T, C, NH, 0, 0, 0.0f};
+    zr_op_k_att a = {NULL, dqkv, (float *)lse, delta, qkv, dout, out, B, T, C, NH, 0, 0, 0.0f};
     ZR_CHECK(attention_args(what, &a));
-    ZR_CUDA_CHECK(zr_ok_launch_attention_bwd(is_bf16(t), &a, cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_attention_bwd(is_bf16(t), &a, cs));
     return ZR_OK;
 }
 
@@ -332,7 +333,7 @@ zr_status zr_op_cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void 
     if (targets != NULL && losses == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: targets without a losses output", what);
     }
-    ZR_CUDA_CHECK(zr_ok_launch_xent_fwd(is_bf16(t), losses, lse, logits, targets, N, V, Vp, cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_xent_fwd(is_bf16(t), losses, lse, logits, targets, N, V, Vp, cs));
     return ZR_OK;
 }
 
@@ -345,8 +346,8 @@ zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const 
     const void *p[] = {logits, lse, targets};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
     const void *v[] = {logits};
-    ZR_CUDA_CHECK(zr_ok_launch_xent_bwd(is_bf16(t), logits, lse, targets, dloss, N, V, Vp,
-                                        vec_ok(Vp, v, NPTR(v)), cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_xent_bwd(is_bf16(t), logits, lse, targets, dloss, N, V, Vp,
+                                          vec_ok(Vp, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
@@ -358,7 +359,7 @@ zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s)
     const void *p[] = {out, x};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
     ZR_CHECK(dims_ok(what, n, 1));
-    ZR_CUDA_CHECK(zr_ok_launch_mean(out, x, n, cs));
+    ZR_CUDA_CHECK(zr_op_k_launch_mean(out, x, n, cs));
     return ZR_OK;
 }
 

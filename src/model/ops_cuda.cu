@@ -403,7 +403,7 @@ __global__ void __launch_bounds__(EW_THREADS)
 
 /* ---- launchers ------------------------------------------------------------------------------ */
 
-extern "C" int zr_ok_colsum_parts(int N)
+extern "C" int zr_op_k_colsum_parts(int N)
 {
     int p = (N + 31) / 32;
     return p < 1 ? 1 : p > MAX_PARTS ? MAX_PARTS : p;
@@ -419,9 +419,9 @@ static cudaError_t encoder_fwd_t(void *out, const int *inp, const void *wte, con
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_encoder_fwd(int bf16, void *out, const int *inp,
-                                                const void *wte, const void *wpe, int B, int T,
-                                                int C, int vec, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_encoder_fwd(int bf16, void *out, const int *inp,
+                                                  const void *wte, const void *wpe, int B, int T,
+                                                  int C, int vec, cudaStream_t s)
 {
     return bf16 ? encoder_fwd_t<zr_bf16_t>(out, inp, wte, wpe, B, T, C, vec, s)
                 : encoder_fwd_t<float>(out, inp, wte, wpe, B, T, C, vec, s);
@@ -447,10 +447,10 @@ static cudaError_t encoder_bwd_t(void *dwte, void *dwpe, const void *dout, const
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_encoder_bwd(int bf16, void *dwte, void *dwpe, const void *dout,
-                                                const int *btoken, const int *bstart,
-                                                const int *bpos, int nbuckets, int B, int T, int C,
-                                                int vec, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_encoder_bwd(int bf16, void *dwte, void *dwpe,
+                                                  const void *dout, const int *btoken,
+                                                  const int *bstart, const int *bpos, int nbuckets,
+                                                  int B, int T, int C, int vec, cudaStream_t s)
 {
     return bf16 ? encoder_bwd_t<zr_bf16_t>(dwte, dwpe, dout, btoken, bstart, bpos, nbuckets, B, T,
                                            C, vec, s)
@@ -458,7 +458,7 @@ extern "C" cudaError_t zr_ok_launch_encoder_bwd(int bf16, void *dwte, void *dwpe
                                        vec, s);
 }
 
-template <typename S> static cudaError_t layernorm_fwd_t(const zr_ok_ln *a, cudaStream_t s)
+template <typename S> static cudaError_t layernorm_fwd_t(const zr_op_k_ln *a, cudaStream_t s)
 {
     unsigned int grid = (unsigned int)((a->N + ROW_WARPS - 1) / ROW_WARPS);
     if (a->res != nullptr) {
@@ -474,7 +474,7 @@ template <typename S> static cudaError_t layernorm_fwd_t(const zr_ok_ln *a, cuda
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_layernorm_fwd(int bf16, const zr_ok_ln *a, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_layernorm_fwd(int bf16, const zr_op_k_ln *a, cudaStream_t s)
 {
     return bf16 ? layernorm_fwd_t<zr_bf16_t>(a, s) : layernorm_fwd_t<float>(a, s);
 }
@@ -488,9 +488,9 @@ static cudaError_t residual_t(void *res, const void *a, const void *x, const voi
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_residual(int bf16, void *res, const void *a, const void *x,
-                                             const void *xbias, int N, int C, int vec,
-                                             cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_residual(int bf16, void *res, const void *a, const void *x,
+                                               const void *xbias, int N, int C, int vec,
+                                               cudaStream_t s)
 {
     return bf16 ? residual_t<zr_bf16_t>(res, a, x, xbias, N, C, vec, s)
                 : residual_t<float>(res, a, x, xbias, N, C, vec, s);
@@ -501,7 +501,7 @@ template <typename S, int NOUT>
 static cudaError_t colsum_t(void *out0, void *out1, const void *d, const void *x, const float *mean,
                             const float *rstd, int N, int C, float *scratch, cudaStream_t s)
 {
-    int parts = zr_ok_colsum_parts(N), rpp = (N + parts - 1) / parts;
+    int parts = zr_op_k_colsum_parts(N), rpp = (N + parts - 1) / parts;
     dim3 grid((unsigned int)((C + COL_TILE - 1) / COL_TILE), (unsigned int)parts);
     ZR_LAUNCH((colsum_part<S, NOUT>), grid, dim3(COL_TILE, COL_ROWS), 0, s, scratch, sptr<S>(d),
               sptr<S>(x), mean, rstd, N, C, rpp);
@@ -530,11 +530,11 @@ static cudaError_t layernorm_bwd_t(void *dinp, void *dw, void *db, const void *d
     return colsum_t<S, 2>(dw, db, dout, inp, mean, rstd, N, C, scratch, s);
 }
 
-extern "C" cudaError_t zr_ok_launch_layernorm_bwd(int bf16, void *dinp, void *dw, void *db,
-                                                  const void *dout, const void *inp, const void *w,
-                                                  const float *mean, const float *rstd, int N,
-                                                  int C, int accumulate, float *scratch, int vec,
-                                                  cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_layernorm_bwd(int bf16, void *dinp, void *dw, void *db,
+                                                    const void *dout, const void *inp,
+                                                    const void *w, const float *mean,
+                                                    const float *rstd, int N, int C, int accumulate,
+                                                    float *scratch, int vec, cudaStream_t s)
 {
     return bf16 ? layernorm_bwd_t<zr_bf16_t>(dinp, dw, db, dout, inp, w, mean, rstd, N, C,
                                              accumulate, scratch, vec, s)
@@ -542,8 +542,8 @@ extern "C" cudaError_t zr_ok_launch_layernorm_bwd(int bf16, void *dinp, void *dw
                                          scratch, vec, s);
 }
 
-extern "C" cudaError_t zr_ok_launch_colsum(int bf16, void *db, const void *d, int N, int OC,
-                                           float *scratch, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_colsum(int bf16, void *db, const void *d, int N, int OC,
+                                             float *scratch, cudaStream_t s)
 {
     const float *none = nullptr;
     return bf16 ? colsum_t<zr_bf16_t, 1>(db, db, d, d, none, none, N, OC, scratch, s)
@@ -559,8 +559,8 @@ static cudaError_t bias_gelu_t(void *out, void *pre, const void *bias, int N, in
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_bias_gelu(int bf16, void *out, void *pre, const void *bias,
-                                              int N, int OC, int vec, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_bias_gelu(int bf16, void *out, void *pre, const void *bias,
+                                                int N, int OC, int vec, cudaStream_t s)
 {
     return bf16 ? bias_gelu_t<zr_bf16_t>(out, pre, bias, N, OC, vec, s)
                 : bias_gelu_t<float>(out, pre, bias, N, OC, vec, s);
@@ -575,8 +575,9 @@ static cudaError_t gelu_bwd_t(void *dinp, const void *inp, const void *dout, uin
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_gelu_bwd(int bf16, void *dinp, const void *inp,
-                                             const void *dout, uint64_t n, int vec, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_gelu_bwd(int bf16, void *dinp, const void *inp,
+                                               const void *dout, uint64_t n, int vec,
+                                               cudaStream_t s)
 {
     return bf16 ? gelu_bwd_t<zr_bf16_t>(dinp, inp, dout, n, vec, s)
                 : gelu_bwd_t<float>(dinp, inp, dout, n, vec, s);
@@ -590,8 +591,8 @@ static cudaError_t bias_add_t(void *x, const void *bias, int N, int OC, int vec,
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_bias_add(int bf16, void *x, const void *bias, int N, int OC,
-                                             int vec, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_bias_add(int bf16, void *x, const void *bias, int N, int OC,
+                                               int vec, cudaStream_t s)
 {
     return bf16 ? bias_add_t<zr_bf16_t>(x, bias, N, OC, vec, s)
                 : bias_add_t<float>(x, bias, N, OC, vec, s);

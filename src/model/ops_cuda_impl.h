@@ -19,56 +19,57 @@ extern "C" {
 #endif
 
 /* Rows of a column sum's first pass: the partials it leaves, a function of N only. */
-int zr_ok_colsum_parts(int N);
+int zr_op_k_colsum_parts(int N);
 
-cudaError_t zr_ok_launch_encoder_fwd(int bf16, void *out, const int *inp, const void *wte,
-                                     const void *wpe, int B, int T, int C, int vec, cudaStream_t s);
-cudaError_t zr_ok_launch_encoder_bwd(int bf16, void *dwte, void *dwpe, const void *dout,
-                                     const int *btoken, const int *bstart, const int *bpos,
-                                     int nbuckets, int B, int T, int C, int vec, cudaStream_t s);
+cudaError_t zr_op_k_launch_encoder_fwd(int bf16, void *out, const int *inp, const void *wte,
+                                       const void *wpe, int B, int T, int C, int vec,
+                                       cudaStream_t s);
+cudaError_t zr_op_k_launch_encoder_bwd(int bf16, void *dwte, void *dwpe, const void *dout,
+                                       const int *btoken, const int *bstart, const int *bpos,
+                                       int nbuckets, int B, int T, int C, int vec, cudaStream_t s);
 
 /* res (optional: NULL) = a + (x + xbias); out = LayerNorm(res or inp) */
-typedef struct zr_ok_ln {
+typedef struct zr_op_k_ln {
     void *out, *res;
     float *mean, *rstd;
     const void *inp, *x, *xbias, *w, *b;
     int N, C, vec;
-} zr_ok_ln;
-cudaError_t zr_ok_launch_layernorm_fwd(int bf16, const zr_ok_ln *a, cudaStream_t s);
+} zr_op_k_ln;
+cudaError_t zr_op_k_launch_layernorm_fwd(int bf16, const zr_op_k_ln *a, cudaStream_t s);
 /* res = a + (x + xbias) without a LayerNorm */
-cudaError_t zr_ok_launch_residual(int bf16, void *res, const void *a, const void *x,
-                                  const void *xbias, int N, int C, int vec, cudaStream_t s);
+cudaError_t zr_op_k_launch_residual(int bf16, void *res, const void *a, const void *x,
+                                    const void *xbias, int N, int C, int vec, cudaStream_t s);
 /* dinp (+)= LayerNorm backward; dw, db += through scratch partials */
-cudaError_t zr_ok_launch_layernorm_bwd(int bf16, void *dinp, void *dw, void *db, const void *dout,
-                                       const void *inp, const void *w, const float *mean,
-                                       const float *rstd, int N, int C, int accumulate,
-                                       float *scratch, int vec, cudaStream_t s);
+cudaError_t zr_op_k_launch_layernorm_bwd(int bf16, void *dinp, void *dw, void *db, const void *dout,
+                                         const void *inp, const void *w, const float *mean,
+                                         const float *rstd, int N, int C, int accumulate,
+                                         float *scratch, int vec, cudaStream_t s);
 
-cudaError_t zr_ok_launch_bias_gelu(int bf16, void *out, void *pre, const void *bias, int N, int OC,
-                                   int vec, cudaStream_t s);
-cudaError_t zr_ok_launch_gelu_bwd(int bf16, void *dinp, const void *inp, const void *dout,
-                                  uint64_t n, int vec, cudaStream_t s);
-cudaError_t zr_ok_launch_bias_add(int bf16, void *x, const void *bias, int N, int OC, int vec,
+cudaError_t zr_op_k_launch_bias_gelu(int bf16, void *out, void *pre, const void *bias, int N,
+                                     int OC, int vec, cudaStream_t s);
+cudaError_t zr_op_k_launch_gelu_bwd(int bf16, void *dinp, const void *inp, const void *dout,
+                                    uint64_t n, int vec, cudaStream_t s);
+cudaError_t zr_op_k_launch_bias_add(int bf16, void *x, const void *bias, int N, int OC, int vec,
+                                    cudaStream_t s);
+cudaError_t zr_op_k_launch_colsum(int bf16, void *db, const void *d, int N, int OC, float *scratch,
                                   cudaStream_t s);
-cudaError_t zr_ok_launch_colsum(int bf16, void *db, const void *d, int N, int OC, float *scratch,
-                                cudaStream_t s);
 
-cudaError_t zr_ok_launch_xent_fwd(int bf16, float *losses, float *lse, const void *logits,
-                                  const int *targets, int N, int V, int Vp, cudaStream_t s);
-cudaError_t zr_ok_launch_xent_bwd(int bf16, void *logits, const float *lse, const int *targets,
-                                  float dloss, int N, int V, int Vp, int vec, cudaStream_t s);
-cudaError_t zr_ok_launch_mean(float *out, const float *x, int n, cudaStream_t s);
+cudaError_t zr_op_k_launch_xent_fwd(int bf16, float *losses, float *lse, const void *logits,
+                                    const int *targets, int N, int V, int Vp, cudaStream_t s);
+cudaError_t zr_op_k_launch_xent_bwd(int bf16, void *logits, const float *lse, const int *targets,
+                                    float dloss, int N, int V, int Vp, int vec, cudaStream_t s);
+cudaError_t zr_op_k_launch_mean(float *out, const float *x, int n, cudaStream_t s);
 
 /* Attention: g = lanes per query row (1, 2, 4, 8 or 16, 16 * g >= head size). */
-typedef struct zr_ok_att {
+typedef struct zr_op_k_att {
     void *out, *dqkv;
     float *lse, *delta;
     const void *qkv, *dout, *o;
     int B, T, C, NH, g, vec;
     float scale;
-} zr_ok_att;
-cudaError_t zr_ok_launch_attention_fwd(int bf16, const zr_ok_att *a, cudaStream_t s);
-cudaError_t zr_ok_launch_attention_bwd(int bf16, const zr_ok_att *a, cudaStream_t s);
+} zr_op_k_att;
+cudaError_t zr_op_k_launch_attention_fwd(int bf16, const zr_op_k_att *a, cudaStream_t s);
+cudaError_t zr_op_k_launch_attention_bwd(int bf16, const zr_op_k_att *a, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -27,7 +27,7 @@ __device__ __forceinline__ float ld1(const float *p)
 }
 __device__ __forceinline__ float ld1(const zr_bf16_t *p)
 {
-    return zr_q_bf16_widen(*p);
+    return zr_quant_bf16_widen(*p);
 }
 __device__ __forceinline__ void st1(float *p, float v)
 {
@@ -35,7 +35,7 @@ __device__ __forceinline__ void st1(float *p, float v)
 }
 __device__ __forceinline__ void st1(zr_bf16_t *p, float v)
 {
-    *p = zr_q_bf16_round(v);
+    *p = zr_quant_bf16_round(v);
 }
 
 /* v as the storage type keeps it: what a later read of the stored value gives. */
@@ -45,7 +45,7 @@ __device__ __forceinline__ float as_stored(float v, const float *)
 }
 __device__ __forceinline__ float as_stored(float v, const zr_bf16_t *)
 {
-    return zr_q_bf16_widen(zr_q_bf16_round(v));
+    return zr_quant_bf16_widen(zr_quant_bf16_round(v));
 }
 
 /* v[0..7] = p[0..m-1] (0 beyond m); one or two 16-byte loads when vec and m == 8. */
@@ -71,13 +71,13 @@ __device__ __forceinline__ void load8(const zr_bf16_t *p, int m, bool vec, float
         uint32_t ws[4] = {w.x, w.y, w.z, w.w};
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
-            v[i] = zr_q_bf16_widen((uint16_t)(ws[i / 2] >> (16 * (i & 1))));
+            v[i] = zr_quant_bf16_widen((uint16_t)(ws[i / 2] >> (16 * (i & 1))));
         }
         return;
     }
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
-        v[i] = i < m ? zr_q_bf16_widen(p[i]) : 0.0f;
+        v[i] = i < m ? zr_quant_bf16_widen(p[i]) : 0.0f;
     }
 }
 
@@ -102,7 +102,7 @@ __device__ __forceinline__ void store8(zr_bf16_t *p, int m, bool vec, const floa
     uint16_t h[8];
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
-        h[i] = zr_q_bf16_round(v[i]);
+        h[i] = zr_quant_bf16_round(v[i]);
     }
     if (vec && m == 8) {
         *reinterpret_cast<uint4 *>(p) =

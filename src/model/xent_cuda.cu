@@ -116,9 +116,9 @@ __global__ void __launch_bounds__(256) mean_kernel(float *out, const float *x, i
 
 /* ---- launchers ------------------------------------------------------------------------------ */
 
-extern "C" cudaError_t zr_ok_launch_xent_fwd(int bf16, float *losses, float *lse,
-                                             const void *logits, const int *targets, int N, int V,
-                                             int Vp, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_xent_fwd(int bf16, float *losses, float *lse,
+                                               const void *logits, const int *targets, int N, int V,
+                                               int Vp, cudaStream_t s)
 {
     if (bf16) {
         ZR_LAUNCH(xent_fwd<zr_bf16_t>, (unsigned int)N, XENT_THREADS, 0, s, losses, lse,
@@ -130,9 +130,9 @@ extern "C" cudaError_t zr_ok_launch_xent_fwd(int bf16, float *losses, float *lse
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_xent_bwd(int bf16, void *logits, const float *lse,
-                                             const int *targets, float dloss, int N, int V, int Vp,
-                                             int vec, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_xent_bwd(int bf16, void *logits, const float *lse,
+                                               const int *targets, float dloss, int N, int V,
+                                               int Vp, int vec, cudaStream_t s)
 {
     if (bf16) {
         ZR_LAUNCH(xent_bwd<zr_bf16_t>, (unsigned int)N, XENT_THREADS, 0, s, sptr<zr_bf16_t>(logits),
@@ -144,7 +144,7 @@ extern "C" cudaError_t zr_ok_launch_xent_bwd(int bf16, void *logits, const float
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_mean(float *out, const float *x, int n, cudaStream_t s)
+extern "C" cudaError_t zr_op_k_launch_mean(float *out, const float *x, int n, cudaStream_t s)
 {
     ZR_LAUNCH(mean_kernel, 1, 256, 0, s, out, x, n);
     return cudaGetLastError();

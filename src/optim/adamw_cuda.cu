@@ -105,8 +105,9 @@ __global__ void __launch_bounds__(ZR_SUMSQ_BLOCKS)
     }
 }
 
-extern "C" cudaError_t zr_ok_launch_adamw(const zr_adamw_k *k, float *p, const float *g, float *m,
-                                          float *v, uint64_t n, int vec, cudaStream_t s)
+extern "C" cudaError_t zr_optim_k_launch_adamw(const zr_adamw_k *k, float *p, const float *g,
+                                               float *m, float *v, uint64_t n, int vec,
+                                               cudaStream_t s)
 {
     uint64_t blocks = ((n + 3) / 4 + ADAM_THREADS - 1) / ADAM_THREADS;
     unsigned int grid = (unsigned int)(blocks < 1 ? 1 : blocks > 65535 ? 65535 : blocks);
@@ -114,8 +115,8 @@ extern "C" cudaError_t zr_ok_launch_adamw(const zr_adamw_k *k, float *p, const f
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_ok_launch_sumsq(const float *x, uint64_t n, int vec, double *result,
-                                          double *work, cudaStream_t s)
+extern "C" cudaError_t zr_optim_k_launch_sumsq(const float *x, uint64_t n, int vec, double *result,
+                                               double *work, cudaStream_t s)
 {
     uint64_t parts = zr_sumsq_partials(n);
     ZR_LAUNCH(sumsq_partials, (unsigned int)parts, ZR_SUMSQ_THREADS, 0, s, x, n, vec, work);

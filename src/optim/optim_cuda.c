@@ -86,7 +86,7 @@ zr_status zr_adamw_cuda_update(const zr_adamw *h, float lr, int t, float grad_sc
     zr_adamw_k k =
         zr_adamw_consts(h->beta1, h->beta2, h->eps, h->weight_decay, lr, t, grad_scale, decay);
     int vec = aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v);
-    ZR_CUDA_CHECK(zr_ok_launch_adamw(&k, param, grad, m, v, n, vec, cs));
+    ZR_CUDA_CHECK(zr_optim_k_launch_adamw(&k, param, grad, m, v, n, vec, cs));
     return ZR_OK;
 }
 
@@ -101,7 +101,7 @@ zr_status zr_sumsq_cuda(const float *x, size_t n, double *result, double *work, 
     }
     cudaStream_t cs;
     ZR_CHECK(cuda_stream(s, what, &cs));
-    ZR_CUDA_CHECK(zr_ok_launch_sumsq(x, n, aligned16(x), result, work, cs));
+    ZR_CUDA_CHECK(zr_optim_k_launch_sumsq(x, n, aligned16(x), result, work, cs));
     return ZR_OK;
 }
 

@@ -18,12 +18,12 @@ extern "C" {
 #endif
 
 /* AdamW on n elements; vec: the four arrays are 16-byte aligned. */
-cudaError_t zr_ok_launch_adamw(const zr_adamw_k *k, float *p, const float *g, float *m, float *v,
-                               uint64_t n, int vec, cudaStream_t s);
+cudaError_t zr_optim_k_launch_adamw(const zr_adamw_k *k, float *p, const float *g, float *m,
+                                    float *v, uint64_t n, int vec, cudaStream_t s);
 
 /* Sum of squares of n elements into *result, with work[ZR_SUMSQ_BLOCKS] partials. */
-cudaError_t zr_ok_launch_sumsq(const float *x, uint64_t n, int vec, double *result, double *work,
-                               cudaStream_t s);
+cudaError_t zr_optim_k_launch_sumsq(const float *x, uint64_t n, int vec, double *result,
+                                    double *work, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -293,16 +293,15 @@ static zr_status run_dry(sim *s, zr_comm *layout, const zr_engine_config *ecfg,
 {
     /* in flight at once: a gather and a reduction per unit, and a blocking refresh */
     s->maxpend = 2 * sp->nunits + 1;
-    ZR_CHECK(
-        zr_alloc_at((void **)&s->pend, sizeof(pending) * (size_t)s->maxpend, __FILE__, __LINE__));
+    ZR_ALLOC(s->pend, (size_t)s->maxpend);
     zr_engine e;
     zr_engine_observer obs = {observe, s};
-    zr_status st = zr_engine_init_dry(&e, layout, ecfg, sp->nunits, sp->units, obs);
-    if (st == ZR_OK) {
-        st = walk(&e, accum, s->out);
-        *pool_peak = zr_engine_memory(&e).pool_peak;
-        zr_engine_free(&e);
-    }
+    zr_status st;
+    ZR_CHECK_GOTO(zr_engine_init_dry(&e, layout, ecfg, sp->nunits, sp->units, obs), st, done);
+    st = walk(&e, accum, s->out);
+    *pool_peak = zr_engine_memory(&e).pool_peak;
+    zr_engine_free(&e);
+done:
     zr_free(s->pend);
     s->pend = NULL;
     return st;

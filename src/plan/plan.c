@@ -161,23 +161,20 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
     int cap = splits * (2 + 3 + 3 * 3 * (D + 1) * 3);
     zr_plan_choice *list = NULL;
     ZR_ALLOC(list, (size_t)cap);
-    zr_status st = zr_alloc_at((void **)&out->entries, sizeof(zr_plan_entry) * (size_t)cap,
-                               __FILE__, __LINE__);
+    zr_status st = ZR_OK;
+    ZR_ALLOC_GOTO(out->entries, (size_t)cap, st, fail);
     double min_mem = INFINITY;
     int n = 0;
-    for (long long b = 1; b <= per && b <= bmax && st == ZR_OK; b++) {
+    for (long long b = 1; b <= per && b <= bmax; b++) {
         if (per % b == 0) {
             n += enumerate(cfg, D, big, (int)b, (int)(per / b), list + n);
         }
     }
     ZR_ASSERT(n <= cap);
-    for (int i = 0; i < n && st == ZR_OK; i++) {
+    for (int i = 0; i < n; i++) {
         zr_plan_entry *e = &out->entries[out->n];
         e->choice = list[i];
-        st = zr_plan_cost_of(cfg, vocab, N, D, &list[i], probe, &e->cost);
-        if (st != ZR_OK) {
-            break;
-        }
+        ZR_CHECK_GOTO(zr_plan_cost_of(cfg, vocab, N, D, &list[i], probe, &e->cost), st, fail);
         out->considered++;
         min_mem = fmin(min_mem, (double)e->cost.mem.total);
         if (mem_limit > 0 && (double)e->cost.mem.total > mem_limit) {
@@ -186,21 +183,21 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
         }
         out->n++;
     }
+    if (out->n == 0) {
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_INVALID,
+                     "no configuration fits the memory limit of %.2f GB per rank: the smallest of "
+                     "the %d considered needs %.2f GB (a smaller micro-batch, activation "
+                     "checkpointing or more ranks would help)",
+                     mem_limit / 1e9, out->considered, min_mem / 1e9);
+    }
     zr_free(list);
-    if (st == ZR_OK && out->n == 0) {
-        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                         "no configuration fits the memory limit of %.2f GB per rank: the "
-                         "smallest of the %d considered needs %.2f GB (a smaller micro-batch, "
-                         "activation checkpointing or more ranks would help)",
-                         mem_limit / 1e9, out->considered, min_mem / 1e9);
-    }
-    if (st != ZR_OK) {
-        zr_plan_result_free(out);
-        return st;
-    }
     qsort(out->entries, (size_t)out->n, sizeof *out->entries, cmp_entry);
     explain(out, W);
     return ZR_OK;
+fail:
+    zr_free(list);
+    zr_plan_result_free(out);
+    return st;
 }
 
 void zr_plan_result_free(zr_plan_result *r)

@@ -136,17 +136,16 @@ static zr_status probe_compute(zr_comm *c, const zr_gpt_config *g, int T, int re
     }
     for (int u = 0; u < 3 && st == ZR_OK; u++) {
         size_t n = zr_gpt_unit_numel(&m, u);
-        st = zr_alloc_at((void **)&bf.p[u], n * sizeof(float), __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(bf.p[u], n);
         if (st == ZR_OK) {
-            st = zr_alloc_at((void **)&bf.g[u], n * sizeof(float), __FILE__, __LINE__);
+            st = ZR_ALLOC_STATUS(bf.g[u], n);
         }
         if (st == ZR_OK) {
             zr_gpt_unit_init_params(&m, u, bf.p[u], 1);
         }
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&bf.tok, sizeof(int) * ((size_t)b * (size_t)T + 1), __FILE__,
-                         __LINE__);
+        st = ZR_ALLOC_STATUS(bf.tok, (size_t)b * (size_t)T + 1);
     }
     for (size_t i = 0; st == ZR_OK && i < (size_t)b * (size_t)T + 1; i++) {
         bf.tok[i] = (int)((i * 2654435761u) % (size_t)g->vocab);
@@ -184,7 +183,8 @@ static double time_kernel(kern *k, int which)
     double sum = 0, start = 0;
     int n = 0;
     zr_adamw h = zr_adamw_default();
-    zr_qparams q8 = {8, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM}, q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
+    zr_quant_params q8 = {8, ZR_QUANT_DEFAULT_GROUP, ZR_QUANT_SYM},
+                    q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QUANT_SYM};
     volatile double sink = 0;
     for (int r = 0; r < REPS + 1 || zr_now() - start < WINDOW_S / 4; r++) {
         double t0 = zr_now();
@@ -231,18 +231,18 @@ static zr_status probe_kernels(zr_comm *c, zr_probe *p)
 {
     kern k;
     memset(&k, 0, sizeof k);
-    zr_qparams q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
+    zr_quant_params q4 = {4, ZR_QUANT_DEFAULT_GROUP, ZR_QUANT_SYM};
     size_t qb = zr_quant_block_bytes(&q4, NEL) * 2 + 64;
     zr_status st = ZR_OK;
     float **f[4] = {&k.x, &k.y, &k.m, &k.v};
     for (int i = 0; i < 4 && st == ZR_OK; i++) {
-        st = zr_alloc_at((void **)f[i], NEL * sizeof(float), __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(*f[i], NEL);
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&k.h, NEL * sizeof(zr_bf16), __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(k.h, NEL);
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&k.blk, qb, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(k.blk, qb);
     }
     for (size_t i = 0; st == ZR_OK && i < NEL; i++) {
         k.x[i] = (float)((int)(i % 2001) - 1000) * 1e-3f;
@@ -334,12 +334,12 @@ static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel)
     char *sbuf = NULL, *rbuf = NULL;
     float *work = NULL;
     size_t nwork = (size_t)1 << 18;
-    zr_status st = zr_alloc_at((void **)&sbuf, big * peers, __FILE__, __LINE__);
+    zr_status st = ZR_ALLOC_STATUS(sbuf, big * peers);
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&rbuf, big * peers, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(rbuf, big * peers);
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&work, nwork * sizeof(float), __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(work, nwork);
     }
     st = zr_comm_agree(c, st);
     double v[5] = {0, 0, 0, 0, 0}; /* intra t, intra lat, inter t, inter lat, overlap */

@@ -3,7 +3,7 @@
  *
  * bf16 is the top half of an fp32, so widening is a shift and narrowing is a
  * rounding of the dropped 16 bits. The rounding rule lives in bf16_rules.h
- * (zr_q_bf16_round) because the vector kernels and the CUDA kernels must
+ * (zr_quant_bf16_round) because the vector kernels and the CUDA kernels must
  * reproduce it exactly; these functions are the public face of the same rule.
  */
 #include "quant_impl.h"
@@ -32,12 +32,12 @@ const char *zr_dtype_name(zr_dtype t)
 
 zr_bf16 zr_bf16_from_f32(float x)
 {
-    return zr_q_bf16_round(x);
+    return zr_quant_bf16_round(x);
 }
 
 float zr_bf16_to_f32(zr_bf16 x)
 {
-    return zr_q_bf16_widen(x);
+    return zr_quant_bf16_widen(x);
 }
 
 /* Plain loops: the compiler vectorizes both with integer ops, which keeps
@@ -45,13 +45,13 @@ float zr_bf16_to_f32(zr_bf16 x)
 void zr_bf16_from_f32_n(zr_bf16 *dst, const float *src, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        dst[i] = zr_q_bf16_round(src[i]);
+        dst[i] = zr_quant_bf16_round(src[i]);
     }
 }
 
 void zr_bf16_to_f32_n(float *dst, const zr_bf16 *src, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        dst[i] = zr_q_bf16_widen(src[i]);
+        dst[i] = zr_quant_bf16_widen(src[i]);
     }
 }

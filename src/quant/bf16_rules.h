@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
-ZR_HD uint32_t zr_q_f32_bits(float x)
+ZR_HD uint32_t zr_quant_f32_bits(float x)
 {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(x);
@@ -27,7 +27,7 @@ ZR_HD uint32_t zr_q_f32_bits(float x)
 #endif
 }
 
-ZR_HD float zr_q_bits_f32(uint32_t u)
+ZR_HD float zr_quant_bits_f32(uint32_t u)
 {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(u);
@@ -39,9 +39,9 @@ ZR_HD float zr_q_bits_f32(uint32_t u)
 }
 
 /* fp32 -> bf16, round to nearest even; NaN stays a quiet NaN with its sign. */
-ZR_HD uint16_t zr_q_bf16_round(float x)
+ZR_HD uint16_t zr_quant_bf16_round(float x)
 {
-    uint32_t u = zr_q_f32_bits(x);
+    uint32_t u = zr_quant_f32_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u) {
         return (uint16_t)((u >> 16) | 0x0040u);
     }
@@ -51,9 +51,9 @@ ZR_HD uint16_t zr_q_bf16_round(float x)
 }
 
 /* bf16 -> fp32 is exact: bf16 is the top half of an fp32. */
-ZR_HD float zr_q_bf16_widen(uint16_t h)
+ZR_HD float zr_quant_bf16_widen(uint16_t h)
 {
-    return zr_q_bits_f32((uint32_t)h << 16);
+    return zr_quant_bits_f32((uint32_t)h << 16);
 }
 
 #endif /* ZR_BF16_RULES_H */

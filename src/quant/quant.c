@@ -11,21 +11,23 @@
 
 #include <float.h>
 
-#define HEADER_BYTES ((size_t)sizeof(zr_qheader))
+#define HEADER_BYTES ((size_t)sizeof(zr_quant_header))
 
-_Static_assert(ZR_Q_MAGIC == ZR_QUANT_MAGIC && ZR_Q_HEADER_BYTES == sizeof(zr_qheader),
+/* quant_rules.h repeats ZR_QUANT_MAGIC (a different value is a redefinition
+ * the compiler reports) and says what the header's size is */
+_Static_assert(ZR_QUANT_HEADER_BYTES == sizeof(zr_quant_header),
                "quant_rules.h describes the block of zr/quant.h");
 
 /* ---- scalar kernels (the oracle) ----------------------------------------- */
 
 static void scalar_scan(zr_dtype t, const void *x, const float *r, size_t n, float mul, int asym,
-                        zr_qscan *out)
+                        zr_quant_scan *out)
 {
     uint32_t absbits = 0;
     float mn = INFINITY, mx = -INFINITY;
     for (size_t i = 0; i < n; i++) {
-        float v = zr_q_value(t, x, r, i, mul);
-        uint32_t a = zr_q_absbits(v);
+        float v = zr_quant_value(t, x, r, i, mul);
+        uint32_t a = zr_quant_absbits(v);
         /* integer max of |v| bits orders every finite value and puts NaN above
          * Inf, so one compare finds both the absmax and non-finite values */
         absbits = a > absbits ? a : absbits;
@@ -39,117 +41,118 @@ static void scalar_scan(zr_dtype t, const void *x, const float *r, size_t n, flo
     out->mx = mx;
 }
 
-static void scalar_encode(const zr_qgroup *g, zr_dtype t, const void *x, float *r, size_t n,
+static void scalar_encode(const zr_quant_group *g, zr_dtype t, const void *x, float *r, size_t n,
                           float mul, uint8_t *payload)
 {
     for (size_t i = 0; i < n; i++) {
-        float v = zr_q_value(t, x, r, i, mul);
-        int q = zr_q_code(g, v);
+        float v = zr_quant_value(t, x, r, i, mul);
+        int q = zr_quant_code(g, v);
         if (r != NULL) {
-            r[i] = v - zr_q_dequant(g, q);
+            r[i] = v - zr_quant_dequant(g, q);
         }
         if (g->bits == 8) {
-            payload[i] = (uint8_t)zr_q_pack(8, q);
+            payload[i] = (uint8_t)zr_quant_pack(8, q);
         } else if ((i & 1) == 0) {
-            payload[i / 2] = (uint8_t)zr_q_pack(4, q);
+            payload[i / 2] = (uint8_t)zr_quant_pack(4, q);
         } else {
-            payload[i / 2] |= (uint8_t)(zr_q_pack(4, q) << 4);
+            payload[i / 2] |= (uint8_t)(zr_quant_pack(4, q) << 4);
         }
     }
 }
 
-static inline void put_decoded(zr_qout mode, void *out, size_t i, float v)
+static inline void put_decoded(zr_quant_out mode, void *out, size_t i, float v)
 {
     switch (mode) {
-    case ZR_QOUT_F32:
+    case ZR_QUANT_OUT_F32:
         ((float *)out)[i] = v;
         break;
-    case ZR_QOUT_BF16:
-        ((zr_bf16 *)out)[i] = zr_q_bf16_round(v);
+    case ZR_QUANT_OUT_BF16:
+        ((zr_bf16 *)out)[i] = zr_quant_bf16_round(v);
         break;
-    case ZR_QOUT_ADD:
-        ((float *)out)[i] = zr_q_add(((float *)out)[i], v);
+    case ZR_QUANT_OUT_ADD:
+        ((float *)out)[i] = zr_quant_add(((float *)out)[i], v);
         break;
     }
 }
 
-static void scalar_decode(const zr_qgroup *g, const uint8_t *payload, size_t n, zr_qout mode,
-                          void *out)
+static void scalar_decode(const zr_quant_group *g, const uint8_t *payload, size_t n,
+                          zr_quant_out mode, void *out)
 {
-    zr_qgroup gl = *g; /* a copy the stores below cannot alias */
-    if (zr_q_scale_nonfinite(gl.scale)) {
-        /* zr_q_decode1 of every element, decided once per segment */
+    zr_quant_group gl = *g; /* a copy the stores below cannot alias */
+    if (zr_quant_scale_nonfinite(gl.scale)) {
+        /* zr_quant_decode1 of every element, decided once per segment */
         for (size_t i = 0; i < n; i++) {
-            put_decoded(mode, out, i, zr_q_bits_f32(ZR_Q_QNAN_BITS));
+            put_decoded(mode, out, i, zr_quant_bits_f32(ZR_QUANT_QNAN_BITS));
         }
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        put_decoded(mode, out, i, zr_q_dequant(&gl, zr_q_payload_get(&gl, payload, i)));
+        put_decoded(mode, out, i, zr_quant_dequant(&gl, zr_quant_payload_get(&gl, payload, i)));
     }
 }
 
-const zr_qkernels zr_qkernels_scalar = {ZR_QIMPL_SCALAR, scalar_scan, scalar_encode, scalar_decode};
+const zr_quant_kernels zr_quant_kernels_scalar = {ZR_QUANT_IMPL_SCALAR, scalar_scan, scalar_encode,
+                                                  scalar_decode};
 
 /* ---- implementation selection ------------------------------------------- */
 
-static zr_qimpl forced_impl = ZR_QIMPL_AUTO;
+static zr_quant_impl forced_impl = ZR_QUANT_IMPL_AUTO;
 
-static const zr_qkernels *kernels_of(zr_qimpl impl)
+static const zr_quant_kernels *kernels_of(zr_quant_impl impl)
 {
     switch (impl) {
-    case ZR_QIMPL_SCALAR:
-        return &zr_qkernels_scalar;
-    case ZR_QIMPL_AVX2:
-        return zr_qkernels_avx2_ok() ? &zr_qkernels_avx2 : NULL;
-    case ZR_QIMPL_AVX512:
-        return zr_qkernels_avx512_ok() ? &zr_qkernels_avx512 : NULL;
-    case ZR_QIMPL_AUTO:
+    case ZR_QUANT_IMPL_SCALAR:
+        return &zr_quant_kernels_scalar;
+    case ZR_QUANT_IMPL_AVX2:
+        return zr_quant_kernels_avx2_ok() ? &zr_quant_kernels_avx2 : NULL;
+    case ZR_QUANT_IMPL_AVX512:
+        return zr_quant_kernels_avx512_ok() ? &zr_quant_kernels_avx512 : NULL;
+    case ZR_QUANT_IMPL_AUTO:
         break;
     }
-    if (zr_qkernels_avx512_ok()) {
-        return &zr_qkernels_avx512;
+    if (zr_quant_kernels_avx512_ok()) {
+        return &zr_quant_kernels_avx512;
     }
-    if (zr_qkernels_avx2_ok()) {
-        return &zr_qkernels_avx2;
+    if (zr_quant_kernels_avx2_ok()) {
+        return &zr_quant_kernels_avx2;
     }
-    return &zr_qkernels_scalar;
+    return &zr_quant_kernels_scalar;
 }
 
-static const zr_qkernels *kernels(void)
+static const zr_quant_kernels *kernels(void)
 {
-    const zr_qkernels *k = kernels_of(forced_impl);
+    const zr_quant_kernels *k = kernels_of(forced_impl);
     ZR_ASSERT(k != NULL); /* zr_quant_set_impl only accepts runnable choices */
     return k;
 }
 
-zr_status zr_quant_set_impl(zr_qimpl impl)
+zr_status zr_quant_set_impl(zr_quant_impl impl)
 {
-    if (impl < ZR_QIMPL_AUTO || impl > ZR_QIMPL_AVX512) {
+    if (impl < ZR_QUANT_IMPL_AUTO || impl > ZR_QUANT_IMPL_AVX512) {
         ZR_FAIL(ZR_ERR_INVALID, "quant impl: unknown implementation %d", (int)impl);
     }
     if (kernels_of(impl) == NULL) {
-        ZR_FAIL(ZR_ERR_INVALID, "quant impl: this CPU cannot run %s", zr_qimpl_name(impl));
+        ZR_FAIL(ZR_ERR_INVALID, "quant impl: this CPU cannot run %s", zr_quant_impl_name(impl));
     }
     forced_impl = impl;
     return ZR_OK;
 }
 
-zr_qimpl zr_quant_get_impl(void)
+zr_quant_impl zr_quant_get_impl(void)
 {
     return kernels()->impl;
 }
 
-const char *zr_qimpl_name(zr_qimpl impl)
+const char *zr_quant_impl_name(zr_quant_impl impl)
 {
     switch (impl) {
-    case ZR_QIMPL_AUTO:
+    case ZR_QUANT_IMPL_AUTO:
         return "auto";
-    case ZR_QIMPL_SCALAR:
+    case ZR_QUANT_IMPL_SCALAR:
         return "scalar";
-    case ZR_QIMPL_AVX2:
+    case ZR_QUANT_IMPL_AVX2:
         return "avx2";
-    case ZR_QIMPL_AVX512:
+    case ZR_QUANT_IMPL_AVX512:
         return "avx512";
     }
     return "unknown";
@@ -159,10 +162,10 @@ const char *zr_qimpl_name(zr_qimpl impl)
 
 static int group_ok(uint64_t group)
 {
-    return zr_q_group_ok(group);
+    return zr_quant_group_ok(group);
 }
 
-zr_status zr_qparams_check(const zr_qparams *p)
+zr_status zr_quant_params_check(const zr_quant_params *p)
 {
     if (p == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "quant params: NULL");
@@ -174,8 +177,9 @@ zr_status zr_qparams_check(const zr_qparams *p)
         ZR_FAIL(ZR_ERR_INVALID, "quant params: group must be a multiple of 8 in 32..65536, got %d",
                 p->group);
     }
-    if (p->scheme != ZR_QSYM && p->scheme != ZR_QASYM) {
-        ZR_FAIL(ZR_ERR_INVALID, "quant params: scheme must be ZR_QSYM or ZR_QASYM, got %d",
+    if (p->scheme != ZR_QUANT_SYM && p->scheme != ZR_QUANT_ASYM) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "quant params: scheme must be ZR_QUANT_SYM or ZR_QUANT_ASYM, got %d",
                 (int)p->scheme);
     }
     return ZR_OK;
@@ -183,7 +187,7 @@ zr_status zr_qparams_check(const zr_qparams *p)
 
 static size_t payload_offset_of(int scheme, uint64_t group, uint64_t count)
 {
-    return (size_t)zr_q_payload_offset(scheme == ZR_QASYM, group, count);
+    return (size_t)zr_quant_payload_offset(scheme == ZR_QUANT_ASYM, group, count);
 }
 
 static size_t payload_bytes_of(int bits, uint64_t count)
@@ -196,16 +200,16 @@ static size_t block_bytes_of(int bits, int scheme, uint64_t group, uint64_t coun
     return payload_offset_of(scheme, group, count) + zr_round_up(payload_bytes_of(bits, count), 4);
 }
 
-size_t zr_quant_block_bytes(const zr_qparams *p, size_t count)
+size_t zr_quant_block_bytes(const zr_quant_params *p, size_t count)
 {
     return block_bytes_of(p->bits, p->scheme, (uint64_t)p->group, count);
 }
 
 /* Blocks may sit at any 4-byte offset of a message, so the header (with its
  * 8-byte fields) and the scales are accessed through memcpy. */
-static zr_qheader header_get(const void *block)
+static zr_quant_header header_get(const void *block)
 {
-    zr_qheader h;
+    zr_quant_header h;
     memcpy(&h, block, sizeof h);
     return h;
 }
@@ -222,7 +226,7 @@ static void scale_put(uint8_t *block, size_t index, float s)
     memcpy(block + HEADER_BYTES + index * sizeof(float), &s, sizeof s);
 }
 
-zr_status zr_quant_validate(const void *block, size_t block_bytes, const zr_qparams *expect,
+zr_status zr_quant_validate(const void *block, size_t block_bytes, const zr_quant_params *expect,
                             size_t expect_count)
 {
     if (block == NULL) {
@@ -232,7 +236,7 @@ zr_status zr_quant_validate(const void *block, size_t block_bytes, const zr_qpar
         ZR_FAIL(ZR_ERR_FORMAT, "quant block: size %zu is shorter than the %zu-byte header",
                 block_bytes, HEADER_BYTES);
     }
-    zr_qheader h = header_get(block);
+    zr_quant_header h = header_get(block);
     if (h.magic != ZR_QUANT_MAGIC) {
         ZR_FAIL(ZR_ERR_FORMAT, "quant block: magic 0x%08x is not ZRQ1 (0x%08x)", h.magic,
                 ZR_QUANT_MAGIC);
@@ -240,7 +244,7 @@ zr_status zr_quant_validate(const void *block, size_t block_bytes, const zr_qpar
     if (h.bits != 8 && h.bits != 4) {
         ZR_FAIL(ZR_ERR_FORMAT, "quant block: bits %u is not 8 or 4", h.bits);
     }
-    if (h.scheme != ZR_QSYM && h.scheme != ZR_QASYM) {
+    if (h.scheme != ZR_QUANT_SYM && h.scheme != ZR_QUANT_ASYM) {
         ZR_FAIL(ZR_ERR_FORMAT, "quant block: scheme %u is not sym (0) or asym (1)", h.scheme);
     }
     if (!group_ok(h.group)) {
@@ -294,7 +298,7 @@ size_t zr_quant_block_count(const void *block)
 }
 
 /* The cheap checks decode paths do on a block they trust to be validated. */
-static zr_status header_sane(const void *block, size_t count, zr_qheader *h)
+static zr_status header_sane(const void *block, size_t count, zr_quant_header *h)
 {
     /* written on every path: callers read it only on success, but a compiler
        that cannot see that (gcc 12 without AVX-512 inlining) must not warn */
@@ -304,7 +308,7 @@ static zr_status header_sane(const void *block, size_t count, zr_qheader *h)
     }
     *h = header_get(block);
     if (h->magic != ZR_QUANT_MAGIC || (h->bits != 8 && h->bits != 4) ||
-        (h->scheme != ZR_QSYM && h->scheme != ZR_QASYM) || !group_ok(h->group) ||
+        (h->scheme != ZR_QUANT_SYM && h->scheme != ZR_QUANT_ASYM) || !group_ok(h->group) ||
         h->payload_offset != payload_offset_of(h->scheme, h->group, h->count)) {
         ZR_FAIL(ZR_ERR_FORMAT, "quant block: bad header (was it validated?)");
     }
@@ -322,14 +326,14 @@ static zr_status header_sane(const void *block, size_t count, zr_qheader *h)
  * if the group held Inf/NaN (then the scale is NaN, the payload zero and the
  * residual reset), 0 otherwise.
  */
-static int encode_group(const zr_qkernels *k, int bits, int asym, zr_dtype t, const void *x,
+static int encode_group(const zr_quant_kernels *k, int bits, int asym, zr_dtype t, const void *x,
                         float *r, size_t n, float mul, uint8_t *block, size_t gi, uint8_t *payload)
 {
-    zr_qscan s;
+    zr_quant_scan s;
     k->scan(t, x, r, n, mul, asym, &s);
     size_t si = asym ? 2 * gi : gi;
-    if (zr_q_nonfinite(s.absbits)) {
-        float nan = zr_q_bits_f32(ZR_Q_QNAN_BITS);
+    if (zr_quant_nonfinite(s.absbits)) {
+        float nan = zr_quant_bits_f32(ZR_QUANT_QNAN_BITS);
         scale_put(block, si, nan);
         if (asym) {
             scale_put(block, si + 1, nan);
@@ -342,7 +346,7 @@ static int encode_group(const zr_qkernels *k, int bits, int asym, zr_dtype t, co
         }
         return 1;
     }
-    zr_qgroup g = zr_q_group_make(bits, asym, s.absbits, s.mn, s.mx);
+    zr_quant_group g = zr_quant_group_make(bits, asym, s.absbits, s.mn, s.mx);
     scale_put(block, si, g.scale);
     if (asym) {
         scale_put(block, si + 1, g.zero);
@@ -351,10 +355,10 @@ static int encode_group(const zr_qkernels *k, int bits, int asym, zr_dtype t, co
     return 0;
 }
 
-static zr_status encode_args_check(const zr_qparams *p, zr_dtype t, const void *x, size_t count,
-                                   const void *block)
+static zr_status encode_args_check(const zr_quant_params *p, zr_dtype t, const void *x,
+                                   size_t count, const void *block)
 {
-    ZR_CHECK(zr_qparams_check(p));
+    ZR_CHECK(zr_quant_params_check(p));
     if (t != ZR_DTYPE_F32 && t != ZR_DTYPE_BF16) {
         ZR_FAIL(ZR_ERR_INVALID, "quant encode: unknown input dtype %d", (int)t);
     }
@@ -365,9 +369,9 @@ static zr_status encode_args_check(const zr_qparams *p, zr_dtype t, const void *
 }
 
 /* Header and payload padding of a block about to be filled. */
-static uint8_t *block_start(const zr_qparams *p, size_t count, void *block)
+static uint8_t *block_start(const zr_quant_params *p, size_t count, void *block)
 {
-    zr_qheader h;
+    zr_quant_header h;
     memset(&h, 0, sizeof h);
     h.magic = ZR_QUANT_MAGIC;
     h.bits = (uint8_t)p->bits;
@@ -385,17 +389,17 @@ static uint8_t *block_start(const zr_qparams *p, size_t count, void *block)
 static void block_finish(void *block, size_t nonfinite)
 {
     uint32_t nf = (uint32_t)nonfinite;
-    memcpy((uint8_t *)block + offsetof(zr_qheader, nonfinite_groups), &nf, sizeof nf);
+    memcpy((uint8_t *)block + offsetof(zr_quant_header, nonfinite_groups), &nf, sizeof nf);
 }
 
-zr_status zr_quant_encode(const zr_qparams *p, zr_dtype in_type, const void *x, size_t count,
+zr_status zr_quant_encode(const zr_quant_params *p, zr_dtype in_type, const void *x, size_t count,
                           float mul, float *residual, void *block, size_t *nonfinite)
 {
     ZR_CHECK(encode_args_check(p, in_type, x, count, block));
-    const zr_qkernels *k = kernels();
+    const zr_quant_kernels *k = kernels();
     uint8_t *payload = block_start(p, count, block);
     size_t group = (size_t)p->group, esize = zr_dtype_size(in_type), nf = 0;
-    int asym = p->scheme == ZR_QASYM;
+    int asym = p->scheme == ZR_QUANT_ASYM;
     for (size_t start = 0, gi = 0; start < count; start += group, gi++) {
         size_t n = count - start < group ? count - start : group;
         nf += (size_t)encode_group(k, p->bits, asym, in_type, (const uint8_t *)x + start * esize,
@@ -416,15 +420,15 @@ zr_status zr_quant_encode(const zr_qparams *p, zr_dtype in_type, const void *x, 
  * start and every group boundary are multiples of 8 in callers that cut
  * ranges at group boundaries, so 4-bit segments start on a byte.
  */
-static void decode_range(const zr_qkernels *k, const zr_qheader *h, const uint8_t *block,
-                         size_t start, size_t n, zr_qout mode, void *out)
+static void decode_range(const zr_quant_kernels *k, const zr_quant_header *h, const uint8_t *block,
+                         size_t start, size_t n, zr_quant_out mode, void *out)
 {
-    size_t group = h->group, osize = mode == ZR_QOUT_BF16 ? 2 : 4;
+    size_t group = h->group, osize = mode == ZR_QUANT_OUT_BF16 ? 2 : 4;
     const uint8_t *payload = block + h->payload_offset;
-    zr_qgroup g;
+    zr_quant_group g;
     memset(&g, 0, sizeof g);
     g.bits = h->bits;
-    g.asym = h->scheme == ZR_QASYM;
+    g.asym = h->scheme == ZR_QUANT_ASYM;
     size_t done = 0;
     while (done < n) {
         size_t e = start + done, gi = e / group;
@@ -440,7 +444,7 @@ static void decode_range(const zr_qkernels *k, const zr_qheader *h, const uint8_
 
 zr_status zr_quant_decode(const void *block, zr_dtype out_type, void *out, size_t count)
 {
-    zr_qheader h;
+    zr_quant_header h;
     ZR_CHECK(header_sane(block, count, &h));
     if (out_type != ZR_DTYPE_F32 && out_type != ZR_DTYPE_BF16) {
         ZR_FAIL(ZR_ERR_INVALID, "quant decode: unknown output dtype %d", (int)out_type);
@@ -449,51 +453,50 @@ zr_status zr_quant_decode(const void *block, zr_dtype out_type, void *out, size_
         ZR_FAIL(ZR_ERR_INVALID, "quant decode: NULL output");
     }
     decode_range(kernels(), &h, block, 0, count,
-                 out_type == ZR_DTYPE_BF16 ? ZR_QOUT_BF16 : ZR_QOUT_F32, out);
+                 out_type == ZR_DTYPE_BF16 ? ZR_QUANT_OUT_BF16 : ZR_QUANT_OUT_F32, out);
     return ZR_OK;
 }
 
 zr_status zr_quant_decode_add(const void *block, float *acc, size_t count)
 {
-    zr_qheader h;
+    zr_quant_header h;
     ZR_CHECK(header_sane(block, count, &h));
     if (acc == NULL && count > 0) {
         ZR_FAIL(ZR_ERR_INVALID, "quant decode_add: NULL accumulator");
     }
-    decode_range(kernels(), &h, block, 0, count, ZR_QOUT_ADD, acc);
+    decode_range(kernels(), &h, block, 0, count, ZR_QUANT_OUT_ADD, acc);
     return ZR_OK;
 }
 
 zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, float mul,
-                               const zr_qparams *p, float *residual, void *out_block,
+                               const zr_quant_params *p, float *residual, void *out_block,
                                size_t *nonfinite)
 {
-    ZR_CHECK(zr_qparams_check(p));
+    ZR_CHECK(zr_quant_params_check(p));
     if (k < 1 || blocks == NULL || out_block == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "quant sum_requant: need k >= 1 blocks and an output (k = %d)", k);
     }
-    zr_qheader *hs;
+    zr_quant_header *hs;
     ZR_ALLOC(hs, (size_t)k);
     zr_status st = ZR_OK;
     for (int j = 0; j < k; j++) {
         ZR_CHECK_GOTO(header_sane(blocks[j], count, &hs[j]), st, done);
     }
-    const zr_qkernels *kern = kernels();
+    const zr_quant_kernels *kern = kernels();
     size_t group = (size_t)p->group, nf = 0;
     size_t cap = count < group ? count : group;
     float *sum = NULL;
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&sum, (cap > 0 ? cap : 1) * sizeof *sum, __FILE__, __LINE__),
-                  st, done);
+    ZR_ALLOC_GOTO(sum, cap > 0 ? cap : 1, st, done);
     uint8_t *payload = block_start(p, count, out_block);
     for (size_t start = 0, gi = 0; start < count; start += group, gi++) {
         size_t n = count - start < group ? count - start : group;
         /* one output group at a time: the sum stays in L1/L2 between the
          * decodes and the requantization */
         for (int j = 0; j < k; j++) {
-            decode_range(kern, &hs[j], blocks[j], start, n, j == 0 ? ZR_QOUT_F32 : ZR_QOUT_ADD,
-                         sum);
+            decode_range(kern, &hs[j], blocks[j], start, n,
+                         j == 0 ? ZR_QUANT_OUT_F32 : ZR_QUANT_OUT_ADD, sum);
         }
-        nf += (size_t)encode_group(kern, p->bits, p->scheme == ZR_QASYM, ZR_DTYPE_F32, sum,
+        nf += (size_t)encode_group(kern, p->bits, p->scheme == ZR_QUANT_ASYM, ZR_DTYPE_F32, sum,
                                    residual != NULL ? residual + start : NULL, n, mul, out_block,
                                    gi, payload + (p->bits == 8 ? start : start / 2));
     }

@@ -48,31 +48,32 @@ static zr_status block_ptr_ok(const void *block, const char *what)
 }
 
 /* Output side of an encode: the header's words and where the payload goes. */
-static void output_block(const zr_qparams *p, size_t count, void *block, zr_qk_encode *a)
+static void output_block(const zr_quant_params *p, size_t count, void *block, zr_quant_k_encode *a)
 {
-    zr_qheader h;
+    zr_quant_header h;
     memset(&h, 0, sizeof h);
     h.magic = ZR_QUANT_MAGIC;
     h.bits = (uint8_t)p->bits;
     h.scheme = (uint8_t)p->scheme;
     h.group = (uint32_t)p->group;
     h.count = count;
-    h.payload_offset = zr_q_payload_offset(p->scheme == ZR_QASYM, (uint64_t)p->group, count);
+    h.payload_offset =
+        zr_quant_payload_offset(p->scheme == ZR_QUANT_ASYM, (uint64_t)p->group, count);
     memcpy(a->header, &h, sizeof h);
     a->block = block;
     a->count = count;
     a->payload_offset = h.payload_offset;
     a->bits = p->bits;
-    a->asym = p->scheme == ZR_QASYM;
+    a->asym = p->scheme == ZR_QUANT_ASYM;
     a->group = p->group;
     a->vec_out = aligned((const uint8_t *)block + h.payload_offset, 8);
 }
 
-zr_status zr_quant_cuda_encode(const zr_qparams *p, zr_dtype in_type, const void *x, size_t count,
-                               float mul, float *residual, void *block, zr_stream *s)
+zr_status zr_quant_cuda_encode(const zr_quant_params *p, zr_dtype in_type, const void *x,
+                               size_t count, float mul, float *residual, void *block, zr_stream *s)
 {
     const char *what = "quant cuda encode";
-    ZR_CHECK(zr_qparams_check(p));
+    ZR_CHECK(zr_quant_params_check(p));
     if (in_type != ZR_DTYPE_F32 && in_type != ZR_DTYPE_BF16) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: unknown input dtype %d", what, (int)in_type);
     }
@@ -82,15 +83,15 @@ zr_status zr_quant_cuda_encode(const zr_qparams *p, zr_dtype in_type, const void
     ZR_CHECK(block_ptr_ok(block, what));
     cudaStream_t cs;
     ZR_CHECK(cuda_stream(s, what, &cs));
-    zr_qk_encode a;
+    zr_quant_k_encode a;
     memset(&a, 0, sizeof a);
     output_block(p, count, block, &a);
     a.x = x;
     a.r = residual;
     a.mul = mul;
-    a.src = in_type == ZR_DTYPE_BF16 ? ZR_QK_SRC_BF16 : ZR_QK_SRC_F32;
+    a.src = in_type == ZR_DTYPE_BF16 ? ZR_QUANT_K_SRC_BF16 : ZR_QUANT_K_SRC_F32;
     a.vec_in = aligned(x, 16) && aligned(residual, 16);
-    ZR_CUDA_CHECK(zr_qk_launch_encode(&a, cs));
+    ZR_CUDA_CHECK(zr_quant_k_launch_encode(&a, cs));
     return ZR_OK;
 }
 
@@ -103,8 +104,8 @@ static zr_status decode(const void *block, int mode, void *out, size_t count, zr
     }
     cudaStream_t cs;
     ZR_CHECK(cuda_stream(s, what, &cs));
-    zr_qk_decode a = {(const uint8_t *)block, out, count, mode, aligned(out, 16)};
-    ZR_CUDA_CHECK(zr_qk_launch_decode(&a, cs));
+    zr_quant_k_decode a = {(const uint8_t *)block, out, count, mode, aligned(out, 16)};
+    ZR_CUDA_CHECK(zr_quant_k_launch_decode(&a, cs));
     return ZR_OK;
 }
 
@@ -114,21 +115,21 @@ zr_status zr_quant_cuda_decode(const void *block, zr_dtype out_type, void *out, 
     if (out_type != ZR_DTYPE_F32 && out_type != ZR_DTYPE_BF16) {
         ZR_FAIL(ZR_ERR_INVALID, "quant cuda decode: unknown output dtype %d", (int)out_type);
     }
-    return decode(block, out_type == ZR_DTYPE_BF16 ? ZR_QK_OUT_BF16 : ZR_QK_OUT_F32, out, count, s,
-                  "quant cuda decode");
+    return decode(block, out_type == ZR_DTYPE_BF16 ? ZR_QUANT_K_OUT_BF16 : ZR_QUANT_K_OUT_F32, out,
+                  count, s, "quant cuda decode");
 }
 
 zr_status zr_quant_cuda_decode_add(const void *block, float *acc, size_t count, zr_stream *s)
 {
-    return decode(block, ZR_QK_OUT_ADD, acc, count, s, "quant cuda decode_add");
+    return decode(block, ZR_QUANT_K_OUT_ADD, acc, count, s, "quant cuda decode_add");
 }
 
 zr_status zr_quant_cuda_sum_requant(const void *const *blocks, int k, size_t count, float mul,
-                                    const zr_qparams *p, float *residual, void *out_block,
+                                    const zr_quant_params *p, float *residual, void *out_block,
                                     zr_stream *s)
 {
     const char *what = "quant cuda sum_requant";
-    ZR_CHECK(zr_qparams_check(p));
+    ZR_CHECK(zr_quant_params_check(p));
     if (blocks == NULL || k < 1 || k > ZR_QUANT_CUDA_MAX_BLOCKS) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: need 1..%d input blocks (k = %d)", what,
                 ZR_QUANT_CUDA_MAX_BLOCKS, k);
@@ -139,7 +140,7 @@ zr_status zr_quant_cuda_sum_requant(const void *const *blocks, int k, size_t cou
     ZR_CHECK(block_ptr_ok(out_block, what));
     cudaStream_t cs;
     ZR_CHECK(cuda_stream(s, what, &cs));
-    zr_qk_encode a;
+    zr_quant_k_encode a;
     memset(&a, 0, sizeof a);
     output_block(p, count, out_block, &a);
     for (int j = 0; j < k; j++) {
@@ -148,34 +149,34 @@ zr_status zr_quant_cuda_sum_requant(const void *const *blocks, int k, size_t cou
     a.k = k;
     a.r = residual;
     a.mul = mul;
-    a.src = ZR_QK_SRC_BLOCKS;
+    a.src = ZR_QUANT_K_SRC_BLOCKS;
     a.vec_in = aligned(residual, 16);
-    ZR_CUDA_CHECK(zr_qk_launch_encode(&a, cs));
+    ZR_CUDA_CHECK(zr_quant_k_launch_encode(&a, cs));
     return ZR_OK;
 }
 
-static zr_status elementwise(zr_qk_elementwise *a, zr_stream *s, const char *what)
+static zr_status elementwise(zr_quant_k_elementwise *a, zr_stream *s, const char *what)
 {
     if ((a->in == NULL || a->out == NULL) && a->n > 0) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: NULL %s", what, a->in == NULL ? "input" : "output");
     }
     cudaStream_t cs;
     ZR_CHECK(cuda_stream(s, what, &cs));
-    ZR_CUDA_CHECK(zr_qk_launch_elementwise(a, cs));
+    ZR_CUDA_CHECK(zr_quant_k_launch_elementwise(a, cs));
     return ZR_OK;
 }
 
 zr_status zr_bf16_cuda_from_f32(zr_bf16 *dst, const float *src, size_t n, zr_stream *s)
 {
-    zr_qk_elementwise a = {src,           dst, n,    0,
-                           ZR_QK_TO_BF16, 1,   1.0f, aligned(src, 16) && aligned(dst, 16)};
+    zr_quant_k_elementwise a = {
+        src, dst, n, 0, ZR_QUANT_K_TO_BF16, 1, 1.0f, aligned(src, 16) && aligned(dst, 16)};
     return elementwise(&a, s, "bf16 cuda from f32");
 }
 
 zr_status zr_bf16_cuda_to_f32(float *dst, const zr_bf16 *src, size_t n, zr_stream *s)
 {
-    zr_qk_elementwise a = {src,          dst, n,    0,
-                           ZR_QK_TO_F32, 1,   1.0f, aligned(src, 16) && aligned(dst, 16)};
+    zr_quant_k_elementwise a = {
+        src, dst, n, 0, ZR_QUANT_K_TO_F32, 1, 1.0f, aligned(src, 16) && aligned(dst, 16)};
     return elementwise(&a, s, "bf16 cuda to f32");
 }
 
@@ -192,14 +193,14 @@ zr_status zr_quant_cuda_sum_ranks(float *out, const void *in, zr_dtype in_type, 
                 stride, count);
     }
     size_t row_bytes = stride * zr_dtype_size(in_type);
-    zr_qk_elementwise a = {in,
-                           out,
-                           count,
-                           stride,
-                           in_type == ZR_DTYPE_BF16 ? ZR_QK_SUM_BF16 : ZR_QK_SUM_F32,
-                           k,
-                           div,
-                           aligned(in, 16) && aligned(out, 16) && row_bytes % 16 == 0};
+    zr_quant_k_elementwise a = {in,
+                                out,
+                                count,
+                                stride,
+                                in_type == ZR_DTYPE_BF16 ? ZR_QUANT_K_SUM_BF16 : ZR_QUANT_K_SUM_F32,
+                                k,
+                                div,
+                                aligned(in, 16) && aligned(out, 16) && row_bytes % 16 == 0};
     return elementwise(&a, s, what);
 }
 
@@ -211,8 +212,8 @@ static zr_status no_cuda(const char *what)
             what);
 }
 
-zr_status zr_quant_cuda_encode(const zr_qparams *p, zr_dtype in_type, const void *x, size_t count,
-                               float mul, float *residual, void *block, zr_stream *s)
+zr_status zr_quant_cuda_encode(const zr_quant_params *p, zr_dtype in_type, const void *x,
+                               size_t count, float mul, float *residual, void *block, zr_stream *s)
 {
     return no_cuda("quant cuda encode");
 }
@@ -229,7 +230,7 @@ zr_status zr_quant_cuda_decode_add(const void *block, float *acc, size_t count, 
 }
 
 zr_status zr_quant_cuda_sum_requant(const void *const *blocks, int k, size_t count, float mul,
-                                    const zr_qparams *p, float *residual, void *out_block,
+                                    const zr_quant_params *p, float *residual, void *out_block,
                                     zr_stream *s)
 {
     return no_cuda("quant cuda sum_requant");

@@ -79,8 +79,8 @@ __device__ __forceinline__ void decode8(const in_hdr &h, uint64_t e, int m, floa
 {
     /* a 32-bit division where it suffices: 64-bit ones are long on a GPU */
     uint64_t gi = e >> 32 ? e / h.group : (uint32_t)e / h.group;
-    const float *sc = reinterpret_cast<const float *>(h.base + ZR_Q_HEADER_BYTES);
-    zr_qgroup g;
+    const float *sc = reinterpret_cast<const float *>(h.base + ZR_QUANT_HEADER_BYTES);
+    zr_quant_group g;
     g.bits = h.bits;
     g.asym = h.asym;
     g.scale = sc[h.asym ? 2 * gi : gi];
@@ -93,7 +93,7 @@ __device__ __forceinline__ void decode8(const in_hdr &h, uint64_t e, int m, floa
     for (int i = 0; i < 8; i++) {
         uint32_t f =
             h.bits == 8 ? ((i < 4 ? w0 : w1) >> (8 * (i & 3))) & 0xffu : (w0 >> (4 * i)) & 0xfu;
-        d[i] = i < m ? zr_q_decode1(&g, zr_q_unpack(h.bits, h.asym, f)) : 0.0f;
+        d[i] = i < m ? zr_quant_decode1(&g, zr_quant_unpack(h.bits, h.asym, f)) : 0.0f;
     }
 }
 
@@ -126,13 +126,13 @@ __device__ __forceinline__ void load_bf16(const uint16_t *p, int m, bool vec, fl
         uint32_t ws[4] = {w.x, w.y, w.z, w.w};
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
-            v[i] = zr_q_bf16_widen((uint16_t)(ws[i / 2] >> (16 * (i & 1))));
+            v[i] = zr_quant_bf16_widen((uint16_t)(ws[i / 2] >> (16 * (i & 1))));
         }
         return;
     }
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
-        v[i] = i < m ? zr_q_bf16_widen(p[i]) : 0.0f;
+        v[i] = i < m ? zr_quant_bf16_widen(p[i]) : 0.0f;
     }
 }
 
@@ -156,7 +156,7 @@ __device__ __forceinline__ void store_bf16(uint16_t *p, int m, bool vec, const f
     uint16_t h[8];
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
-        h[i] = zr_q_bf16_round(v[i]);
+        h[i] = zr_quant_bf16_round(v[i]);
     }
     if (vec && m == 8) {
         *reinterpret_cast<uint4 *>(p) =
@@ -174,7 +174,7 @@ __device__ __forceinline__ void store_bf16(uint16_t *p, int m, bool vec, const f
 
 /*
  * The memory an encode touches. Its pointers travel as kernel parameters of
- * their own, not only in zr_qk_encode: the GPU emulator's race detector
+ * their own, not only in zr_quant_k_encode: the GPU emulator's race detector
  * records a launch's pointer parameters, so it sees what each launch reads
  * and writes (of a sum's input blocks, the first: they usually share one
  * buffer). The struct parameter is only read, never copied or written, so it
@@ -188,12 +188,12 @@ struct enc_ptrs {
 
 /* v = the values quantized for elements e..e+m-1 (x * mul, + r). */
 template <int SRC>
-__device__ __forceinline__ void load_values(const zr_qk_encode &a, const enc_ptrs &p,
+__device__ __forceinline__ void load_values(const zr_quant_k_encode &a, const enc_ptrs &p,
                                             const in_hdr *hs, uint64_t e, int m, float v[8])
 {
-    if (SRC == ZR_QK_SRC_F32) {
+    if (SRC == ZR_QUANT_K_SRC_F32) {
         load_f32(static_cast<const float *>(p.x) + e, m, a.vec_in, v);
-    } else if (SRC == ZR_QK_SRC_BF16) {
+    } else if (SRC == ZR_QUANT_K_SRC_BF16) {
         load_bf16(static_cast<const uint16_t *>(p.x) + e, m, a.vec_in, v);
     } else {
         decode8(hs[0], e, m, v);
@@ -202,7 +202,7 @@ __device__ __forceinline__ void load_values(const zr_qk_encode &a, const enc_ptr
             decode8(hs[j], e, m, d);
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
-                v[i] = zr_q_add(v[i], d[i]); /* in the order given, as on the CPU */
+                v[i] = zr_quant_add(v[i], d[i]); /* in the order given, as on the CPU */
             }
         }
     }
@@ -212,7 +212,7 @@ __device__ __forceinline__ void load_values(const zr_qk_encode &a, const enc_ptr
     }
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
-        v[i] = zr_q_input(v[i], a.mul, p.r != NULL, r[i]);
+        v[i] = zr_quant_input(v[i], a.mul, p.r != NULL, r[i]);
     }
 }
 
@@ -221,7 +221,7 @@ __device__ __forceinline__ void scan_chunk(scan_t &s, const float v[8], int m, i
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
         if (i < m) {
-            s.absbits = max(s.absbits, zr_q_absbits(v[i]));
+            s.absbits = max(s.absbits, zr_quant_absbits(v[i]));
             if (asym) {
                 s.mn = fminf(s.mn, v[i]);
                 s.mx = fmaxf(s.mx, v[i]);
@@ -234,9 +234,9 @@ __device__ __forceinline__ void scan_chunk(scan_t &s, const float v[8], int m, i
 
 /* Payload (codes of 0 beyond m, which is the block's zero padding) and residual. */
 template <int BITS>
-__device__ __forceinline__ void code_chunk(const zr_qk_encode &a, const enc_ptrs &p,
-                                           const zr_qgroup &g, bool nonfinite, uint64_t e, int m,
-                                           const float v[8])
+__device__ __forceinline__ void code_chunk(const zr_quant_k_encode &a, const enc_ptrs &p,
+                                           const zr_quant_group &g, bool nonfinite, uint64_t e,
+                                           int m, const float v[8])
 {
     uint32_t w0 = 0, w1 = 0;
     float res[8];
@@ -245,10 +245,10 @@ __device__ __forceinline__ void code_chunk(const zr_qk_encode &a, const enc_ptrs
         int q = 0;
         res[i] = 0.0f; /* a non-finite group's residual starts over */
         if (!nonfinite && i < m) {
-            q = zr_q_code(&g, v[i]);
-            res[i] = v[i] - zr_q_dequant(&g, q);
+            q = zr_quant_code(&g, v[i]);
+            res[i] = v[i] - zr_quant_dequant(&g, q);
         }
-        uint32_t f = zr_q_pack(BITS, q);
+        uint32_t f = zr_quant_pack(BITS, q);
         if (BITS == 8) {
             if (i < 4) {
                 w0 |= f << (8 * i);
@@ -273,11 +273,11 @@ __device__ __forceinline__ void code_chunk(const zr_qk_encode &a, const enc_ptrs
     }
 }
 
-__device__ __forceinline__ void put_scales(const zr_qk_encode &a, const enc_ptrs &p, uint64_t gi,
-                                           const zr_qgroup &g, bool nonfinite)
+__device__ __forceinline__ void put_scales(const zr_quant_k_encode &a, const enc_ptrs &p,
+                                           uint64_t gi, const zr_quant_group &g, bool nonfinite)
 {
-    float *sc = reinterpret_cast<float *>(p.block + ZR_Q_HEADER_BYTES);
-    float nan = zr_q_bits_f32(ZR_Q_QNAN_BITS);
+    float *sc = reinterpret_cast<float *>(p.block + ZR_QUANT_HEADER_BYTES);
+    float nan = zr_quant_bits_f32(ZR_QUANT_QNAN_BITS);
     if (a.asym) {
         sc[2 * gi] = nonfinite ? nan : g.scale;
         sc[2 * gi + 1] = nonfinite ? nan : g.zero;
@@ -296,11 +296,11 @@ __device__ __forceinline__ void put_scales(const zr_qk_encode &a, const enc_ptrs
  * is 0, so that nothing downstream takes it for data.
  */
 template <int SRC>
-__device__ __forceinline__ bool encode_prologue(const zr_qk_encode &a, const enc_ptrs &p,
+__device__ __forceinline__ bool encode_prologue(const zr_quant_k_encode &a, const enc_ptrs &p,
                                                 in_hdr *hs, int *bad)
 {
     bool ok = true;
-    if (SRC == ZR_QK_SRC_BLOCKS) {
+    if (SRC == ZR_QUANT_K_SRC_BLOCKS) {
         if (threadIdx.x == 0) {
             *bad = 0;
         }
@@ -310,9 +310,9 @@ __device__ __forceinline__ bool encode_prologue(const zr_qk_encode &a, const enc
             uint32_t bs = w[1];
             uint64_t count = w[4] | (uint64_t)w[5] << 32, poff = w[6] | (uint64_t)w[7] << 32;
             in_hdr h = {a.in[j], poff, w[2], (int)(bs & 0xffu), (int)((bs >> 8) & 0xffu)};
-            bool good = w[0] == ZR_Q_MAGIC && (h.bits == 8 || h.bits == 4) && h.asym <= 1 &&
-                        (bs >> 16) == 0 && zr_q_group_ok(h.group) && count == a.count &&
-                        poff == zr_q_payload_offset(h.asym, h.group, count);
+            bool good = w[0] == ZR_QUANT_MAGIC && (h.bits == 8 || h.bits == 4) && h.asym <= 1 &&
+                        (bs >> 16) == 0 && zr_quant_group_ok(h.group) && count == a.count &&
+                        poff == zr_quant_payload_offset(h.asym, h.group, count);
             hs[j] = h;
             if (!good) {
                 *bad = 1;
@@ -336,12 +336,12 @@ __device__ __forceinline__ bool encode_prologue(const zr_qk_encode &a, const enc
 
 /* Teams of `width` lanes, one group each, R chunks per lane kept in registers. */
 #define ENCODE_PARAMS                                                                              \
-    const zr_qk_encode a, const void *x, const uint8_t *in0, float *r, uint8_t *block
+    const zr_quant_k_encode a, const void *x, const uint8_t *in0, float *r, uint8_t *block
 
 template <int SRC, int BITS, int R>
 __global__ void __launch_bounds__(TEAM_THREADS) encode_teams(ENCODE_PARAMS, int width)
 {
-    __shared__ in_hdr hs[SRC == ZR_QK_SRC_BLOCKS ? ZR_QK_MAX_IN : 1];
+    __shared__ in_hdr hs[SRC == ZR_QUANT_K_SRC_BLOCKS ? ZR_QUANT_K_MAX_IN : 1];
     __shared__ int bad;
     const enc_ptrs p = {x, r, block};
     (void)in0;
@@ -365,8 +365,8 @@ __global__ void __launch_bounds__(TEAM_THREADS) encode_teams(ENCODE_PARAMS, int 
         }
     }
     s = warp_join(s, width);
-    bool nonfinite = zr_q_nonfinite(s.absbits);
-    zr_qgroup g = zr_q_group_make(BITS, a.asym, s.absbits, s.mn, s.mx);
+    bool nonfinite = zr_quant_nonfinite(s.absbits);
+    zr_quant_group g = zr_quant_group_make(BITS, a.asym, s.absbits, s.mn, s.mx);
     if (active && lane == 0) {
         put_scales(a, p, gi, g, nonfinite);
     }
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(TEAM_THREADS) encode_teams(ENCODE_PARAMS, int 
 template <int SRC, int BITS>
 __global__ void __launch_bounds__(GROUP_THREADS) encode_group(ENCODE_PARAMS)
 {
-    __shared__ in_hdr hs[SRC == ZR_QK_SRC_BLOCKS ? ZR_QK_MAX_IN : 1];
+    __shared__ in_hdr hs[SRC == ZR_QUANT_K_SRC_BLOCKS ? ZR_QUANT_K_MAX_IN : 1];
     __shared__ int bad;
     __shared__ scan_t part[GROUP_THREADS / 32];
     const enc_ptrs p = {x, r, block};
@@ -409,8 +409,8 @@ __global__ void __launch_bounds__(GROUP_THREADS) encode_group(ENCODE_PARAMS)
     for (int w = 1; w < (int)blockDim.x / 32; w++) {
         s = scan_join(s, part[w]);
     }
-    bool nonfinite = zr_q_nonfinite(s.absbits);
-    zr_qgroup g = zr_q_group_make(BITS, a.asym, s.absbits, s.mn, s.mx);
+    bool nonfinite = zr_quant_nonfinite(s.absbits);
+    zr_quant_group g = zr_quant_group_make(BITS, a.asym, s.absbits, s.mn, s.mx);
     if (n > 0 && threadIdx.x == 0) {
         put_scales(a, p, gi, g, nonfinite);
     }
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(GROUP_THREADS) encode_group(ENCODE_PARAMS)
 
 template <int MODE>
 __global__ void __launch_bounds__(EW_THREADS)
-    decode_kernel(const zr_qk_decode a, const uint8_t *block, void *out)
+    decode_kernel(const zr_quant_k_decode a, const uint8_t *block, void *out)
 {
     /* block and out as parameters of their own: see enc_ptrs */
     const uint32_t *w = reinterpret_cast<const uint32_t *>(block);
@@ -434,9 +434,9 @@ __global__ void __launch_bounds__(EW_THREADS)
     uint64_t count = w[4] | (uint64_t)w[5] << 32, poff = w[6] | (uint64_t)w[7] << 32;
     in_hdr h = {block, poff, w[2], (int)(bs & 0xffu), (int)((bs >> 8) & 0xffu)};
     /* a header the C side could not read: NaN out, never plausible numbers */
-    bool ok = w[0] == ZR_Q_MAGIC && (h.bits == 8 || h.bits == 4) && h.asym <= 1 &&
-              zr_q_group_ok(h.group) && count == a.count &&
-              poff == zr_q_payload_offset(h.asym, h.group, count);
+    bool ok = w[0] == ZR_QUANT_MAGIC && (h.bits == 8 || h.bits == 4) && h.asym <= 1 &&
+              zr_quant_group_ok(h.group) && count == a.count &&
+              poff == zr_quant_payload_offset(h.asym, h.group, count);
     uint64_t nch = (a.count + 7) / 8;
     for (uint64_t c = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; c < nch;
          c += (uint64_t)gridDim.x * blockDim.x) {
@@ -448,12 +448,12 @@ __global__ void __launch_bounds__(EW_THREADS)
         } else {
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
-                d[i] = zr_q_bits_f32(ZR_Q_QNAN_BITS);
+                d[i] = zr_quant_bits_f32(ZR_QUANT_QNAN_BITS);
             }
         }
-        if (MODE == ZR_QK_OUT_BF16) {
+        if (MODE == ZR_QUANT_K_OUT_BF16) {
             store_bf16(static_cast<uint16_t *>(out) + e, m, a.vec, d);
-        } else if (MODE == ZR_QK_OUT_F32) {
+        } else if (MODE == ZR_QUANT_K_OUT_F32) {
             store_f32(static_cast<float *>(out) + e, m, a.vec, d);
         } else {
             float *acc = static_cast<float *>(out) + e;
@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(EW_THREADS)
             load_f32<false>(acc, m, a.vec, v);
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
-                v[i] = zr_q_add(v[i], d[i]);
+                v[i] = zr_quant_add(v[i], d[i]);
             }
             store_f32(acc, m, a.vec, v);
         }
@@ -470,7 +470,7 @@ __global__ void __launch_bounds__(EW_THREADS)
 
 template <int OP>
 __global__ void __launch_bounds__(EW_THREADS)
-    elementwise(const zr_qk_elementwise a, const void *in, void *out)
+    elementwise(const zr_quant_k_elementwise a, const void *in, void *out)
 {
     /* in and out as parameters of their own: see enc_ptrs */
     uint64_t nch = (a.n + 7) / 8;
@@ -479,10 +479,10 @@ __global__ void __launch_bounds__(EW_THREADS)
         uint64_t e = 8 * c;
         int m = (int)min((uint64_t)8, a.n - e);
         float v[8];
-        if constexpr (OP == ZR_QK_TO_BF16) {
+        if constexpr (OP == ZR_QUANT_K_TO_BF16) {
             load_f32(static_cast<const float *>(in) + e, m, a.vec, v);
             store_bf16(static_cast<uint16_t *>(out) + e, m, a.vec, v);
-        } else if constexpr (OP == ZR_QK_TO_F32) {
+        } else if constexpr (OP == ZR_QUANT_K_TO_F32) {
             load_bf16(static_cast<const uint16_t *>(in) + e, m, a.vec, v);
             store_f32(static_cast<float *>(out) + e, m, a.vec, v);
         } else {
@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(EW_THREADS)
             for (int j = 0; j < a.k; j++) {
                 float t[8];
                 uint64_t at = (uint64_t)j * a.stride + e;
-                if constexpr (OP == ZR_QK_SUM_F32) {
+                if constexpr (OP == ZR_QUANT_K_SUM_F32) {
                     load_f32(static_cast<const float *>(in) + at, m, a.vec, t);
                 } else {
                     load_bf16(static_cast<const uint16_t *>(in) + at, m, a.vec, t);
@@ -518,7 +518,7 @@ static unsigned int ew_grid(uint64_t n)
     return (unsigned int)(blocks < 1 ? 1 : blocks > 65535 ? 65535 : blocks);
 }
 
-template <int SRC, int BITS> static void launch_encode_t(const zr_qk_encode &a, cudaStream_t s)
+template <int SRC, int BITS> static void launch_encode_t(const zr_quant_k_encode &a, cudaStream_t s)
 {
     uint64_t ngroups = (a.count + a.group - 1) / a.group;
     int nch = a.group / 8;
@@ -558,7 +558,7 @@ template <int SRC, int BITS> static void launch_encode_t(const zr_qk_encode &a, 
     }
 }
 
-template <int SRC> static void launch_encode_src(const zr_qk_encode &a, cudaStream_t s)
+template <int SRC> static void launch_encode_src(const zr_quant_k_encode &a, cudaStream_t s)
 {
     if (a.bits == 8) {
         launch_encode_t<SRC, 8>(a, s);
@@ -567,51 +567,52 @@ template <int SRC> static void launch_encode_src(const zr_qk_encode &a, cudaStre
     }
 }
 
-extern "C" cudaError_t zr_qk_launch_encode(const zr_qk_encode *a, cudaStream_t s)
+extern "C" cudaError_t zr_quant_k_launch_encode(const zr_quant_k_encode *a, cudaStream_t s)
 {
     /* the non-finite count is added to by the groups: it starts at 0 */
     cudaError_t err = cudaMemsetAsync(a->block + 12, 0, 4, s);
     if (err != cudaSuccess) {
         return err;
     }
-    if (a->src == ZR_QK_SRC_F32) {
-        launch_encode_src<ZR_QK_SRC_F32>(*a, s);
-    } else if (a->src == ZR_QK_SRC_BF16) {
-        launch_encode_src<ZR_QK_SRC_BF16>(*a, s);
+    if (a->src == ZR_QUANT_K_SRC_F32) {
+        launch_encode_src<ZR_QUANT_K_SRC_F32>(*a, s);
+    } else if (a->src == ZR_QUANT_K_SRC_BF16) {
+        launch_encode_src<ZR_QUANT_K_SRC_BF16>(*a, s);
     } else {
-        launch_encode_src<ZR_QK_SRC_BLOCKS>(*a, s);
+        launch_encode_src<ZR_QUANT_K_SRC_BLOCKS>(*a, s);
     }
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_qk_launch_decode(const zr_qk_decode *a, cudaStream_t s)
+extern "C" cudaError_t zr_quant_k_launch_decode(const zr_quant_k_decode *a, cudaStream_t s)
 {
     unsigned int grid = ew_grid(a->count);
-    if (a->mode == ZR_QK_OUT_F32) {
-        ZR_LAUNCH(decode_kernel<ZR_QK_OUT_F32>, grid, EW_THREADS, 0, s, *a, a->block, a->out);
-    } else if (a->mode == ZR_QK_OUT_BF16) {
-        ZR_LAUNCH(decode_kernel<ZR_QK_OUT_BF16>, grid, EW_THREADS, 0, s, *a, a->block, a->out);
+    if (a->mode == ZR_QUANT_K_OUT_F32) {
+        ZR_LAUNCH(decode_kernel<ZR_QUANT_K_OUT_F32>, grid, EW_THREADS, 0, s, *a, a->block, a->out);
+    } else if (a->mode == ZR_QUANT_K_OUT_BF16) {
+        ZR_LAUNCH(decode_kernel<ZR_QUANT_K_OUT_BF16>, grid, EW_THREADS, 0, s, *a, a->block, a->out);
     } else {
-        ZR_LAUNCH(decode_kernel<ZR_QK_OUT_ADD>, grid, EW_THREADS, 0, s, *a, a->block, a->out);
+        ZR_LAUNCH(decode_kernel<ZR_QUANT_K_OUT_ADD>, grid, EW_THREADS, 0, s, *a, a->block, a->out);
     }
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t zr_qk_launch_elementwise(const zr_qk_elementwise *a, cudaStream_t s)
+extern "C" cudaError_t zr_quant_k_launch_elementwise(const zr_quant_k_elementwise *a,
+                                                     cudaStream_t s)
 {
     unsigned int grid = ew_grid(a->n);
     switch (a->op) {
-    case ZR_QK_TO_BF16:
-        ZR_LAUNCH(elementwise<ZR_QK_TO_BF16>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
+    case ZR_QUANT_K_TO_BF16:
+        ZR_LAUNCH(elementwise<ZR_QUANT_K_TO_BF16>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
         break;
-    case ZR_QK_TO_F32:
-        ZR_LAUNCH(elementwise<ZR_QK_TO_F32>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
+    case ZR_QUANT_K_TO_F32:
+        ZR_LAUNCH(elementwise<ZR_QUANT_K_TO_F32>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
         break;
-    case ZR_QK_SUM_F32:
-        ZR_LAUNCH(elementwise<ZR_QK_SUM_F32>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
+    case ZR_QUANT_K_SUM_F32:
+        ZR_LAUNCH(elementwise<ZR_QUANT_K_SUM_F32>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
         break;
     default:
-        ZR_LAUNCH(elementwise<ZR_QK_SUM_BF16>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
+        ZR_LAUNCH(elementwise<ZR_QUANT_K_SUM_BF16>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
         break;
     }
     return cudaGetLastError();

@@ -20,42 +20,47 @@ extern "C" {
 #endif
 
 /* the most input blocks of one fused decode-sum-requantize */
-#define ZR_QK_MAX_IN 64
+#define ZR_QUANT_K_MAX_IN 64
 
 /* What a value to quantize is made of. */
-enum { ZR_QK_SRC_F32 = 0, ZR_QK_SRC_BF16 = 1, ZR_QK_SRC_BLOCKS = 2 };
+enum { ZR_QUANT_K_SRC_F32 = 0, ZR_QUANT_K_SRC_BF16 = 1, ZR_QUANT_K_SRC_BLOCKS = 2 };
 
 /* One encode (SRC_F32/BF16) or decode-sum-requantize (SRC_BLOCKS). */
-typedef struct zr_qk_encode {
-    const void *x;                   /* input elements (F32/BF16) */
-    const uint8_t *in[ZR_QK_MAX_IN]; /* input blocks (BLOCKS), summed in this order */
-    int k;                           /* how many */
-    float *r;                        /* residual (error feedback) or NULL */
-    uint8_t *block;                  /* the output block, 4-byte aligned */
-    uint32_t header[8];              /* its header's words, nonfinite_groups (word 3) left 0 */
-    uint64_t count;                  /* elements */
-    uint64_t payload_offset;         /* bytes from the block start to the payload */
-    float mul;                       /* x * mul (+ r) is quantized */
+typedef struct zr_quant_k_encode {
+    const void *x;                        /* input elements (F32/BF16) */
+    const uint8_t *in[ZR_QUANT_K_MAX_IN]; /* input blocks (BLOCKS), summed in this order */
+    int k;                                /* how many */
+    float *r;                             /* residual (error feedback) or NULL */
+    uint8_t *block;                       /* the output block, 4-byte aligned */
+    uint32_t header[8];                   /* its header's words, nonfinite_groups (word 3) left 0 */
+    uint64_t count;                       /* elements */
+    uint64_t payload_offset;              /* bytes from the block start to the payload */
+    float mul;                            /* x * mul (+ r) is quantized */
     int src, bits, asym, group;
     int vec_in;  /* x and r are 16-byte aligned: vector loads and stores */
     int vec_out; /* the payload is 8-byte aligned: 8-byte stores of INT8 codes */
-} zr_qk_encode;
+} zr_quant_k_encode;
 
 /* Decode of one block into fp32, bf16 or an fp32 accumulator. */
-enum { ZR_QK_OUT_F32 = 0, ZR_QK_OUT_BF16 = 1, ZR_QK_OUT_ADD = 2 };
+enum { ZR_QUANT_K_OUT_F32 = 0, ZR_QUANT_K_OUT_BF16 = 1, ZR_QUANT_K_OUT_ADD = 2 };
 
-typedef struct zr_qk_decode {
+typedef struct zr_quant_k_decode {
     const uint8_t *block; /* 4-byte aligned; the kernel checks its header against count */
     void *out;
     uint64_t count;
     int mode;
     int vec; /* out is 16-byte aligned */
-} zr_qk_decode;
+} zr_quant_k_decode;
 
 /* Elementwise work: bf16 casts and the rank-ordered sum. */
-enum { ZR_QK_TO_BF16 = 0, ZR_QK_TO_F32 = 1, ZR_QK_SUM_F32 = 2, ZR_QK_SUM_BF16 = 3 };
+enum {
+    ZR_QUANT_K_TO_BF16 = 0,
+    ZR_QUANT_K_TO_F32 = 1,
+    ZR_QUANT_K_SUM_F32 = 2,
+    ZR_QUANT_K_SUM_BF16 = 3
+};
 
-typedef struct zr_qk_elementwise {
+typedef struct zr_quant_k_elementwise {
     const void *in; /* casts: n elements; sums: k rows of stride elements */
     void *out;
     uint64_t n;      /* elements out */
@@ -63,11 +68,11 @@ typedef struct zr_qk_elementwise {
     int op, k;
     float div; /* sums: the sum is divided by div (a true division) */
     int vec;   /* every row and out 16-byte aligned */
-} zr_qk_elementwise;
+} zr_quant_k_elementwise;
 
-cudaError_t zr_qk_launch_encode(const zr_qk_encode *a, cudaStream_t s);
-cudaError_t zr_qk_launch_decode(const zr_qk_decode *a, cudaStream_t s);
-cudaError_t zr_qk_launch_elementwise(const zr_qk_elementwise *a, cudaStream_t s);
+cudaError_t zr_quant_k_launch_encode(const zr_quant_k_encode *a, cudaStream_t s);
+cudaError_t zr_quant_k_launch_decode(const zr_quant_k_decode *a, cudaStream_t s);
+cudaError_t zr_quant_k_launch_elementwise(const zr_quant_k_elementwise *a, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -18,23 +18,23 @@
 
 #include "zr/quant.h"
 
-#include "quant_rules.h" /* zr_qgroup and the per-element rules, shared with the CUDA kernels */
+#include "quant_rules.h" /* zr_quant_group and the per-element rules, shared with the CUDA kernels */
 
 #include <math.h>
 #include <string.h>
 
 /* Result of scanning a group: max of |v| as bits (>= 0x7f800000 means Inf/NaN), min and max. */
-typedef struct zr_qscan {
+typedef struct zr_quant_scan {
     uint32_t absbits;
     float mn, mx;
-} zr_qscan;
+} zr_quant_scan;
 
 /* Where decoded values go. */
-typedef enum zr_qout {
-    ZR_QOUT_F32 = 0, /* store fp32 */
-    ZR_QOUT_BF16,    /* store bf16 (round to nearest even) */
-    ZR_QOUT_ADD,     /* fp32 acc[i] = acc[i] + x' */
-} zr_qout;
+typedef enum zr_quant_out {
+    ZR_QUANT_OUT_F32 = 0, /* store fp32 */
+    ZR_QUANT_OUT_BF16,    /* store bf16 (round to nearest even) */
+    ZR_QUANT_OUT_ADD,     /* fp32 acc[i] = acc[i] + x' */
+} zr_quant_out;
 
 /*
  * The kernels of one implementation. Pointers address the first element of
@@ -42,40 +42,41 @@ typedef enum zr_qout {
  * byte, which for 4 bits is element offset / 2 with an even element offset).
  * v = x * mul, then v = v + r when r is not NULL.
  */
-typedef struct zr_qkernels {
-    zr_qimpl impl;
+typedef struct zr_quant_kernels {
+    zr_quant_impl impl;
     void (*scan)(zr_dtype t, const void *x, const float *r, size_t n, float mul, int asym,
-                 zr_qscan *out);
+                 zr_quant_scan *out);
     /* Writes the payload of the segment; with r, also r = v - x'. */
-    void (*encode)(const zr_qgroup *g, zr_dtype t, const void *x, float *r, size_t n, float mul,
-                   uint8_t *payload);
-    void (*decode)(const zr_qgroup *g, const uint8_t *payload, size_t n, zr_qout mode, void *out);
-} zr_qkernels;
+    void (*encode)(const zr_quant_group *g, zr_dtype t, const void *x, float *r, size_t n,
+                   float mul, uint8_t *payload);
+    void (*decode)(const zr_quant_group *g, const uint8_t *payload, size_t n, zr_quant_out mode,
+                   void *out);
+} zr_quant_kernels;
 
-extern const zr_qkernels zr_qkernels_scalar;
-extern const zr_qkernels zr_qkernels_avx2;
-extern const zr_qkernels zr_qkernels_avx512;
+extern const zr_quant_kernels zr_quant_kernels_scalar;
+extern const zr_quant_kernels zr_quant_kernels_avx2;
+extern const zr_quant_kernels zr_quant_kernels_avx512;
 
 /* CPU support of the vector kernels (quant_x86.c); 0 where not built for x86. */
-int zr_qkernels_avx2_ok(void);
-int zr_qkernels_avx512_ok(void);
+int zr_quant_kernels_avx2_ok(void);
+int zr_quant_kernels_avx512_ok(void);
 
 /* ---- per-element helpers over the rules of quant_rules.h ---------------- */
 
-static inline float zr_q_value(zr_dtype t, const void *x, const float *r, size_t i, float mul)
+static inline float zr_quant_value(zr_dtype t, const void *x, const float *r, size_t i, float mul)
 {
     float xi =
-        t == ZR_DTYPE_BF16 ? zr_q_bf16_widen(((const zr_bf16 *)x)[i]) : ((const float *)x)[i];
-    return zr_q_input(xi, mul, r != NULL, r != NULL ? r[i] : 0.0f);
+        t == ZR_DTYPE_BF16 ? zr_quant_bf16_widen(((const zr_bf16 *)x)[i]) : ((const float *)x)[i];
+    return zr_quant_input(xi, mul, r != NULL, r != NULL ? r[i] : 0.0f);
 }
 
 /* Code of element i of a payload (8 or 4 bits, signed for sym). */
-static inline int zr_q_payload_get(const zr_qgroup *g, const uint8_t *payload, size_t i)
+static inline int zr_quant_payload_get(const zr_quant_group *g, const uint8_t *payload, size_t i)
 {
     if (g->bits == 8) {
-        return zr_q_unpack(8, g->asym, payload[i]);
+        return zr_quant_unpack(8, g->asym, payload[i]);
     }
-    return zr_q_unpack(4, g->asym, (uint32_t)(payload[i / 2] >> ((i & 1) * 4)) & 0xfu);
+    return zr_quant_unpack(4, g->asym, (uint32_t)(payload[i / 2] >> ((i & 1) * 4)) & 0xfu);
 }
 
 #endif /* ZR_QUANT_IMPL_H */

@@ -10,7 +10,7 @@
  * nvcc with --fmad=false, and neither with fast-math, so division and square
  * root are exact); rounding to an integer is nearbyintf in the default mode
  * (half to even); and the two places where processors disagree on NaNs are
- * spelled out: a non-finite group decodes to ZR_Q_QNAN_BITS, and an addition
+ * spelled out: a non-finite group decodes to ZR_QUANT_QNAN_BITS, and an addition
  * involving a NaN returns the first NaN operand quieted (x86's rule; a GPU
  * would return its canonical NaN instead).
  */
@@ -22,24 +22,26 @@
 #include <math.h>
 
 /* the one NaN written as a scale and decoded from a non-finite group */
-#define ZR_Q_QNAN_BITS 0x7fc00000u
+#define ZR_QUANT_QNAN_BITS 0x7fc00000u
 
 /* ---- the wire block's layout (zr/quant.h) --------------------------------- */
 
-#define ZR_Q_MAGIC        0x3151525au /* "ZRQ1" little-endian, = ZR_QUANT_MAGIC */
-#define ZR_Q_HEADER_BYTES 32u         /* = sizeof(zr_qheader) */
+/* zr/quant.h's definition repeated token for token (C and C++ allow an
+ * identical redefinition; the compiler reports any other) */
+#define ZR_QUANT_MAGIC        0x3151525au
+#define ZR_QUANT_HEADER_BYTES 32u /* = sizeof(zr_quant_header) */
 
 /* A group size the format allows: a multiple of 8 in 32..65536. */
-ZR_HD int zr_q_group_ok(uint64_t group)
+ZR_HD int zr_quant_group_ok(uint64_t group)
 {
     return group >= 32 && group <= 65536 && group % 8 == 0;
 }
 
 /* Bytes from a block's start to its payload: header, then one fp32 scale
  * per group (asym: a scale and a zero point). */
-ZR_HD uint64_t zr_q_payload_offset(int asym, uint64_t group, uint64_t count)
+ZR_HD uint64_t zr_quant_payload_offset(int asym, uint64_t group, uint64_t count)
 {
-    return ZR_Q_HEADER_BYTES + (count + group - 1) / group * (asym ? 2u : 1u) * 4u;
+    return ZR_QUANT_HEADER_BYTES + (count + group - 1) / group * (asym ? 2u : 1u) * 4u;
 }
 
 /*
@@ -49,15 +51,15 @@ ZR_HD uint64_t zr_q_payload_offset(int asym, uint64_t group, uint64_t count)
  * div = 1 and lo = hi = 0 so that the same loop yields q = 0 without a
  * division by zero.
  */
-typedef struct zr_qgroup {
+typedef struct zr_quant_group {
     float div, lo, hi;
     float scale, zero;
     int bits; /* 8 or 4 */
     int asym;
-} zr_qgroup;
+} zr_quant_group;
 
 /* The value quantized: x * mul, then + r with error feedback. */
-ZR_HD float zr_q_input(float x, float mul, int has_r, float r)
+ZR_HD float zr_quant_input(float x, float mul, int has_r, float r)
 {
     float v = x * mul;
     if (has_r) {
@@ -67,13 +69,13 @@ ZR_HD float zr_q_input(float x, float mul, int has_r, float r)
 }
 
 /* |v| as bits: integer order of these is the order of |v|, with NaN above Inf. */
-ZR_HD uint32_t zr_q_absbits(float v)
+ZR_HD uint32_t zr_quant_absbits(float v)
 {
-    return zr_q_f32_bits(v) & 0x7fffffffu;
+    return zr_quant_f32_bits(v) & 0x7fffffffu;
 }
 
 /* A group whose largest |v| (as bits) is Inf or NaN is non-finite. */
-ZR_HD int zr_q_nonfinite(uint32_t absbits)
+ZR_HD int zr_quant_nonfinite(uint32_t absbits)
 {
     return absbits >= 0x7f800000u;
 }
@@ -82,13 +84,13 @@ ZR_HD int zr_q_nonfinite(uint32_t absbits)
  * The coding of a finite group from its scan: the largest |v| as bits, and
  * (asym) its min and max.
  */
-ZR_HD zr_qgroup zr_q_group_make(int bits, int asym, uint32_t absbits, float mn, float mx)
+ZR_HD zr_quant_group zr_quant_group_make(int bits, int asym, uint32_t absbits, float mn, float mx)
 {
-    zr_qgroup g;
+    zr_quant_group g;
     g.bits = bits;
     g.asym = asym;
     if (!asym) {
-        g.scale = zr_q_bits_f32(absbits) / (float)(1 << (bits - 1));
+        g.scale = zr_quant_bits_f32(absbits) / (float)(1 << (bits - 1));
         g.zero = 0.0f;
         g.lo = -(float)(1 << (bits - 1));
         g.hi = (float)((1 << (bits - 1)) - 1);
@@ -114,7 +116,7 @@ ZR_HD zr_qgroup zr_q_group_make(int bits, int asym, uint32_t absbits, float mn, 
 }
 
 /* The code of v in a finite group. */
-ZR_HD int zr_q_code(const zr_qgroup *g, float v)
+ZR_HD int zr_quant_code(const zr_quant_group *g, float v)
 {
     float t = g->asym ? (v - g->zero) / g->div : v / g->div;
     t = t < g->lo ? g->lo : t;
@@ -123,13 +125,13 @@ ZR_HD int zr_q_code(const zr_qgroup *g, float v)
 }
 
 /* The bits of a code in the payload: a byte (8 bits) or a nibble (4 bits). */
-ZR_HD uint32_t zr_q_pack(int bits, int q)
+ZR_HD uint32_t zr_quant_pack(int bits, int q)
 {
     return (uint32_t)q & (bits == 8 ? 0xffu : 0xfu);
 }
 
 /* The code stored in a byte or nibble (signed for sym). */
-ZR_HD int zr_q_unpack(int bits, int asym, uint32_t stored)
+ZR_HD int zr_quant_unpack(int bits, int asym, uint32_t stored)
 {
     if (bits == 8) {
         return asym ? (int)stored : (int)(int8_t)(uint8_t)stored;
@@ -138,32 +140,33 @@ ZR_HD int zr_q_unpack(int bits, int asym, uint32_t stored)
 }
 
 /* x' of code q in a finite group. */
-ZR_HD float zr_q_dequant(const zr_qgroup *g, int q)
+ZR_HD float zr_quant_dequant(const zr_quant_group *g, int q)
 {
     float p = (float)q * g->scale;
     return g->asym ? g->zero + p : p;
 }
 
 /* A decoded group is non-finite when its stored scale is NaN. */
-ZR_HD int zr_q_scale_nonfinite(float scale)
+ZR_HD int zr_quant_scale_nonfinite(float scale)
 {
     return scale != scale;
 }
 
-/* x' of element with code q: ZR_Q_QNAN_BITS for a non-finite group. */
-ZR_HD float zr_q_decode1(const zr_qgroup *g, int q)
+/* x' of element with code q: ZR_QUANT_QNAN_BITS for a non-finite group. */
+ZR_HD float zr_quant_decode1(const zr_quant_group *g, int q)
 {
-    return zr_q_scale_nonfinite(g->scale) ? zr_q_bits_f32(ZR_Q_QNAN_BITS) : zr_q_dequant(g, q);
+    return zr_quant_scale_nonfinite(g->scale) ? zr_quant_bits_f32(ZR_QUANT_QNAN_BITS)
+                                              : zr_quant_dequant(g, q);
 }
 
 /* a + b, where a NaN operand (the first one if both) is returned quieted. */
-ZR_HD float zr_q_add(float a, float b)
+ZR_HD float zr_quant_add(float a, float b)
 {
     if (a != a) {
-        return zr_q_bits_f32(zr_q_f32_bits(a) | 0x00400000u);
+        return zr_quant_bits_f32(zr_quant_f32_bits(a) | 0x00400000u);
     }
     if (b != b) {
-        return zr_q_bits_f32(zr_q_f32_bits(b) | 0x00400000u);
+        return zr_quant_bits_f32(zr_quant_f32_bits(b) | 0x00400000u);
     }
     return a + b;
 }

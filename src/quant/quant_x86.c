@@ -23,13 +23,13 @@
 #define T512          __attribute__((target("avx512f,avx512bw,avx512vl")))
 #define T256          __attribute__((target("avx2,fma")))
 
-int zr_qkernels_avx2_ok(void)
+int zr_quant_kernels_avx2_ok(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-int zr_qkernels_avx512_ok(void)
+int zr_quant_kernels_avx512_ok(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -78,7 +78,7 @@ static T512 ALWAYS_INLINE __m512 value16(int bf16, const void *x, const float *r
 }
 
 static T512 ALWAYS_INLINE void scan512_t(int bf16, int asym, const void *x, const float *r,
-                                         size_t n, float mul, zr_qscan *out)
+                                         size_t n, float mul, zr_quant_scan *out)
 {
     size_t n16 = n & ~(size_t)15;
     __m512 vm = _mm512_set1_ps(mul);
@@ -102,10 +102,10 @@ static T512 ALWAYS_INLINE void scan512_t(int bf16, int asym, const void *x, cons
             mx = _mm512_max_ps(mx, v);
         }
     }
-    zr_qscan tail;
-    zr_qkernels_scalar.scan(bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
-                            (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL, n - n16,
-                            mul, asym, &tail);
+    zr_quant_scan tail;
+    zr_quant_kernels_scalar.scan(bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
+                                 (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL,
+                                 n - n16, mul, asym, &tail);
     uint32_t a = _mm512_reduce_max_epu32(_mm512_max_epu32(amax0, amax1));
     out->absbits = a > tail.absbits ? a : tail.absbits;
     if (asym) {
@@ -120,7 +120,7 @@ static T512 ALWAYS_INLINE void scan512_t(int bf16, int asym, const void *x, cons
 }
 
 static T512 void scan512(zr_dtype t, const void *x, const float *r, size_t n, float mul, int asym,
-                         zr_qscan *out)
+                         zr_quant_scan *out)
 {
     int bf16 = t == ZR_DTYPE_BF16;
     if (bf16) {
@@ -136,7 +136,7 @@ static T512 void scan512(zr_dtype t, const void *x, const float *r, size_t n, fl
     }
 }
 
-static T512 ALWAYS_INLINE void encode512_t(int bf16, int asym, int bits, const zr_qgroup *g,
+static T512 ALWAYS_INLINE void encode512_t(int bf16, int asym, int bits, const zr_quant_group *g,
                                            const void *x, float *r, size_t n, float mul,
                                            uint8_t *payload)
 {
@@ -163,15 +163,15 @@ static T512 ALWAYS_INLINE void encode512_t(int bf16, int asym, int bits, const z
             _mm_storel_epi64((__m128i *)(payload + i / 2), nibble_pack(b));
         }
     }
-    zr_qkernels_scalar.encode(g, bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
-                              (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL,
-                              n - n16, mul, payload + (bits == 8 ? n16 : n16 / 2));
+    zr_quant_kernels_scalar.encode(g, bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
+                                   (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL,
+                                   n - n16, mul, payload + (bits == 8 ? n16 : n16 / 2));
 }
 
 /* One instantiation per (input type, scheme, bits) so the loops carry no branches. */
 #define ENC512(BF, AS, BI)                                                                         \
-    static T512 void enc512_##BF##AS##BI(const zr_qgroup *g, const void *x, float *r, size_t n,    \
-                                         float mul, uint8_t *payload)                              \
+    static T512 void enc512_##BF##AS##BI(const zr_quant_group *g, const void *x, float *r,         \
+                                         size_t n, float mul, uint8_t *payload)                    \
     {                                                                                              \
         encode512_t(BF, AS, BI, g, x, r, n, mul, payload);                                         \
     }
@@ -184,7 +184,7 @@ ENC512(1, 0, 4)
 ENC512(1, 1, 8)
 ENC512(1, 1, 4)
 
-typedef void (*enc_fn)(const zr_qgroup *g, const void *x, float *r, size_t n, float mul,
+typedef void (*enc_fn)(const zr_quant_group *g, const void *x, float *r, size_t n, float mul,
                        uint8_t *payload);
 
 static const enc_fn enc512_table[2][2][2] = {
@@ -192,8 +192,8 @@ static const enc_fn enc512_table[2][2][2] = {
     {{enc512_104, enc512_108}, {enc512_114, enc512_118}},
 };
 
-static void encode512(const zr_qgroup *g, zr_dtype t, const void *x, float *r, size_t n, float mul,
-                      uint8_t *payload)
+static void encode512(const zr_quant_group *g, zr_dtype t, const void *x, float *r, size_t n,
+                      float mul, uint8_t *payload)
 {
     enc512_table[t == ZR_DTYPE_BF16][g->asym != 0][g->bits == 8](g, x, r, n, mul, payload);
 }
@@ -211,8 +211,9 @@ static T512 ALWAYS_INLINE void store_bf16_16(zr_bf16 *dst, __m512 v)
     _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(h));
 }
 
-static T512 ALWAYS_INLINE void decode512_t(int asym, int bits, zr_qout mode, const zr_qgroup *g,
-                                           const uint8_t *payload, size_t n, void *out)
+static T512 ALWAYS_INLINE void decode512_t(int asym, int bits, zr_quant_out mode,
+                                           const zr_quant_group *g, const uint8_t *payload,
+                                           size_t n, void *out)
 {
     size_t n16 = n & ~(size_t)15;
     __m512 scale = _mm512_set1_ps(g->scale), zero = _mm512_set1_ps(g->zero);
@@ -231,22 +232,22 @@ static T512 ALWAYS_INLINE void decode512_t(int asym, int bits, zr_qout mode, con
         if (asym) {
             v = _mm512_add_ps(zero, v);
         }
-        if (mode == ZR_QOUT_F32) {
+        if (mode == ZR_QUANT_OUT_F32) {
             _mm512_storeu_ps((float *)out + i, v);
-        } else if (mode == ZR_QOUT_ADD) {
+        } else if (mode == ZR_QUANT_OUT_ADD) {
             float *acc = (float *)out + i;
             _mm512_storeu_ps(acc, _mm512_add_ps(_mm512_loadu_ps(acc), v));
         } else {
             store_bf16_16((zr_bf16 *)out + i, v);
         }
     }
-    zr_qkernels_scalar.decode(g, payload + (bits == 8 ? n16 : n16 / 2), n - n16, mode,
-                              (uint8_t *)out + n16 * (mode == ZR_QOUT_BF16 ? 2 : 4));
+    zr_quant_kernels_scalar.decode(g, payload + (bits == 8 ? n16 : n16 / 2), n - n16, mode,
+                                   (uint8_t *)out + n16 * (mode == ZR_QUANT_OUT_BF16 ? 2 : 4));
 }
 
 #define DEC512(AS, BI, MO)                                                                         \
-    static T512 void dec512_##AS##BI##MO(const zr_qgroup *g, const uint8_t *payload, size_t n,     \
-                                         void *out)                                                \
+    static T512 void dec512_##AS##BI##MO(const zr_quant_group *g, const uint8_t *payload,          \
+                                         size_t n, void *out)                                      \
     {                                                                                              \
         decode512_t(AS, BI, MO, g, payload, n, out);                                               \
     }
@@ -263,19 +264,21 @@ DEC512(1, 4, 0)
 DEC512(1, 4, 1)
 DEC512(1, 4, 2)
 
-typedef void (*dec_fn)(const zr_qgroup *g, const uint8_t *payload, size_t n, void *out);
+typedef void (*dec_fn)(const zr_quant_group *g, const uint8_t *payload, size_t n, void *out);
 
 static const dec_fn dec512_table[2][2][3] = {
     {{dec512_040, dec512_041, dec512_042}, {dec512_080, dec512_081, dec512_082}},
     {{dec512_140, dec512_141, dec512_142}, {dec512_180, dec512_181, dec512_182}},
 };
 
-static void decode512(const zr_qgroup *g, const uint8_t *payload, size_t n, zr_qout mode, void *out)
+static void decode512(const zr_quant_group *g, const uint8_t *payload, size_t n, zr_quant_out mode,
+                      void *out)
 {
     dec512_table[g->asym != 0][g->bits == 8][mode](g, payload, n, out);
 }
 
-const zr_qkernels zr_qkernels_avx512 = {ZR_QIMPL_AVX512, scan512, encode512, decode512};
+const zr_quant_kernels zr_quant_kernels_avx512 = {ZR_QUANT_IMPL_AVX512, scan512, encode512,
+                                                  decode512};
 
 /* ======================= AVX2: 2 x 8 lanes ================================= */
 
@@ -323,7 +326,7 @@ static T256 ALWAYS_INLINE float hmax_ps_8(__m256 v)
 }
 
 static T256 ALWAYS_INLINE void scan256_t(int bf16, int asym, const void *x, const float *r,
-                                         size_t n, float mul, zr_qscan *out)
+                                         size_t n, float mul, zr_quant_scan *out)
 {
     size_t n16 = n & ~(size_t)15;
     __m256 vm = _mm256_set1_ps(mul);
@@ -339,10 +342,10 @@ static T256 ALWAYS_INLINE void scan256_t(int bf16, int asym, const void *x, cons
             mx = _mm256_max_ps(mx, _mm256_max_ps(a, b));
         }
     }
-    zr_qscan tail;
-    zr_qkernels_scalar.scan(bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
-                            (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL, n - n16,
-                            mul, asym, &tail);
+    zr_quant_scan tail;
+    zr_quant_kernels_scalar.scan(bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
+                                 (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL,
+                                 n - n16, mul, asym, &tail);
     uint32_t a = hmax_epu32_8(_mm256_max_epu32(amax0, amax1));
     out->absbits = a > tail.absbits ? a : tail.absbits;
     if (asym) {
@@ -355,7 +358,7 @@ static T256 ALWAYS_INLINE void scan256_t(int bf16, int asym, const void *x, cons
 }
 
 static T256 void scan256(zr_dtype t, const void *x, const float *r, size_t n, float mul, int asym,
-                         zr_qscan *out)
+                         zr_quant_scan *out)
 {
     int bf16 = t == ZR_DTYPE_BF16;
     if (bf16) {
@@ -390,7 +393,7 @@ static T256 ALWAYS_INLINE __m256i code8(int bf16, int asym, const void *x, float
     return q;
 }
 
-static T256 ALWAYS_INLINE void encode256_t(int bf16, int asym, int bits, const zr_qgroup *g,
+static T256 ALWAYS_INLINE void encode256_t(int bf16, int asym, int bits, const zr_quant_group *g,
                                            const void *x, float *r, size_t n, float mul,
                                            uint8_t *payload)
 {
@@ -411,14 +414,14 @@ static T256 ALWAYS_INLINE void encode256_t(int bf16, int asym, int bits, const z
             _mm_storel_epi64((__m128i *)(payload + i / 2), nibble_pack(b));
         }
     }
-    zr_qkernels_scalar.encode(g, bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
-                              (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL,
-                              n - n16, mul, payload + (bits == 8 ? n16 : n16 / 2));
+    zr_quant_kernels_scalar.encode(g, bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
+                                   (const uint8_t *)x + n16 * (bf16 ? 2 : 4), r ? r + n16 : NULL,
+                                   n - n16, mul, payload + (bits == 8 ? n16 : n16 / 2));
 }
 
 #define ENC256(BF, AS, BI)                                                                         \
-    static T256 void enc256_##BF##AS##BI(const zr_qgroup *g, const void *x, float *r, size_t n,    \
-                                         float mul, uint8_t *payload)                              \
+    static T256 void enc256_##BF##AS##BI(const zr_quant_group *g, const void *x, float *r,         \
+                                         size_t n, float mul, uint8_t *payload)                    \
     {                                                                                              \
         encode256_t(BF, AS, BI, g, x, r, n, mul, payload);                                         \
     }
@@ -436,8 +439,8 @@ static const enc_fn enc256_table[2][2][2] = {
     {{enc256_104, enc256_108}, {enc256_114, enc256_118}},
 };
 
-static void encode256(const zr_qgroup *g, zr_dtype t, const void *x, float *r, size_t n, float mul,
-                      uint8_t *payload)
+static void encode256(const zr_quant_group *g, zr_dtype t, const void *x, float *r, size_t n,
+                      float mul, uint8_t *payload)
 {
     enc256_table[t == ZR_DTYPE_BF16][g->asym != 0][g->bits == 8](g, x, r, n, mul, payload);
 }
@@ -458,11 +461,11 @@ static T256 ALWAYS_INLINE __m128i store_bf16_8_bits(__m256 v)
     return _mm256_castsi256_si128(p);
 }
 
-static T256 ALWAYS_INLINE void put8(zr_qout mode, void *out, size_t i, __m256 v)
+static T256 ALWAYS_INLINE void put8(zr_quant_out mode, void *out, size_t i, __m256 v)
 {
-    if (mode == ZR_QOUT_F32) {
+    if (mode == ZR_QUANT_OUT_F32) {
         _mm256_storeu_ps((float *)out + i, v);
-    } else if (mode == ZR_QOUT_ADD) {
+    } else if (mode == ZR_QUANT_OUT_ADD) {
         float *acc = (float *)out + i;
         _mm256_storeu_ps(acc, _mm256_add_ps(_mm256_loadu_ps(acc), v));
     } else {
@@ -476,8 +479,9 @@ static T256 ALWAYS_INLINE __m256 deq8(int asym, __m256i q, __m256 scale, __m256 
     return asym ? _mm256_add_ps(zero, v) : v;
 }
 
-static T256 ALWAYS_INLINE void decode256_t(int asym, int bits, zr_qout mode, const zr_qgroup *g,
-                                           const uint8_t *payload, size_t n, void *out)
+static T256 ALWAYS_INLINE void decode256_t(int asym, int bits, zr_quant_out mode,
+                                           const zr_quant_group *g, const uint8_t *payload,
+                                           size_t n, void *out)
 {
     size_t n16 = n & ~(size_t)15;
     __m256 scale = _mm256_set1_ps(g->scale), zero = _mm256_set1_ps(g->zero);
@@ -498,13 +502,13 @@ static T256 ALWAYS_INLINE void decode256_t(int asym, int bits, zr_qout mode, con
         put8(mode, out, i, deq8(asym, q0, scale, zero));
         put8(mode, out, i + 8, deq8(asym, q1, scale, zero));
     }
-    zr_qkernels_scalar.decode(g, payload + (bits == 8 ? n16 : n16 / 2), n - n16, mode,
-                              (uint8_t *)out + n16 * (mode == ZR_QOUT_BF16 ? 2 : 4));
+    zr_quant_kernels_scalar.decode(g, payload + (bits == 8 ? n16 : n16 / 2), n - n16, mode,
+                                   (uint8_t *)out + n16 * (mode == ZR_QUANT_OUT_BF16 ? 2 : 4));
 }
 
 #define DEC256(AS, BI, MO)                                                                         \
-    static T256 void dec256_##AS##BI##MO(const zr_qgroup *g, const uint8_t *payload, size_t n,     \
-                                         void *out)                                                \
+    static T256 void dec256_##AS##BI##MO(const zr_quant_group *g, const uint8_t *payload,          \
+                                         size_t n, void *out)                                      \
     {                                                                                              \
         decode256_t(AS, BI, MO, g, payload, n, out);                                               \
     }
@@ -526,26 +530,27 @@ static const dec_fn dec256_table[2][2][3] = {
     {{dec256_140, dec256_141, dec256_142}, {dec256_180, dec256_181, dec256_182}},
 };
 
-static void decode256(const zr_qgroup *g, const uint8_t *payload, size_t n, zr_qout mode, void *out)
+static void decode256(const zr_quant_group *g, const uint8_t *payload, size_t n, zr_quant_out mode,
+                      void *out)
 {
     dec256_table[g->asym != 0][g->bits == 8][mode](g, payload, n, out);
 }
 
-const zr_qkernels zr_qkernels_avx2 = {ZR_QIMPL_AVX2, scan256, encode256, decode256};
+const zr_quant_kernels zr_quant_kernels_avx2 = {ZR_QUANT_IMPL_AVX2, scan256, encode256, decode256};
 
 #else /* not x86-64: only the scalar oracle exists */
 
-int zr_qkernels_avx2_ok(void)
+int zr_quant_kernels_avx2_ok(void)
 {
     return 0;
 }
 
-int zr_qkernels_avx512_ok(void)
+int zr_quant_kernels_avx512_ok(void)
 {
     return 0;
 }
 
-const zr_qkernels zr_qkernels_avx2 = {ZR_QIMPL_AVX2, NULL, NULL, NULL};
-const zr_qkernels zr_qkernels_avx512 = {ZR_QIMPL_AVX512, NULL, NULL, NULL};
+const zr_quant_kernels zr_quant_kernels_avx2 = {ZR_QUANT_IMPL_AVX2, NULL, NULL, NULL};
+const zr_quant_kernels zr_quant_kernels_avx512 = {ZR_QUANT_IMPL_AVX512, NULL, NULL, NULL};
 
 #endif

@@ -86,29 +86,25 @@ zr_status zr_launch_agree(zr_comm *c, int n, const char *const *names, const cha
     }
     ZR_CHECK_GOTO(
         zr_comm_allgather(c, ZR_GROUP_WORLD, ZR_KIND_CONTROL, &digest, sizeof digest, all), st,
-        fail);
+        done);
     int same = 1;
     for (int r = 1; r < W; r++) {
         same &= all[r] == all[0];
     }
     if (same) {
-        goto fail; /* nothing to explain: st is ZR_OK */
+        goto done; /* nothing to explain: st is ZR_OK */
     }
     zr_free(all);
     all = NULL;
-    ZR_CHECK_GOTO(
-        zr_alloc_at((void **)&all, sizeof(uint64_t) * (size_t)W * (size_t)n, __FILE__, __LINE__),
-        st, fail);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&mine, sizeof(uint64_t) * (size_t)n, __FILE__, __LINE__), st,
-                  fail);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&cls, sizeof(int) * (size_t)W, __FILE__, __LINE__), st,
-                  fail);
+    ZR_ALLOC_GOTO(all, (size_t)W * (size_t)n, st, done);
+    ZR_ALLOC_GOTO(mine, (size_t)n, st, done);
+    ZR_ALLOC_GOTO(cls, (size_t)W, st, done);
     for (int i = 0; i < n; i++) {
         mine[i] = hash_text(hash_text(14695981039346656037ull, names[i]), values[i]);
     }
     ZR_CHECK_GOTO(zr_comm_allgather(c, ZR_GROUP_WORLD, ZR_KIND_CONTROL, mine,
                                     sizeof(uint64_t) * (size_t)n, all),
-                  st, fail);
+                  st, done);
     char msg[1000] = "";
     int shown = 0, more = 0;
     for (int i = 0; i < n; i++) {
@@ -123,17 +119,17 @@ zr_status zr_launch_agree(zr_comm *c, int n, const char *const *names, const cha
             more++;
             continue;
         }
-        ZR_CHECK_GOTO(explain(c, names[i], values[i], all, n, i, cls, msg, sizeof msg), st, fail);
+        ZR_CHECK_GOTO(explain(c, names[i], values[i], all, n, i, cls, msg, sizeof msg), st, done);
         shown++;
     }
     if (shown == 0) {
         /* the digests differ but no value does: a hash collision inside one rank's digest */
         snprintf(msg, sizeof msg, "the digests differ but every value agrees");
     }
-    ZR_FAIL_GOTO(st, fail, ZR_ERR_INVALID, "%s: %s%s%s%s%s", what, msg, more > 0 ? "; and " : "",
+    ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID, "%s: %s%s%s%s%s", what, msg, more > 0 ? "; and " : "",
                  more > 0 ? "other keys" : "", hint != NULL && hint[0] ? "; " : "",
                  hint != NULL ? hint : "");
-fail:
+done:
     zr_free(cls);
     zr_free(mine);
     zr_free(all);
@@ -147,10 +143,8 @@ zr_status zr_launch_check_config(zr_comm *c, const zr_train_config *cfg, int hel
     char *text = NULL;
     zr_status st = ZR_OK;
     ZR_ALLOC(names, nk + 1);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&values, sizeof(char *) * (nk + 1), __FILE__, __LINE__), st,
-                  fail);
-    ZR_CHECK_GOTO(zr_alloc_at((void **)&text, (nk + 1) * VALUE_BYTES, __FILE__, __LINE__), st,
-                  fail);
+    ZR_ALLOC_GOTO(values, nk + 1, st, done);
+    ZR_ALLOC_GOTO(text, (nk + 1) * VALUE_BYTES, st, done);
     int n = 0;
     names[n] = "--help";
     values[n++] = help ? "given" : "not given";
@@ -164,7 +158,7 @@ zr_status zr_launch_check_config(zr_comm *c, const zr_train_config *cfg, int hel
     }
     st = zr_launch_agree(c, n, names, values, "ranks were started with different configurations",
                          "start every rank with the same flags and config file");
-fail:
+done:
     zr_free(text);
     zr_free(values);
     zr_free(names);

@@ -146,11 +146,11 @@ static zr_status record_resume(zr_trainer *t, const char *path, int64_t step, co
     cJSON_Delete(event);
     zr_status st = h != NULL && e != NULL ? ZR_OK : ZR_ERR_NOMEM;
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&t->history_json, strlen(h) + 1, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(t->history_json, strlen(h) + 1);
     }
     if (st == ZR_OK) {
         memcpy(t->history_json, h, strlen(h) + 1);
-        st = zr_alloc_at((void **)&t->resume_event, strlen(e) + 2, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(t->resume_event, strlen(e) + 2);
     }
     if (st == ZR_OK) {
         snprintf(t->resume_event, strlen(e) + 2, "%s\n", e);
@@ -174,21 +174,19 @@ static zr_status check_changes(zr_trainer *t, const char *path, const zr_ckpt_me
 {
     char *saved = NULL, *hist = NULL, refused[2048] = "", shown[160];
     zr_config_change *ch = NULL;
+    cJSON *changed = NULL;
     int nch = 0;
     listed[0] = '\0';
     *nlisted = 0;
-    zr_status st = zr_ckpt_read_section(path, "config", &saved);
-    if (st == ZR_OK) {
-        st = zr_ckpt_read_section(path, "resumes", &hist);
+    zr_status st = ZR_OK;
+    ZR_CHECK_GOTO(zr_ckpt_read_section(path, "config", &saved), st, done);
+    ZR_CHECK_GOTO(zr_ckpt_read_section(path, "resumes", &hist), st, done);
+    ZR_ALLOC_GOTO(ch, zr_config_key_count(), st, done);
+    if (saved != NULL) {
+        ZR_CHECK_GOTO(zr_config_compare(&t->cfg, saved, ch, &nch), st, done);
     }
-    if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&ch, sizeof *ch * zr_config_key_count(), __FILE__, __LINE__);
-    }
-    if (st == ZR_OK && saved != NULL) {
-        st = zr_config_compare(&t->cfg, saved, ch, &nch);
-    }
-    cJSON *changed = cJSON_CreateObject();
-    for (int i = 0; st == ZR_OK && i < nch; i++) {
+    changed = cJSON_CreateObject();
+    for (int i = 0; i < nch; i++) {
         if (ch[i].policy == ZR_RESUME_MATCH) {
             size_t u = strlen(refused);
             snprintf(refused + u, sizeof refused - u, "%s%s is %s here, %s in the checkpoint",
@@ -202,7 +200,7 @@ static zr_status check_changes(zr_trainer *t, const char *path, const zr_ckpt_me
         cJSON_AddItemToObject(changed, ch[i].key, pair);
     }
     /* the data by what it holds: the same file under another name is the same data */
-    if (st == ZR_OK && meta->data[0] != '\0' && strcmp(meta->data, t->data_id) != 0) {
+    if (meta->data[0] != '\0' && strcmp(meta->data, t->data_id) != 0) {
         if (!t->cfg.resume_new_data) {
             size_t u = strlen(refused);
             snprintf(refused + u, sizeof refused - u,
@@ -218,14 +216,13 @@ static zr_status check_changes(zr_trainer *t, const char *path, const zr_ckpt_me
             cJSON_AddItemToObject(changed, "training data", pair);
         }
     }
-    if (st == ZR_OK && refused[0] != '\0') {
-        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                         "cannot resume from %s: %s; resume with the checkpoint's values",
-                         zr_file_show(path, shown, sizeof shown), refused);
+    if (refused[0] != '\0') {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID,
+                     "cannot resume from %s: %s; resume with the checkpoint's values",
+                     zr_file_show(path, shown, sizeof shown), refused);
     }
-    if (st == ZR_OK) {
-        st = record_resume(t, path, meta->step, hist, changed);
-    }
+    st = record_resume(t, path, meta->step, hist, changed);
+done:
     cJSON_Delete(changed);
     zr_free(ch);
     zr_free(saved);

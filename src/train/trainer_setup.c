@@ -277,10 +277,10 @@ zr_status zr_trainer_setup(zr_trainer *t)
     ZR_CHECK(zr_trainer_init_model(t, B, T));
     st = zr_gpt_specs_init(&t->specs, &t->mcfg);
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&t->inputs, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(t->inputs, (size_t)B * T);
     }
     if (st == ZR_OK) {
-        st = zr_alloc_at((void **)&t->targets, sizeof(int) * (size_t)B * T, __FILE__, __LINE__);
+        st = ZR_ALLOC_STATUS(t->targets, (size_t)B * T);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     zr_engine_config ecfg = zr_config_engine(c);
@@ -310,12 +310,13 @@ static zr_status add_inputs(const zr_train_config *c, zr_file_inputs *in)
     DIR *d = opendir(c->checkpoint_dir);
     struct dirent *ent;
     zr_status st = ZR_OK;
-    while (d != NULL && st == ZR_OK && (ent = readdir(d)) != NULL) {
+    while (d != NULL && (ent = readdir(d)) != NULL) {
         if (strncmp(ent->d_name, "step_", 5) == 0 &&
             snprintf(p, sizeof p, "%s/%s", c->checkpoint_dir, ent->d_name) < (int)sizeof p) {
-            st = zr_file_inputs_add(in, p, "a checkpoint in zr.checkpoint.dir");
+            ZR_CHECK_GOTO(zr_file_inputs_add(in, p, "a checkpoint in zr.checkpoint.dir"), st, done);
         }
     }
+done:
     if (d != NULL) {
         closedir(d);
     }
@@ -371,18 +372,17 @@ static zr_status check_outputs(const zr_trainer *t)
     zr_file_inputs in;
     zr_file_inputs_init(&in);
     int exists = 0;
-    zr_status st = add_inputs(c, &in);
-    if (st == ZR_OK) {
-        st = zr_file_output_check(c->metrics_path, "zr.train.metrics_path (--metrics)", &in,
-                                  &exists);
-    }
-    zr_file_inputs_free(&in);
-    if (st == ZR_OK) {
-        st = check_reserved(c->checkpoint_dir, c->metrics_path);
-    }
-    if (st == ZR_OK && !c->resume && c->resume_from[0] == '\0') {
+    zr_status st = ZR_OK;
+    ZR_CHECK_GOTO(add_inputs(c, &in), st, done);
+    ZR_CHECK_GOTO(
+        zr_file_output_check(c->metrics_path, "zr.train.metrics_path (--metrics)", &in, &exists),
+        st, done);
+    ZR_CHECK_GOTO(check_reserved(c->checkpoint_dir, c->metrics_path), st, done);
+    if (!c->resume && c->resume_from[0] == '\0') {
         st = zr_metrics_check_fresh(c->metrics_path);
     }
+done:
+    zr_file_inputs_free(&in);
     return st;
 }
 

@@ -1,6 +1,6 @@
 /*
  * engine.c - the ZeRO engine: one code path for stages 0-3 and ZeRO++,
- * driven by the sharding plan (zr_plan) rather than by per-stage branches
+ * driven by the sharding plan (zr_zero_plan) rather than by per-stage branches
  * wherever the plan can say it. This file holds the plan, the configuration,
  * the engine's set-up and tear-down (real or dry), parameters in and out,
  * and its memory accounting and prediction; zero_impl.h lists the others.
@@ -39,9 +39,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-zr_plan zr_plan_preset(int stage, int hpz)
+zr_zero_plan zr_zero_plan_preset(int stage, int hpz)
 {
-    zr_plan p = {stage, ZR_REPLICATED, ZR_REPLICATED, ZR_REPLICATED, 0};
+    zr_zero_plan p = {stage, ZR_REPLICATED, ZR_REPLICATED, ZR_REPLICATED, 0};
     if (stage >= 1) {
         p.optim = ZR_SHARDED;
     }
@@ -62,8 +62,8 @@ zr_engine_config zr_engine_config_default(void)
     c.stage = 3;
     c.param_wire.type = ZR_WIRE_BF16;
     c.grad_wire.type = ZR_WIRE_BF16;
-    c.qwz_q = (zr_qparams){8, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
-    c.qgz_cfg.q = (zr_qparams){4, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM};
+    c.qwz_q = (zr_quant_params){8, ZR_QUANT_DEFAULT_GROUP, ZR_QUANT_SYM};
+    c.qgz_cfg.q = (zr_quant_params){4, ZR_QUANT_DEFAULT_GROUP, ZR_QUANT_SYM};
     c.qgz_cfg.chunks = 1;
     c.overlap = 1;
     c.max_live = (size_t)1 << 30;
@@ -112,10 +112,10 @@ static zr_status check_config(const zr_engine_config *cfg)
         ZR_FAIL(ZR_ERR_INVALID, "zero_optimization.reduce_bucket_size must be >= 1 element");
     }
     if (cfg->qwz) {
-        ZR_CHECK(zr_qparams_check(&cfg->qwz_q));
+        ZR_CHECK(zr_quant_params_check(&cfg->qwz_q));
     }
     if (cfg->qgz) {
-        ZR_CHECK(zr_qparams_check(&cfg->qgz_cfg.q));
+        ZR_CHECK(zr_quant_params_check(&cfg->qgz_cfg.q));
         if (cfg->qgz_cfg.chunks < 1) {
             ZR_FAIL(ZR_ERR_INVALID, "qgZ pipeline chunks must be >= 1, got %d",
                     cfg->qgz_cfg.chunks);
@@ -168,9 +168,9 @@ static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *
         int h = e->comm->size[ZR_GROUP_HPZ];
         s->sec_count = s->padded / (size_t)h;
         s->sec_type = e->cfg.param_wire.type == ZR_WIRE_F32 ? ZR_DTYPE_F32 : ZR_DTYPE_BF16;
-        ZR_CHECK(zr_alloc_at(&s->secondary,
-                             zr_engine_held(e, s->sec_count) * zr_dtype_size(s->sec_type), __FILE__,
-                             __LINE__));
+        unsigned char *sec;
+        ZR_ALLOC(sec, zr_engine_held(e, s->sec_count) * zr_dtype_size(s->sec_type));
+        s->secondary = sec;
     }
     return ZR_OK;
 }
@@ -178,28 +178,25 @@ static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *
 /* The units' ranges must cover each unit in order. */
 static zr_status check_units(int nunits, const zr_unit_spec *units)
 {
-    zr_status st = ZR_OK;
     if (nunits <= 0) {
-        st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__, "a model needs at least one unit");
+        ZR_FAIL(ZR_ERR_INVALID, "a model needs at least one unit");
     }
-    for (int u = 0; u < nunits && st == ZR_OK; u++) {
+    for (int u = 0; u < nunits; u++) {
         size_t covered = 0;
         for (int i = 0; i < units[u].nranges; i++) {
             const zr_range *r = &units[u].ranges[i];
             if (r->offset != covered) {
-                st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                                 "unit %d: ranges must cover the unit in order without gaps", u);
-                break;
+                ZR_FAIL(ZR_ERR_INVALID, "unit %d: ranges must cover the unit in order without gaps",
+                        u);
             }
             covered += r->numel;
         }
-        if (st == ZR_OK && covered != units[u].numel) {
-            st = zr_error_at(ZR_ERR_INVALID, __FILE__, __LINE__,
-                             "unit %d: ranges cover %zu of %zu elements", u, covered,
-                             units[u].numel);
+        if (covered != units[u].numel) {
+            ZR_FAIL(ZR_ERR_INVALID, "unit %d: ranges cover %zu of %zu elements", u, covered,
+                    units[u].numel);
         }
     }
-    return st;
+    return ZR_OK;
 }
 
 /* Everything but the agreements of a real engine; dry: obs.event != NULL. */
@@ -208,16 +205,15 @@ static zr_status setup(zr_engine *e, zr_comm *comm, const zr_engine_config *cfg,
 {
     e->comm = comm;
     e->cfg = *cfg;
-    e->plan = zr_plan_preset(cfg->stage, cfg->hpz);
+    e->plan = zr_zero_plan_preset(cfg->stage, cfg->hpz);
     e->nunits = nunits;
     e->dry = obs;
     const char *safe = getenv("ZR_SAFE");
     e->safe = !zr_engine_is_dry(e) && safe != NULL && strcmp(safe, "1") == 0;
     ZR_CHECK(check_units(nunits, units));
-    ZR_CHECK(zr_alloc_at((void **)&e->units, sizeof(zr_unit_state) * (size_t)nunits, __FILE__,
-                         __LINE__));
+    ZR_ALLOC(e->units, (size_t)nunits);
     ZR_CHECK(zr_engine_pool_init(&e->pool, zr_engine_is_dry(e)));
-    ZR_CHECK(zr_alloc_at((void **)&e->fifo, sizeof(int) * (size_t)nunits, __FILE__, __LINE__));
+    ZR_ALLOC(e->fifo, (size_t)nunits);
     for (int u = 0; u < nunits; u++) {
         ZR_CHECK(unit_alloc(e, &e->units[u], &units[u]));
     }
@@ -353,12 +349,13 @@ zr_status zr_engine_get_params(zr_engine *e, int u, float *full)
     zr_coll_op *op;
     ZR_CHECK(zr_engine_pool_get(e->pool, s->padded, 0, &tmp));
     ZR_CHECK(zr_engine_pool_get_op(e->pool, &op));
-    zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QSYM}};
-    zr_status st = zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &exact, ZR_DTYPE_F32,
-                                s->master, s->shard, tmp, op);
-    if (st == ZR_OK) {
-        memcpy(full, tmp, s->numel * sizeof(float));
-    }
+    zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QUANT_SYM}};
+    zr_status st;
+    ZR_CHECK_GOTO(zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &exact, ZR_DTYPE_F32,
+                               s->master, s->shard, tmp, op),
+                  st, done);
+    memcpy(full, tmp, s->numel * sizeof(float));
+done:
     zr_engine_pool_put_op(e->pool, op);
     zr_engine_pool_put(e->pool, tmp);
     return st;
@@ -379,7 +376,7 @@ zr_status zr_engine_optim_shard(zr_engine *e, int u, float **master, float **m, 
 zr_status zr_engine_sync_from_shards(zr_engine *e)
 {
     ZR_CHECK(refuse_dry(e, "zr_engine_sync_from_shards"));
-    zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QSYM}};
+    zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QUANT_SYM}};
     for (int u = 0; u < e->nunits; u++) {
         zr_unit_state *s = &e->units[u];
         if (e->plan.optim == ZR_REPLICATED) {
@@ -399,7 +396,7 @@ zr_status zr_engine_sync_from_shards(zr_engine *e)
 zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm *comm, int nunits,
                                      const zr_unit_spec *units, int held, int ahead)
 {
-    zr_plan plan = zr_plan_preset(cfg->stage, cfg->hpz);
+    zr_zero_plan plan = zr_zero_plan_preset(cfg->stage, cfg->hpz);
     size_t W = (size_t)comm->size[ZR_GROUP_WORLD], h = (size_t)comm->size[ZR_GROUP_HPZ];
     double state = 0, total = 0, big = 0;
     for (int u = 0; u < nunits; u++) {

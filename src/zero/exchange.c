@@ -94,11 +94,12 @@ zr_status zr_engine_gather_slices(zr_engine *e, zr_unit_state *s, float *buf, co
     zr_coll_op *op;
     ZR_CHECK(zr_engine_pool_get_op(e->pool, &op));
     double t0 = zr_now();
-    zr_status st = zr_engine_allgather(e, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wire, ZR_DTYPE_F32,
-                                       mine, s->shard, buf, op);
-    if (st == ZR_OK) {
-        st = wait_untimed(e, op);
-    }
+    zr_status st;
+    ZR_CHECK_GOTO(zr_engine_allgather(e, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wire, ZR_DTYPE_F32,
+                                      mine, s->shard, buf, op),
+                  st, done);
+    st = wait_untimed(e, op);
+done:
     e->t_comm += zr_now() - t0;
     zr_engine_pool_put_op(e->pool, op);
     return st;

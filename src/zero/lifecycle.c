@@ -246,8 +246,7 @@ zr_status zr_engine_grads(zr_engine *e, int u, float **grads)
             zr_engine_report_work(e, ZR_WORK_GRAD_ZERO, s->padded);
             ZR_CHECK(zr_engine_pool_get(e->pool, s->padded, 1, &s->grad_full));
         } else {
-            ZR_CHECK(zr_alloc_at((void **)&s->grad_full,
-                                 zr_engine_held(e, s->padded) * sizeof(float), __FILE__, __LINE__));
+            ZR_ALLOC(s->grad_full, zr_engine_held(e, s->padded));
         }
     }
     *grads = s->grad_full;

@@ -52,8 +52,8 @@ static zr_status grow_array(void **arr, int *cap, int need, size_t elem)
     while (ncap < need) {
         ncap *= 2;
     }
-    void *n;
-    ZR_CHECK(zr_alloc_at(&n, (size_t)ncap * elem, __FILE__, __LINE__));
+    unsigned char *n;
+    ZR_ALLOC(n, (size_t)ncap * elem);
     if (*arr != NULL) {
         memcpy(n, *arr, (size_t)*cap * elem);
     }
@@ -65,7 +65,7 @@ static zr_status grow_array(void **arr, int *cap, int need, size_t elem)
 
 zr_status zr_engine_pool_init(zr_engine_pool **p, int dry)
 {
-    ZR_CHECK(zr_alloc_at((void **)p, sizeof **p, __FILE__, __LINE__));
+    ZR_ALLOC(*p, 1);
     (*p)->dry = dry;
     return ZR_OK;
 }
@@ -96,7 +96,7 @@ zr_status zr_engine_pool_get(zr_engine_pool *p, size_t n, int zero, float **out)
         ZR_CHECK(grow_array((void **)&p->bufs, &p->cap_bufs, p->nbufs + 1, sizeof(pool_buf)));
         pool_buf *b = &p->bufs[p->nbufs];
         size_t held = p->dry || n == 0 ? 1 : n;
-        ZR_CHECK(zr_alloc_at((void **)&b->ptr, held * sizeof(float), __FILE__, __LINE__));
+        ZR_ALLOC(b->ptr, held);
         b->cap = n;
         b->busy = 0;
         best = p->nbufs++;

@@ -31,8 +31,7 @@ static zr_status reduce_replicated_grads(zr_engine *e)
         }
         if (s->grad_full == NULL) {
             /* a unit that got no gradient this step still takes part in the reduction */
-            ZR_CHECK(zr_alloc_at((void **)&s->grad_full,
-                                 zr_engine_held(e, s->padded) * sizeof(float), __FILE__, __LINE__));
+            ZR_ALLOC(s->grad_full, zr_engine_held(e, s->padded));
         }
         ZR_CHECK(zr_engine_reduce_begin(e, s));
         if (e->plan.optim == ZR_SHARDED) {
