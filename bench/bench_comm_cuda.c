@@ -105,8 +105,8 @@ static zr_status nccl_setup(gcomm *b)
 static zr_status run_one(gcomm *b, int k, size_t count)
 {
     zr_comm *c = &b->c;
-    zr_wire bf16 = {ZR_WIRE_BF16, {0, 0, ZR_QSYM}};
-    zr_wire q8 = {ZR_WIRE_QUANT, {8, ZR_QUANT_DEFAULT_GROUP, ZR_QSYM}};
+    zr_wire bf16 = {ZR_WIRE_BF16, {0, 0, ZR_QUANT_SYM}};
+    zr_wire q8 = {ZR_WIRE_QUANT, {8, ZR_QUANT_DEFAULT_GROUP, ZR_QUANT_SYM}};
     zr_qgz_config cfg = zr_qgz_config_default();
     int W = c->size[ZR_GROUP_WORLD], h = c->size[ZR_GROUP_HPZ];
     switch (k) {

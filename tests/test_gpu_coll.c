@@ -209,7 +209,7 @@ static void case_reduce_scatter(zr_comm *c, int on_dev, run *log, const char *na
                                 zr_wire_type wt)
 {
     result *r = begin_case(c, log, name);
-    zr_wire wire = {wt, {0, 0, ZR_QSYM}};
+    zr_wire wire = {wt, {0, 0, ZR_QUANT_SYM}};
     size_t count = COUNT, full = (size_t)c->size[g] * count;
     float *h = malloc(full * sizeof(float));
     fill(h, full, 21 + (int)g, 0);
@@ -229,7 +229,7 @@ static void case_reduce_scatter(zr_comm *c, int on_dev, run *log, const char *na
 static void case_allreduce(zr_comm *c, int on_dev, run *log, const char *name, zr_wire_type wt)
 {
     result *r = begin_case(c, log, name);
-    zr_wire wire = {wt, {0, 0, ZR_QSYM}};
+    zr_wire wire = {wt, {0, 0, ZR_QUANT_SYM}};
     size_t count = 3 * COUNT + 7; /* not a multiple of the group size */
     float *h = malloc(count * sizeof(float));
     fill(h, count, 31, 0);
@@ -289,7 +289,7 @@ static void case_qgz(zr_comm *c, int on_dev, run *log, const char *name, const z
 static void case_in_flight(zr_comm *c, int on_dev, run *log)
 {
     result *r = begin_case(c, log, "qwz + qgz in flight");
-    zr_wire q8 = {ZR_WIRE_QUANT, {8, QGROUP, ZR_QSYM}};
+    zr_wire q8 = {ZR_WIRE_QUANT, {8, QGROUP, ZR_QUANT_SYM}};
     zr_qgz_config cfg = zr_qgz_config_default();
     cfg.q.group = QGROUP;
     cfg.chunks = 2;
@@ -328,9 +328,9 @@ static void case_in_flight(zr_comm *c, int on_dev, run *log)
 static void run_cases(zr_comm *c, int on_dev, run *log)
 {
     memset(log, 0, sizeof *log);
-    zr_wire f32 = {ZR_WIRE_F32, {0, 0, ZR_QSYM}}, bf16 = {ZR_WIRE_BF16, {0, 0, ZR_QSYM}};
-    zr_wire q8 = {ZR_WIRE_QUANT, {8, QGROUP, ZR_QSYM}};
-    zr_wire q4 = {ZR_WIRE_QUANT, {4, QGROUP, ZR_QASYM}};
+    zr_wire f32 = {ZR_WIRE_F32, {0, 0, ZR_QUANT_SYM}}, bf16 = {ZR_WIRE_BF16, {0, 0, ZR_QUANT_SYM}};
+    zr_wire q8 = {ZR_WIRE_QUANT, {8, QGROUP, ZR_QUANT_SYM}};
+    zr_wire q4 = {ZR_WIRE_QUANT, {4, QGROUP, ZR_QUANT_ASYM}};
     case_allgather(c, on_dev, log, "allgather f32 <- f32", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &f32,
                    ZR_DTYPE_F32, 1);
     case_allgather(c, on_dev, log, "allgather f32 <- bf16", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &f32,
@@ -451,7 +451,7 @@ static void test_nccl(void)
  */
 static zr_status bad_block_run(zr_comm *c, int on_dev, char *msg, size_t len)
 {
-    zr_wire q8 = {ZR_WIRE_QUANT, {8, R == W - 1 ? 296 : QGROUP, ZR_QSYM}};
+    zr_wire q8 = {ZR_WIRE_QUANT, {8, R == W - 1 ? 296 : QGROUP, ZR_QUANT_SYM}};
     float *h = malloc(COUNT * sizeof(float));
     fill(h, COUNT, 61, 0);
     float *in = buf_alloc(on_dev, COUNT * sizeof(float));

@@ -111,7 +111,7 @@ typedef struct zr_coll_check {
     zr_group group;
     int peer;            /* in-group rank it came from */
     size_t bytes, count; /* the block's expected size and element count */
-    zr_qparams q;        /* its expected format */
+    zr_quant_params q;   /* its expected format */
     int add_nonfinite;   /* add its non-finite groups to op->nonfinite */
 } zr_coll_check;
 
@@ -134,12 +134,12 @@ typedef struct zr_coll_local {
     zr_status (*to_bf16)(void *x, zr_bf16 *dst, const float *src, size_t n);
     zr_status (*from_bf16)(void *x, float *dst, const zr_bf16 *src, size_t n);
     /* zr_quant_encode (the non-finite count is read from the header when checked) */
-    zr_status (*encode)(void *x, const zr_qparams *p, zr_dtype in_type, const void *in, size_t n,
-                        float mul, float *residual, void *block);
+    zr_status (*encode)(void *x, const zr_quant_params *p, zr_dtype in_type, const void *in,
+                        size_t n, float mul, float *residual, void *block);
     zr_status (*decode)(void *x, const void *block, float *out, size_t n);
     zr_status (*decode_add)(void *x, const void *block, float *acc, size_t n);
     zr_status (*sum_requant)(void *x, const void *const *blocks, int k, size_t n, float mul,
-                             const zr_qparams *p, float *residual, void *out_block);
+                             const zr_quant_params *p, float *residual, void *out_block);
     /* out[i] = ((row_0[i] + row_1[i]) + ... + row_{k-1}[i]) / k, row_j = in + j*stride of
        in_type (fp32, or bf16 widened exactly): the exact reduce-scatter's mean */
     zr_status (*mean)(void *x, float *out, const void *in, zr_dtype in_type, int k, size_t stride,

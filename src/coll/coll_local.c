@@ -85,7 +85,7 @@ static zr_status cpu_from_bf16(void *x, float *dst, const zr_bf16 *src, size_t n
     return ZR_OK;
 }
 
-static zr_status cpu_encode(void *x, const zr_qparams *p, zr_dtype in_type, const void *in,
+static zr_status cpu_encode(void *x, const zr_quant_params *p, zr_dtype in_type, const void *in,
                             size_t n, float mul, float *residual, void *block)
 {
     (void)x;
@@ -105,7 +105,7 @@ static zr_status cpu_decode_add(void *x, const void *block, float *acc, size_t n
 }
 
 static zr_status cpu_sum_requant(void *x, const void *const *blocks, int k, size_t n, float mul,
-                                 const zr_qparams *p, float *residual, void *out_block)
+                                 const zr_quant_params *p, float *residual, void *out_block)
 {
     (void)x;
     return zr_quant_sum_requant(blocks, k, n, mul, p, residual, out_block, NULL);
@@ -186,7 +186,7 @@ const zr_coll_local zr_coll_local_cpu = {
 #if ZR_CUDA
 #include "../base/device_impl.h"
 
-#define HEADER_BYTES 32 /* sizeof(zr_qheader): what validation reads */
+#define HEADER_BYTES 32 /* sizeof(zr_quant_header): what validation reads */
 
 struct zr_coll_dev {
     zr_device dev;
@@ -341,7 +341,7 @@ static zr_status dev_from_bf16(void *x, float *dst, const zr_bf16 *src, size_t n
     return zr_bf16_cuda_to_f32(dst, src, n, d->codec);
 }
 
-static zr_status dev_encode(void *x, const zr_qparams *p, zr_dtype in_type, const void *in,
+static zr_status dev_encode(void *x, const zr_quant_params *p, zr_dtype in_type, const void *in,
                             size_t n, float mul, float *residual, void *block)
 {
     zr_coll_dev *d = x;
@@ -361,7 +361,7 @@ static zr_status dev_decode_add(void *x, const void *block, float *acc, size_t n
 }
 
 static zr_status dev_sum_requant(void *x, const void *const *blocks, int k, size_t n, float mul,
-                                 const zr_qparams *p, float *residual, void *out_block)
+                                 const zr_quant_params *p, float *residual, void *out_block)
 {
     zr_coll_dev *d = x;
     return zr_quant_cuda_sum_requant(blocks, k, n, mul, p, residual, out_block, d->codec);
