@@ -220,7 +220,9 @@ zr_status zr_coll_host_scratch(zr_coll_op *op, size_t bytes, void **out)
         zr_free(s->keep.scratch);
         s->keep.scratch = NULL;
         s->keep.scratch_cap = 0;
-        ZR_CHECK(zr_alloc_at(&s->keep.scratch, bytes, __FILE__, __LINE__));
+        unsigned char *scratch;
+        ZR_ALLOC(scratch, bytes);
+        s->keep.scratch = scratch;
         s->keep.scratch_cap = bytes;
     }
     *out = s->keep.scratch;
