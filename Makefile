@@ -284,10 +284,10 @@ demo: setup
 	@scripts/demo.sh
 
 # The GPU programs of tests/testlist on this machine's GPU (each says it was
-# skipped, and why, where there is none).
+# skipped, and why, where there is none), then under compute-sanitizer's tools.
 gpu-test: setup
 	@$(MAKE) --no-print-directory -s $(PAR) build WERROR=1
-	@tests/run.sh --suite gpu
+	@scripts/gpu_test.sh
 
 bench: setup
 	@$(MAKE) --no-print-directory -s $(PAR) build

@@ -51,6 +51,9 @@ export LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 TIMEOUT=${ZR_TEST_TIMEOUT:-600}
+# A command every test program runs under (make gpu-test: compute-sanitizer's
+# tools); under mpirun it wraps each rank, not the launcher.
+read -r -a wrap <<<"${ZR_TEST_WRAP:-}"
 total_pass=0
 total_fail=0
 total_skip=0
@@ -81,7 +84,7 @@ run_suite() {
         local t0=$SECONDS
         if [ "$np" = "-" ]; then
             # shellcheck disable=SC2086
-            env "${envs[@]}" timeout -k 10 "$TIMEOUT" "$build/tests/$prog" $args </dev/null >"$out" 2>&1
+            env "${envs[@]}" timeout -k 10 "$TIMEOUT" "${wrap[@]}" "$build/tests/$prog" $args </dev/null >"$out" 2>&1
         else
             local xenv=()
             for e in "${envs[@]}"; do
@@ -89,10 +92,10 @@ run_suite() {
             done
             if [ "$launcher" = mpich ]; then
                 # shellcheck disable=SC2086
-                timeout -k 10 "$TIMEOUT" mpiexec.mpich -n "$np" "${xenv[@]}" "$build/tests/$prog" $args </dev/null >"$out" 2>&1
+                timeout -k 10 "$TIMEOUT" mpiexec.mpich -n "$np" "${xenv[@]}" "${wrap[@]}" "$build/tests/$prog" $args </dev/null >"$out" 2>&1
             else
                 # shellcheck disable=SC2086
-                timeout -k 10 "$TIMEOUT" mpirun.openmpi -np "$np" "${xenv[@]}" "$build/tests/$prog" $args </dev/null >"$out" 2>&1
+                timeout -k 10 "$TIMEOUT" mpirun.openmpi -np "$np" "${xenv[@]}" "${wrap[@]}" "$build/tests/$prog" $args </dev/null >"$out" 2>&1
             fi
         fi
         rc=$?
