@@ -219,6 +219,10 @@ static zr_status check_memory(zr_trainer *t)
         double mapped = mapped_pages * (double)sysconf(_SC_PAGESIZE);
         /* what zr will map: everything but the allowance, which is mapped already */
         double need = mapped + (double)(p.total - p.allowance);
+        zr_trainer_note(t, ZR_LOG_INFO,
+                        "memory: needs %.2f GB of address space per rank, limit %.2f GB "
+                        "(RLIMIT_AS; %.2f GB mapped before the model)",
+                        need / GB, (double)rl.rlim_cur / GB, mapped / GB);
         if (need > (double)rl.rlim_cur) {
             ZR_FAIL(ZR_ERR_NOMEM,
                     "needs %.2f GB, limit %.2f GB (RLIMIT_AS; %.2f GB mapped before the "
