@@ -1167,6 +1167,23 @@ static int child_missing_sync(void)
     return 0;
 }
 
+/* The warp-vs-block deadlock, launched again and again: its report must come
+ * every time, whatever the interleaving of the lanes (a launch the emulator
+ * misses hangs until the watchdog aborts the child). 32 threads (one warp:
+ * lanes 16-31 at __syncthreads detect it) and 1024 (31 more warps wait at
+ * the barrier while the failure is being reported). */
+static int child_warp_vs_block(int launches)
+{
+    int *d = dev_alloc<int>(1024);
+    for (int i = 0; i < launches; i++) {
+        ZR_LAUNCH(k_warp_vs_block, 1, i % 2 == 0 ? 32 : 1024, 0, 0, d);
+        expect_emu_error("warp operation vs __syncthreads", {"__syncthreads", "neither can go on"});
+    }
+    CK(cudaFree(d));
+    printf("warp vs block, %d launches: %d failed checks\n", launches, zr_test_failed_checks);
+    return zr_test_failed_checks != 0;
+}
+
 static int child_main(const char *mode)
 {
     if (strcmp(mode, "--child-nodevice") == 0) {
@@ -1186,6 +1203,9 @@ static int child_main(const char *mode)
     }
     if (strcmp(mode, "--child-missing-sync") == 0) {
         return child_missing_sync();
+    }
+    if (strncmp(mode, "--child-warp-vs-block=", 22) == 0) {
+        return child_warp_vs_block(atoi(mode + 22));
     }
     return 2;
 }
