@@ -1251,6 +1251,18 @@ static void test_two_devices(void)
     TEST_CHECKF(rc == 0, "ZR_EMU_DEVICES=2 child: exit %d: %s", rc, out.c_str());
 }
 
+/* A lost wake-up in a failing block hangs it (the watchdog then aborts the
+ * child): the deadlock of k_warp_vs_block, reported at once every time. */
+static void test_warp_vs_block_repeated(void)
+{
+    std::string out;
+    int rc = run_child("ZR_EMU_WATCHDOG_S=20", "--child-warp-vs-block=60", &out);
+    size_t from = out.size() > 2000 ? out.size() - 2000 : 0;
+    TEST_CHECKF(rc == 0 && strstr(out.c_str(), "60 launches: 0 failed checks") != nullptr,
+                "k_warp_vs_block launched 60 times: the child exited %d: ...%s", rc,
+                out.c_str() + from);
+}
+
 static void test_watchdog(void)
 {
     std::string out;
@@ -1317,6 +1329,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_kernel_errors);
     TEST_RUN(test_no_device);
     TEST_RUN(test_two_devices);
+    TEST_RUN(test_warp_vs_block_repeated);
     TEST_RUN(test_watchdog);
 #if defined(__SANITIZE_THREAD__)
     TEST_RUN(test_tsan_missing_sync);
