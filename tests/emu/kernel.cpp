@@ -32,10 +32,13 @@
  *     caught by the watchdog: no barrier, warp operation or exit for
  *     ZR_EMU_WATCHDOG_S seconds. If every thread is waiting, the launch fails;
  *     if some thread is still running, the process aborts (a thread that never
- *     returns cannot be stopped).
+ *     returns cannot be stopped), as it does when threads still wait in a block
+ *     that has failed (a wake-up lost by the emulator itself).
  * A kernel's error is thrown as an exception out of the failing thread's
- * kernel code; the others are woken and unwind the same way, and the launch
- * fails with a message naming the kernel, block, thread and line.
+ * kernel code; the others are woken and unwind the same way (every wait looks
+ * at the failed flag after reading the word it sleeps on, and the failure
+ * sets the flag before it changes the words), and the launch fails with a
+ * message naming the kernel, block, thread and line.
  */
 #include "emu.h"
 
@@ -381,7 +384,7 @@ warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const 
         e->in_use = true;
         e->open = true;
         e->mask = mask;
-        e->arrived = 0;
+        e->arrived = bit; /* before the check below, whose failure names the lanes */
         e->kind = kind;
         e->readers.store(0);
         e->what = what;
@@ -488,6 +491,9 @@ void *team_main(void *arg)
         } catch (...) {
             mark_failed(where_am_i() + ": the kernel threw an exception");
         }
+        /* unwound or returned: the watchdog must not list it as running or
+         * waiting (its state is where the failure found it) */
+        m.slots[t_tid]->state.store(T_EXITED);
         if (b.done.v.fetch_add(1) + 1 == n) {
             b.done.wake();
         }
@@ -545,10 +551,17 @@ void watchdog(block_state &b, double seconds)
     snprintf(head, sizeof head,
              "kernel '%s', block (%u,%u,%u): no progress for %.0f s (ZR_EMU_WATCHDOG_S)",
              b.L->name.c_str(), b.idx.x, b.idx.y, b.idx.z, seconds);
-    if (!running.empty() || b.failed.load() != 0) {
+    if (!running.empty()) {
         emu_error("%s; threads (linear ids) %s are still running: a loop that never ends, or a "
                   "spin on memory no thread writes. A thread cannot be stopped: aborting.%s",
-                  head, running.empty() ? "?" : running.c_str(), waiting.c_str());
+                  head, running.c_str(), waiting.c_str());
+        abort();
+    }
+    if (b.failed.load() != 0) {
+        /* a failure wakes every waiting thread: one still waiting is the
+         * emulator's own lost wake-up, and nothing can end the block */
+        emu_error("%s; the block failed, yet threads still wait (an emulator bug): aborting.%s",
+                  head, waiting.c_str());
         abort();
     }
     mark_failed(std::string(head) + "; every live thread waits:" + waiting);
@@ -693,7 +706,12 @@ void syncthreads(const char *file, int line)
     if ((uint32_t)v == (uint32_t)(v >> 32)) {
         complete_barrier(b, ph, (uint32_t)(v >> 32));
     } else {
+        /* failed is looked at after ph was read, before every sleep: a
+         * failure (mark_failed: failed, then the phase bumped) that came
+         * before that read bumped the phase this thread now waits to see
+         * change, and no later wake comes; the failed flag is seen instead */
         while (b.phase.v.load() == ph) {
+            check_failed(b);
             b.phase.wait(ph);
         }
     }
