@@ -18,28 +18,13 @@
  */
 #include "zr/model.h"
 
+#include "gpt_tensors.h"
 #include "ops.h"
 #include "zr/pool.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
-
-/* block tensor indices, in llm.c order */
-enum {
-    T_LN1W,
-    T_LN1B,
-    T_QKVW,
-    T_QKVB,
-    T_ATTPROJW,
-    T_ATTPROJB,
-    T_LN2W,
-    T_LN2B,
-    T_FCW,
-    T_FCB,
-    T_FCPROJW,
-    T_FCPROJB
-};
 
 /* ---- configuration and layout ------------------------------------------- */
 

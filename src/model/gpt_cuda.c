@@ -23,26 +23,11 @@
 #include "zr/model_cuda.h"
 
 #include "../base/device_impl.h"
+#include "gpt_tensors.h"
 #include "ops_cuda.h"
 
 #include <math.h>
 #include <string.h>
-
-/* block tensor indices, in llm.c order (as gpt.c) */
-enum {
-    T_LN1W,
-    T_LN1B,
-    T_QKVW,
-    T_QKVB,
-    T_ATTPROJW,
-    T_ATTPROJB,
-    T_LN2W,
-    T_LN2B,
-    T_FCW,
-    T_FCB,
-    T_FCPROJW,
-    T_FCPROJB
-};
 
 #define CARVE_ALIGN 256
 
