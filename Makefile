@@ -128,15 +128,21 @@ ifeq ($(ZR_CUDA),1)
   # NCCL: NCCL_HOME, else the toolkit's or the system's
   ifneq ($(NCCL_HOME),)
     NCCL_CFLAGS := -isystem $(NCCL_HOME)/include
-    NCCL_LIBS := -L$(NCCL_HOME)/lib -Wl,-rpath,$(NCCL_HOME)/lib -lnccl
-  else ifneq ($(wildcard $(CUDA_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so),)
-    NCCL_LIBS := -lnccl
+    NCCL_DIR := $(NCCL_HOME)/lib
+  else
+    NCCL_DIR := $(patsubst %/,%,$(dir $(firstword $(wildcard $(CUDA_HOME)/lib64/libnccl.so \
+                  /usr/lib/x86_64-linux-gnu/libnccl.so))))
   endif
-  ZR_NCCL := $(if $(NCCL_LIBS),1,0)
+  ZR_NCCL := $(if $(NCCL_DIR),1,0)
+  # Linked: the CUDA runtime, statically (it opens the driver, libcuda.so.1,
+  # at its first call). Not linked: cuBLAS and NCCL, which zr opens at their
+  # first use (src/base/cudalib.h), first from the folders found here, then
+  # by soname. So a process that never uses them maps none of them (a CPU
+  # run, zr --help), and zr starts on a node that lacks them.
   # C files see the runtime API as a system header (its own warnings are not ours)
-  CFLAGS += -DZR_CUDA=1 -DZR_NCCL=$(ZR_NCCL) -isystem $(CUDA_HOME)/include $(NCCL_CFLAGS)
-  LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt \
-            $(NCCL_LIBS) -lstdc++
+  CFLAGS += -DZR_CUDA=1 -DZR_NCCL=$(ZR_NCCL) -isystem $(CUDA_HOME)/include $(NCCL_CFLAGS) \
+            -DZR_CUBLAS_DIR=\"$(CUDA_HOME)/lib64\" -DZR_NCCL_DIR=\"$(NCCL_DIR)\"
+  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
   # --fmad=false: no fused multiply-add, so kernels round as the CPU code does
   # (-ffp-contract=off there); sm_80 and sm_90 binaries plus sm_90 PTX for
   # newer GPUs; ptxas reports registers, spills and local memory per kernel.

@@ -17,6 +17,7 @@
  * GPU was found. In the emulator build the numbers say nothing about speed:
  * run it with tiny sizes, for correctness only.
  */
+#include "../src/base/cudalib.h" /* NCCL, opened for the baselines */
 #include "../src/cli/cli.h"
 
 #include "zr/coll.h"
@@ -28,7 +29,6 @@
 
 #if ZR_CUDA && ZR_NCCL
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 #define HAVE_NCCL 1
 #else
 #define HAVE_NCCL 0
@@ -49,7 +49,8 @@ typedef struct gcomm {
     float *full, *out, *shard, *sec; /* device */
     int chunks;
 #if HAVE_NCCL
-    ncclComm_t nccl; /* the baselines' own communicator over world */
+    const zr_cudalib_nccl *lib; /* NULL until the baselines' set-up */
+    ncclComm_t nccl;            /* the baselines' own communicator over world */
 #endif
 } gcomm;
 
@@ -67,11 +68,12 @@ static int cmp_double(const void *a, const void *b)
 }
 
 #if HAVE_NCCL
-#define NCCL_TRY(call)                                                                             \
+/* A call of b's NCCL: NCCL_TRY(b, ncclGetUniqueId(&id)). */
+#define NCCL_TRY(b, call)                                                                          \
     do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
+        ncclResult_t r_ = (b)->lib->call;                                                          \
         if (r_ != ncclSuccess) {                                                                   \
-            ZR_FAIL(ZR_ERR_DEVICE, "%s failed: %s", #call, ncclGetErrorString(r_));                \
+            ZR_FAIL(ZR_ERR_DEVICE, "%s failed: %s", #call, (b)->lib->ncclGetErrorString(r_));      \
         }                                                                                          \
     } while (0)
 
@@ -79,9 +81,9 @@ static zr_status nccl_baseline(gcomm *b, int k, size_t count)
 {
     /* the zr_stream's CUDA handle is internal to zr; the legacy stream serves the baseline */
     if (k == G_NCCL_AG) {
-        NCCL_TRY(ncclAllGather(b->shard, b->out, count, ncclFloat, b->nccl, NULL));
+        NCCL_TRY(b, ncclAllGather(b->shard, b->out, count, ncclFloat, b->nccl, NULL));
     } else {
-        NCCL_TRY(ncclReduceScatter(b->full, b->out, count, ncclFloat, ncclSum, b->nccl, NULL));
+        NCCL_TRY(b, ncclReduceScatter(b->full, b->out, count, ncclFloat, ncclSum, b->nccl, NULL));
     }
     if (cudaStreamSynchronize(NULL) != cudaSuccess) {
         ZR_FAIL(ZR_ERR_DEVICE, "cudaStreamSynchronize after the NCCL baseline failed");
@@ -91,12 +93,14 @@ static zr_status nccl_baseline(gcomm *b, int k, size_t count)
 
 static zr_status nccl_setup(gcomm *b)
 {
+    ZR_CHECK(zr_cudalib_load_nccl(&b->lib));
     ncclUniqueId id;
     if (b->c.rank[ZR_GROUP_WORLD] == 0) {
-        NCCL_TRY(ncclGetUniqueId(&id));
+        NCCL_TRY(b, ncclGetUniqueId(&id));
     }
     ZR_CHECK(zr_comm_bcast(&b->c, &id, sizeof id, 0));
-    NCCL_TRY(ncclCommInitRank(&b->nccl, b->c.size[ZR_GROUP_WORLD], id, b->c.rank[ZR_GROUP_WORLD]));
+    NCCL_TRY(b,
+             ncclCommInitRank(&b->nccl, b->c.size[ZR_GROUP_WORLD], id, b->c.rank[ZR_GROUP_WORLD]));
     return ZR_OK;
 }
 #endif
@@ -293,7 +297,7 @@ static void release(gcomm *b)
     zr_coll_op_free(&b->op);
 #if HAVE_NCCL
     if (b->nccl != NULL) {
-        ncclCommDestroy(b->nccl);
+        b->lib->ncclCommDestroy(b->nccl);
     }
 #endif
     zr_device_free(&b->gpu, b->full);

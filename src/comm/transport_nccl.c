@@ -33,18 +33,20 @@
  */
 #include "transport_device.h"
 
+#include "../base/cudalib.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #if ZR_CUDA && ZR_NCCL
-#include <nccl.h>
 
 /* ncclCommSplit: NCCL 2.18.1 */
 #define MIN_VERSION 21801
 
 typedef struct nccl_state {
-    zr_devx x; /* first: the shared functions take the state as one */
+    zr_devx x;                  /* first: the shared functions take the state as one */
+    const zr_cudalib_nccl *lib; /* NCCL, opened by the first set-up */
     int version;
     ncclComm_t comm[ZR_GROUP_COUNT]; /* [WORLD] is the world communicator, the others its splits */
     cudaStream_t stream[ZR_GROUP_COUNT];
@@ -61,17 +63,19 @@ typedef struct nccl_exchange {
     zr_xmsg msg[]; /* the plan, for pending */
 } nccl_exchange;
 
-static zr_status nccl_fail(ncclResult_t r, const char *call, const char *file, int line)
+static zr_status nccl_fail(const nccl_state *s, ncclResult_t r, const char *call, const char *file,
+                           int line)
 {
     return zr_error_at(ZR_ERR_DEVICE, file, line, "%s failed: %s (NCCL error %d)", call,
-                       ncclGetErrorString(r), (int)r);
+                       s->lib->ncclGetErrorString(r), (int)r);
 }
 
-#define NCCL_CHECK(call)                                                                           \
+/* Propagate a failing call of s's NCCL: NCCL_CHECK(s, ncclGroupStart()). */
+#define NCCL_CHECK(s, call)                                                                        \
     do {                                                                                           \
-        ncclResult_t zr_nr_ = (call);                                                              \
+        ncclResult_t zr_nr_ = (s)->lib->call;                                                      \
         if (zr_nr_ != ncclSuccess) {                                                               \
-            return nccl_fail(zr_nr_, #call, __FILE__, __LINE__);                                   \
+            return nccl_fail((s), zr_nr_, #call, __FILE__, __LINE__);                              \
         }                                                                                          \
     } while (0)
 
@@ -161,14 +165,15 @@ static zr_status init_world(zr_comm *c, nccl_state *s)
     } b;
     memset(&b, 0, sizeof b);
     if (c->rank[ZR_GROUP_WORLD] == 0) {
-        b.result = (int32_t)ncclGetUniqueId(&b.id);
+        b.result = (int32_t)s->lib->ncclGetUniqueId(&b.id);
     }
     ZR_CHECK(zr_comm_bcast(c, &b, sizeof b, 0));
     if (b.result != ncclSuccess) {
-        return nccl_fail((ncclResult_t)b.result, "ncclGetUniqueId (on rank 0)", __FILE__, __LINE__);
+        return nccl_fail(s, (ncclResult_t)b.result, "ncclGetUniqueId (on rank 0)", __FILE__,
+                         __LINE__);
     }
-    NCCL_CHECK(ncclCommInitRank(&s->comm[ZR_GROUP_WORLD], c->size[ZR_GROUP_WORLD], b.id,
-                                c->rank[ZR_GROUP_WORLD]));
+    NCCL_CHECK(s, ncclCommInitRank(&s->comm[ZR_GROUP_WORLD], c->size[ZR_GROUP_WORLD], b.id,
+                                   c->rank[ZR_GROUP_WORLD]));
     return ZR_OK;
 }
 
@@ -178,11 +183,12 @@ static zr_status init_groups(zr_comm *c, nccl_state *s)
     for (int g = 0; g < ZR_GROUP_COUNT; g++) {
         if (g != ZR_GROUP_WORLD) {
             zr_xsplit sp = zr_xplan_split(c, (zr_group)g);
-            NCCL_CHECK(ncclCommSplit(s->comm[ZR_GROUP_WORLD], sp.color, sp.key, &s->comm[g], NULL));
+            NCCL_CHECK(s,
+                       ncclCommSplit(s->comm[ZR_GROUP_WORLD], sp.color, sp.key, &s->comm[g], NULL));
         }
         int rank = -1, size = -1;
-        NCCL_CHECK(ncclCommUserRank(s->comm[g], &rank));
-        NCCL_CHECK(ncclCommCount(s->comm[g], &size));
+        NCCL_CHECK(s, ncclCommUserRank(s->comm[g], &rank));
+        NCCL_CHECK(s, ncclCommCount(s->comm[g], &size));
         if (rank != c->rank[g] || size != c->size[g]) {
             ZR_FAIL(ZR_ERR_INTERNAL,
                     "NCCL transport: group %s is rank %d of %d in NCCL, %d of %d "
@@ -200,9 +206,9 @@ static void nccl_teardown(nccl_state *s, int abort)
     for (int g = ZR_GROUP_COUNT - 1; g >= 0; g--) {
         if (s->comm[g] != NULL) {
             if (abort) {
-                ncclCommAbort(s->comm[g]);
+                s->lib->ncclCommAbort(s->comm[g]);
             } else {
-                ncclCommDestroy(s->comm[g]);
+                s->lib->ncclCommDestroy(s->comm[g]);
             }
             s->comm[g] = NULL;
         }
@@ -222,8 +228,11 @@ static zr_status nccl_init(zr_comm *c, const void *arg, void **state)
     zr_status st = zr_devx_init(&s->x, &zr_transport_nccl, arg, "NCCL");
     int v = 0;
     if (st == ZR_OK) {
-        ncclResult_t r = ncclGetVersion(&v);
-        st = r == ncclSuccess ? ZR_OK : nccl_fail(r, "ncclGetVersion", __FILE__, __LINE__);
+        st = zr_cudalib_load_nccl(&s->lib);
+    }
+    if (st == ZR_OK) {
+        ncclResult_t r = s->lib->ncclGetVersion(&v);
+        st = r == ncclSuccess ? ZR_OK : nccl_fail(s, r, "ncclGetVersion", __FILE__, __LINE__);
     }
     s->version = v;
     if (st == ZR_OK && v < MIN_VERSION) {
@@ -267,25 +276,25 @@ static zr_status post_group(nccl_state *s, zr_group g, const char *send, char *r
 {
     ncclComm_t comm = s->comm[g];
     cudaStream_t st = s->stream[g];
-    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(s, ncclGroupStart());
     ncclResult_t r = ncclSuccess;
     const char *call = "ncclRecv";
     for (size_t i = 0; i < x->count && r == ncclSuccess; i++) {
         const zr_xmsg *m = &x->msg[i];
         if (m->recv) {
-            r = ncclRecv(recv + m->offset, m->bytes, ncclUint8, m->peer, comm, st);
+            r = s->lib->ncclRecv(recv + m->offset, m->bytes, ncclUint8, m->peer, comm, st);
         } else {
             call = "ncclSend";
-            r = ncclSend(send + m->offset, m->bytes, ncclUint8, m->peer, comm, st);
+            r = s->lib->ncclSend(send + m->offset, m->bytes, ncclUint8, m->peer, comm, st);
         }
     }
     /* the group is closed whatever happened in it (an error there queues nothing) */
-    ncclResult_t end = ncclGroupEnd();
+    ncclResult_t end = s->lib->ncclGroupEnd();
     if (r != ncclSuccess) {
-        return nccl_fail(r, call, __FILE__, __LINE__);
+        return nccl_fail(s, r, call, __FILE__, __LINE__);
     }
     if (end != ncclSuccess) {
-        return nccl_fail(end, "ncclGroupEnd", __FILE__, __LINE__);
+        return nccl_fail(s, end, "ncclGroupEnd", __FILE__, __LINE__);
     }
     return ZR_OK;
 }
@@ -325,7 +334,7 @@ static void nccl_progress(zr_comm *c)
     nccl_state *s = c->transport_state;
     for (int g = 0; g < ZR_GROUP_COUNT && !s->aborted && s->async == ncclSuccess; g++) {
         ncclResult_t e = ncclSuccess;
-        if (ncclCommGetAsyncError(s->comm[g], &e) == ncclSuccess && e != ncclSuccess &&
+        if (s->lib->ncclCommGetAsyncError(s->comm[g], &e) == ncclSuccess && e != ncclSuccess &&
             e != ncclInProgress) {
             s->async = e;
             s->async_group = (zr_group)g;
@@ -340,7 +349,7 @@ static void nccl_abort(zr_comm *c)
         s->aborted = 1;
         for (int g = ZR_GROUP_COUNT - 1; g >= 0; g--) {
             if (s->comm[g] != NULL) {
-                ncclCommAbort(s->comm[g]);
+                s->lib->ncclCommAbort(s->comm[g]);
                 s->comm[g] = NULL;
             }
         }
@@ -361,7 +370,7 @@ static zr_status nccl_test(zr_comm *c, zr_request *req, int *done, int *progress
         ZR_FAIL(ZR_ERR_DEVICE,
                 "NCCL reported an error on group %s: %s (NCCL error %d); the "
                 "rank's NCCL communicators are aborted",
-                zr_group_name(g), ncclGetErrorString(e), (int)e);
+                zr_group_name(g), s->lib->ncclGetErrorString(e), (int)e);
     }
     int a = 1, b = 1;
     ZR_CHECK(zr_devx_query(x->self, &a));

@@ -22,6 +22,7 @@
  */
 #include "zr/model_cuda.h"
 
+#include "../base/cudalib.h"
 #include "../base/device_impl.h"
 
 #include <limits.h>
@@ -66,34 +67,36 @@ zr_status zr_gemm_plan_make(const zr_gemm *g, zr_gemm_plan *p)
 
 #if ZR_CUDA
 
-#include <cublas_v2.h>
-
 struct zr_blas {
+    const zr_cudalib_cublas *lib; /* cuBLAS, opened by the first zr_blas_create */
     cublasHandle_t h;
     zr_dtype type;
 };
 
-static zr_status cublas_fail(cublasStatus_t st, const char *call, const char *file, int line)
+static zr_status cublas_fail(const zr_cudalib_cublas *lib, cublasStatus_t st, const char *call,
+                             const char *file, int line)
 {
     ZR_FAIL(ZR_ERR_DEVICE, "%s failed at %s:%d: %s (%s)", call, file, line,
-            cublasGetStatusString(st), cublasGetStatusName(st));
+            lib->cublasGetStatusString(st), lib->cublasGetStatusName(st));
 }
 
-#define ZR_CUBLAS_CHECK(call)                                                                      \
+/* Propagate a failing call of b's cuBLAS: ZR_CUBLAS_CHECK(b, cublasCreate(&h)). */
+#define ZR_CUBLAS_CHECK(b, call)                                                                   \
     do {                                                                                           \
-        cublasStatus_t zr_bs_ = (call);                                                            \
+        cublasStatus_t zr_bs_ = (b)->lib->call;                                                    \
         if (zr_bs_ != CUBLAS_STATUS_SUCCESS) {                                                     \
-            return cublas_fail(zr_bs_, #call, __FILE__, __LINE__);                                 \
+            return cublas_fail((b)->lib, zr_bs_, #call, __FILE__, __LINE__);                       \
         }                                                                                          \
     } while (0)
 
 static zr_status blas_setup(zr_blas *b, zr_stream *s)
 {
-    ZR_CUBLAS_CHECK(cublasCreate(&b->h));
-    ZR_CUBLAS_CHECK(cublasSetStream(b->h, zr_stream_cuda(s)));
+    ZR_CHECK(zr_cudalib_load_cublas(&b->lib));
+    ZR_CUBLAS_CHECK(b, cublasCreate(&b->h));
+    ZR_CUBLAS_CHECK(b, cublasSetStream(b->h, zr_stream_cuda(s)));
     /* no tensor-op shortcuts in fp32; bf16 asks for fp32 accumulation by its compute type */
-    ZR_CUBLAS_CHECK(cublasSetMathMode(b->h, b->type == ZR_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH
-                                                                    : CUBLAS_DEFAULT_MATH));
+    ZR_CUBLAS_CHECK(b, cublasSetMathMode(b->h, b->type == ZR_DTYPE_F32 ? CUBLAS_PEDANTIC_MATH
+                                                                       : CUBLAS_DEFAULT_MATH));
     return ZR_OK;
 }
 
@@ -125,7 +128,7 @@ void zr_blas_destroy(zr_blas *b)
         return;
     }
     if (b->h != NULL) {
-        cublasDestroy(b->h);
+        b->lib->cublasDestroy(b->h);
     }
     zr_free(b);
 }
@@ -140,12 +143,13 @@ zr_status zr_blas_gemm(zr_blas *b, const zr_gemm *g, const void *A, const void *
     cublasOperation_t oa = p.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t ob = p.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (p.batch == 1) {
-        ZR_CUBLAS_CHECK(cublasGemmEx(b->h, oa, ob, p.m, p.n, p.k, &p.alpha, B, t, p.lda, A, t,
-                                     p.ldb, &p.beta, C, t, p.ldc, ct, CUBLAS_GEMM_DEFAULT));
+        ZR_CUBLAS_CHECK(b, cublasGemmEx(b->h, oa, ob, p.m, p.n, p.k, &p.alpha, B, t, p.lda, A, t,
+                                        p.ldb, &p.beta, C, t, p.ldc, ct, CUBLAS_GEMM_DEFAULT));
     } else {
-        ZR_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-            b->h, oa, ob, p.m, p.n, p.k, &p.alpha, B, t, p.lda, p.stride_a, A, t, p.ldb, p.stride_b,
-            &p.beta, C, t, p.ldc, p.stride_c, p.batch, ct, CUBLAS_GEMM_DEFAULT));
+        ZR_CUBLAS_CHECK(b, cublasGemmStridedBatchedEx(b->h, oa, ob, p.m, p.n, p.k, &p.alpha, B, t,
+                                                      p.lda, p.stride_a, A, t, p.ldb, p.stride_b,
+                                                      &p.beta, C, t, p.ldc, p.stride_c, p.batch, ct,
+                                                      CUBLAS_GEMM_DEFAULT));
     }
     return ZR_OK;
 }
