@@ -147,6 +147,15 @@ static int open_lib(lib *l, void **h)
 
 #endif /* ZR_CUDA_EMU */
 
+/* Keep the outcome of loading l, and say where it came from (ZR_DEBUG=debug). */
+static void settle(lib *l, int ok)
+{
+    l->st = ok ? ZR_OK : ZR_ERR_DEVICE;
+    if (ok) {
+        ZR_DEBUG("%s: %s", l->name, l->path[0] != '\0' ? l->path : "the emulator's");
+    }
+}
+
 /* l's outcome once it is known: ZR_OK, or its failure recorded as the caller's. */
 static zr_status outcome(const lib *l)
 {
@@ -176,7 +185,7 @@ static void cublas_once(void)
              SYM(l, h, t, cublasSetStream) && SYM(l, h, t, cublasSetMathMode) &&
              SYM(l, h, t, cublasGemmEx) && SYM(l, h, t, cublasGemmStridedBatchedEx) &&
              SYM(l, h, t, cublasGetStatusName) && SYM(l, h, t, cublasGetStatusString);
-    l->st = ok ? ZR_OK : ZR_ERR_DEVICE;
+    settle(l, ok);
 }
 
 zr_status zr_cudalib_load_cublas(const zr_cudalib_cublas **out)
@@ -214,7 +223,7 @@ static void nccl_once(void)
              SYM(l, h, t, ncclGroupStart) && SYM(l, h, t, ncclGroupEnd) && SYM(l, h, t, ncclSend) &&
              SYM(l, h, t, ncclRecv) && SYM(l, h, t, ncclAllGather) &&
              SYM(l, h, t, ncclReduceScatter);
-    l->st = ok ? ZR_OK : ZR_ERR_DEVICE;
+    settle(l, ok);
 }
 
 zr_status zr_cudalib_load_nccl(const zr_cudalib_nccl **out)

@@ -4,10 +4,11 @@
  * which every call site calls them (blas_cuda.c, transport_nccl.c,
  * bench_comm_cuda.c).
  *
- * Why: a program linked against libcublas, libcublasLt and libnccl loads
- * them at every start, CPU runs and `zr --help` included (~0.8 GB of address
- * space, ~150 MB of memory and ~0.2 s per process), and cannot start at all
- * on a node without them. The CUDA runtime is linked statically
+ * Why: a program linked against libcudart, libcublas, libcublasLt and
+ * libnccl loads them at every start, CPU runs and `zr --help` included (0.9
+ * GB more address space, 180 MB more resident memory and 85 ms more CPU time
+ * per process, measured with zr --help and a CPU zr train), and cannot start
+ * at all on a node without them. The CUDA runtime is linked statically
  * (libcudart_static.a), which opens the driver itself at its first call; the
  * two libraries here are opened by zr_cudalib_load_cublas and
  * zr_cudalib_load_nccl, so a process that never asks for them maps none.
