@@ -12,7 +12,8 @@
  * trajectory further, so there the bound is the one test_zeropp grants
  * ZeRO++ against ZeRO-3 on the CPU (2% of the loss). Then a checkpoint
  * written by a GPU run after 3 steps resumes on the CPU and continues the
- * same trajectory (steps 4 and 5 within 1e-5 of the GPU-only run). The
+ * same trajectory (steps 4 and 5 within 1e-5 of the GPU-only run), and one
+ * written on the CPU resumes on the GPU likewise. The
  * ZeRO engine's state is on the GPU (the communicator's device transport):
  * each run's model state there must be the host engine's formula (+-5%),
  * its peak device bytes the model, that state and the engine's pool, under
@@ -44,7 +45,8 @@ enum { STEPS = 5, CUT = 3 };
 static int W;
 static int shared_gpu; /* this run's ranks share GPUs: the staged transport, else NCCL */
 static char last_transport[16];
-static float stage3_gpu[STEPS]; /* test_modes' GPU run of stage 3, the trajectory resumed below */
+/* test_modes' runs of stage 3, the trajectories resumed below */
+static float stage3_gpu[STEPS], stage3_cpu[STEPS];
 static int stage3_done;
 
 typedef struct mode {
@@ -139,6 +141,10 @@ static zr_status run(const zr_train_config *c, int resume, float *losses, int *o
         st = zr_trainer_step(&t, &rec);
         if (st == ZR_OK) {
             losses[rec.step - 1] = rec.loss;
+            /* exposed communication: on the GPU the stream's idle time waiting for collectives */
+            TEST_CHECKF(rec.t_comm >= 0 && rec.t_comm <= rec.t_step,
+                        "step %d: exposed communication %.6f s of a %.6f s step", rec.step,
+                        rec.t_comm, rec.t_step);
         }
     }
     zr_train_summary sum;
@@ -213,6 +219,7 @@ static void test_modes(void)
         }
         if (i == 3) {
             memcpy(stage3_gpu, gpu, sizeof gpu);
+            memcpy(stage3_cpu, cpu, sizeof cpu);
             stage3_done = 1;
         }
         if (zr_test_rank == 0) {
@@ -252,8 +259,11 @@ static void test_device_memory(void)
                 zr_mem_device_current());
 }
 
-/* A GPU checkpoint after CUT steps, resumed on the CPU, continues the GPU-only trajectory. */
-static void test_resume_on_cpu(void)
+/*
+ * A checkpoint written after CUT steps on device `from`, resumed on device
+ * `to`, continues the trajectory of an uninterrupted run on `from`.
+ */
+static void resume_across(const char *from, const char *to, const float *full)
 {
     char dir[64] = "/tmp/zr_gpu_train_XXXXXX";
     if (zr_test_rank == 0 && mkdtemp(dir) == NULL) {
@@ -266,24 +276,20 @@ static void test_resume_on_cpu(void)
     }
     const mode *m = &modes[3]; /* stage 3 */
     zr_train_config c;
-    float *full = stage3_gpu, part[STEPS];
-    if (!stage3_done) {
-        TEST_OK(config(&c, m, "cuda", STEPS));
-        TEST_OK(run(&c, 0, full, NULL));
-    }
-    TEST_OK(config(&c, m, "cuda", CUT));
+    float part[STEPS];
+    TEST_OK(config(&c, m, from, CUT));
     snprintf(c.checkpoint_dir, sizeof c.checkpoint_dir, "%s/ckpt", dir);
     TEST_OK(run(&c, 0, part, NULL));
-    int on_gpu = 1;
-    TEST_OK(config(&c, m, "cpu", STEPS));
+    int on_gpu = -1;
+    TEST_OK(config(&c, m, to, STEPS));
     snprintf(c.checkpoint_dir, sizeof c.checkpoint_dir, "%s/ckpt", dir);
     c.resume = 1;
     TEST_OK(run(&c, 1, part, &on_gpu));
-    TEST_CHECK(!on_gpu);
+    TEST_CHECK(on_gpu == (strcmp(to, "cuda") == 0));
     for (int s = CUT; s < STEPS; s++) {
         TEST_CHECKF(fabs(part[s] - full[s]) <= 1e-5,
-                    "step %d resumed on the CPU: %.9g vs %.9g on the GPU all along", s + 1, part[s],
-                    full[s]);
+                    "step %d resumed on %s: %.9g vs %.9g on %s all along", s + 1, to, part[s],
+                    full[s], from);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (zr_test_rank == 0) {
@@ -291,6 +297,20 @@ static void test_resume_on_cpu(void)
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         TEST_CHECK(system(cmd) == 0);
     }
+}
+
+/* Checkpoints are the same files on both devices: GPU -> CPU and CPU -> GPU. */
+static void test_resume_across(void)
+{
+    if (!stage3_done) {
+        zr_train_config c;
+        TEST_OK(config(&c, &modes[3], "cuda", STEPS));
+        TEST_OK(run(&c, 0, stage3_gpu, NULL));
+        TEST_OK(config(&c, &modes[3], "cpu", STEPS));
+        TEST_OK(run(&c, 0, stage3_cpu, NULL));
+    }
+    resume_across("cuda", "cpu", stage3_gpu);
+    resume_across("cpu", "cuda", stage3_cpu);
 }
 
 /* No GPU: cuda fails at once on every rank, naming the cause; auto trains on the CPU. */
@@ -376,7 +396,7 @@ int main(int argc, char **argv)
         if (W == 1) {
             /* the emulator is slow: these two once, at one rank */
             TEST_RUN(test_bf16);
-            TEST_RUN(test_resume_on_cpu);
+            TEST_RUN(test_resume_across);
         }
     }
     return zr_test_finish();

@@ -138,7 +138,8 @@ zr_engine_config zr_engine_config_default(void);
 typedef struct zr_step_stats {
     double grad_norm;           /* before clipping; NaN/Inf if non-finite */
     int skipped;                /* 1 if the step was skipped (non-finite gradients) */
-    double t_comm;              /* seconds blocked waiting on communication (exposed comm) */
+    double t_comm;              /* exposed communication: seconds the host (a device engine:
+                                   the GPU's stream) sat waiting for collectives */
     double t_optim;             /* seconds in the optimizer step and parameter refresh */
     double t_total;             /* seconds from the first micro_begin to the end of the step */
     zr_traffic traffic;         /* this rank's bytes and calls during the step */
@@ -182,7 +183,7 @@ typedef struct zr_engine_observer {
 
 typedef struct zr_unit_state zr_unit_state;   /* private to the engine */
 typedef struct zr_engine_pool zr_engine_pool; /* private: reused transient buffers and ops */
-typedef struct zr_engine_norm zr_engine_norm; /* private: a device engine's sums of squares */
+typedef struct zr_engine_gpu zr_engine_gpu;   /* private: a device engine's step scratch */
 
 typedef struct zr_engine {
     zr_comm *comm; /* not owned */
@@ -205,7 +206,7 @@ typedef struct zr_engine {
     zr_engine_observer dry; /* dry runs: where events go; event == NULL: a real engine */
     int on_device;          /* the state is in device memory (see "Where the state lives") */
     zr_device device;       /* that GPU, or the CPU */
-    zr_engine_norm *norm;   /* owned; on_device only */
+    zr_engine_gpu *gpu;     /* owned; on_device only */
 } zr_engine;
 
 /*

@@ -22,6 +22,15 @@
  * (zr_sumsq_cuda's fixed tree against zr_sumsq's), which moves the norm by
  * an ulp or so of a double.
  *
+ * Exposed communication on a device: the host blocks in a collective's wait
+ * while the GPU may still be computing what was queued before, so the
+ * host's blocked time is not what the GPU lost. The engine marks the stream
+ * with an event just before such a wait and another just after: nothing is
+ * queued between them, so the GPU time between the two marks is the time
+ * the stream sat idle, with its work done, waiting for the host to hand it
+ * the next unit, that is for the collective. Their sum over a step, read
+ * once the step's work has run, is the step's exposed communication.
+ *
  * A dry engine's buffers are host tokens: nothing is ever queued for it.
  */
 #include "zero_impl.h"
@@ -31,10 +40,13 @@
 
 #include <string.h>
 
-struct zr_engine_norm {
+struct zr_engine_gpu {
     double *dev;  /* device: one sum of squares per unit */
     double *work; /* device: zr_sumsq_cuda's partials */
     double *host; /* pinned: the sums, read once per step */
+    /* the stream marked before and after each host wait of this step (pairs) */
+    zr_event **marks;
+    int nmarks, cap_marks;
 };
 
 static int on_device(const zr_engine *e)
@@ -64,9 +76,9 @@ zr_status zr_engine_place(zr_engine *e)
                 "(zr_comm_device_follow): the caller's compute stream",
                 e->device.name);
     }
-    struct zr_engine_norm *n;
+    zr_engine_gpu *n;
     ZR_ALLOC(n, 1);
-    e->norm = n;
+    e->gpu = n;
     size_t units = (size_t)e->nunits;
     ZR_CHECK(zr_device_alloc_at(&e->device, (void **)&n->dev, units * sizeof(double), __FILE__,
                                 __LINE__));
@@ -78,15 +90,19 @@ zr_status zr_engine_place(zr_engine *e)
 
 void zr_engine_unplace(zr_engine *e)
 {
-    struct zr_engine_norm *n = e->norm;
+    zr_engine_gpu *n = e->gpu;
     if (n == NULL) {
         return;
     }
     zr_device_free(&e->device, n->dev);
     zr_device_free(&e->device, n->work);
     zr_host_free_pinned(&e->device, n->host);
+    for (int i = 0; i < n->cap_marks; i++) {
+        zr_event_destroy(n->marks[i]);
+    }
+    zr_free(n->marks);
     zr_free(n);
-    e->norm = NULL;
+    e->gpu = NULL;
 }
 
 zr_status zr_engine_buf_alloc(zr_engine *e, void **p, size_t bytes, const char *file, int line)
@@ -178,7 +194,7 @@ zr_status zr_engine_buf_sumsq(zr_engine *e, int u, const float *x, size_t n, dou
         *sq += zr_sumsq(x, n);
         return ZR_OK;
     }
-    struct zr_engine_norm *nm = e->norm;
+    zr_engine_gpu *nm = e->gpu;
     return zr_sumsq_cuda(x, n, nm->dev + u, nm->work, zr_engine_stream(e));
 }
 
@@ -187,12 +203,57 @@ zr_status zr_engine_buf_sumsq_finish(zr_engine *e, double *sq)
     if (!on_device(e)) {
         return ZR_OK;
     }
-    struct zr_engine_norm *nm = e->norm;
+    zr_engine_gpu *nm = e->gpu;
     zr_stream *s = zr_engine_stream(e);
     ZR_CHECK(zr_memcpy_async(nm->host, nm->dev, (size_t)e->nunits * sizeof(double), s));
     ZR_CHECK(zr_stream_sync(s));
     for (int u = 0; u < e->nunits; u++) {
         *sq += nm->host[u]; /* in unit order, as the host engine adds */
     }
+    return ZR_OK;
+}
+
+zr_status zr_engine_buf_mark(zr_engine *e)
+{
+    if (!on_device(e)) {
+        return ZR_OK;
+    }
+    zr_engine_gpu *g = e->gpu;
+    if (g->nmarks == g->cap_marks) {
+        int cap = g->cap_marks < 16 ? 16 : 2 * g->cap_marks;
+        zr_event **n;
+        ZR_ALLOC(n, (size_t)cap);
+        if (g->cap_marks > 0) {
+            memcpy(n, g->marks, (size_t)g->cap_marks * sizeof *n);
+        }
+        zr_free(g->marks);
+        g->marks = n;
+        for (; g->cap_marks < cap; g->cap_marks++) {
+            ZR_CHECK(zr_event_create(&e->device, &g->marks[g->cap_marks]));
+        }
+    }
+    return zr_event_record(g->marks[g->nmarks++], zr_engine_stream(e));
+}
+
+void zr_engine_buf_marks_reset(zr_engine *e)
+{
+    if (on_device(e)) {
+        e->gpu->nmarks = 0;
+    }
+}
+
+zr_status zr_engine_buf_exposed(zr_engine *e, double *seconds)
+{
+    *seconds = 0.0;
+    if (!on_device(e)) {
+        return ZR_OK;
+    }
+    zr_engine_gpu *g = e->gpu;
+    for (int i = 0; i + 1 < g->nmarks; i += 2) {
+        float ms = 0.0f;
+        ZR_CHECK(zr_event_elapsed_ms(g->marks[i], g->marks[i + 1], &ms));
+        *seconds += ms * 1e-3;
+    }
+    g->nmarks = 0;
     return ZR_OK;
 }

@@ -198,6 +198,9 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
     }
     /* the step's time is the device's too: its clears have run when it returns */
     ZR_CHECK(zr_engine_buf_sync(e));
+    if (e->on_device) {
+        ZR_CHECK(zr_engine_buf_exposed(e, &e->t_comm));
+    }
     e->micro = 0;
     fill_stats(e, stats);
     return ZR_OK;

@@ -91,6 +91,15 @@ zr_status zr_engine_buf_adamw(zr_engine *e, const zr_adamw *h, float lr, float g
  */
 zr_status zr_engine_buf_sumsq(zr_engine *e, int u, const float *x, size_t n, double *sq);
 zr_status zr_engine_buf_sumsq_finish(zr_engine *e, double *sq);
+/*
+ * Exposed communication on a device (buffers.c's head): mark the stream just
+ * before and just after each host wait for a collective; after the step's
+ * work has run, *seconds = the stream's idle time between each pair of
+ * marks since the last reset. Nothing on the host.
+ */
+zr_status zr_engine_buf_mark(zr_engine *e);
+void zr_engine_buf_marks_reset(zr_engine *e);
+zr_status zr_engine_buf_exposed(zr_engine *e, double *seconds);
 
 /* ---- pool.c ---------------------------------------------------------------- */
 
