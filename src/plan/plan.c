@@ -135,6 +135,19 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
                 "engine can run",
                 N, D, probe->world);
     }
+    /* the probe's figures are one device's: the run must compute where they were measured */
+    int cpu = strcmp(cfg->device, "cpu") == 0, cuda = strcmp(cfg->device, "cuda") == 0;
+    if ((probe->gpu && cpu) || (!probe->gpu && cuda)) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the probe measured %s, but zr.device is %s: probe again with the run's zr.device",
+                probe->gpu ? "GPUs" : "the CPU", cfg->device);
+    }
+    if (probe->gpu && probe->bf16 != (cfg->bf16_enabled != 0)) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the probe measured %s compute on the GPUs, but bf16.enabled is %s: probe again "
+                "with the run's bf16.enabled",
+                probe->bf16 ? "bf16" : "fp32", cfg->bf16_enabled ? "true" : "false");
+    }
     long long G = cfg->train_batch_size;
     if (G < 1 || G % W != 0) {
         ZR_FAIL(ZR_ERR_INVALID,

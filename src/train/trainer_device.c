@@ -19,18 +19,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* 1 when this rank sees a GPU; else why not in why. */
-static int sees_gpu(char *why, size_t n)
-{
-    int count = 0;
-    if (zr_device_cuda_count(&count) != ZR_OK) {
-        snprintf(why, n, "%s", zr_error_message());
-        zr_error_clear();
-        return 0;
-    }
-    return count > 0;
-}
-
 zr_status zr_trainer_pick_device(zr_trainer *t)
 {
     const char *want = t->cfg.device;
@@ -41,7 +29,8 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
         return ZR_OK;
     }
     char why[512] = "";
-    int has = sees_gpu(why, sizeof why);
+    int has = 0, all = 0;
+    ZR_CHECK(zr_comm_gpus_everywhere(&t->comm, &has, &all, why, sizeof why));
     if (strcmp(want, "cuda") == 0) {
         zr_status st = ZR_OK;
         if (!has) {
@@ -51,14 +40,9 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
                              why);
         }
         ZR_CHECK(zr_comm_agree(&t->comm, st));
-    } else {
-        int64_t missing = has ? 0 : 1;
-        ZR_CHECK(zr_comm_allreduce_max_i64(&t->comm, ZR_GROUP_WORLD, &missing, 1));
-        if (missing) {
-            zr_trainer_note(t, ZR_LOG_INFO, "device: cpu (zr.device auto: %s)",
-                            has ? "a rank sees no GPU" : why);
-            return ZR_OK;
-        }
+    } else if (!all) {
+        zr_trainer_note(t, ZR_LOG_INFO, "device: cpu (zr.device auto: %s)", why);
+        return ZR_OK;
     }
     zr_status st = zr_device_open_for_rank(t->comm.rank[ZR_GROUP_NODE], t->comm.size[ZR_GROUP_NODE],
                                            &t->device);
@@ -145,18 +129,9 @@ static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
  */
 static zr_status use_transport(zr_trainer *t)
 {
-    int64_t shared = gpu_sharing(t) > 1;
-    ZR_CHECK(zr_comm_allreduce_max_i64(&t->comm, ZR_GROUP_WORLD, &shared, 1));
-#if defined(ZR_NCCL) && ZR_NCCL
-    int nccl_built = 1;
-#else
-    int nccl_built = 0;
-#endif
     const char *want = t->cfg.transport;
-    int nccl = strcmp(want, "nccl") == 0 || (strcmp(want, "auto") == 0 && nccl_built && !shared);
-    zr_transport_device td = {&t->device, t->gpu.stream, 0};
-    ZR_CHECK(
-        zr_comm_use_transport(&t->comm, nccl ? &zr_transport_nccl : &zr_transport_staged, &td));
+    int nccl = 0, shared = 0;
+    ZR_CHECK(zr_comm_use_device(&t->comm, &t->device, t->gpu.stream, want, &nccl, &shared));
     zr_trainer_note(t, ZR_LOG_INFO,
                     "transport: %s (zr.transport %s%s); the ZeRO engine's state on the GPU",
                     nccl ? "NCCL" : "staged through pinned host memory and MPI", want,
