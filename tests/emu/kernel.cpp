@@ -569,7 +569,7 @@ void watchdog_main(void)
             continue;
         }
         const block_state &b = m.blk;
-        emu_error("%s: no progress for %.0f s (ZR_EMU_WATCHDOG_S); thread (linear id) %u is still "
+        emu_error("%s: no progress for %g s (ZR_EMU_WATCHDOG_S); thread (linear id) %u is still "
                   "running: a loop that never ends, or a spin on memory that another thread "
                   "writes with no barrier or warp operation in between (the threads of a block "
                   "take turns only there). A thread cannot be stopped: aborting.%s",
