@@ -80,7 +80,6 @@ struct slot {
 };
 
 struct warp_entry {
-    bool in_use = false, open = false;
     unsigned int mask = 0, arrived = 0;
     int kind = K_SYNC;
     std::atomic<int> readers{0};
@@ -93,6 +92,10 @@ struct warp_entry {
 struct warp {
     std::mutex mu;
     warp_entry e[32];
+    /* under mu: bit i for e[i], in use (until its last reader leaves) and
+     * open (until every lane it waits for has arrived); a lane waits in at
+     * most one entry, so fewer than 32 are ever in use */
+    unsigned int used = 0, open = 0;
     unsigned int exited = 0;          /* lanes that returned or do not exist; under mu */
     std::atomic<uint32_t> pending{0}; /* union of the masks of open entries */
 };
@@ -283,13 +286,11 @@ void try_complete(warp &w, warp_entry &e, unsigned int warp_base)
     if ((e.arrived & need) != need) {
         return;
     }
-    e.open = false;
+    w.open &= ~(1u << (unsigned int)(&e - w.e));
     e.readers.store(__builtin_popcount(e.arrived));
     uint32_t pending = 0;
-    for (const warp_entry &f : w.e) {
-        if (f.in_use && f.open) {
-            pending |= f.mask;
-        }
+    for (unsigned int o = w.open; o != 0; o &= o - 1) {
+        pending |= w.e[__builtin_ctz(o)].mask;
     }
     w.pending.store(pending);
     e.done.store(1, std::memory_order_release);
@@ -307,15 +308,16 @@ void leave(warp &w, warp_entry *e)
 {
     if (e->readers.fetch_sub(1) == 1) {
         std::lock_guard<std::mutex> lock(w.mu);
-        e->in_use = false;
+        w.used &= ~(1u << (unsigned int)(e - w.e));
     }
 }
 
 /* The open entry lane l waits in, or nullptr. Under w.mu. */
 warp_entry *waiting_in(warp &w, unsigned int l)
 {
-    for (warp_entry &f : w.e) {
-        if (f.in_use && f.open && (f.arrived >> l & 1u)) {
+    for (unsigned int o = w.open; o != 0; o &= o - 1) {
+        warp_entry &f = w.e[__builtin_ctz(o)];
+        if (f.arrived >> l & 1u) {
             return &f;
         }
     }
@@ -329,13 +331,7 @@ bool waits_for_itself(warp &w, const warp_entry *from, std::string *why)
 {
     /* a circle needs two open entries (a lane that has not arrived at one
      * waits in another); most arrivals find one, theirs */
-    int open = 0;
-    for (const warp_entry &f : w.e) {
-        if (f.in_use && f.open && ++open > 1) {
-            break;
-        }
-    }
-    if (open < 2) {
+    if (__builtin_popcount(w.open) < 2) {
         return false;
     }
     const warp_entry *path[33];
@@ -390,18 +386,18 @@ warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const 
     }
     warp &w = *m.warps[t_tid / 32];
     std::unique_lock<std::mutex> lock(w.mu);
-    warp_entry *e = nullptr, *spare = nullptr;
-    for (warp_entry &f : w.e) {
-        if (!f.in_use) {
-            spare = spare != nullptr ? spare : &f;
-        } else if (f.open && f.mask == mask && f.kind == kind) {
+    warp_entry *e = nullptr;
+    for (unsigned int o = w.open; o != 0 && e == nullptr; o &= o - 1) {
+        warp_entry &f = w.e[__builtin_ctz(o)];
+        if (f.mask == mask && f.kind == kind) {
             e = &f;
         }
     }
     if (e == nullptr) {
-        e = spare; /* a lane waits in at most one entry, so 32 always suffice */
-        e->in_use = true;
-        e->open = true;
+        unsigned int k = (unsigned int)__builtin_ctz(~w.used); /* one is free (see warp) */
+        e = &w.e[k];
+        w.used |= 1u << k;
+        w.open |= 1u << k;
         e->mask = mask;
         e->arrived = bit; /* before the check below, whose failure names the lanes */
         e->kind = kind;
@@ -430,7 +426,7 @@ warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const 
     me.state.store(T_WARP);
     try_complete(w, *e, base);
     std::string why;
-    if (e->open && waits_for_itself(w, e, &why)) {
+    if ((w.open >> (unsigned int)(e - w.e) & 1u) && waits_for_itself(w, e, &why)) {
         lock.unlock();
         fail_here("%s at %s:%d: the lanes of the warp wait for each other in a circle (they "
                   "disagree on the masks or on the operation), so none can go on:%s",
@@ -460,8 +456,9 @@ void thread_exit(block_state &b)
     {
         std::lock_guard<std::mutex> lock(w.mu);
         w.exited |= 1u << lane;
-        for (warp_entry &f : w.e) {
-            if (f.in_use && f.open && (f.mask >> lane & 1u)) {
+        for (unsigned int o = w.open; o != 0; o &= o - 1) {
+            warp_entry &f = w.e[__builtin_ctz(o)];
+            if (f.mask >> lane & 1u) {
                 try_complete(w, f, t_tid - lane);
             }
         }
@@ -618,9 +615,8 @@ bool run_block(const launch_rec &L, uint3 idx, const std::vector<shared_var> &st
         unsigned int lanes = std::min(32u, n - w * 32);
         wp.exited = lanes == 32 ? 0u : ~((1u << lanes) - 1u);
         wp.pending.store(0);
-        for (warp_entry &e : wp.e) {
-            e.in_use = false;
-        }
+        wp.used = 0;
+        wp.open = 0;
     }
     for (const shared_var &v : statics) {
         memset(v.addr, 0xff, v.size);
@@ -707,8 +703,9 @@ void syncthreads(const char *file, int line)
         std::string other;
         {
             std::lock_guard<std::mutex> lock(w.mu);
-            for (const warp_entry &f : w.e) {
-                if (f.in_use && f.open && (f.mask >> lane & 1u)) {
+            for (unsigned int o = w.open; o != 0; o &= o - 1) {
+                const warp_entry &f = w.e[__builtin_ctz(o)];
+                if (f.mask >> lane & 1u) {
                     other = std::string(f.what) + " at " + f.file + ":" + std::to_string(f.line) +
                             " (lanes " + lane_list(f.arrived, 0) + ")";
                 }
