@@ -266,7 +266,12 @@ static void test_spin_warp_op(void)
     ZR_LAUNCH(k_spin_warp_op, 1, 64, 0, 0, flag, out);
     CK(cudaGetLastError());
     std::vector<int> got = to_host(out, 1);
+#if ZR_CUDA_EMU
+    /* thread 0 runs first, so it did spin, and its __syncwarp let thread 32 run */
+    TEST_EQ_INT(got[0], 1);
+#else
     TEST_CHECKF(got[0] == 1 || got[0] == 2, "k_spin_warp_op: out %d", got[0]);
+#endif
     CK(cudaFree(flag));
     CK(cudaFree(out));
 }
