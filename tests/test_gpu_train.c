@@ -26,9 +26,8 @@
  * GPU was found. Without a GPU the comparisons are skipped.
  *
  * Suites: emu (build/emu, the emulated GPU: 1 rank; 4 ranks as 2 x 2 with a
- * GPU each (--gpus 2: NCCL, every mode) and two per GPU (the staged
- * transport: stage 3 and ZeRO++); bf16 and the resume at 1 rank only, since
- * the emulator is slow), gpu (the release build on a real GPU).
+ * GPU each (--gpus 2: NCCL) and two per GPU (the staged transport)), gpu
+ * (the release build on a real GPU).
  */
 #define _POSIX_C_SOURCE 200809L
 #define ZR_TEST_MPI
@@ -190,9 +189,6 @@ static void test_modes(void)
 {
     for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
         const mode *m = &modes[i];
-        if (shared_gpu && W > 1 && m->stage < 3) {
-            continue; /* the emulator is slow: stages 0-2 on NCCL, stage 3 and ZeRO++ on both */
-        }
         zr_train_config c;
         float cpu[STEPS], gpu[STEPS];
         int on_gpu = 0;
@@ -392,12 +388,9 @@ int main(int argc, char **argv)
         zr_comm_free(&probe);
         MPI_Allreduce(&mine, &shared_gpu, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         TEST_RUN(test_modes);
+        TEST_RUN(test_bf16);
+        TEST_RUN(test_resume_across);
         TEST_RUN(test_device_memory);
-        if (W == 1) {
-            /* the emulator is slow: these two once, at one rank */
-            TEST_RUN(test_bf16);
-            TEST_RUN(test_resume_across);
-        }
     }
     return zr_test_finish();
 }
