@@ -124,18 +124,9 @@ static void explain(zr_plan_result *r, int W)
     (void)W;
 }
 
-zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
-                      double mem_limit, zr_plan_result *out)
+/* The probe's figures are one device's: the run must compute where they were measured. */
+static zr_status check_device(const zr_train_config *cfg, const zr_probe *probe)
 {
-    memset(out, 0, sizeof *out);
-    int N = probe->nodes, D = probe->ranks_per_node, W = N * D;
-    if (N < 1 || D < 1 || W != probe->world) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "the probe's layout (%d nodes x %d ranks, world %d) is not one the "
-                "engine can run",
-                N, D, probe->world);
-    }
-    /* the probe's figures are one device's: the run must compute where they were measured */
     int cpu = strcmp(cfg->device, "cpu") == 0, cuda = strcmp(cfg->device, "cuda") == 0;
     if ((probe->gpu && cpu) || (!probe->gpu && cuda)) {
         ZR_FAIL(ZR_ERR_INVALID,
@@ -148,6 +139,21 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
                 "with the run's bf16.enabled",
                 probe->bf16 ? "bf16" : "fp32", cfg->bf16_enabled ? "true" : "false");
     }
+    return ZR_OK;
+}
+
+zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
+                      double mem_limit, zr_plan_result *out)
+{
+    memset(out, 0, sizeof *out);
+    int N = probe->nodes, D = probe->ranks_per_node, W = N * D;
+    if (N < 1 || D < 1 || W != probe->world) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the probe's layout (%d nodes x %d ranks, world %d) is not one the "
+                "engine can run",
+                N, D, probe->world);
+    }
+    ZR_CHECK(check_device(cfg, probe));
     long long G = cfg->train_batch_size;
     if (G < 1 || G % W != 0) {
         ZR_FAIL(ZR_ERR_INVALID,
