@@ -1313,7 +1313,8 @@ static void test_resume_table(void)
     static const char *const cands[] = {"7",      "3",       "2",     "1",    "0",
                                         "64",     "8",       "4",     "true", "false",
                                         "0.5",    "0.25",    "fp32",  "Adam", "WarmupLR",
-                                        "linear", "0.8,0.9", "x.txt", "cpu",  "123456789012345"};
+                                        "linear", "0.8,0.9", "x.txt", "cpu",  "123456789012345",
+                                        "staged"};
     static const struct {
         const char *key;
         zr_config_policy p;

@@ -456,6 +456,54 @@ static void test_sum_ranks(void)
     }
 }
 
+/* acc += x on the device (fp32 and bf16 x) against the CPU's loop, aligned and not, odd lengths. */
+static void test_add(void)
+{
+    zr_test_rng rng = {9};
+    static const size_t counts[] = {0, 1, 7, 8, 9, 63, 64, 1001};
+    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+        for (int t = 0; t < 2; t++) {
+            size_t n = counts[ci], off = ci % 2, nn = n + off + 1;
+            float *acc = malloc(nn * 4), *x = malloc(nn * 4), *ref = malloc(nn * 4),
+                  *out = malloc(nn * 4);
+            zr_bf16 *xb = malloc(nn * 2);
+            fill(ci % 2 ? K_SPECIAL : K_GAUSS, &rng, acc, nn, 32);
+            fill(K_GAUSS, &rng, x, nn, 32);
+            zr_bf16_from_f32_n(xb, x, nn);
+            memcpy(ref, acc, nn * 4);
+            for (size_t i = off; i < off + n; i++) {
+                float xi = x[i];
+                if (t) {
+                    zr_bf16_to_f32_n(&xi, &xb[i], 1);
+                }
+                ref[i] += xi;
+            }
+            put(d_a, acc, nn * 4);
+            if (t) {
+                put(d_b, xb, nn * 2);
+            } else {
+                put(d_b, x, nn * 4);
+            }
+            size_t es = t ? 2 : 4;
+            TEST_OK(zr_quant_cuda_add((float *)d_a + off, d_b + off * es,
+                                      t ? ZR_DTYPE_BF16 : ZR_DTYPE_F32, n, st));
+            get(out, d_a, nn * 4);
+            int ok = 1; /* NaN payloads aside (a GPU's NaN is canonical) */
+            for (size_t i = 0; i < nn; i++) {
+                ok &= same_f32(ref[i], out[i]);
+            }
+            TEST_CHECKF(ok, "add n %zu offset %zu %s (elements outside left alone)", n, off,
+                        t ? "bf16" : "fp32");
+            free(acc);
+            free(x);
+            free(ref);
+            free(out);
+            free(xb);
+        }
+    }
+    TEST_FAILS(zr_quant_cuda_add((float *)d_a, d_b, (zr_dtype)7, 4, st), ZR_ERR_INVALID, "dtype");
+}
+
 /* ---- optimizer --------------------------------------------------------------------------------
  */
 
@@ -602,6 +650,7 @@ int main(void)
         TEST_RUN(test_sum_requant);
         TEST_RUN(test_bf16_casts);
         TEST_RUN(test_sum_ranks);
+        TEST_RUN(test_add);
         TEST_RUN(test_adamw);
         TEST_RUN(test_sumsq);
     }

@@ -12,18 +12,22 @@
  * trajectory further, so there the bound is the one test_zeropp grants
  * ZeRO++ against ZeRO-3 on the CPU (2% of the loss). Then a checkpoint
  * written by a GPU run after 3 steps resumes on the CPU and continues the
- * same trajectory (steps 4 and 5 within 1e-5 of the GPU-only run). The
- * GPU's peak bytes must be what the start-up memory check predicted. bf16
- * compute (bf16.enabled) must follow the CPU's losses within 2%.
+ * same trajectory (steps 4 and 5 within 1e-5 of the GPU-only run), and one
+ * written on the CPU resumes on the GPU likewise. The
+ * ZeRO engine's state is on the GPU (the communicator's device transport):
+ * each run's model state there must be the host engine's formula (+-5%),
+ * its peak device bytes the model, that state and the engine's pool, under
+ * the start-up prediction. bf16 compute (bf16.enabled) must follow the
+ * CPU's losses within 2%.
  *
  * With --no-gpu (emulator: ZR_EMU_DEVICES=0 set here before any CUDA call)
  * zr.device cuda fails at once on every rank saying no GPU was found, and
  * auto trains on the CPU, and zr bench model --device cuda exits 1 saying no
  * GPU was found. Without a GPU the comparisons are skipped.
  *
- * Suites: emu (build/emu, the emulated GPU; 1 rank and 4 ranks as 2 x 2;
- * bf16 and the resume at 1 rank only, since the emulator is slow), gpu (the
- * release build on a real GPU).
+ * Suites: emu (build/emu, the emulated GPU: 1 rank; 4 ranks as 2 x 2 with a
+ * GPU each (--gpus 2: NCCL) and two per GPU (the staged transport)), gpu
+ * (the release build on a real GPU).
  */
 #define _POSIX_C_SOURCE 200809L
 #define ZR_TEST_MPI
@@ -38,7 +42,10 @@
 enum { STEPS = 5, CUT = 3 };
 
 static int W;
-static float stage3_gpu[STEPS]; /* test_modes' GPU run of stage 3, the trajectory resumed below */
+static int shared_gpu; /* this run's ranks share GPUs: the staged transport, else NCCL */
+static char last_transport[16];
+/* test_modes' runs of stage 3, the trajectories resumed below */
+static float stage3_gpu[STEPS], stage3_cpu[STEPS];
 static int stage3_done;
 
 typedef struct mode {
@@ -89,6 +96,34 @@ static zr_status config(zr_train_config *c, const mode *m, const char *device, i
     return config_ex(c, m, device, steps, 0);
 }
 
+/* The device memory of the last GPU run, read before its trainer goes. */
+typedef struct gpu_memory {
+    double peak;      /* zr_mem_device_peak: this run's (the trainer resets it) */
+    double predicted; /* the trainer's start-up prediction */
+    double model;     /* the device model: activations (and bf16 unit buffers) */
+    double state;     /* the engine's model state, as it reports it */
+    double pool_peak; /* the engine's pool at its peak */
+    double formula;   /* model state by the engine's formula (zr_engine_plan_memory) */
+} gpu_memory;
+static gpu_memory last_mem;
+
+static void note_memory(zr_trainer *t)
+{
+    const zr_train_config *c = &t->cfg;
+    zr_memory m = zr_trainer_memory(t);
+    zr_engine_config ecfg = zr_config_engine(c);
+    zr_gpt_memory_prediction p;
+    TEST_OK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len, 0, &ecfg,
+                                  &t->comm, &p));
+    last_mem.peak = (double)zr_mem_device_peak();
+    last_mem.predicted = (double)t->gpu_predicted;
+    last_mem.model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, c->train_micro_batch_size_per_gpu,
+                                                     c->seq_len, t->gpu.model.type);
+    last_mem.state = (double)(m.params + m.grads + m.optim + m.secondary);
+    last_mem.pool_peak = (double)m.pool_peak;
+    last_mem.formula = (double)p.state;
+}
+
 /* Steps [start, end) of a run of c; losses[s] for each step s run. */
 static zr_status run(const zr_train_config *c, int resume, float *losses, int *on_gpu)
 {
@@ -105,15 +140,49 @@ static zr_status run(const zr_train_config *c, int resume, float *losses, int *o
         st = zr_trainer_step(&t, &rec);
         if (st == ZR_OK) {
             losses[rec.step - 1] = rec.loss;
+            /* exposed communication: on the GPU the stream's idle time waiting for collectives */
+            TEST_CHECKF(rec.t_comm >= 0 && rec.t_comm <= rec.t_step,
+                        "step %d: exposed communication %.6f s of a %.6f s step", rec.step,
+                        rec.t_comm, rec.t_step);
         }
     }
     zr_train_summary sum;
     if (st == ZR_OK) {
         st = zr_trainer_finish(&t, &sum);
     }
+    if (st == ZR_OK && t.on_gpu) {
+        note_memory(&t);
+        snprintf(last_transport, sizeof last_transport, "%s", t.comm.transport->name);
+    }
     st = zr_trainer_conclude(&t, st);
     zr_trainer_free(&t, st == ZR_OK ? 0 : 1);
     return st;
+}
+
+/*
+ * The GPU run's memory: the engine's model state on the device is what the
+ * host engine's formula says (+-5%), everything the GPU holds at the peak is
+ * the model, that state and the engine's pool (nothing unaccounted beyond
+ * 5%), and the start-up prediction bounds it.
+ */
+static void check_memory(const char *name)
+{
+    const gpu_memory *g = &last_mem;
+    double known = g->model + g->state + g->pool_peak;
+    TEST_CHECKF(fabs(g->state - g->formula) <= 0.05 * g->formula,
+                "%s: model state on the GPU %.0f bytes, the engine's formula %.0f", name, g->state,
+                g->formula);
+    TEST_CHECKF(g->peak >= g->model + g->state && g->peak <= 1.05 * known,
+                "%s: peak device memory %.0f bytes, model %.0f + state %.0f + pool %.0f", name,
+                g->peak, g->model, g->state, g->pool_peak);
+    TEST_CHECKF(g->peak <= 1.05 * g->predicted,
+                "%s: peak device memory %.0f bytes, predicted at start-up %.0f", name, g->peak,
+                g->predicted);
+    if (zr_test_rank == 0) {
+        printf("  %-26s GPU peak %.0f bytes = model %.0f + state %.0f (formula %.0f) + pool %.0f; "
+               "predicted %.0f\n",
+               name, g->peak, g->model, g->state, g->formula, g->pool_peak, g->predicted);
+    }
 }
 
 static void test_modes(void)
@@ -128,6 +197,15 @@ static void test_modes(void)
         TEST_OK(config(&c, m, "cuda", STEPS));
         TEST_OK(run(&c, 0, gpu, &on_gpu));
         TEST_CHECKF(on_gpu, "%s: zr.device cuda trained on the GPU", m->name);
+#if defined(ZR_NCCL) && ZR_NCCL
+        const char *want = shared_gpu ? "staged" : "nccl";
+#else
+        const char *want = "staged";
+#endif
+        TEST_CHECKF(strcmp(last_transport, want) == 0,
+                    "%s: transport %s, expected %s (zr.transport auto)", m->name, last_transport,
+                    want);
+        check_memory(m->name);
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {
             TEST_CHECKF(isfinite(cpu[s]) && fabs(cpu[s] - gpu[s]) <= m->tol,
@@ -137,11 +215,12 @@ static void test_modes(void)
         }
         if (i == 3) {
             memcpy(stage3_gpu, gpu, sizeof gpu);
+            memcpy(stage3_cpu, cpu, sizeof cpu);
             stage3_done = 1;
         }
         if (zr_test_rank == 0) {
-            printf("  %-26s %d ranks: losses %.6f .. %.6f, worst |GPU - CPU| %.3g\n", m->name, W,
-                   cpu[0], cpu[STEPS - 1], worst);
+            printf("  %-26s %d ranks, %s: losses %.6f .. %.6f, worst |GPU - CPU| %.3g\n", m->name,
+                   W, last_transport, cpu[0], cpu[STEPS - 1], worst);
         }
     }
 }
@@ -169,20 +248,18 @@ static void test_bf16(void)
     }
 }
 
-/* The GPU's peak bytes are what the trainer's start-up check predicted (±5%). */
+/* Nothing is left on the device after the runs. */
 static void test_device_memory(void)
 {
-    const zr_gpt_config cfg = {16, 256, 256, 1, 2, 32}; /* config(): the corpus' 256 bytes */
-    double pred = (double)zr_gpt_gpu_device_bytes(&cfg, 2, 16, ZR_DTYPE_F32);
-    double peak = (double)zr_mem_device_peak();
-    TEST_CHECKF(peak >= 0.95 * pred && peak <= 1.05 * pred,
-                "peak device memory %.0f bytes vs %.0f predicted", peak, pred);
     TEST_CHECKF(zr_mem_device_current() == 0, "%zu device bytes still held after the runs",
                 zr_mem_device_current());
 }
 
-/* A GPU checkpoint after CUT steps, resumed on the CPU, continues the GPU-only trajectory. */
-static void test_resume_on_cpu(void)
+/*
+ * A checkpoint written after CUT steps on device `from`, resumed on device
+ * `to`, continues the trajectory of an uninterrupted run on `from`.
+ */
+static void resume_across(const char *from, const char *to, const float *full)
 {
     char dir[64] = "/tmp/zr_gpu_train_XXXXXX";
     if (zr_test_rank == 0 && mkdtemp(dir) == NULL) {
@@ -195,24 +272,20 @@ static void test_resume_on_cpu(void)
     }
     const mode *m = &modes[3]; /* stage 3 */
     zr_train_config c;
-    float *full = stage3_gpu, part[STEPS];
-    if (!stage3_done) {
-        TEST_OK(config(&c, m, "cuda", STEPS));
-        TEST_OK(run(&c, 0, full, NULL));
-    }
-    TEST_OK(config(&c, m, "cuda", CUT));
+    float part[STEPS];
+    TEST_OK(config(&c, m, from, CUT));
     snprintf(c.checkpoint_dir, sizeof c.checkpoint_dir, "%s/ckpt", dir);
     TEST_OK(run(&c, 0, part, NULL));
-    int on_gpu = 1;
-    TEST_OK(config(&c, m, "cpu", STEPS));
+    int on_gpu = -1;
+    TEST_OK(config(&c, m, to, STEPS));
     snprintf(c.checkpoint_dir, sizeof c.checkpoint_dir, "%s/ckpt", dir);
     c.resume = 1;
     TEST_OK(run(&c, 1, part, &on_gpu));
-    TEST_CHECK(!on_gpu);
+    TEST_CHECK(on_gpu == (strcmp(to, "cuda") == 0));
     for (int s = CUT; s < STEPS; s++) {
         TEST_CHECKF(fabs(part[s] - full[s]) <= 1e-5,
-                    "step %d resumed on the CPU: %.9g vs %.9g on the GPU all along", s + 1, part[s],
-                    full[s]);
+                    "step %d resumed on %s: %.9g vs %.9g on %s all along", s + 1, to, part[s],
+                    full[s], from);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (zr_test_rank == 0) {
@@ -220,6 +293,20 @@ static void test_resume_on_cpu(void)
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
         TEST_CHECK(system(cmd) == 0);
     }
+}
+
+/* Checkpoints are the same files on both devices: GPU -> CPU and CPU -> GPU. */
+static void test_resume_across(void)
+{
+    if (!stage3_done) {
+        zr_train_config c;
+        TEST_OK(config(&c, &modes[3], "cuda", STEPS));
+        TEST_OK(run(&c, 0, stage3_gpu, NULL));
+        TEST_OK(config(&c, &modes[3], "cpu", STEPS));
+        TEST_OK(run(&c, 0, stage3_cpu, NULL));
+    }
+    resume_across("cuda", "cpu", stage3_gpu);
+    resume_across("cpu", "cuda", stage3_cpu);
 }
 
 /* No GPU: cuda fails at once on every rank, naming the cause; auto trains on the CPU. */
@@ -272,9 +359,12 @@ int main(int argc, char **argv)
 {
     int no_gpu = argc > 1 && strcmp(argv[1], "--no-gpu") == 0;
 #if ZR_CUDA_EMU
-    if (no_gpu) {
-        setenv("ZR_EMU_DEVICES", "0", 1);
-    }
+    /* --gpus N: N emulated GPUs per process (node), so that ranks get one each */
+    setenv("ZR_EMU_DEVICES",
+           no_gpu                                       ? "0"
+           : argc > 2 && strcmp(argv[1], "--gpus") == 0 ? argv[2]
+                                                        : "1",
+           1);
 #endif
     zr_test_mpi_init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &W);
@@ -291,13 +381,16 @@ int main(int argc, char **argv)
         if (!all) {
             return zr_test_skip("%s", has ? "a rank sees no GPU" : zr_error_message());
         }
+        zr_comm probe;
+        zr_comm_config cc = {0, 0};
+        TEST_OK(zr_comm_init(&probe, MPI_COMM_WORLD, &cc));
+        int local = probe.size[ZR_GROUP_NODE], mine = local > n;
+        zr_comm_free(&probe);
+        MPI_Allreduce(&mine, &shared_gpu, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         TEST_RUN(test_modes);
+        TEST_RUN(test_bf16);
+        TEST_RUN(test_resume_across);
         TEST_RUN(test_device_memory);
-        if (W == 1) {
-            /* the emulator is slow: these two once, at one rank */
-            TEST_RUN(test_bf16);
-            TEST_RUN(test_resume_on_cpu);
-        }
     }
     return zr_test_finish();
 }

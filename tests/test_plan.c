@@ -14,6 +14,10 @@
  *              damaged files refused naming the file and the key
  *   planner    a slow link picks quantized ZeRO++, a free link and costly
  *              codecs pick none; impossible requests are refused clearly
+ *   --gpu      (the emulated GPU, or a real one) the probe on GPUs: its
+ *              figures, the GPU's memory, the device model's bytes in the
+ *              plan's memory; a GPU run's counters and memory equal the
+ *              plan's; a plan for the other device or compute type refused
  *
  * Runs under mpirun at several layouts (tests/testlist).
  */
@@ -45,6 +49,7 @@ static void tiny(zr_train_config *c)
     c->scheduler_type[0] = '\0';
     c->threads = 1;
     c->reduce_bucket_size = 3000; /* a few units in flight: the budget logic matters */
+    snprintf(c->device, sizeof c->device, "cpu");
 }
 
 /* One step's bytes per kind through the trainer, on this rank. */
@@ -252,7 +257,8 @@ static void test_probe_file(void)
                 "inter_bw %.17g vs %.17g, q4 dec %.17g vs %.17g", p.inter_bw, q.inter_bw,
                 p.q_dec[1], q.q_dec[1]);
     static const char *bad[][2] = {
-        {"{\"version\": 1}", "\"world\" is missing"},
+        {"{\"version\": 2}", "\"gpu\" is missing"},
+        {"{\"version\": 1, \"world\": 4}", "probe version 1, this zr reads version 2"},
         {"[1, 2]", "is not a JSON object"},
         {"{\"version\": ", "is not valid JSON"},
     };
@@ -367,11 +373,77 @@ static void test_planner(void)
                "must divide the ranks per node");
 }
 
+/* The probe on GPUs, and a plan from it, against a GPU run. */
+static void test_gpu_probe(void)
+{
+    zr_train_config c;
+    tiny(&c);
+    snprintf(c.device, sizeof c.device, "cuda");
+    c.bf16_enabled = 0; /* fp32 compute and wire: what the trainer then runs */
+    TEST_OK(zr_config_finalize(&c, W));
+    zr_comm comm;
+    TEST_OK(zr_comm_init(&comm, MPI_COMM_WORLD, NULL));
+    zr_probe p;
+    TEST_OK(zr_probe_run(&comm, &c, 256, 2, &p));
+    /* the probe hands the communicator back moving host memory */
+    TEST_CHECK(zr_comm_device(&comm, NULL) == NULL);
+    zr_comm_free(&comm);
+    TEST_CHECK(p.gpu == 1 && p.bf16 == 0);
+    TEST_EQ_INT(p.ncompute, 2);
+    TEST_CHECK(p.compute[1].fwd_block > 0 && p.compute[1].bwd_block > 0);
+    TEST_CHECK(p.q_enc[0] > 0 && p.q_dec[1] > 0 && p.adamw > 0 && p.f32_add > 0);
+    TEST_CHECK(p.nodes == 1 || p.inter_bw > 0);
+    TEST_CHECK(p.overlap >= 0 && p.overlap <= 1);
+    TEST_CHECKF(p.base_rss == 0 && p.mem_per_rank > 1e6, "base %g, memory per rank %g", p.base_rss,
+                p.mem_per_rank);
+    /* a plan: the device model's bytes stand for the activations */
+    c.train_batch_size = 2 * W;
+    zr_plan_result r;
+    TEST_OK(zr_plan_run(&c, 256, &p, p.mem_per_rank, &r));
+    TEST_CHECK(r.n > 0);
+    if (r.n > 0) {
+        const zr_plan_entry *best = &r.entries[0];
+        zr_gpt_config m = {c.max_seq_len, 256, 256, c.layers, c.heads, c.channels};
+        TEST_CHECKF(best->cost.mem.activations == zr_gpt_gpu_device_bytes(&m,
+                                                                          best->choice.micro_batch,
+                                                                          c.seq_len, ZR_DTYPE_F32),
+                    "plan's activations %zu", best->cost.mem.activations);
+        TEST_CHECK(best->cost.tokens_per_s > 0);
+    }
+    zr_plan_result_free(&r);
+    /* a GPU run counts what the plan predicts, and holds the state and pool it predicts */
+    zr_plan_choice ch = {3, 1, 8, W > 1 ? 2 : 1, 1, 4, 0, 1, 1};
+    if (W % 2 == 0 && W > 1) {
+        check_choice(&c, &ch);
+    }
+    /* a probe of one device plans only for it */
+    snprintf(c.device, sizeof c.device, "cpu");
+    TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "the probe measured GPUs");
+    snprintf(c.device, sizeof c.device, "cuda");
+    c.bf16_enabled = 1;
+    TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "fp32 compute on the GPUs");
+}
+
 int main(int argc, char **argv)
 {
+    int gpu = argc > 1 && strcmp(argv[1], "--gpu") == 0;
+#if ZR_CUDA_EMU
+    if (gpu) {
+        setenv("ZR_EMU_DEVICES", "2", 1); /* a GPU per rank of a 2-rank node: NCCL */
+    }
+#endif
     zr_test_mpi_init(&argc, &argv);
     MPI_Comm_size(MPI_COMM_WORLD, &W);
     MPI_Comm_rank(MPI_COMM_WORLD, &R);
+    if (gpu) {
+        int n = 0, has = zr_device_cuda_count(&n) == ZR_OK, all = 0;
+        MPI_Allreduce(&has, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!all) {
+            return zr_test_skip("%s", has ? "a rank sees no GPU" : zr_error_message());
+        }
+        TEST_RUN(test_gpu_probe);
+        return zr_test_finish();
+    }
     TEST_RUN(test_bytes_match_engine);
     TEST_RUN(test_by_hand);
     TEST_RUN(test_probe_file);

@@ -202,6 +202,8 @@ void zr_mem_count_at(zr_mem_pool pool, size_t bytes, int add, const char *file, 
 /* Device bytes currently allocated by zr in this process (every GPU), and the peak. */
 size_t zr_mem_device_current(void);
 size_t zr_mem_device_peak(void);
+/* Start the peak again from what is held now (a new run in the same process). */
+void zr_mem_device_peak_reset(void);
 
 /*
  * Bytes held per allocation site (file:line of the zr_alloc_at call), to see

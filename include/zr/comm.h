@@ -243,6 +243,23 @@ zr_status zr_comm_device_follow(zr_comm *c, zr_stream *s);
  */
 const zr_device *zr_comm_device(const zr_comm *c, zr_stream **follow);
 
+/*
+ * Whether every rank of c sees a GPU (collective): *mine for this rank, *all
+ * for every rank; why (may be NULL) gets the reason when not (this rank's
+ * runtime's words, or "a rank sees no GPU"). A GPU run needs all of them.
+ */
+zr_status zr_comm_gpus_everywhere(zr_comm *c, int *mine, int *all, char *why, size_t n);
+
+/*
+ * Make c's data plane a device transport for dev's memory following stream
+ * follow (collective; src/comm/device_plane.c): want "nccl", "staged", or
+ * "auto": NCCL when zr has it and no node has more ranks than GPUs, else
+ * staged. *nccl = 1 when NCCL was chosen; *shared = 1 when some ranks share
+ * a GPU (then NCCL refuses, naming them).
+ */
+zr_status zr_comm_use_device(zr_comm *c, const zr_device *dev, zr_stream *follow, const char *want,
+                             int *nccl, int *shared);
+
 typedef struct zr_comm_config {
     int ranks_per_node; /* 0: ZR_RANKS_PER_NODE from the environment, else detect */
     int hpz_size;       /* h; 0: ranks per node */

@@ -96,6 +96,8 @@ typedef struct zr_train_config {
     int compare_zero3;
     /* zr.device: "auto" (the GPUs when every rank sees one, else the CPU), "cpu" or "cuda" */
     char device[16];
+    /* zr.transport: how collectives move GPU memory: "auto", "nccl" or "staged" (zr/comm.h) */
+    char transport[16];
 
     /* the --config file read (not a key: it names where the keys came from), "" = none */
     char config_path[4096];

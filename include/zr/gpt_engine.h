@@ -86,29 +86,26 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
 /* ---- the GPT on a GPU (gpt_engine_gpu.c) ------------------------------------------- */
 
 /*
- * The device model (zr/model_cuda.h) driven by the engine, in compute type
- * fp32 (TF32 off: the mode compared with the CPU) or bf16 (bf16 weights and
- * activations, fp32 accumulation). The engine keeps its state in host
- * memory as on the CPU (fp32 parameters, gradients and optimizer shards,
- * collectives, AdamW, clipping): each unit's gathered parameters are copied
- * into one of three device unit buffers (unit 0, a block, the last unit;
- * bf16: through an fp32 staging buffer and a conversion) before its forward
- * or backward. fp32: the unit's gradient buffer is copied in, accumulated on
- * the device and copied back; bf16: the backward writes a zeroed bf16
- * buffer, whose values come back as fp32 and are added to the engine's
- * buffer on the host. Either way the engine has the gradient before it
- * reduces it. The loss is computed on the device and read through the
- * model's control buffer. So the GPU path uses the CPU path's engine and
- * writes the same checkpoints.
+ * The device model (zr/model_cuda.h) driven by an engine whose state is on
+ * the same GPU (zr_engine_init over a communicator with a device transport
+ * that follows this struct's stream: zr/zero.h, "Where the state lives"),
+ * in compute type fp32 (TF32 off: the mode compared with the CPU) or bf16
+ * (bf16 weights and activations, fp32 accumulation). The engine keeps the
+ * fp32 parameters, gradients and optimizer shards, runs the collectives,
+ * AdamW and clipping, all in device memory. fp32: the model computes on the
+ * engine's gathered buffers and accumulates into its gradient buffers;
+ * bf16: each unit's parameters are cast into one of three bf16 unit buffers
+ * (unit 0, a block, the last unit), its backward writes a zeroed bf16
+ * buffer that is then added into the engine's fp32 gradients. The loss is
+ * computed on the device and read through the model's control buffer.
+ * Checkpoints are the CPU path's files: either resumes the other.
  */
 typedef struct zr_gpt_gpu {
     zr_gpt_cuda model;
     zr_device dev;
-    zr_stream *stream; /* owned; the model's kernels and every copy */
-    void *p[3], *g[3]; /* device, compute type: unit 0, a block, the last unit */
+    zr_stream *stream; /* owned; the model's kernels, the engine's and the collectives' start */
+    void *p[3], *g[3]; /* bf16: device unit buffers: unit 0, a block, the last unit */
     size_t numel[3];   /* elements of the slot's units */
-    float *stage;      /* bf16: device fp32 staging of one unit (largest) */
-    float *host;       /* bf16: pinned host fp32 of one unit, the gradients on their way */
 } zr_gpt_gpu;
 
 /* Device bytes zr_gpt_gpu_init allocates for this shape and type (activations, unit buffers). */
@@ -119,7 +116,10 @@ zr_status zr_gpt_gpu_init(zr_gpt_gpu *g, const zr_device *dev, const zr_gpt_conf
 /* Safe on a zeroed struct and after a failed init. */
 void zr_gpt_gpu_free(zr_gpt_gpu *g);
 
-/* zr_gpt_engine_micro and zr_gpt_engine_eval on the GPU: the same schedule and the same calls. */
+/*
+ * zr_gpt_engine_micro and zr_gpt_engine_eval on the GPU: the same schedule and
+ * the same calls; e must be an engine on g's GPU (ZR_ERR_INVALID otherwise).
+ */
 zr_status zr_gpt_engine_micro_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
                                   const int *targets, float *loss);
 zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs, const int *targets,

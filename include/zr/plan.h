@@ -32,7 +32,7 @@
 #include "zr/config.h"
 #include "zr/gpt_engine.h"
 
-#define ZR_PROBE_VERSION 1
+#define ZR_PROBE_VERSION 2
 #define ZR_PROBE_MAX_B   8 /* micro-batch sizes measured: 1, 2, 4, ... */
 
 /* Seconds of forward and backward of one micro-batch of b sequences, per unit kind. */
@@ -48,6 +48,8 @@ typedef struct zr_probe_compute {
 
 typedef struct zr_probe {
     int version;
+    int gpu;  /* 1: the figures are a GPU run's (zr.device), the memory the GPU's */
+    int bf16; /* a GPU's compute type: bf16 (bf16.enabled), else fp32 */
     int world, nodes, ranks_per_node; /* the allocation measured */
     int threads;                      /* BLAS threads per rank */
     /* the shape the compute figures belong to */
@@ -67,8 +69,10 @@ typedef struct zr_probe {
     double intra_lat, inter_lat; /* seconds per exchange (small messages) */
     /* fraction of a transfer that proceeds while its rank computes (posted, not yet waited) */
     double overlap;
-    double base_rss;     /* bytes a rank holds before the model and engine (program, MPI, BLAS) */
-    double mem_per_rank; /* the node's available memory / ranks per node (smallest node) */
+    double base_rss;     /* bytes a rank holds before the model and engine (program, MPI, BLAS);
+                            a GPU: 0 (the device holds nothing of zr's before the model) */
+    double mem_per_rank; /* the node's available memory / ranks per node (smallest node); a GPU:
+                            its free memory / the ranks sharing it (smallest) */
 } zr_probe;
 
 /*

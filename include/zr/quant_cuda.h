@@ -57,6 +57,14 @@ zr_status zr_bf16_cuda_from_f32(zr_bf16 *dst, const float *src, size_t n, zr_str
 zr_status zr_bf16_cuda_to_f32(float *dst, const zr_bf16 *src, size_t n, zr_stream *s);
 
 /*
+ * acc[i] = acc[i] + x[i] for n elements, x fp32 or bf16 (widened exactly):
+ * the CPU's `acc[i] += x[i]`, bit for bit. The ZeRO engine folds a reduced
+ * gradient into its shard with it, the GPU model its bf16 gradients into
+ * the engine's fp32 buffers.
+ */
+zr_status zr_quant_cuda_add(float *acc, const void *x, zr_dtype x_type, size_t n, zr_stream *s);
+
+/*
  * The rank-ordered sum of a reduce-scatter: out[i] = ((in_0[i] + in_1[i]) +
  * ... + in_{k-1}[i]) / div, in fp32, where in_j = in + j * stride elements of
  * in_type (fp32, or bf16 widened exactly) and the division is a true one

@@ -79,6 +79,9 @@ typedef struct zr_trainer {
     zr_device device; /* where the model computes (zr.device) */
     int on_gpu;
     zr_gpt_gpu gpu; /* on a GPU: the device model */
+    /* on a GPU: the predicted peak bytes of device memory per rank (model state, engine
+       buffers, activations), checked at start-up against the GPU's free memory */
+    size_t gpu_predicted;
     zr_gpt_specs specs;
     zr_engine engine;
     int engine_up;

@@ -138,7 +138,8 @@ zr_engine_config zr_engine_config_default(void);
 typedef struct zr_step_stats {
     double grad_norm;           /* before clipping; NaN/Inf if non-finite */
     int skipped;                /* 1 if the step was skipped (non-finite gradients) */
-    double t_comm;              /* seconds blocked waiting on communication (exposed comm) */
+    double t_comm;              /* exposed communication: seconds the host (a device engine:
+                                   the GPU's stream) sat waiting for collectives */
     double t_optim;             /* seconds in the optimizer step and parameter refresh */
     double t_total;             /* seconds from the first micro_begin to the end of the step */
     zr_traffic traffic;         /* this rank's bytes and calls during the step */
@@ -182,6 +183,7 @@ typedef struct zr_engine_observer {
 
 typedef struct zr_unit_state zr_unit_state;   /* private to the engine */
 typedef struct zr_engine_pool zr_engine_pool; /* private: reused transient buffers and ops */
+typedef struct zr_engine_gpu zr_engine_gpu;   /* private: a device engine's step scratch */
 
 typedef struct zr_engine {
     zr_comm *comm; /* not owned */
@@ -202,11 +204,28 @@ typedef struct zr_engine {
     zr_traffic traffic_begin;
     uint64_t zero3_inter;   /* the ZeRO-3 bf16 shadow count of this step */
     zr_engine_observer dry; /* dry runs: where events go; event == NULL: a real engine */
+    int on_device;          /* the state is in device memory (see "Where the state lives") */
+    zr_device device;       /* that GPU, or the CPU */
+    zr_engine_gpu *gpu;     /* owned; on_device only */
 } zr_engine;
 
 /*
  * Build the plan and allocate the engine's state for nunits units. Collective;
  * an invalid configuration fails on every rank with the same message.
+ *
+ * Where the state lives: where the communicator's data plane moves bytes
+ * (zr_comm_device at init). With the MPI transport, host memory, as always.
+ * With a device transport (zr_transport_nccl, zr_transport_staged), the
+ * memory of its GPU: parameters, gradients, optimizer shards, hpZ
+ * secondaries and the pool; the engine's own work (zeroing, folding reduced
+ * gradients, the gradient norm, AdamW, refreshes) runs as kernels queued on
+ * the stream the communicator follows, which must then be set
+ * (zr_comm_device_follow) and be the caller's compute stream: fetch and
+ * grads hand out device pointers, valid for work queued on that stream, and
+ * the collectives start after what the caller queued there. The host waits
+ * for the device once per step (the gradient norm) and where it reads
+ * (zr_engine_get_params, zr_engine_optim_read). Results are the host
+ * engine's bits, except the gradient norm's order of addition.
  */
 zr_status zr_engine_init(zr_engine *e, zr_comm *comm, const zr_engine_config *cfg, int nunits,
                          const zr_unit_spec *units);
@@ -287,14 +306,25 @@ size_t zr_engine_padded(const zr_engine *e, int u); /* padded elements of unit u
 size_t zr_engine_shard(const zr_engine *e, int u);  /* elements of one shard of unit u */
 
 /*
- * This rank's optimizer shard of unit u (fp32 master, Adam m, v; shard
- * elements each, the slice [r*S, (r+1)*S) of the padded unit), for
- * checkpoints. With a replicated optimizer the slice is cut from the full
- * state, so checkpoints look the same at every stage.
+ * This rank's optimizer shard of unit u (the slice [r*S, (r+1)*S) of the
+ * padded unit, S = zr_engine_shard) of one of the three optimizer arrays,
+ * for checkpoints: elements [offset, offset + count) of the slice copied to
+ * or from host memory, wherever the engine keeps its state (a device
+ * engine's copies are complete when the call returns). With a replicated
+ * optimizer the slice is cut from the full state, so checkpoints look the
+ * same at every stage.
  */
-zr_status zr_engine_optim_shard(zr_engine *e, int u, float **master, float **m, float **v);
+typedef enum zr_optim_array {
+    ZR_OPTIM_MASTER = 0, /* fp32 master weights */
+    ZR_OPTIM_M = 1,      /* Adam's first moment */
+    ZR_OPTIM_V = 2,      /* Adam's second moment */
+} zr_optim_array;
+zr_status zr_engine_optim_read(zr_engine *e, int u, zr_optim_array which, size_t offset,
+                               size_t count, float *host);
+zr_status zr_engine_optim_write(zr_engine *e, int u, zr_optim_array which, size_t offset,
+                                size_t count, const float *host);
 
-/* After writing optimizer shards directly (checkpoint load): rebuild working params. Collective. */
+/* After writing optimizer shards (checkpoint load): rebuild working params. Collective. */
 zr_status zr_engine_sync_from_shards(zr_engine *e);
 
 #endif /* ZR_ZERO_H */

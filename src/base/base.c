@@ -364,6 +364,11 @@ size_t zr_mem_device_peak(void)
     return mem_device_peak;
 }
 
+void zr_mem_device_peak_reset(void)
+{
+    mem_device_peak = mem_device_current;
+}
+
 size_t zr_mem_current(void)
 {
     return mem_current;

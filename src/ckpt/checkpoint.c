@@ -31,6 +31,9 @@
 #include <time.h>
 
 #define RANK_MAGIC "ZRCKRANK"
+/* Elements of optimizer state moved between the engine and a file at once (1 MiB): the
+   engine's state may be device memory, so it goes through a host buffer of this size */
+#define CHUNK ((size_t)1 << 18)
 
 typedef struct rank_header {
     char magic[8];
@@ -131,16 +134,20 @@ static zr_status write_rank_file(zr_engine *e, const char *dir, int rank, int64_
     h.step = step;
     uint32_t crc = zr_crc32c(0, &h, sizeof h);
     uint64_t bytes = sizeof h;
+    float *chunk = NULL;
     zr_status st;
+    ZR_ALLOC_GOTO(chunk, CHUNK, st, done);
     ZR_CHECK_GOTO(zr_file_tmp_write(&t, &h, sizeof h), st, done);
     for (int u = 0; u < e->nunits; u++) {
-        float *arr[3];
-        ZR_CHECK_GOTO(zr_engine_optim_shard(e, u, &arr[0], &arr[1], &arr[2]), st, done);
-        size_t n = zr_engine_shard(e, u) * sizeof(float);
+        size_t S = zr_engine_shard(e, u);
         for (int k = 0; k < 3; k++) {
-            ZR_CHECK_GOTO(zr_file_tmp_write(&t, arr[k], n), st, done);
-            crc = zr_crc32c(crc, arr[k], n);
-            bytes += n;
+            for (size_t a = 0; a < S; a += CHUNK) {
+                size_t n = S - a < CHUNK ? S - a : CHUNK;
+                ZR_CHECK_GOTO(zr_engine_optim_read(e, u, (zr_optim_array)k, a, n, chunk), st, done);
+                ZR_CHECK_GOTO(zr_file_tmp_write(&t, chunk, n * sizeof(float)), st, done);
+                crc = zr_crc32c(crc, chunk, n * sizeof(float));
+                bytes += n * sizeof(float);
+            }
         }
     }
     ZR_CHECK_GOTO(zr_file_tmp_write(&t, &crc, sizeof crc), st, done);
@@ -149,6 +156,7 @@ static zr_status write_rank_file(zr_engine *e, const char *dir, int rank, int64_
         zr_ckpt_fault_point(ZR_CKPT_FAULT_RANK_TMP, step, rank);
     }
 done:
+    zr_free(chunk);
     ZR_CHECK(zr_file_tmp_commit(&t, st)); /* removes the temporary file when st is an error */
     *crc_out = crc;
     *bytes_out = bytes;
@@ -512,6 +520,7 @@ static zr_status load_local(zr_engine *e, const char *path, zr_ckpt_meta *meta)
     reader rd;
     ZR_CHECK(reader_open(&rd, path));
     zr_status st = ZR_OK;
+    float *chunk = NULL;
     if (rd.m.nunits != e->nunits) {
         ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID, "checkpoint %s has %d units, this model has %d",
                      path, rd.m.nunits, e->nunits);
@@ -530,16 +539,21 @@ static zr_status load_local(zr_engine *e, const char *path, zr_ckpt_meta *meta)
                      path, (long long)rd.m.meta.optim_steps, INT_MAX);
     }
     int R = e->comm->rank[ZR_GROUP_WORLD];
+    ZR_ALLOC_GOTO(chunk, CHUNK, st, done);
     for (int u = 0; u < e->nunits; u++) {
-        float *arr[3];
-        ZR_CHECK_GOTO(zr_engine_optim_shard(e, u, &arr[0], &arr[1], &arr[2]), st, done);
         size_t S = zr_engine_shard(e, u), lo = (size_t)R * S;
         for (int k = 0; k < 3; k++) {
-            ZR_CHECK_GOTO(reader_range(&rd, u, k, lo, lo + S, arr[k]), st, done);
+            for (size_t a = 0; a < S; a += CHUNK) {
+                size_t n = S - a < CHUNK ? S - a : CHUNK;
+                ZR_CHECK_GOTO(reader_range(&rd, u, k, lo + a, lo + a + n, chunk), st, done);
+                ZR_CHECK_GOTO(zr_engine_optim_write(e, u, (zr_optim_array)k, a, n, chunk), st,
+                              done);
+            }
         }
     }
     *meta = rd.m.meta;
 done:
+    zr_free(chunk);
     reader_close(&rd);
     return st;
 }

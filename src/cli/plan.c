@@ -127,12 +127,16 @@ static zr_status probe_measure(zr_comm *c, const zr_train_config *cfg, int vocab
     if (st == ZR_OK && rank == 0) {
         st = zr_probe_write(out, &p);
         if (st == ZR_OK) {
-            printf("zr probe: %d nodes x %d ranks, %.1f s: block fwd %.2f bwd %.2f ms at "
+            printf("zr probe: %d nodes x %d ranks on %s, %.1f s: block fwd %.2f bwd %.2f ms at "
                    "micro-batch %d; inter-node %.1f MB/s per rank (latency %.0f us), "
                    "intra-node %.1f MB/s (%.0f us), overlap %.2f; wrote %s%s\n",
-                   p.nodes, p.ranks_per_node, zr_now() - t0, 1e3 * p.compute[0].fwd_block,
-                   1e3 * p.compute[0].bwd_block, p.compute[0].batch, p.inter_bw / 1e6,
-                   1e6 * p.inter_lat, p.intra_bw / 1e6, 1e6 * p.intra_lat, p.overlap, out,
+                   p.nodes, p.ranks_per_node,
+                   !p.gpu   ? "the CPU"
+                   : p.bf16 ? "GPUs (bf16 compute)"
+                            : "GPUs (fp32 compute)",
+                   zr_now() - t0, 1e3 * p.compute[0].fwd_block, 1e3 * p.compute[0].bwd_block,
+                   p.compute[0].batch, p.inter_bw / 1e6, 1e6 * p.inter_lat, p.intra_bw / 1e6,
+                   1e6 * p.intra_lat, p.overlap, out,
                    replaces ? " (it replaced the file that was there)" : "");
         }
     }

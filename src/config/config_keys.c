@@ -260,6 +260,11 @@ const cfg_key zr_config_keys[] = {
            "where the model computes: \"cuda\" one GPU per rank (by node-local rank; fails at once "
            "without one), \"cpu\" the host, \"auto\" the GPUs when every rank sees one, else the "
            "CPU; a resume may change it (checkpoints are the same on both)"),
+    ENUMFP("zr.transport", transport, "auto", "auto|nccl|staged", "transport", ZR_RESUME_CHANGE,
+           "on GPUs, how the collectives move device memory: \"nccl\" NCCL (one GPU per rank), "
+           "\"staged\" through pinned host memory and MPI (any placement, ranks sharing a GPU), "
+           "\"auto\" NCCL when every rank has a GPU of its own and zr was built with NCCL, else "
+           "staged; no effect on the CPU"),
 };
 /* clang-format on */
 

@@ -207,10 +207,23 @@ zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const 
     return micro(&r, e, inputs, targets, loss);
 }
 
+/* The GPU model computes on the engine's buffers: they must be on its GPU. */
+static zr_status check_engine_on(const zr_gpt_gpu *g, const zr_engine *e)
+{
+    if (!e->on_device || e->device.ordinal != g->dev.ordinal) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the GPT on %s needs a ZeRO engine on the same GPU (a device transport following "
+                "the model's stream), not one in %s memory",
+                g->dev.name, e->on_device ? e->device.name : "host");
+    }
+    return ZR_OK;
+}
+
 zr_status zr_gpt_engine_micro_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
                                   const int *targets, float *loss)
 {
     ZR_ASSERT(g != NULL);
+    ZR_CHECK(check_engine_on(g, e));
     runner r = {NULL, g};
     return micro(&r, e, inputs, targets, loss);
 }
@@ -249,6 +262,7 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
 zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs, const int *targets,
                                  float *loss)
 {
+    ZR_CHECK(check_engine_on(g, e));
     runner r = {NULL, g};
     return eval(&r, e, inputs, targets, loss);
 }

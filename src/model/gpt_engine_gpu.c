@@ -1,17 +1,19 @@
 /*
- * gpt_engine_gpu.c - the GPT on a GPU driven by the ZeRO engine
- * (zr/gpt_engine.h, "the GPT on a GPU"): the device model's calls with each
- * unit's host buffers staged through three device unit buffers.
+ * gpt_engine_gpu.c - the GPT on a GPU driven by a ZeRO engine whose state is
+ * on the same GPU (zr/gpt_engine.h, "the GPT on a GPU"): the engine hands
+ * out device pointers to fp32 gathered parameters and gradient buffers, and
+ * every kernel, the model's and the engine's, is queued on one stream, the
+ * one the communicator follows, so the collectives start after the kernels
+ * that wrote their inputs and before anything that overwrites them.
  *
- * Why three: the schedule holds at most unit 0, one block and the last unit
- * at once (the tied LM head reads unit 0 while the last unit runs). Every
- * copy, conversion and kernel is queued on one stream, so a unit buffer (or
- * the fp32 staging buffer) refilled for the next unit is ordered after the
- * kernels of the previous one. Host to device copies read the engine's
- * buffers before the call returns (pageable memory is staged by CUDA), so
- * the engine may release and reuse them at once; the gradients come back
- * before zr_gpt_gpu_backward_unit returns, because the engine reduces them
- * right after.
+ * fp32 compute: the model reads the engine's buffers and accumulates into its
+ * gradient buffers directly; nothing is copied. bf16 compute: each unit's
+ * parameters are cast into one of three bf16 unit buffers (unit 0, a block,
+ * the last unit: the schedule holds at most those at once, the tied LM head
+ * reading unit 0 while the last unit runs), its backward writes a zeroed
+ * bf16 gradient buffer, and that is added into the engine's fp32 buffer
+ * (zr_quant_cuda_add: the fp32 sum the host would do). Nothing here waits
+ * for the device: the engine does, once per step, and at the loss.
  */
 #include "gpt_gpu_impl.h"
 
@@ -38,23 +40,21 @@ static size_t slot_numel(const zr_gpt_config *cfg, size_t n[3])
 size_t zr_gpt_gpu_device_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type)
 {
     size_t n[3];
-    size_t big = slot_numel(cfg, n), es = zr_dtype_size(type);
-    return zr_gpt_cuda_activation_bytes(cfg, B, T, type) + 2 * (n[0] + n[1] + n[2]) * es +
-           (type == ZR_DTYPE_F32 ? 0 : big * sizeof(float));
+    slot_numel(cfg, n);
+    size_t act = zr_gpt_cuda_activation_bytes(cfg, B, T, type);
+    return type == ZR_DTYPE_F32 ? act : act + 2 * (n[0] + n[1] + n[2]) * zr_dtype_size(type);
 }
 
-static zr_status alloc_buffers(zr_gpt_gpu *g, zr_dtype type, size_t big)
+/* bf16: the unit buffers (fp32 computes on the engine's buffers) */
+static zr_status alloc_buffers(zr_gpt_gpu *g, zr_dtype type)
 {
+    if (type == ZR_DTYPE_F32) {
+        return ZR_OK;
+    }
     size_t es = zr_dtype_size(type);
     for (int i = 0; i < 3; i++) {
         ZR_CHECK(zr_device_alloc_at(&g->dev, &g->p[i], g->numel[i] * es, __FILE__, __LINE__));
         ZR_CHECK(zr_device_alloc_at(&g->dev, &g->g[i], g->numel[i] * es, __FILE__, __LINE__));
-    }
-    if (type != ZR_DTYPE_F32) {
-        ZR_CHECK(zr_device_alloc_at(&g->dev, (void **)&g->stage, big * sizeof(float), __FILE__,
-                                    __LINE__));
-        ZR_CHECK(zr_host_alloc_pinned_at(&g->dev, (void **)&g->host, big * sizeof(float), __FILE__,
-                                         __LINE__));
     }
     return ZR_OK;
 }
@@ -68,8 +68,8 @@ zr_status zr_gpt_gpu_init(zr_gpt_gpu *g, const zr_device *dev, const zr_gpt_conf
     }
     g->dev = *dev;
     ZR_CHECK(zr_stream_create(&g->dev, &g->stream));
-    size_t big = slot_numel(cfg, g->numel);
-    zr_status st = alloc_buffers(g, type, big);
+    slot_numel(cfg, g->numel);
+    zr_status st = alloc_buffers(g, type);
     if (st == ZR_OK) {
         st = zr_gpt_cuda_init(&g->model, cfg, B, T, type, g->stream);
     }
@@ -90,8 +90,6 @@ void zr_gpt_gpu_free(zr_gpt_gpu *g)
         zr_device_free(&g->dev, g->p[i]);
         zr_device_free(&g->dev, g->g[i]);
     }
-    zr_device_free(&g->dev, g->stage);
-    zr_host_free_pinned(&g->dev, g->host);
     zr_stream_destroy(g->stream);
     memset(g, 0, sizeof *g);
 }
@@ -106,56 +104,54 @@ zr_status zr_gpt_gpu_forward_begin(zr_gpt_gpu *g, const int *inputs, const int *
     return zr_gpt_cuda_forward_begin(&g->model, inputs, targets);
 }
 
-/* Unit u's fp32 host parameters src into device buffer dst of the compute type (queued). */
-static zr_status put(zr_gpt_gpu *g, int u, void *dst, const float *src)
+/*
+ * The parameters unit u computes with: the engine's fp32 buffer src itself,
+ * or (bf16) its cast into unit buffer slot, queued.
+ */
+static zr_status params_in(zr_gpt_gpu *g, int u, int slot, const float *src, const void **out)
 {
-    size_t n = zr_gpt_config_unit_numel(&g->model.cfg, u);
-    ZR_ASSERT(n <= g->numel[slot_of(g, u)]);
     if (is_f32(g)) {
-        return zr_memcpy_async(dst, src, n * sizeof(float), g->stream);
+        *out = src;
+        return ZR_OK;
     }
-    ZR_CHECK(zr_memcpy_async(g->stage, src, n * sizeof(float), g->stream));
-    return zr_bf16_cuda_from_f32((zr_bf16 *)dst, g->stage, n, g->stream);
+    size_t n = zr_gpt_config_unit_numel(&g->model.cfg, u);
+    ZR_ASSERT(n <= g->numel[slot]);
+    *out = g->p[slot];
+    return zr_bf16_cuda_from_f32((zr_bf16 *)g->p[slot], src, n, g->stream);
 }
 
-/* Gradient buffer src (compute type) of unit u, written by its backward, into the host's dst. */
-static zr_status take(zr_gpt_gpu *g, int u, float *dst, const void *src)
+/* Where unit u's backward accumulates: the engine's buffer dst, or (bf16) a zeroed unit buffer. */
+static zr_status grads_in(zr_gpt_gpu *g, int u, int slot, float *dst, void **out)
 {
-    size_t n = zr_gpt_config_unit_numel(&g->model.cfg, u);
     if (is_f32(g)) {
-        /* the backward accumulated into the host's values copied in: they replace dst */
-        ZR_CHECK(zr_memcpy_async(dst, src, n * sizeof(float), g->stream));
-        return zr_stream_sync(g->stream);
+        *out = dst;
+        return ZR_OK;
     }
-    /* bf16: the backward's contribution alone, added in fp32 */
-    ZR_CHECK(zr_bf16_cuda_to_f32(g->stage, (const zr_bf16 *)src, n, g->stream));
-    ZR_CHECK(zr_memcpy_async(g->host, g->stage, n * sizeof(float), g->stream));
-    ZR_CHECK(zr_stream_sync(g->stream));
-    for (size_t i = 0; i < n; i++) {
-        dst[i] += g->host[i];
-    }
-    return ZR_OK;
+    *out = g->g[slot];
+    return zr_memset_async(g->g[slot], 0,
+                           zr_gpt_config_unit_numel(&g->model.cfg, u) * sizeof(zr_bf16), g->stream);
 }
 
-/* The device gradient buffer of unit u before its backward: the host's values, or zeros. */
-static zr_status grads_in(zr_gpt_gpu *g, int u, void *dst, const float *src)
+/* bf16: the backward's contribution in unit buffer slot, added to the engine's dst in fp32. */
+static zr_status grads_out(zr_gpt_gpu *g, int u, int slot, float *dst)
 {
     if (is_f32(g)) {
-        return put(g, u, dst, src);
+        return ZR_OK;
     }
-    return zr_memset_async(dst, 0, zr_gpt_config_unit_numel(&g->model.cfg, u) * sizeof(zr_bf16),
-                           g->stream);
+    return zr_quant_cuda_add(dst, g->g[slot], ZR_DTYPE_BF16,
+                             zr_gpt_config_unit_numel(&g->model.cfg, u), g->stream);
 }
 
 zr_status zr_gpt_gpu_forward_unit(zr_gpt_gpu *g, int u, const float *params,
                                   const float *unit0_params)
 {
     int k = slot_of(g, u), last = k == 2;
-    ZR_CHECK(put(g, u, g->p[k], params));
+    const void *p = NULL, *p0 = NULL;
+    ZR_CHECK(params_in(g, u, k, params, &p));
     if (last) {
-        ZR_CHECK(put(g, 0, g->p[0], unit0_params));
+        ZR_CHECK(params_in(g, 0, 0, unit0_params, &p0));
     }
-    return zr_gpt_cuda_forward_unit(&g->model, u, g->p[k], last ? g->p[0] : NULL);
+    return zr_gpt_cuda_forward_unit(&g->model, u, p, p0);
 }
 
 zr_status zr_gpt_gpu_loss(zr_gpt_gpu *g, float *loss)
@@ -172,16 +168,17 @@ zr_status zr_gpt_gpu_backward_unit(zr_gpt_gpu *g, int u, const float *params,
                                    const float *unit0_params, float *grads, float *unit0_grads)
 {
     int k = slot_of(g, u), last = k == 2;
+    const void *p = NULL, *p0 = NULL;
+    void *d = NULL, *d0 = NULL;
     if (params != NULL) {
-        ZR_CHECK(put(g, u, g->p[k], params));
+        ZR_CHECK(params_in(g, u, k, params, &p));
     }
-    ZR_CHECK(grads_in(g, u, g->g[k], grads));
+    ZR_CHECK(grads_in(g, u, k, grads, &d));
     if (last) {
-        ZR_CHECK(put(g, 0, g->p[0], unit0_params));
-        ZR_CHECK(grads_in(g, 0, g->g[0], unit0_grads));
+        ZR_CHECK(params_in(g, 0, 0, unit0_params, &p0));
+        ZR_CHECK(grads_in(g, 0, 0, unit0_grads, &d0));
     }
-    ZR_CHECK(zr_gpt_cuda_backward_unit(&g->model, u, params != NULL ? g->p[k] : NULL,
-                                       last ? g->p[0] : NULL, g->g[k], last ? g->g[0] : NULL));
-    ZR_CHECK(take(g, u, grads, g->g[k]));
-    return last ? take(g, 0, unit0_grads, g->g[0]) : ZR_OK;
+    ZR_CHECK(zr_gpt_cuda_backward_unit(&g->model, u, p, p0, d, d0));
+    ZR_CHECK(grads_out(g, u, k, grads));
+    return last ? grads_out(g, 0, 0, unit0_grads) : ZR_OK;
 }

@@ -1,7 +1,7 @@
 /*
  * gpt_gpu_impl.h - what gpt_engine.c's schedule calls to run a unit on the
- * GPU (gpt_engine_gpu.c): the device model's calls with each unit's host
- * buffers staged through the device unit buffers of a zr_gpt_gpu.
+ * GPU (gpt_engine_gpu.c): the device model's calls on the engine's device
+ * buffers (bf16: through the unit buffers of a zr_gpt_gpu).
  */
 #ifndef ZR_GPT_GPU_IMPL_H
 #define ZR_GPT_GPU_IMPL_H
@@ -9,16 +9,16 @@
 #include "zr/gpt_engine.h"
 
 zr_status zr_gpt_gpu_forward_begin(zr_gpt_gpu *g, const int *inputs, const int *targets);
-/* Copies params (and unit 0's for the last unit) in, then queues unit u's forward. */
+/* Queues unit u's forward on params (and unit 0's for the last unit): engine device buffers. */
 zr_status zr_gpt_gpu_forward_unit(zr_gpt_gpu *g, int u, const float *params,
                                   const float *unit0_params);
 /* The mean loss of the last forward (waits for the control buffer). */
 zr_status zr_gpt_gpu_loss(zr_gpt_gpu *g, float *loss);
 zr_status zr_gpt_gpu_backward_begin(zr_gpt_gpu *g);
 /*
- * Copies params and the gradients in, queues unit u's backward, copies the
- * gradients back into grads (and unit0_grads) and waits for them: on return
- * the host buffers hold the accumulated gradients, as after the CPU model's call.
+ * Queues unit u's backward, accumulating into the engine's device buffers
+ * grads (and unit0_grads): once the work queued on the stream so far has
+ * run, they hold the accumulated gradients, as after the CPU model's call.
  */
 zr_status zr_gpt_gpu_backward_unit(zr_gpt_gpu *g, int u, const float *params,
                                    const float *unit0_params, float *grads, float *unit0_grads);

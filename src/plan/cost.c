@@ -30,6 +30,15 @@
  * when its rank waits is exposed. Transfers complete in the order they were
  * posted (one link per rank), so a wait also exposes what was posted before
  * it.
+ *
+ * A GPU probe (zr.device): the same schedule priced with the GPU's figures,
+ * with one difference. A collective's conversions and (de)quantization are
+ * kernels on its own codec stream, between its hops, not work of the
+ * stream that computes: they lengthen the transfer (and hide behind
+ * computation with it) instead of adding to the step. The engine's own
+ * work (zeroing, folding, the hpZ cut, the optimizer) is on the computing
+ * stream, as on the CPU. Memory is the GPU's: the device model's bytes in
+ * place of the CPU's activations, against the GPU's free memory.
  */
 #include "zr/plan.h"
 
@@ -86,8 +95,12 @@ static void post(sim *s, const void *op, const zr_coll_cost *k)
     row->bytes_inter += k->inter[0] + k->inter[1];
     double t = level_time(s, (double)k->intra[0], (double)k->inter[0]) +
                level_time(s, (double)k->intra[1], (double)k->inter[1]);
+    if (s->p != NULL && s->p->gpu) {
+        t += coll_codec(s, k); /* on the op's codec stream, between its hops */
+    } else {
+        s->out->t_codec += coll_codec(s, k);
+    }
     s->out->t_comm += t;
-    s->out->t_codec += coll_codec(s, k);
     ZR_ASSERT(s->npend < s->maxpend);
     s->pend[s->npend++] = (pending){op, t};
 }
@@ -342,6 +355,13 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     out->tokens_per_s = out->t_step > 0 ? tokens / out->t_step : 0;
     ZR_CHECK(zr_gpt_engine_predict(&m, ch->micro_batch, c.seq_len, c.activation_checkpointing,
                                    &ecfg, &layout, &out->mem));
+    if (probe != NULL && probe->gpu) {
+        /* the device model in place of the CPU's activations (the trainer's GPU check) */
+        size_t dev = zr_gpt_gpu_device_bytes(&m, ch->micro_batch, c.seq_len,
+                                             probe->bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32);
+        out->mem.total = out->mem.total - out->mem.activations + dev;
+        out->mem.activations = dev;
+    }
     /* the dry engine's pool peak, exact, in place of the engine's general bound */
     out->mem.total = out->mem.total - out->mem.pool + pool_peak;
     out->mem.pool = pool_peak;

@@ -124,6 +124,24 @@ static void explain(zr_plan_result *r, int W)
     (void)W;
 }
 
+/* The probe's figures are one device's: the run must compute where they were measured. */
+static zr_status check_device(const zr_train_config *cfg, const zr_probe *probe)
+{
+    int cpu = strcmp(cfg->device, "cpu") == 0, cuda = strcmp(cfg->device, "cuda") == 0;
+    if ((probe->gpu && cpu) || (!probe->gpu && cuda)) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the probe measured %s, but zr.device is %s: probe again with the run's zr.device",
+                probe->gpu ? "GPUs" : "the CPU", cfg->device);
+    }
+    if (probe->gpu && probe->bf16 != (cfg->bf16_enabled != 0)) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the probe measured %s compute on the GPUs, but bf16.enabled is %s: probe again "
+                "with the run's bf16.enabled",
+                probe->bf16 ? "bf16" : "fp32", cfg->bf16_enabled ? "true" : "false");
+    }
+    return ZR_OK;
+}
+
 zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
                       double mem_limit, zr_plan_result *out)
 {
@@ -135,6 +153,7 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
                 "engine can run",
                 N, D, probe->world);
     }
+    ZR_CHECK(check_device(cfg, probe));
     long long G = cfg->train_batch_size;
     if (G < 1 || G % W != 0) {
         ZR_FAIL(ZR_ERR_INVALID,

@@ -18,13 +18,20 @@
  *   memory     this rank's resident bytes before any model state (program,
  *              MPI, BLAS, communicator), and the node's available memory
  *
+ * On GPUs (zr.device cuda, or auto where every rank has one, decided as the
+ * trainer decides it) the probe measures what a GPU run spends: the compute
+ * and per-element figures on each rank's GPU (probe_gpu.c), the transport
+ * through the device transport zr.transport picks (NCCL or staged) on
+ * device buffers, the overlap of a transfer with kernels queued on the GPU,
+ * and the GPU's free memory per rank in place of the node's.
+ *
  * Compute figures are means over a window of repetitions, transfers the
  * median of a few; each is then the slowest rank's (max over ranks), so every
  * rank returns the same probe.
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "zr/plan.h"
+#include "probe_impl.h"
 
 #include "zr/optim.h"
 #include "zr/quant.h"
@@ -291,7 +298,7 @@ static zr_status time_exchange(zr_comm *c, zr_group g, size_t bytes, int reps, c
  * is f * t_c, so t_total = t_c + (t_x - f * t_c).
  */
 static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, char *sbuf,
-                              char *rbuf, float *work, size_t nwork, double *f)
+                              char *rbuf, float *work, size_t nwork, zr_probe_busy *gpu, double *f)
 {
     double est[3];
     for (int r = 0; r < 3; r++) {
@@ -299,14 +306,23 @@ static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, 
         double t0 = zr_now();
         zr_request req = ZR_REQUEST_INIT;
         ZR_CHECK(zr_comm_ialltoall(c, g, ZR_KIND_ALLTOALL, sbuf, bytes, rbuf, &req));
-        volatile double sink = 0;
-        double t_c0 = zr_now();
-        while (zr_now() - t_c0 < 0.5 * t_x) {
-            sink += zr_sumsq(work, nwork);
+        double t_c = 0;
+        if (gpu != NULL) {
+            /* kernels queued on the GPU while the host drives the transfer in its wait */
+            ZR_CHECK(zr_probe_gpu_busy(gpu, 0.5 * t_x));
+            ZR_CHECK(zr_comm_wait(c, &req));
+            ZR_CHECK(zr_stream_sync(gpu->s));
+            t_c = (double)(int)(0.5 * t_x / fmax(gpu->t_kernel, 1e-9) + 1) * gpu->t_kernel;
+        } else {
+            volatile double sink = 0;
+            double t_c0 = zr_now();
+            while (zr_now() - t_c0 < 0.5 * t_x) {
+                sink += zr_sumsq(work, nwork);
+            }
+            (void)sink;
+            t_c = zr_now() - t_c0;
+            ZR_CHECK(zr_comm_wait(c, &req));
         }
-        (void)sink;
-        double t_c = zr_now() - t_c0;
-        ZR_CHECK(zr_comm_wait(c, &req));
         double total = zr_now() - t0;
         double moved = t_x - (total - t_c);
         est[r] = fmin(1.0, fmax(0.0, moved / t_c));
@@ -323,7 +339,8 @@ static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, 
  * transfers moved 108 (bench/cluster/README.md), and a much smaller message
  * measures latency instead.
  */
-static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel)
+static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel, const zr_device *dev,
+                                 zr_stream *s)
 {
     int D = c->size[ZR_GROUP_NODE], N = c->size[ZR_GROUP_CROSS];
     size_t big = block_numel * 2 / (size_t)c->size[ZR_GROUP_WORLD];
@@ -334,12 +351,18 @@ static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel)
     char *sbuf = NULL, *rbuf = NULL;
     float *work = NULL;
     size_t nwork = (size_t)1 << 18;
-    zr_status st = ZR_ALLOC_STATUS(sbuf, big * peers);
+    zr_probe_busy busy, *gpu = s != NULL ? &busy : NULL;
+    memset(&busy, 0, sizeof busy);
+    /* the transport's memory: the GPU's on a device transport */
+    zr_status st = zr_device_alloc_at(dev, (void **)&sbuf, big * peers, __FILE__, __LINE__);
     if (st == ZR_OK) {
-        st = ZR_ALLOC_STATUS(rbuf, big * peers);
+        st = zr_device_alloc_at(dev, (void **)&rbuf, big * peers, __FILE__, __LINE__);
     }
     if (st == ZR_OK) {
         st = ZR_ALLOC_STATUS(work, nwork);
+    }
+    if (st == ZR_OK && gpu != NULL) {
+        st = zr_probe_gpu_busy_init(s, gpu);
     }
     st = zr_comm_agree(c, st);
     double v[5] = {0, 0, 0, 0, 0}; /* intra t, intra lat, inter t, inter lat, overlap */
@@ -360,14 +383,15 @@ static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel)
     }
     if (st == ZR_OK && (N > 1 || D > 1)) {
         zr_group g = N > 1 ? ZR_GROUP_CROSS : ZR_GROUP_NODE;
-        st = time_overlap(c, g, big, N > 1 ? v[2] : v[0], sbuf, rbuf, work, nwork, &v[4]);
+        st = time_overlap(c, g, big, N > 1 ? v[2] : v[0], sbuf, rbuf, work, nwork, gpu, &v[4]);
         if (st == ZR_OK) {
             v[4] = -v[4]; /* the smallest fraction over ranks */
             st = max_over(c, &v[4], 1, 1e9);
             v[4] = -v[4];
         }
     }
-    zr_free(sbuf), zr_free(rbuf), zr_free(work);
+    zr_device_free(dev, sbuf), zr_device_free(dev, rbuf), zr_free(work);
+    zr_probe_gpu_busy_free(&busy);
     ZR_CHECK(st);
     p->intra_bw = D > 1 ? (double)big * (D - 1) / fmax(v[0] - v[1], 1e-9) : 0;
     p->intra_lat = v[1];
@@ -398,6 +422,107 @@ static double proc_kb(const char *path, const char *key)
     return v * 1024.0;
 }
 
+/*
+ * Where the probe measures, decided as the trainer decides zr.device: the
+ * CPU, or every rank's GPU (by node-local rank) with c's data plane a device
+ * transport (zr.transport) following a stream of the probe's own.
+ */
+static zr_status pick_device(zr_comm *c, const zr_train_config *cfg, zr_device *dev, zr_stream **s)
+{
+    *dev = zr_device_cpu();
+    *s = NULL;
+    if (strcmp(cfg->device, "cpu") == 0) {
+        return ZR_OK;
+    }
+    char why[512] = "";
+    int has = 0, all = 0;
+    ZR_CHECK(zr_comm_gpus_everywhere(c, &has, &all, why, sizeof why));
+    if (!all) {
+        zr_status st = ZR_OK;
+        if (strcmp(cfg->device, "cuda") == 0 && !has) {
+            st = zr_error_at(ZR_ERR_DEVICE, __FILE__, __LINE__,
+                             "zr.device cuda (--device cuda): %s; use --device cpu, or --device "
+                             "auto to take the GPUs only where every rank has one",
+                             why);
+        }
+        return zr_comm_agree(c, st); /* auto: the CPU */
+    }
+    zr_status st = zr_device_open_for_rank(c->rank[ZR_GROUP_NODE], c->size[ZR_GROUP_NODE], dev);
+    if (st == ZR_OK) {
+        st = zr_stream_create(dev, s);
+    }
+    ZR_CHECK(zr_comm_agree(c, st));
+    int nccl = 0, shared = 0;
+    return zr_comm_use_device(c, dev, *s, cfg->transport, &nccl, &shared);
+}
+
+/* The GPU's free memory per rank sharing it (the smallest over ranks), as mem_per_rank. */
+static zr_status gpu_memory(zr_comm *c, const zr_device *dev, zr_probe *out)
+{
+    size_t free_b = 0, total_b = 0;
+    int count = 0;
+    zr_status st = zr_device_mem_info(dev, &free_b, &total_b);
+    if (st == ZR_OK) {
+        st = zr_device_cuda_count(&count);
+    }
+    ZR_CHECK(zr_comm_agree(c, st));
+    int per_node = c->size[ZR_GROUP_NODE];
+    int sharing = count > 0 && per_node > count ? (per_node + count - 1) / count : 1;
+    double mem = -(double)free_b / sharing;
+    ZR_CHECK(max_over(c, &mem, 1, 1.0));
+    out->mem_per_rank = -mem;
+    out->base_rss = 0; /* the device holds nothing of zr's before the model */
+    return ZR_OK;
+}
+
+/* The compute figures at micro-batch b, on the CPU or the GPU. */
+static zr_status probe_compute_at(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
+                                  zr_stream *s, int b, zr_probe_compute *out, size_t *block_numel)
+{
+    if (s == NULL) {
+        return probe_compute(c, g, cfg->seq_len, cfg->activation_checkpointing, b, out,
+                             block_numel);
+    }
+    *block_numel = zr_gpt_config_unit_numel(g, 1);
+    ZR_CHECK(zr_probe_gpu_compute(c, g, cfg->seq_len, b,
+                                  cfg->bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32, s, out));
+    return slowest(c, &out->fwd_embed, 6);
+}
+
+static zr_status probe_all(zr_comm *c, const zr_train_config *cfg, int vocab, int max_b,
+                           const zr_device *dev, zr_stream *s, zr_probe *out)
+{
+    out->gpu = s != NULL;
+    out->bf16 = out->gpu && cfg->bf16_enabled;
+    if (out->gpu) {
+        ZR_CHECK(gpu_memory(c, dev, out));
+    }
+    zr_gpt_set_threads(cfg->threads);
+    zr_gpt_config g = {cfg->max_seq_len, vocab, out->padded_vocab, 1, cfg->heads, cfg->channels};
+    ZR_CHECK(zr_gpt_config_check(&g));
+    size_t block_numel = 0;
+    for (int b = 1; b <= max_b && out->ncompute < ZR_PROBE_MAX_B; b *= 2) {
+        ZR_CHECK(probe_compute_at(c, cfg, &g, s, b, &out->compute[out->ncompute], &block_numel));
+        out->ncompute++;
+        if (b < max_b && b * 2 > max_b && out->ncompute < ZR_PROBE_MAX_B) {
+            ZR_CHECK(
+                probe_compute_at(c, cfg, &g, s, max_b, &out->compute[out->ncompute], &block_numel));
+            out->ncompute++;
+        }
+    }
+    if (s != NULL) {
+        double v[9];
+        ZR_CHECK(zr_probe_gpu_kernels(c, s, v));
+        ZR_CHECK(slowest(c, v, 9));
+        out->adamw = v[0], out->sumsq = v[1], out->bf16_enc = v[2], out->bf16_dec = v[3];
+        out->f32_add = v[4], out->q_enc[0] = v[5], out->q_dec[0] = v[6];
+        out->q_enc[1] = v[7], out->q_dec[1] = v[8];
+    } else {
+        ZR_CHECK(probe_kernels(c, out));
+    }
+    return probe_transport(c, out, block_numel, dev, s);
+}
+
 zr_status zr_probe_run(zr_comm *c, const zr_train_config *cfg, int vocab, int max_b, zr_probe *out)
 {
     memset(out, 0, sizeof *out);
@@ -416,26 +541,25 @@ zr_status zr_probe_run(zr_comm *c, const zr_train_config *cfg, int vocab, int ma
     ZR_CHECK(max_over(c, mem, 2, 1.0)); /* bytes */
     out->base_rss = mem[0];
     out->mem_per_rank = -mem[1];
-    zr_gpt_set_threads(cfg->threads);
-    zr_gpt_config g = {cfg->max_seq_len, vocab, out->padded_vocab, 1, cfg->heads, cfg->channels};
-    ZR_CHECK(zr_gpt_config_check(&g));
-    size_t block_numel = 0;
-    for (int b = 1; b <= max_b && out->ncompute < ZR_PROBE_MAX_B; b *= 2) {
-        ZR_CHECK(probe_compute(c, &g, cfg->seq_len, cfg->activation_checkpointing, b,
-                               &out->compute[out->ncompute], &block_numel));
-        out->ncompute++;
-        if (b < max_b && b * 2 > max_b && out->ncompute < ZR_PROBE_MAX_B) {
-            ZR_CHECK(probe_compute(c, &g, cfg->seq_len, cfg->activation_checkpointing, max_b,
-                                   &out->compute[out->ncompute], &block_numel));
-            out->ncompute++;
-        }
+    zr_device dev;
+    zr_stream *s = NULL;
+    zr_status st = pick_device(c, cfg, &dev, &s);
+    if (st == ZR_OK) {
+        st = probe_all(c, cfg, vocab, max_b, &dev, s, out);
     }
-    ZR_CHECK(probe_kernels(c, out));
-    ZR_CHECK(probe_transport(c, out, block_numel));
-    /* what stays resident once the probe's buffers are gone: the program, the data, MPI's
-       buffers for every peer and BLAS's, all of which a training rank holds too */
-    double after = proc_kb("/proc/self/status", "VmRSS:");
-    ZR_CHECK(max_over(c, &after, 1, 1.0));
-    out->base_rss = after > out->base_rss ? after : out->base_rss;
+    if (s != NULL) {
+        /* c moves host memory again; the stream its device transport followed can go */
+        zr_status back = zr_comm_use_transport(c, &zr_transport_mpi, NULL);
+        st = st != ZR_OK ? st : back;
+        zr_stream_destroy(s);
+    }
+    ZR_CHECK(st);
+    if (!out->gpu) {
+        /* what stays resident once the probe's buffers are gone: the program, the data, MPI's
+           buffers for every peer and BLAS's, all of which a training rank holds too */
+        double after = proc_kb("/proc/self/status", "VmRSS:");
+        ZR_CHECK(max_over(c, &after, 1, 1.0));
+        out->base_rss = after > out->base_rss ? after : out->base_rss;
+    }
     return ZR_OK;
 }

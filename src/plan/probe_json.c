@@ -33,13 +33,15 @@ typedef struct pkey {
 #f, offsetof(zr_probe, f), 1, lo                                                           \
     }
 static const pkey keys[] = {
-    I_(version, 1),      I_(world, 1),        I_(nodes, 1),    I_(ranks_per_node, 1),
-    I_(threads, 1),      I_(layers, 1),       I_(heads, 1),    I_(channels, 1),
-    I_(vocab, 1),        I_(padded_vocab, 1), I_(seq_len, 1),  I_(max_seq_len, 1),
-    I_(recompute, 0),    D_(adamw, 0),        D_(sumsq, 0),    D_(bf16_enc, 0),
-    D_(bf16_dec, 0),     D_(f32_add, 0),      D_(intra_bw, 0), D_(inter_bw, 0),
-    D_(intra_lat, 0),    D_(inter_lat, 0),    D_(overlap, 0),  D_(base_rss, 0),
-    D_(mem_per_rank, 0),
+    I_(version, 1),  I_(gpu, 0),         I_(bf16, 0),
+    I_(world, 1),    I_(nodes, 1),       I_(ranks_per_node, 1),
+    I_(threads, 1),  I_(layers, 1),      I_(heads, 1),
+    I_(channels, 1), I_(vocab, 1),       I_(padded_vocab, 1),
+    I_(seq_len, 1),  I_(max_seq_len, 1), I_(recompute, 0),
+    D_(adamw, 0),    D_(sumsq, 0),       D_(bf16_enc, 0),
+    D_(bf16_dec, 0), D_(f32_add, 0),     D_(intra_bw, 0),
+    D_(inter_bw, 0), D_(intra_lat, 0),   D_(inter_lat, 0),
+    D_(overlap, 0),  D_(base_rss, 0),    D_(mem_per_rank, 0),
 };
 #undef D_
 #undef I_
@@ -183,10 +185,16 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
                     v);
         }
         set(p, &keys[i], v);
+        if (i == 0 && p->version != ZR_PROBE_VERSION) {
+            /* the version first: an older file lacks keys this one needs */
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: probe version %d, this zr reads version %d; rerun zr probe",
+                    path, p->version, ZR_PROBE_VERSION);
+        }
     }
-    if (p->version != ZR_PROBE_VERSION) {
-        ZR_FAIL(ZR_ERR_FORMAT, "%s: probe version %d, this zr reads version %d; rerun zr probe",
-                path, p->version, ZR_PROBE_VERSION);
+    if (p->gpu > 1 || p->bf16 > 1 || (p->bf16 && !p->gpu)) {
+        ZR_FAIL(ZR_ERR_FORMAT,
+                "%s: \"gpu\" and \"bf16\" are 0 or 1, and bf16 (a GPU's compute type) needs gpu 1",
+                path);
     }
     if (p->world != p->nodes * p->ranks_per_node) {
         ZR_FAIL(ZR_ERR_FORMAT, "%s: world %d is not nodes %d x ranks_per_node %d", path, p->world,

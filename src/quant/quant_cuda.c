@@ -180,6 +180,23 @@ zr_status zr_bf16_cuda_to_f32(float *dst, const zr_bf16 *src, size_t n, zr_strea
     return elementwise(&a, s, "bf16 cuda to f32");
 }
 
+zr_status zr_quant_cuda_add(float *acc, const void *x, zr_dtype x_type, size_t n, zr_stream *s)
+{
+    const char *what = "quant cuda add";
+    if (x_type != ZR_DTYPE_F32 && x_type != ZR_DTYPE_BF16) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: unknown input dtype %d", what, (int)x_type);
+    }
+    zr_quant_k_elementwise a = {x,
+                                acc,
+                                n,
+                                0,
+                                x_type == ZR_DTYPE_BF16 ? ZR_QUANT_K_ADD_BF16 : ZR_QUANT_K_ADD_F32,
+                                1,
+                                1.0f,
+                                aligned(x, 16) && aligned(acc, 16)};
+    return elementwise(&a, s, what);
+}
+
 zr_status zr_quant_cuda_sum_ranks(float *out, const void *in, zr_dtype in_type, int k,
                                   size_t stride, size_t count, float div, zr_stream *s)
 {
@@ -244,6 +261,11 @@ zr_status zr_bf16_cuda_from_f32(zr_bf16 *dst, const float *src, size_t n, zr_str
 zr_status zr_bf16_cuda_to_f32(float *dst, const zr_bf16 *src, size_t n, zr_stream *s)
 {
     return no_cuda("bf16 cuda to f32");
+}
+
+zr_status zr_quant_cuda_add(float *acc, const void *x, zr_dtype x_type, size_t n, zr_stream *s)
+{
+    return no_cuda("quant cuda add");
 }
 
 zr_status zr_quant_cuda_sum_ranks(float *out, const void *in, zr_dtype in_type, int k,

@@ -485,6 +485,21 @@ __global__ void __launch_bounds__(EW_THREADS)
         } else if constexpr (OP == ZR_QUANT_K_TO_F32) {
             load_bf16(static_cast<const uint16_t *>(in) + e, m, a.vec, v);
             store_f32(static_cast<float *>(out) + e, m, a.vec, v);
+        } else if constexpr (OP == ZR_QUANT_K_ADD_F32 || OP == ZR_QUANT_K_ADD_BF16) {
+            /* acc = acc + x, x widened exactly: the CPU's acc[i] += x[i] */
+            float t[8];
+            float *acc = static_cast<float *>(out) + e;
+            if constexpr (OP == ZR_QUANT_K_ADD_F32) {
+                load_f32(static_cast<const float *>(in) + e, m, a.vec, t);
+            } else {
+                load_bf16(static_cast<const uint16_t *>(in) + e, m, a.vec, t);
+            }
+            load_f32<false>(acc, m, a.vec, v);
+            ZR_UNROLL
+            for (int i = 0; i < 8; i++) {
+                v[i] = zr_quant_add(v[i], t[i]);
+            }
+            store_f32(acc, m, a.vec, v);
         } else {
             /* the rank-ordered sum: row 0, + row 1, + row 2, ..., then / div */
             for (int j = 0; j < a.k; j++) {
@@ -610,6 +625,12 @@ extern "C" cudaError_t zr_quant_k_launch_elementwise(const zr_quant_k_elementwis
         break;
     case ZR_QUANT_K_SUM_F32:
         ZR_LAUNCH(elementwise<ZR_QUANT_K_SUM_F32>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
+        break;
+    case ZR_QUANT_K_ADD_F32:
+        ZR_LAUNCH(elementwise<ZR_QUANT_K_ADD_F32>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
+        break;
+    case ZR_QUANT_K_ADD_BF16:
+        ZR_LAUNCH(elementwise<ZR_QUANT_K_ADD_BF16>, grid, EW_THREADS, 0, s, *a, a->in, a->out);
         break;
     default:
         ZR_LAUNCH(elementwise<ZR_QUANT_K_SUM_BF16>, grid, EW_THREADS, 0, s, *a, a->in, a->out);

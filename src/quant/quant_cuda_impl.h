@@ -52,17 +52,19 @@ typedef struct zr_quant_k_decode {
     int vec; /* out is 16-byte aligned */
 } zr_quant_k_decode;
 
-/* Elementwise work: bf16 casts and the rank-ordered sum. */
+/* Elementwise work: bf16 casts, the rank-ordered sum, and accumulation into fp32. */
 enum {
     ZR_QUANT_K_TO_BF16 = 0,
     ZR_QUANT_K_TO_F32 = 1,
     ZR_QUANT_K_SUM_F32 = 2,
-    ZR_QUANT_K_SUM_BF16 = 3
+    ZR_QUANT_K_SUM_BF16 = 3,
+    ZR_QUANT_K_ADD_F32 = 4,
+    ZR_QUANT_K_ADD_BF16 = 5
 };
 
 typedef struct zr_quant_k_elementwise {
-    const void *in; /* casts: n elements; sums: k rows of stride elements */
-    void *out;
+    const void *in;  /* casts, adds: n elements; sums: k rows of stride elements */
+    void *out;       /* adds: the fp32 accumulator, read and written */
     uint64_t n;      /* elements out */
     uint64_t stride; /* sums: elements from one input row to the next */
     int op, k;

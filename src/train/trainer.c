@@ -41,22 +41,31 @@
 static zr_status check_init_finite(zr_trainer *t)
 {
     int R = t->comm.rank[ZR_GROUP_WORLD];
+    enum { CHUNK = 1 << 16 };
+    float *w = NULL;
+    zr_status st = ZR_OK;
+    ZR_ALLOC_GOTO(w, CHUNK, st, done);
     for (int u = 0; u < t->engine.nunits; u++) {
-        float *w, *m, *v;
-        ZR_CHECK(zr_engine_optim_shard(&t->engine, u, &w, &m, &v));
         size_t S = zr_engine_shard(&t->engine, u);
-        for (size_t i = 0; i < S; i++) {
-            if (!isfinite(w[i])) {
-                char shown[160];
-                ZR_FAIL(ZR_ERR_FORMAT,
-                        "the model file %s (zr.model.init) holds a non-finite weight (%g) in unit "
-                        "%d, element %zu: it is damaged or diverged; nothing was trained",
-                        zr_file_show(t->cfg.init_path, shown, sizeof shown), (double)w[i], u,
-                        (size_t)R * S + i);
+        for (size_t a = 0; a < S; a += CHUNK) {
+            size_t n = S - a < CHUNK ? S - a : CHUNK;
+            ZR_CHECK_GOTO(zr_engine_optim_read(&t->engine, u, ZR_OPTIM_MASTER, a, n, w), st, done);
+            for (size_t i = 0; i < n; i++) {
+                if (!isfinite(w[i])) {
+                    char shown[160];
+                    ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                                 "the model file %s (zr.model.init) holds a non-finite weight "
+                                 "(%g) in unit %d, element %zu: it is damaged or diverged; "
+                                 "nothing was trained",
+                                 zr_file_show(t->cfg.init_path, shown, sizeof shown), (double)w[i],
+                                 u, (size_t)R * S + a + i);
+                }
             }
         }
     }
-    return ZR_OK;
+done:
+    zr_free(w);
+    return st;
 }
 
 zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *cfg,
@@ -404,7 +413,6 @@ void zr_trainer_free(zr_trainer *t, int exit_code)
     }
     zr_gpt_specs_free(&t->specs);
     zr_gpt_free(&t->model);
-    zr_gpt_gpu_free(&t->gpu);
     zr_dataset_free(&t->data);
     zr_free(t->inputs);
     zr_free(t->targets);
@@ -416,6 +424,8 @@ void zr_trainer_free(zr_trainer *t, int exit_code)
     if (t->comm_up) {
         zr_comm_free(&t->comm);
     }
+    /* after the communicator: a device transport follows the model's stream */
+    zr_gpt_gpu_free(&t->gpu);
     memset(t, 0, sizeof *t);
     t->lock.fd = -1;
     t->resumed_from = -1;

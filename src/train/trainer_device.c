@@ -3,29 +3,21 @@
  * the CPU, or one GPU per rank chosen by node-local rank (zr/device.h), and
  * the model built there.
  *
- * Every rank must compute on the same kind of device: a run that mixed them
- * would still train the same model (the engine is the same), but its speed
- * would be the slowest rank's and "auto" would be a surprise. So the choice
- * is agreed over the control plane: "auto" takes the GPUs only when every
- * rank sees one, and "cuda" fails on every rank, at once, with the first
- * rank's reason when any rank has none.
+ * Every rank must compute on the same kind of device: the engine's state
+ * follows the model onto the GPU and its collectives move device memory,
+ * which only works when every rank does it. So the choice is agreed over the
+ * control plane: "auto" takes the GPUs only when every rank sees one, and
+ * "cuda" fails on every rank, at once, with the first rank's reason when any
+ * rank has none.
+ *
+ * On GPUs the communicator's data plane becomes a device transport
+ * (zr.transport) that follows the model's stream, so the engine built next
+ * keeps its state on the GPU (zr/zero.h, "Where the state lives").
  */
 #include "trainer_impl.h"
 
 #include <stdio.h>
 #include <string.h>
-
-/* 1 when this rank sees a GPU; else why not in why. */
-static int sees_gpu(char *why, size_t n)
-{
-    int count = 0;
-    if (zr_device_cuda_count(&count) != ZR_OK) {
-        snprintf(why, n, "%s", zr_error_message());
-        zr_error_clear();
-        return 0;
-    }
-    return count > 0;
-}
 
 zr_status zr_trainer_pick_device(zr_trainer *t)
 {
@@ -37,7 +29,8 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
         return ZR_OK;
     }
     char why[512] = "";
-    int has = sees_gpu(why, sizeof why);
+    int has = 0, all = 0;
+    ZR_CHECK(zr_comm_gpus_everywhere(&t->comm, &has, &all, why, sizeof why));
     if (strcmp(want, "cuda") == 0) {
         zr_status st = ZR_OK;
         if (!has) {
@@ -47,14 +40,9 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
                              why);
         }
         ZR_CHECK(zr_comm_agree(&t->comm, st));
-    } else {
-        int64_t missing = has ? 0 : 1;
-        ZR_CHECK(zr_comm_allreduce_max_i64(&t->comm, ZR_GROUP_WORLD, &missing, 1));
-        if (missing) {
-            zr_trainer_note(t, ZR_LOG_INFO, "device: cpu (zr.device auto: %s)",
-                            has ? "a rank sees no GPU" : why);
-            return ZR_OK;
-        }
+    } else if (!all) {
+        zr_trainer_note(t, ZR_LOG_INFO, "device: cpu (zr.device auto: %s)", why);
+        return ZR_OK;
     }
     zr_status st = zr_device_open_for_rank(t->comm.rank[ZR_GROUP_NODE], t->comm.size[ZR_GROUP_NODE],
                                            &t->device);
@@ -82,32 +70,75 @@ static zr_dtype compute_type(const zr_trainer *t)
     return t->cfg.bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
 }
 
-/* The device model's bytes against this GPU's free memory, before it allocates them. */
+/* The node-local ranks on this rank's GPU (itself included). */
+static int gpu_sharing(const zr_trainer *t)
+{
+    int per_node = t->comm.size[ZR_GROUP_NODE], count = 0;
+    if (zr_device_cuda_count(&count) != ZR_OK || count <= 0) {
+        zr_error_clear();
+        return 1;
+    }
+    return (per_node + count - 1) / count;
+}
+
+/*
+ * What one rank holds on its GPU, predicted before any of it is allocated:
+ * the device model (activations; bf16: unit buffers), the engine's model
+ * state and its pool's bound (zr_gpt_engine_predict, the host engine's
+ * formulas: the device engine lays its state out the same way), checked
+ * against the GPU's free memory.
+ */
 static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
 {
+    const zr_train_config *c = &t->cfg;
     size_t free_b = 0, total_b = 0;
     ZR_CHECK(zr_device_mem_info(&t->device, &free_b, &total_b));
-    size_t need = zr_gpt_gpu_device_bytes(&t->mcfg, B, T, compute_type(t));
-    /* ranks that share a GPU each need their own */
-    int per_node = t->comm.size[ZR_GROUP_NODE];
-    int sharing = 1, count = 0;
-    if (zr_device_cuda_count(&count) == ZR_OK && count > 0) {
-        sharing = (per_node + count - 1) / count;
-    }
+    zr_engine_config ecfg = zr_config_engine(c);
+    zr_gpt_memory_prediction p;
+    ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, B, T, 0, &ecfg, &t->comm, &p));
+    double model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, B, T, compute_type(t));
+    double need = model + (double)p.state + (double)p.pool;
+    t->gpu_predicted = (size_t)need;
+    /* the peak the progress line shows is this run's */
+    zr_mem_device_peak_reset();
+    int sharing = gpu_sharing(t);
     const double GB = 1e9;
     zr_trainer_note(t, ZR_LOG_INFO,
-                    "GPU memory: predicted %.1f MB per rank (activations and unit buffers for "
-                    "train_micro_batch_size_per_gpu %d x zr.model.seq_len %d), %.3f GB free of "
+                    "GPU memory: predicted peak per rank %.3f GB = model state %.3f (stage %d) + "
+                    "engine buffers %.3f + activations and unit buffers %.3f (for "
+                    "train_micro_batch_size_per_gpu %d x zr.model.seq_len %d); %.3f GB free of "
                     "%.3f GB",
-                    (double)need / 1e6, B, T, (double)free_b / GB, (double)total_b / GB);
-    if ((double)need * sharing > (double)free_b) {
+                    need / GB, (double)p.state / GB, c->stage, (double)p.pool / GB, model / GB, B,
+                    T, (double)free_b / GB, (double)total_b / GB);
+    if (need * sharing > (double)free_b) {
         ZR_FAIL(ZR_ERR_NOMEM,
                 "needs %.3f GB of GPU memory per rank (%d rank%s on this GPU), but %s has %.3f GB "
-                "free: lower train_micro_batch_size_per_gpu (%d) or zr.model.seq_len (%d), or use "
-                "fewer ranks per GPU",
-                (double)need / GB, sharing, sharing == 1 ? "" : "s", t->device.name,
-                (double)free_b / GB, B, T);
+                "free: use more GPUs or a higher zero_optimization.stage (%d), lower "
+                "train_micro_batch_size_per_gpu (%d) or zr.model.seq_len (%d), or use fewer ranks "
+                "per GPU",
+                need / GB, sharing, sharing == 1 ? "" : "s", t->device.name, (double)free_b / GB,
+                c->stage, B, T);
     }
+    return ZR_OK;
+}
+
+/*
+ * zr.transport: NCCL where every rank has a GPU of its own and zr has NCCL
+ * ("auto" or "nccl"), else the staged transport; agreed by every rank (it is
+ * one collective choice), following the model's stream.
+ */
+static zr_status use_transport(zr_trainer *t)
+{
+    const char *want = t->cfg.transport;
+    int nccl = 0, shared = 0;
+    ZR_CHECK(zr_comm_use_device(&t->comm, &t->device, t->gpu.stream, want, &nccl, &shared));
+    zr_trainer_note(t, ZR_LOG_INFO,
+                    "transport: %s (zr.transport %s%s); the ZeRO engine's state on the GPU",
+                    nccl ? "NCCL" : "staged through pinned host memory and MPI", want,
+                    strcmp(want, "auto") != 0 ? ""
+                    : nccl                    ? ": one GPU per rank"
+                    : shared                  ? ": ranks share a GPU"
+                                              : ": zr was built without NCCL");
     return ZR_OK;
 }
 
@@ -127,5 +158,6 @@ zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
     if (st == ZR_OK) {
         st = zr_gpt_gpu_init(&t->gpu, &t->device, &t->mcfg, B, T, compute_type(t));
     }
-    return zr_comm_agree(&t->comm, st);
+    ZR_CHECK(zr_comm_agree(&t->comm, st));
+    return use_transport(t);
 }

@@ -41,8 +41,10 @@ zr_status zr_trainer_pick_device(zr_trainer *t);
 
 /*
  * The model for B x T tokens where it computes: the CPU model, or on a GPU
- * the device model (after checking its bytes against the GPU's free memory)
- * and a one-token CPU model for the unit table. Agreed by every rank.
+ * the device model (after checking it and the engine's state against the
+ * GPU's free memory), a one-token CPU model for the unit table, and the
+ * communicator's device transport (zr.transport) following the model's
+ * stream, so that the engine is built on the GPU. Agreed by every rank.
  */
 zr_status zr_trainer_init_model(zr_trainer *t, int B, int T);
 

@@ -142,11 +142,13 @@ static zr_status check_sizes(zr_trainer *t)
     double acts = 4.0 * (BT * (m->layers * (16.0 * C + 4.0 + (double)m->heads * c->seq_len) +
                                10.0 * C + m->padded_vocab + 3.0) +
                          128.0 * c->seq_len);
-    if (t->on_gpu) {
-        acts = 0; /* on the GPU: zr_trainer_init_model checks them against its memory */
-    }
     double params = (double)zr_gpt_config_param_count(m);
     double state = 16.0 * params / t->world + (c->stage < 3 ? 4.0 * params : 0.0);
+    if (t->on_gpu) {
+        /* on the GPU: zr_trainer_init_model checks them against its memory */
+        acts = 0;
+        state = 0;
+    }
     struct sysinfo si;
     double have =
         sysinfo(&si) == 0 ? ((double)si.totalram + (double)si.totalswap) * si.mem_unit : INFINITY;
@@ -200,18 +202,20 @@ static zr_status check_memory(zr_trainer *t)
     zr_gpt_memory_prediction p;
     ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
                                    c->activation_checkpointing, &ecfg, &t->comm, &p));
-    if (t->on_gpu) {
-        /* the activations live on the GPU (zr_trainer_init_model checks them there) */
-        p.total -= p.activations;
-        p.activations = 0;
-    }
     const double GB = 1e9;
-    zr_trainer_note(
-        t, ZR_LOG_INFO,
-        "memory: predicted peak per rank %.2f GB = model state %.2f + activations %.2f + "
-        "engine buffers %.2f (bounded by the live-parameter, prefetch and reduce buckets) + "
-        "allowance %.2f",
-        p.total / GB, p.state / GB, p.activations / GB, p.pool / GB, p.allowance / GB);
+    if (t->on_gpu) {
+        /* model state, engine buffers and activations live on the GPU: zr_trainer_init_model
+           checks them there; the host holds the program, MPI and the transport's staging */
+        p.state = p.pool = p.activations = 0;
+        p.total = p.allowance;
+    } else {
+        zr_trainer_note(t, ZR_LOG_INFO,
+                        "memory: predicted peak per rank %.2f GB = model state %.2f + activations "
+                        "%.2f + engine buffers %.2f (bounded by the live-parameter, prefetch and "
+                        "reduce buckets) + allowance %.2f",
+                        p.total / GB, p.state / GB, p.activations / GB, p.pool / GB,
+                        p.allowance / GB);
+    }
     struct rlimit rl;
     double mapped_pages = 0;
     if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&

@@ -30,6 +30,10 @@
  * A dry engine holds a one-element token in place of every payload above,
  * so the same code (which tests buffers for NULL) runs, and its sizes and
  * accounting are the real engine's.
+ *
+ * Every buffer above is the engine's memory (buffers.c): host memory, or the
+ * GPU of a device transport, with the same layout and life cycle; this file
+ * and the others touch payloads only through buffers.c's calls.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -146,30 +150,30 @@ static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *
     s->shard = s->padded / (size_t)W;
     s->nranges = spec->nranges;
     s->ranges = spec->ranges;
-    size_t optim_n = zr_engine_held(e, e->plan.optim == ZR_SHARDED ? s->shard : s->padded);
-    ZR_ALLOC(s->master, optim_n);
-    ZR_ALLOC(s->m, optim_n);
-    ZR_ALLOC(s->v, optim_n);
+    size_t optim_n = e->plan.optim == ZR_SHARDED ? s->shard : s->padded;
+    ZR_ENGINE_ALLOC(e, s->master, optim_n);
+    ZR_ENGINE_ALLOC(e, s->m, optim_n);
+    ZR_ENGINE_ALLOC(e, s->v, optim_n);
     if (e->plan.params == ZR_REPLICATED) {
         if (e->plan.optim == ZR_REPLICATED) {
             s->full = s->master;
             s->full_is_master = 1;
         } else {
-            ZR_ALLOC(s->full, zr_engine_held(e, s->padded));
+            ZR_ENGINE_ALLOC(e, s->full, s->padded);
         }
     }
     if (e->plan.grads == ZR_SHARDED) {
-        ZR_ALLOC(s->grad_shard, zr_engine_held(e, s->shard));
+        ZR_ENGINE_ALLOC(e, s->grad_shard, s->shard);
     }
     if (e->plan.optim == ZR_SHARDED && e->plan.grads == ZR_REPLICATED) {
-        ZR_ALLOC(s->grad_tmp, zr_engine_held(e, s->shard)); /* stage 1: the step reads it */
+        ZR_ENGINE_ALLOC(e, s->grad_tmp, s->shard); /* stage 1: the step reads it */
     }
     if (e->plan.secondary) {
         int h = e->comm->size[ZR_GROUP_HPZ];
         s->sec_count = s->padded / (size_t)h;
         s->sec_type = e->cfg.param_wire.type == ZR_WIRE_F32 ? ZR_DTYPE_F32 : ZR_DTYPE_BF16;
         unsigned char *sec;
-        ZR_ALLOC(sec, zr_engine_held(e, s->sec_count) * zr_dtype_size(s->sec_type));
+        ZR_ENGINE_ALLOC(e, sec, s->sec_count * zr_dtype_size(s->sec_type));
         s->secondary = sec;
     }
     return ZR_OK;
@@ -211,8 +215,9 @@ static zr_status setup(zr_engine *e, zr_comm *comm, const zr_engine_config *cfg,
     const char *safe = getenv("ZR_SAFE");
     e->safe = !zr_engine_is_dry(e) && safe != NULL && strcmp(safe, "1") == 0;
     ZR_CHECK(check_units(nunits, units));
+    ZR_CHECK(zr_engine_place(e));
     ZR_ALLOC(e->units, (size_t)nunits);
-    ZR_CHECK(zr_engine_pool_init(&e->pool, zr_engine_is_dry(e)));
+    ZR_CHECK(zr_engine_pool_init(e));
     ZR_ALLOC(e->fifo, (size_t)nunits);
     for (int u = 0; u < nunits; u++) {
         ZR_CHECK(unit_alloc(e, &e->units[u], &units[u]));
@@ -251,27 +256,28 @@ zr_status zr_engine_init_dry(zr_engine *e, zr_comm *layout, const zr_engine_conf
 void zr_engine_free(zr_engine *e)
 {
     /* collectives still in flight finish (in zr_engine_pool_free) before any buffer goes */
-    zr_engine_pool_free(zr_engine_is_dry(e) ? NULL : e->comm, e->pool);
+    zr_engine_pool_free(e);
     zr_free(e->fifo);
     if (e->units != NULL) {
         for (int u = 0; u < e->nunits; u++) {
             zr_unit_state *s = &e->units[u];
             zr_qgz_feedback_free(&s->fb);
             if (e->plan.params == ZR_REPLICATED && !s->full_is_master) {
-                zr_free(s->full); /* stage 3 gathers are pooled */
+                zr_engine_buf_free(e, s->full); /* stage 3 gathers are pooled */
             }
-            zr_free(s->secondary);
+            zr_engine_buf_free(e, s->secondary);
             if (e->plan.grads == ZR_REPLICATED) {
-                zr_free(s->grad_full);
-                zr_free(s->grad_tmp);
+                zr_engine_buf_free(e, s->grad_full);
+                zr_engine_buf_free(e, s->grad_tmp);
             }
-            zr_free(s->grad_shard);
-            zr_free(s->master);
-            zr_free(s->m);
-            zr_free(s->v);
+            zr_engine_buf_free(e, s->grad_shard);
+            zr_engine_buf_free(e, s->master);
+            zr_engine_buf_free(e, s->m);
+            zr_engine_buf_free(e, s->v);
         }
         zr_free(e->units);
     }
+    zr_engine_unplace(e);
     memset(e, 0, sizeof *e);
 }
 
@@ -311,21 +317,23 @@ zr_status zr_engine_set_params(zr_engine *e, int u, const float *full)
         }
         return ZR_OK;
     }
-    memset(s->master, 0, optim_n * sizeof(float));
-    memset(s->m, 0, optim_n * sizeof(float));
-    memset(s->v, 0, optim_n * sizeof(float));
+    ZR_CHECK(zr_engine_buf_zero(e, s->master, optim_n * sizeof(float)));
+    ZR_CHECK(zr_engine_buf_zero(e, s->m, optim_n * sizeof(float)));
+    ZR_CHECK(zr_engine_buf_zero(e, s->v, optim_n * sizeof(float)));
     if (first < s->numel) {
         size_t n = s->numel - first < optim_n ? s->numel - first : optim_n;
-        memcpy(s->master, full + first, n * sizeof(float));
+        ZR_CHECK(zr_engine_buf_copy(e, s->master, full + first, n * sizeof(float)));
     }
     if (e->plan.params == ZR_REPLICATED && !s->full_is_master) {
         /* the working copy goes through the wire like every later refresh, so
            that all ranks hold the same bits from the start */
-        memset(s->full, 0, s->padded * sizeof(float));
-        memcpy(s->full + (size_t)zr_engine_rank(e) * s->shard, s->master, s->shard * sizeof(float));
+        ZR_CHECK(zr_engine_buf_zero(e, s->full, s->padded * sizeof(float)));
+        ZR_CHECK(zr_engine_buf_copy(e, s->full + (size_t)zr_engine_rank(e) * s->shard, s->master,
+                                    s->shard * sizeof(float)));
         ZR_CHECK(zr_engine_gather_slices(e, s, s->full, &e->cfg.param_wire));
     }
-    return ZR_OK;
+    /* full is the caller's: it may go as soon as this returns */
+    return zr_engine_buf_sync(e);
 }
 
 static zr_status refuse_dry(const zr_engine *e, const char *what)
@@ -342,35 +350,59 @@ zr_status zr_engine_get_params(zr_engine *e, int u, float *full)
     ZR_CHECK(refuse_dry(e, "zr_engine_get_params"));
     zr_unit_state *s = &e->units[u];
     if (e->plan.optim == ZR_REPLICATED) {
-        memcpy(full, s->master, s->numel * sizeof(float));
-        return ZR_OK;
+        ZR_CHECK(zr_engine_buf_copy(e, full, s->master, s->numel * sizeof(float)));
+        return zr_engine_buf_sync(e);
     }
     float *tmp;
     zr_coll_op *op;
-    ZR_CHECK(zr_engine_pool_get(e->pool, s->padded, 0, &tmp));
+    ZR_CHECK(zr_engine_pool_get(e, s->padded, 0, &tmp));
     ZR_CHECK(zr_engine_pool_get_op(e->pool, &op));
     zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QUANT_SYM}};
     zr_status st;
     ZR_CHECK_GOTO(zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &exact, ZR_DTYPE_F32,
                                s->master, s->shard, tmp, op),
                   st, done);
-    memcpy(full, tmp, s->numel * sizeof(float));
+    ZR_CHECK_GOTO(zr_engine_buf_copy(e, full, tmp, s->numel * sizeof(float)), st, done);
+    st = zr_engine_buf_sync(e);
 done:
     zr_engine_pool_put_op(e->pool, op);
     zr_engine_pool_put(e->pool, tmp);
     return st;
 }
 
-zr_status zr_engine_optim_shard(zr_engine *e, int u, float **master, float **m, float **v)
+/* Where element offset of this rank's optimizer slice of s lives in array which. */
+static zr_status optim_at(zr_engine *e, int u, zr_optim_array which, size_t offset, size_t count,
+                          float **at)
 {
     ZR_ASSERT(u >= 0 && u < e->nunits);
-    ZR_CHECK(refuse_dry(e, "zr_engine_optim_shard"));
+    ZR_CHECK(refuse_dry(e, "the optimizer state"));
     zr_unit_state *s = &e->units[u];
-    size_t off = optim_offset(e, s);
-    *master = s->master + off;
-    *m = s->m + off;
-    *v = s->v + off;
+    if (offset > s->shard || count > s->shard - offset) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "optimizer slice of unit %d: elements [%zu, +%zu) of a shard of %zu", u, offset,
+                count, s->shard);
+    }
+    float *base = which == ZR_OPTIM_MASTER ? s->master : which == ZR_OPTIM_M ? s->m : s->v;
+    *at = base + optim_offset(e, s) + offset;
     return ZR_OK;
+}
+
+zr_status zr_engine_optim_read(zr_engine *e, int u, zr_optim_array which, size_t offset,
+                               size_t count, float *host)
+{
+    float *at = NULL;
+    ZR_CHECK(optim_at(e, u, which, offset, count, &at));
+    ZR_CHECK(zr_engine_buf_copy(e, host, at, count * sizeof(float)));
+    return zr_engine_buf_sync(e);
+}
+
+zr_status zr_engine_optim_write(zr_engine *e, int u, zr_optim_array which, size_t offset,
+                                size_t count, const float *host)
+{
+    float *at = NULL;
+    ZR_CHECK(optim_at(e, u, which, offset, count, &at));
+    ZR_CHECK(zr_engine_buf_copy(e, at, host, count * sizeof(float)));
+    return zr_engine_buf_sync(e); /* host is the caller's again when this returns */
 }
 
 zr_status zr_engine_sync_from_shards(zr_engine *e)
@@ -384,8 +416,8 @@ zr_status zr_engine_sync_from_shards(zr_engine *e)
             ZR_CHECK(zr_engine_gather_slices(e, s, s->m, &exact));
             ZR_CHECK(zr_engine_gather_slices(e, s, s->v, &exact));
         } else if (e->plan.params == ZR_REPLICATED) {
-            memcpy(s->full + (size_t)zr_engine_rank(e) * s->shard, s->master,
-                   s->shard * sizeof(float));
+            ZR_CHECK(zr_engine_buf_copy(e, s->full + (size_t)zr_engine_rank(e) * s->shard,
+                                        s->master, s->shard * sizeof(float)));
             ZR_CHECK(zr_engine_gather_slices(e, s, s->full, &e->cfg.param_wire));
         }
     }

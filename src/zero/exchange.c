@@ -81,6 +81,13 @@ static zr_status wait_untimed(zr_engine *e, zr_coll_op *op)
 
 zr_status zr_engine_wait(zr_engine *e, zr_coll_op *op)
 {
+    if (e->on_device) {
+        /* the GPU's idle time between the marks is what counts (buffers.c) */
+        ZR_CHECK(zr_engine_buf_mark(e));
+        zr_status st = wait_untimed(e, op);
+        zr_status mark = zr_engine_buf_mark(e); /* marks come in pairs, whatever the wait gave */
+        return st != ZR_OK ? st : mark;
+    }
     double t0 = zr_now();
     zr_status st = wait_untimed(e, op);
     e->t_comm += zr_now() - t0;
@@ -98,9 +105,18 @@ zr_status zr_engine_gather_slices(zr_engine *e, zr_unit_state *s, float *buf, co
     ZR_CHECK_GOTO(zr_engine_allgather(e, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wire, ZR_DTYPE_F32,
                                       mine, s->shard, buf, op),
                   st, done);
+    if (e->on_device) {
+        ZR_CHECK_GOTO(zr_engine_buf_mark(e), st, done);
+    }
     st = wait_untimed(e, op);
+    if (e->on_device) {
+        zr_status mark = zr_engine_buf_mark(e); /* the pair's second, whatever the wait gave */
+        st = st != ZR_OK ? st : mark;
+    }
 done:
-    e->t_comm += zr_now() - t0;
+    if (!e->on_device) {
+        e->t_comm += zr_now() - t0;
+    }
     zr_engine_pool_put_op(e->pool, op);
     return st;
 }

@@ -54,7 +54,7 @@ static zr_status start_gather(zr_engine *e, int u)
     }
     if (s->full == NULL) {
         /* the gather writes every element */
-        ZR_CHECK(zr_engine_pool_get(e->pool, s->padded, 0, &s->full));
+        ZR_CHECK(zr_engine_pool_get(e, s->padded, 0, &s->full));
     }
     ZR_CHECK(zr_engine_pool_get_op(e->pool, &s->gop));
     zr_wire qwire = {ZR_WIRE_QUANT, e->cfg.qwz_q};
@@ -180,13 +180,8 @@ zr_status zr_engine_finish_oldest(zr_engine *e)
     s->rop = NULL;
     ZR_CHECK(st);
     if (e->plan.grads == ZR_SHARDED) {
-        if (zr_engine_is_dry(e)) {
-            zr_engine_report_work(e, ZR_WORK_GRAD_FOLD, s->shard);
-        } else {
-            for (size_t i = 0; i < s->shard; i++) {
-                s->grad_shard[i] += s->grad_tmp[i];
-            }
-        }
+        zr_engine_report_work(e, ZR_WORK_GRAD_FOLD, s->shard);
+        ZR_CHECK(zr_engine_buf_add(e, s->grad_shard, s->grad_tmp, s->shard));
         zr_engine_pool_put(e->pool, s->grad_tmp);
         zr_engine_pool_put(e->pool, s->grad_full);
         s->grad_tmp = NULL;
@@ -227,6 +222,7 @@ zr_status zr_engine_micro_begin(zr_engine *e)
     if (e->micro == 0) {
         e->t_begin = zr_now();
         e->t_comm = 0.0;
+        zr_engine_buf_marks_reset(e);
         e->t_optim = 0.0;
         e->live_peak = e->live;
         e->traffic_begin = zr_comm_traffic_get(e->comm);
@@ -244,9 +240,9 @@ zr_status zr_engine_grads(zr_engine *e, int u, float **grads)
     if (s->grad_full == NULL) {
         if (e->plan.grads == ZR_SHARDED) {
             zr_engine_report_work(e, ZR_WORK_GRAD_ZERO, s->padded);
-            ZR_CHECK(zr_engine_pool_get(e->pool, s->padded, 1, &s->grad_full));
+            ZR_CHECK(zr_engine_pool_get(e, s->padded, 1, &s->grad_full));
         } else {
-            ZR_ALLOC(s->grad_full, zr_engine_held(e, s->padded));
+            ZR_ENGINE_ALLOC(e, s->grad_full, s->padded);
         }
     }
     *grads = s->grad_full;
@@ -263,7 +259,7 @@ zr_status zr_engine_grads_done(zr_engine *e, int u)
     }
     ZR_CHECK(zr_engine_reduce_begin(e, s));
     /* the reduction writes it whole */
-    ZR_CHECK(zr_engine_pool_get(e->pool, s->shard, 0, &s->grad_tmp));
+    ZR_CHECK(zr_engine_pool_get(e, s->shard, 0, &s->grad_tmp));
     if (e->cfg.qgz) {
         ZR_CHECK(zr_engine_qgz(e, s->grad_full, s->shard, s->grad_tmp, &s->fb, s->rop));
     } else {

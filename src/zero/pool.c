@@ -16,6 +16,11 @@
  * one-float token (distinct, never read), and its ops' workspaces are the
  * sizes the collectives say they would reserve, so its peak is the real
  * engine's, exactly.
+ *
+ * Buffers are the engine's memory (buffers.c): host memory, or a device
+ * engine's GPU, where a fresh buffer is zeroed on the engine's stream and a
+ * reused one is handed out at once (whatever still reads it was queued on
+ * that stream, or on a collective that has completed).
  */
 #include "zero_impl.h"
 
@@ -63,10 +68,10 @@ static zr_status grow_array(void **arr, int *cap, int need, size_t elem)
     return ZR_OK;
 }
 
-zr_status zr_engine_pool_init(zr_engine_pool **p, int dry)
+zr_status zr_engine_pool_init(zr_engine *e)
 {
-    ZR_ALLOC(*p, 1);
-    (*p)->dry = dry;
+    ZR_ALLOC(e->pool, 1);
+    e->pool->dry = zr_engine_is_dry(e);
     return ZR_OK;
 }
 
@@ -82,8 +87,9 @@ void zr_engine_pool_account(zr_engine_pool *p)
     }
 }
 
-zr_status zr_engine_pool_get(zr_engine_pool *p, size_t n, int zero, float **out)
+zr_status zr_engine_pool_get(zr_engine *e, size_t n, int zero, float **out)
 {
+    zr_engine_pool *p = e->pool;
     int best = -1;
     for (int i = 0; i < p->nbufs; i++) {
         pool_buf *b = &p->bufs[i];
@@ -95,8 +101,8 @@ zr_status zr_engine_pool_get(zr_engine_pool *p, size_t n, int zero, float **out)
     if (best < 0) {
         ZR_CHECK(grow_array((void **)&p->bufs, &p->cap_bufs, p->nbufs + 1, sizeof(pool_buf)));
         pool_buf *b = &p->bufs[p->nbufs];
-        size_t held = p->dry || n == 0 ? 1 : n;
-        ZR_ALLOC(b->ptr, held);
+        ZR_CHECK(zr_engine_buf_alloc(e, (void **)&b->ptr, (n == 0 ? 1 : n) * sizeof(float),
+                                     __FILE__, __LINE__));
         b->cap = n;
         b->busy = 0;
         best = p->nbufs++;
@@ -106,8 +112,8 @@ zr_status zr_engine_pool_get(zr_engine_pool *p, size_t n, int zero, float **out)
     }
     pool_buf *b = &p->bufs[best];
     b->busy = 1;
-    if (zero && !p->dry) {
-        memset(b->ptr, 0, n * sizeof(float));
+    if (zero) {
+        ZR_CHECK(zr_engine_buf_zero(e, b->ptr, n * sizeof(float)));
     }
     *out = b->ptr;
     return ZR_OK;
@@ -164,22 +170,24 @@ void zr_engine_pool_bytes(const zr_engine_pool *p, size_t *now, size_t *peak)
     *peak = p->peak;
 }
 
-void zr_engine_pool_free(zr_comm *c, zr_engine_pool *p)
+void zr_engine_pool_free(zr_engine *e)
 {
+    zr_engine_pool *p = e->pool;
     if (p == NULL) {
         return;
     }
     for (int i = 0; i < p->nops; i++) {
-        if (c != NULL) {
-            (void)zr_coll_wait(c, &p->ops[i]->op); /* buffers go only after their exchanges */
+        if (!p->dry) {
+            (void)zr_coll_wait(e->comm, &p->ops[i]->op); /* buffers go only after their exchanges */
         }
         zr_coll_op_free(&p->ops[i]->op);
         zr_free(p->ops[i]);
     }
     for (int i = 0; i < p->nbufs; i++) {
-        zr_free(p->bufs[i].ptr);
+        zr_engine_buf_free(e, p->bufs[i].ptr);
     }
     zr_free(p->ops);
     zr_free(p->bufs);
     zr_free(p);
+    e->pool = NULL;
 }

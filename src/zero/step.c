@@ -7,13 +7,15 @@
  *
  * A dry engine reports the CPU work of the norm, AdamW and the clearing
  * instead of doing it, and takes every step (its gradients are finite).
+ * A device engine queues that work on its stream (buffers.c) and waits for
+ * it twice: for the sums of squares of the norm, and at the end of the step,
+ * so that the step's times include the device's work.
  */
 #include "zero_impl.h"
 
 #include "zr/optim.h"
 
 #include <math.h>
-#include <string.h>
 
 /* Reduce the gradients that are still local: all of them at stages 0 and 1. */
 static zr_status reduce_replicated_grads(zr_engine *e)
@@ -31,7 +33,7 @@ static zr_status reduce_replicated_grads(zr_engine *e)
         }
         if (s->grad_full == NULL) {
             /* a unit that got no gradient this step still takes part in the reduction */
-            ZR_ALLOC(s->grad_full, zr_engine_held(e, s->padded));
+            ZR_ENGINE_ALLOC(e, s->grad_full, s->padded);
         }
         ZR_CHECK(zr_engine_reduce_begin(e, s));
         if (e->plan.optim == ZR_SHARDED) {
@@ -59,13 +61,13 @@ static const float *grad_slice(const zr_engine *e, const zr_unit_state *s)
     return s->grad_full + (size_t)zr_engine_rank(e) * s->shard;
 }
 
-/* AdamW on this rank's slice of s; returns the elements updated. */
-static size_t adamw_unit(zr_engine *e, zr_unit_state *s, float lr, float grad_scale)
+/* AdamW on this rank's slice of s; *n += the elements updated. */
+static zr_status adamw_unit(zr_engine *e, zr_unit_state *s, float lr, float grad_scale, size_t *n)
 {
     zr_adamw h = {lr, e->cfg.beta1, e->cfg.beta2, e->cfg.eps, e->cfg.weight_decay};
     int dry = zr_engine_is_dry(e);
     /* the element range this rank updates, in unit coordinates */
-    size_t lo = 0, hi = s->padded, n = 0;
+    size_t lo = 0, hi = s->padded;
     const float *g = NULL;
     float *master = NULL, *m = NULL, *v = NULL;
     if (e->plan.optim == ZR_SHARDED) {
@@ -92,12 +94,12 @@ static size_t adamw_unit(zr_engine *e, zr_unit_state *s, float lr, float grad_sc
             b = hi;
         }
         if (a < b && !dry) {
-            zr_adamw_update(&h, lr, e->step, grad_scale, s->ranges[i].decay, master + a, g + a,
-                            m + a, v + a, b - a);
+            ZR_CHECK(zr_engine_buf_adamw(e, &h, lr, grad_scale, s->ranges[i].decay, master + a,
+                                         g + a, m + a, v + a, b - a));
         }
-        n += a < b ? b - a : 0;
+        *n += a < b ? b - a : 0;
     }
-    return n;
+    return ZR_OK;
 }
 
 /* The global norm of the averaged gradient (each rank sums its slice); dry: its work. */
@@ -108,9 +110,11 @@ static zr_status grad_norm(zr_engine *e, double *norm)
     for (int u = 0; u < e->nunits; u++) {
         n += e->units[u].shard;
         if (!zr_engine_is_dry(e)) {
-            sq += zr_sumsq(grad_slice(e, &e->units[u]), e->units[u].shard);
+            ZR_CHECK(
+                zr_engine_buf_sumsq(e, u, grad_slice(e, &e->units[u]), e->units[u].shard, &sq));
         }
     }
+    ZR_CHECK(zr_engine_buf_sumsq_finish(e, &sq));
     zr_engine_report_work(e, ZR_WORK_NORM, n);
     if (!zr_engine_is_dry(e)) {
         /* control values: not data traffic, and no part of a dry run's report */
@@ -123,25 +127,18 @@ static zr_status grad_norm(zr_engine *e, double *norm)
 /* Refresh unit s's replicated working copy from the new shard and clear its gradients. */
 static zr_status refresh_and_clear(zr_engine *e, zr_unit_state *s, int finite)
 {
-    int dry = zr_engine_is_dry(e);
     if (finite && e->plan.params == ZR_REPLICATED && !s->full_is_master) {
-        if (!dry) {
-            memcpy(s->full + (size_t)zr_engine_rank(e) * s->shard, s->master,
-                   s->shard * sizeof(float));
-        }
+        ZR_CHECK(zr_engine_buf_copy(e, s->full + (size_t)zr_engine_rank(e) * s->shard, s->master,
+                                    s->shard * sizeof(float)));
         ZR_CHECK(zr_engine_gather_slices(e, s, s->full, &e->cfg.param_wire));
     }
     if (s->grad_shard != NULL) {
         zr_engine_report_work(e, ZR_WORK_CLEAR, s->shard);
-        if (!dry) {
-            memset(s->grad_shard, 0, s->shard * sizeof(float));
-        }
+        ZR_CHECK(zr_engine_buf_zero(e, s->grad_shard, s->shard * sizeof(float)));
     }
     if (e->plan.grads == ZR_REPLICATED && s->grad_full != NULL) {
         zr_engine_report_work(e, ZR_WORK_CLEAR, s->padded);
-        if (!dry) {
-            memset(s->grad_full, 0, s->padded * sizeof(float));
-        }
+        ZR_CHECK(zr_engine_buf_zero(e, s->grad_full, s->padded * sizeof(float)));
     }
     return ZR_OK;
 }
@@ -181,8 +178,10 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
         float scale = zr_clip_scale(norm, e->cfg.grad_clip) * (float)(1.0 / (double)e->micro);
         size_t n = 0;
         for (int u = 0; u < e->nunits; u++) {
-            n += adamw_unit(e, &e->units[u], lr, scale);
+            ZR_CHECK(adamw_unit(e, &e->units[u], lr, scale, &n));
         }
+        /* the optimizer's time is the device's too */
+        ZR_CHECK(zr_engine_buf_sync(e));
         zr_engine_report_work(e, ZR_WORK_ADAMW, n);
     } else if (zr_engine_rank(e) == 0) {
         ZR_WARN("non-finite gradient norm (%g) at step %d: skipping the optimizer step on every "
@@ -196,6 +195,11 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
     }
     if (finite) {
         zr_engine_invalidate_secondary(e);
+    }
+    /* the step's time is the device's too: its clears have run when it returns */
+    ZR_CHECK(zr_engine_buf_sync(e));
+    if (e->on_device) {
+        ZR_CHECK(zr_engine_buf_exposed(e, &e->t_comm));
     }
     e->micro = 0;
     fill_stats(e, stats);

@@ -16,6 +16,7 @@
 #ifndef ZR_ZERO_IMPL_H
 #define ZR_ZERO_IMPL_H
 
+#include "zr/optim.h"
 #include "zr/zero.h"
 
 struct zr_unit_state {
@@ -51,25 +52,66 @@ static inline int zr_engine_is_dry(const zr_engine *e)
     return e->dry.event != NULL;
 }
 
-/* Elements to allocate for a payload of n: a dry engine holds a one-element token instead. */
-static inline size_t zr_engine_held(const zr_engine *e, size_t n)
-{
-    return zr_engine_is_dry(e) ? 1 : n;
-}
-
 static inline int zr_engine_rank(const zr_engine *e)
 {
     return e->comm->rank[ZR_GROUP_WORLD];
 }
 
+/* ---- buffers.c ------------------------------------------------------------- */
+
+/*
+ * Place the engine's state: on the communicator's GPU when its transport is a
+ * device one (allocating the norm's scratch), else in host memory. Called
+ * once by init, before anything is allocated; unplace frees the scratch.
+ */
+zr_status zr_engine_place(zr_engine *e);
+void zr_engine_unplace(zr_engine *e);
+/* The stream the engine's device work is queued on: the one the communicator follows. */
+zr_stream *zr_engine_stream(const zr_engine *e);
+/* bytes of zeroed engine memory (a dry engine: a host token); free with zr_engine_buf_free. */
+zr_status zr_engine_buf_alloc(zr_engine *e, void **p, size_t bytes, const char *file, int line);
+void zr_engine_buf_free(zr_engine *e, void *p);
+#define ZR_ENGINE_ALLOC(e, ptr, count)                                                             \
+    ZR_CHECK(zr_engine_buf_alloc((e), (void **)&(ptr), zr_mul_size_((count), sizeof *(ptr)),       \
+                                 __FILE__, __LINE__))
+/* Engine memory set to zero; copied (engine memory, or host memory on either side). */
+zr_status zr_engine_buf_zero(zr_engine *e, void *p, size_t bytes);
+zr_status zr_engine_buf_copy(zr_engine *e, void *dst, const void *src, size_t bytes);
+/* Wait until the engine's queued work has run (a device engine; the host's is done already). */
+zr_status zr_engine_buf_sync(zr_engine *e);
+/* acc[i] += x[i] */
+zr_status zr_engine_buf_add(zr_engine *e, float *acc, const float *x, size_t n);
+/* zr_adamw_update at step e->step */
+zr_status zr_engine_buf_adamw(zr_engine *e, const zr_adamw *h, float lr, float grad_scale,
+                              int decay, float *param, const float *grad, float *m, float *v,
+                              size_t n);
+/*
+ * Unit u's sum of squares of x into *sq (the host: added now; a device:
+ * queued, and added in unit order by zr_engine_buf_sumsq_finish).
+ */
+zr_status zr_engine_buf_sumsq(zr_engine *e, int u, const float *x, size_t n, double *sq);
+zr_status zr_engine_buf_sumsq_finish(zr_engine *e, double *sq);
+/*
+ * Exposed communication on a device (buffers.c's head): mark the stream just
+ * before and just after each host wait for a collective; after the step's
+ * work has run, *seconds = the stream's idle time between each pair of
+ * marks since the last reset. Nothing on the host.
+ */
+zr_status zr_engine_buf_mark(zr_engine *e);
+void zr_engine_buf_marks_reset(zr_engine *e);
+zr_status zr_engine_buf_exposed(zr_engine *e, double *seconds);
+
 /* ---- pool.c ---------------------------------------------------------------- */
 
-/* A pool; dry: buffers are one-float tokens (sizes are tracked, payloads are not held). */
-zr_status zr_engine_pool_init(zr_engine_pool **p, int dry);
-/* Hand every buffer and op back to the allocator; c != NULL: finish ops in flight first. */
-void zr_engine_pool_free(zr_comm *c, zr_engine_pool *p);
+/*
+ * e's pool (in e->pool), in the engine's memory (buffers.c); dry: buffers are
+ * one-float tokens (sizes are tracked, payloads are not held).
+ */
+zr_status zr_engine_pool_init(zr_engine *e);
+/* Hand every buffer and op of e's pool back; a real engine finishes ops in flight first. */
+void zr_engine_pool_free(zr_engine *e);
 /* A buffer of at least n floats, zeroed if asked; reused when one of close size is free. */
-zr_status zr_engine_pool_get(zr_engine_pool *p, size_t n, int zero, float **out);
+zr_status zr_engine_pool_get(zr_engine *e, size_t n, int zero, float **out);
 void zr_engine_pool_put(zr_engine_pool *p, float *ptr);
 /* An idle collective op; the most recently used first (its workspace is warm). */
 zr_status zr_engine_pool_get_op(zr_engine_pool *p, zr_coll_op **out);

@@ -7,12 +7,13 @@
  *   race.cpp     the allocation table and the race detector between streams
  *   launch.cpp   a launch's checks and queueing (the host side)
  *   kernel.cpp   running a launch: blocks, barriers, warps, the watchdog
+ *   fiber.cpp    a block's CUDA threads as fibers on the runner's OS thread
  *   symtab.cpp   a kernel's static __shared__ arrays, from the symbol table
  *   memory.cpp   the address range device and pinned memory comes from
  *
  * Two sides, two kinds of lock. The host side (every runtime call) holds
  * api_mutex() while it reads or changes streams, events, clocks and the
- * allocation table; the workers that execute streams and the threads that
+ * allocation table; the workers that execute streams and the fibers that
  * play CUDA threads never take it. The host hands work to a worker through
  * a lock-free queue and learns of its completion through atomic counters, so
  * the only happens-before edges between host and device that ThreadSanitizer
@@ -41,7 +42,7 @@ namespace zr_emu {
 struct config {
     int devices;         /* ZR_EMU_DEVICES: 0 = no GPU (cudaErrorNoDevice) */
     bool no_driver;      /* ZR_EMU_DEVICES=nodriver: cudaErrorInsufficientDriver */
-    double watchdog_s;   /* ZR_EMU_WATCHDOG_S: a block without progress this long fails */
+    double watchdog_s;   /* ZR_EMU_WATCHDOG_S: a block without progress this long aborts */
     bool abort_on_error; /* ZR_EMU_ABORT=1: abort() at the first emulator error */
     size_t mem_bytes;    /* ZR_EMU_MEM_MB: each device's memory */
     int sms;             /* ZR_EMU_SMS: multiProcessorCount reported */
@@ -85,8 +86,8 @@ void futex_wake_all(std::atomic<uint32_t> *word);
 double now_ms(void);
 
 /* A futex word that counts its sleepers, so that a waker who finds nobody
- * asleep makes no system call (with hundreds of threads on two cores the
- * calls, not the kernels, are where the time goes). Every change of v must be
+ * asleep makes no system call (the host and the stream workers meet at every
+ * operation, and the calls would be much of their time). Every change of v must be
  * sequentially consistent (the defaults), then wake(): a sleeper counts
  * itself before it looks at v, the waker changes v before it looks at the
  * count, so one of them sees the other. Under ThreadSanitizer the count is
@@ -248,6 +249,30 @@ std::string alloc_freed_note(const void *p);
 bool race_check_and_record(const zr_emu_stream *s, uint64_t seq, const vclock &c, const char *what,
                            const std::vector<mem_access> &acc, const vclock &host);
 std::string stream_name(const zr_emu_stream *s);
+
+/* ---- fibers (fiber.cpp) --------------------------------------------------------------- */
+
+/* What a block's fibers run (kernel.cpp). */
+struct fiber_hooks {
+    void (*body)(unsigned int i);  /* fiber i's whole life in the block */
+    void (*enter)(unsigned int i); /* fiber i is about to run: its thread-locals (no TSan) */
+    void (*all_wait)(void);        /* every live fiber waits: fail the block, ready them */
+};
+/* Stacks (and TSan fibers) for n fibers; called before fibers_run. */
+void fibers_reserve(unsigned int n);
+/* Runs fibers 0..n-1 of a block on the calling OS thread, starting in order,
+ * until every one has returned from hooks.body. */
+void fibers_run(unsigned int n, const fiber_hooks &hooks);
+/* The running fiber `self` waits: the next ready fiber runs, and this call
+ * returns once fiber_ready(self) has been called (or at once, when it was the
+ * only one ready). */
+void fiber_wait(unsigned int self);
+/* The running fiber `self` goes to the back of the ready queue. */
+void fiber_yield(unsigned int self);
+/* Fiber i, if it waits, becomes ready to run (nothing for one that runs). */
+void fiber_ready(unsigned int i);
+/* The fiber that runs (or last ran): for the watchdog's report. */
+unsigned int fiber_current(void);
 
 /* ---- kernels (kernel.cpp, symtab.cpp) ------------------------------------------- */
 

@@ -3,14 +3,19 @@
  * watchdog (tests/emu, issue 23).
  *
  * The emulated device has one multiprocessor: one block runs at a time in the
- * whole process, its CUDA threads played by a team of OS threads that is
- * reused from block to block and launch to launch (creating threads per block
- * would cost more than the kernels). Running one block at a time is what lets
- * a function-local static stand for __shared__ memory; it is poisoned (0xFF)
- * before every block, as is the dynamic shared memory.
+ * whole process, on the OS thread of the stream that launched it, its CUDA
+ * threads played by fibers that take turns on that thread (fiber.cpp). They
+ * give way only where a CUDA thread can wait for another (__syncthreads, a
+ * warp operation, its exit), so a block costs its kernel's work and a few
+ * instructions per wait, not an OS thread woken per CUDA thread and barrier.
+ * Running one block at a time is what lets a function-local static stand for
+ * __shared__ memory; it is poisoned (0xFF) before every block, as is the
+ * dynamic shared memory.
  *
- * Synchronisation that ThreadSanitizer understands (atomics, a mutex per
- * warp), waiting on futexes:
+ * The synchronisation is made of atomics that ThreadSanitizer understands (and
+ * a mutex per warp); a fiber switch orders nothing for TSan, so these are the
+ * only happens-before edges between a block's threads, as a GPU's barriers
+ * are the only order between its threads:
  *   - __syncthreads: one 64-bit counter (live threads << 32 | arrived) and a
  *     phase. A thread that returns leaves the live count, so a barrier that
  *     the remaining threads reach completes, as on sm_70+. The thread that
@@ -28,23 +33,29 @@
  *   - a lane that waits at __syncthreads while lanes of its warp wait for it
  *     in a warp operation (or the other way round) can never proceed: an
  *     error at once, not a hang.
- *   - anything else that stops a block (a spin on memory nobody writes) is
- *     caught by the watchdog: no barrier, warp operation or exit for
- *     ZR_EMU_WATCHDOG_S seconds. If every thread is waiting, the launch fails;
- *     if some thread is still running, the process aborts (a thread that never
- *     returns cannot be stopped), as it does when threads still wait in a block
- *     that has failed (a wake-up lost by the emulator itself).
+ *   - every live thread waiting with none able to go on (a deadlock the
+ *     checks above do not name) is an error as soon as the last one waits:
+ *     the scheduler finds no fiber ready.
+ *   - every barrier and warp operation is a point where a thread gives way,
+ *     even one that completes at once: a thread that spins on memory with a
+ *     __syncwarp in its loop lets the writer run, as on sm_70+ (independent
+ *     thread scheduling).
+ *   - a thread that never reaches a wait (a loop that never ends, or a spin
+ *     on memory another thread writes with no barrier or warp operation in
+ *     the loop: fibers take turns only at those) keeps the OS thread. The
+ *     watchdog, a thread of its own, sees no barrier, warp operation or exit
+ *     for ZR_EMU_WATCHDOG_S seconds and aborts the process with the threads'
+ *     whereabouts (a thread that never returns cannot be stopped).
  * A kernel's error is thrown as an exception out of the failing thread's
- * kernel code; the others are woken and unwind the same way (every wait looks
- * at the failed flag after reading the word it sleeps on, and the failure
- * sets the flag before it changes the words), and the launch fails with a
+ * kernel code; the others are made ready and unwind the same way (every wait
+ * looks at the failed flag when it resumes), and the launch fails with a
  * message naming the kernel, block, thread and line.
  */
 #include "emu.h"
 
-#include <pthread.h>
-
+#include <chrono>
 #include <map>
+#include <thread>
 #include <unordered_map>
 
 thread_local uint3 threadIdx;
@@ -69,7 +80,6 @@ struct slot {
 };
 
 struct warp_entry {
-    bool in_use = false, open = false;
     unsigned int mask = 0, arrived = 0;
     int kind = K_SYNC;
     std::atomic<int> readers{0};
@@ -82,12 +92,12 @@ struct warp_entry {
 struct warp {
     std::mutex mu;
     warp_entry e[32];
+    /* under mu: bit i for e[i], in use (until its last reader leaves) and
+     * open (until every lane it waits for has arrived); a lane waits in at
+     * most one entry, so fewer than 32 are ever in use */
+    unsigned int used = 0, open = 0;
     unsigned int exited = 0;          /* lanes that returned or do not exist; under mu */
     std::atomic<uint32_t> pending{0}; /* union of the masks of open entries */
-    wait_word gen;                    /* bumped when an entry completes */
-    /* the block generation << 11 | its thread count: set by the driver to
-     * start a block, read by the warp's team threads */
-    wait_word go;
 };
 
 struct launch_rec {
@@ -101,9 +111,8 @@ struct block_state {
     const launch_rec *L = nullptr;
     uint3 idx{0, 0, 0};
     unsigned int n = 0;
-    std::atomic<uint64_t> word{0}; /* live << 32 | arrived at __syncthreads */
-    wait_word phase;
-    wait_word done;
+    std::atomic<uint64_t> word{0};  /* live << 32 | arrived at __syncthreads */
+    std::atomic<uint32_t> phase{0}; /* __syncthreads completed */
     std::atomic<int> failed{0};
     std::atomic<uint64_t> progress{0};
     std::mutex msg_mu;
@@ -115,7 +124,9 @@ struct multiprocessor {
     std::vector<slot *> slots;
     std::vector<warp *> warps;
     block_state blk;
-    uint64_t blocks = 0; /* blocks started, for the warps' go words */
+    uint64_t blocks = 0;              /* blocks started */
+    std::atomic<uint64_t> running{0}; /* the block that runs (blocks), 0: none; the watchdog's */
+    bool watchdog = false;            /* its thread started */
     char *dyn = nullptr;
 };
 
@@ -141,12 +152,11 @@ std::string where_am_i(void)
     return buf;
 }
 
+/* After a failure: every waiting thread resumes, sees the flag and unwinds. */
 void wake_everyone(block_state &b)
 {
-    b.phase.bump();
-    multiprocessor &m = M();
-    for (unsigned int w = 0; w < (b.n + 31) / 32; w++) {
-        m.warps[w]->gen.bump();
+    for (unsigned int i = 0; i < b.n; i++) {
+        fiber_ready(i);
     }
 }
 
@@ -256,13 +266,14 @@ void complete_barrier(block_state &b, uint32_t ph, uint32_t live)
                  b.L->block.y, b.L->block.z, b.idx.x, b.idx.y, b.idx.z);
         mark_failed(head + split);
     }
+    b.word.store((uint64_t)live << 32, std::memory_order_relaxed);
+    b.phase.store(ph + 1);
     for (unsigned int i = 0; i < b.n; i++) {
         int st = T_BAR;
-        m.slots[i]->state.compare_exchange_strong(st, T_RUNNING);
+        if (m.slots[i]->state.compare_exchange_strong(st, T_RUNNING)) {
+            fiber_ready(i);
+        }
     }
-    b.word.store((uint64_t)live << 32, std::memory_order_relaxed);
-    b.phase.v.store(ph + 1);
-    b.phase.wake();
 }
 
 /* ---- warps ---------------------------------------------------------------------------- */
@@ -275,22 +286,20 @@ void try_complete(warp &w, warp_entry &e, unsigned int warp_base)
     if ((e.arrived & need) != need) {
         return;
     }
-    e.open = false;
+    w.open &= ~(1u << (unsigned int)(&e - w.e));
     e.readers.store(__builtin_popcount(e.arrived));
     uint32_t pending = 0;
-    for (const warp_entry &f : w.e) {
-        if (f.in_use && f.open) {
-            pending |= f.mask;
-        }
+    for (unsigned int o = w.open; o != 0; o &= o - 1) {
+        pending |= w.e[__builtin_ctz(o)].mask;
     }
     w.pending.store(pending);
+    e.done.store(1, std::memory_order_release);
     for (unsigned int l = 0; l < 32; l++) {
         if (e.arrived >> l & 1u) {
             M().slots[warp_base + l]->state.store(T_RUNNING);
+            fiber_ready(warp_base + l);
         }
     }
-    e.done.store(1, std::memory_order_release);
-    w.gen.bump();
 }
 
 /* The lane has read the entry; the last reader frees it (only the last
@@ -299,15 +308,16 @@ void leave(warp &w, warp_entry *e)
 {
     if (e->readers.fetch_sub(1) == 1) {
         std::lock_guard<std::mutex> lock(w.mu);
-        e->in_use = false;
+        w.used &= ~(1u << (unsigned int)(e - w.e));
     }
 }
 
 /* The open entry lane l waits in, or nullptr. Under w.mu. */
 warp_entry *waiting_in(warp &w, unsigned int l)
 {
-    for (warp_entry &f : w.e) {
-        if (f.in_use && f.open && (f.arrived >> l & 1u)) {
+    for (unsigned int o = w.open; o != 0; o &= o - 1) {
+        warp_entry &f = w.e[__builtin_ctz(o)];
+        if (f.arrived >> l & 1u) {
             return &f;
         }
     }
@@ -319,6 +329,11 @@ warp_entry *waiting_in(warp &w, unsigned int l)
  * arrived nor exited; a lane waits in at most one entry. Under w.mu. */
 bool waits_for_itself(warp &w, const warp_entry *from, std::string *why)
 {
+    /* a circle needs two open entries (a lane that has not arrived at one
+     * waits in another); most arrivals find one, theirs */
+    if (__builtin_popcount(w.open) < 2) {
+        return false;
+    }
     const warp_entry *path[33];
     int depth = 0;
     path[depth++] = from;
@@ -371,18 +386,18 @@ warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const 
     }
     warp &w = *m.warps[t_tid / 32];
     std::unique_lock<std::mutex> lock(w.mu);
-    warp_entry *e = nullptr, *spare = nullptr;
-    for (warp_entry &f : w.e) {
-        if (!f.in_use) {
-            spare = spare != nullptr ? spare : &f;
-        } else if (f.open && f.mask == mask && f.kind == kind) {
+    warp_entry *e = nullptr;
+    for (unsigned int o = w.open; o != 0 && e == nullptr; o &= o - 1) {
+        warp_entry &f = w.e[__builtin_ctz(o)];
+        if (f.mask == mask && f.kind == kind) {
             e = &f;
         }
     }
     if (e == nullptr) {
-        e = spare; /* a lane waits in at most one entry, so 32 always suffice */
-        e->in_use = true;
-        e->open = true;
+        unsigned int k = (unsigned int)__builtin_ctz(~w.used); /* one is free (see warp) */
+        e = &w.e[k];
+        w.used |= 1u << k;
+        w.open |= 1u << k;
         e->mask = mask;
         e->arrived = bit; /* before the check below, whose failure names the lanes */
         e->kind = kind;
@@ -411,20 +426,19 @@ warp_entry *arrive(int kind, unsigned int mask, unsigned long long value, const 
     me.state.store(T_WARP);
     try_complete(w, *e, base);
     std::string why;
-    if (e->open && waits_for_itself(w, e, &why)) {
+    if ((w.open >> (unsigned int)(e - w.e) & 1u) && waits_for_itself(w, e, &why)) {
         lock.unlock();
         fail_here("%s at %s:%d: the lanes of the warp wait for each other in a circle (they "
                   "disagree on the masks or on the operation), so none can go on:%s",
                   what, file, line, why.c_str());
     }
     lock.unlock();
+    if (e->done.load(std::memory_order_acquire) != 0) {
+        fiber_yield(t_tid); /* completed by this lane: still a point to give way */
+    }
     while (e->done.load(std::memory_order_acquire) == 0) {
-        uint32_t g = w.gen.v.load();
-        if (e->done.load(std::memory_order_acquire) != 0) {
-            break;
-        }
         check_failed(b);
-        w.gen.wait(g);
+        fiber_wait(t_tid);
     }
     check_failed(b);
     return e;
@@ -442,8 +456,9 @@ void thread_exit(block_state &b)
     {
         std::lock_guard<std::mutex> lock(w.mu);
         w.exited |= 1u << lane;
-        for (warp_entry &f : w.e) {
-            if (f.in_use && f.open && (f.mask >> lane & 1u)) {
+        for (unsigned int o = w.open; o != 0; o &= o - 1) {
+            warp_entry &f = w.e[__builtin_ctz(o)];
+            if (f.mask >> lane & 1u) {
                 try_complete(w, f, t_tid - lane);
             }
         }
@@ -451,120 +466,136 @@ void thread_exit(block_state &b)
     uint64_t v = b.word.fetch_sub((uint64_t)1 << 32, std::memory_order_acq_rel);
     uint32_t live = (uint32_t)(v >> 32) - 1, arrived = (uint32_t)v;
     if (arrived > 0 && arrived == live) {
-        complete_barrier(b, b.phase.v.load(), live);
+        complete_barrier(b, b.phase.load(), live);
     }
 }
 
-/* ---- the team ------------------------------------------------------------------------ */
+/* ---- blocks ------------------------------------------------------------------------------ */
 
-void *team_main(void *arg)
+/* Fiber i is about to run: the thread-locals that say which CUDA thread this
+ * OS thread plays. The fibers of a block share the OS thread, so each switch
+ * writes them, in code TSan does not see: otherwise every fiber's reads of
+ * threadIdx would race with the next switch's write. */
+__attribute__((no_sanitize_thread, noinline)) void enter_thread(unsigned int i)
 {
-    t_team = true;
-    t_tid = (unsigned int)(uintptr_t)arg;
+    const dim3 bd = M().blk.L->block;
+    t_tid = i;
+    threadIdx = uint3{i % bd.x, (i / bd.x) % bd.y, i / (bd.x * bd.y)};
+}
+
+/* One CUDA thread's life in a block (a fiber's body). */
+void cuda_thread(unsigned int tid)
+{
     multiprocessor &m = M();
-    wait_word &go = m.warps[t_tid / 32]->go;
-    uint32_t seen = 0;
-    for (;;) {
-        uint32_t g;
-        while ((g = go.v.load()) == seen) {
-            go.wait(seen);
+    block_state &b = m.blk;
+    try {
+        b.L->body->run_thread();
+        thread_exit(b);
+    } catch (kernel_abort &) {
+    } catch (std::exception &ex) {
+        mark_failed(where_am_i() + ": the kernel threw " + ex.what());
+    } catch (...) {
+        mark_failed(where_am_i() + ": the kernel threw an exception");
+    }
+    /* unwound or returned: the watchdog must not list it as running or
+     * waiting (its state is where the failure found it) */
+    m.slots[tid]->state.store(T_EXITED);
+}
+
+/* "thread 3 waits in __shfl_sync at f.cu:12" for each waiting thread */
+std::string waiting_list(const block_state &b)
+{
+    multiprocessor &m = M();
+    std::string waiting;
+    for (unsigned int i = 0; i < b.n; i++) {
+        const slot &s = *m.slots[i];
+        int st = s.state.load(std::memory_order_relaxed);
+        if (st == T_BAR || st == T_WARP) {
+            char buf[160];
+            snprintf(buf, sizeof buf, "\n    thread %u waits in %s at %s:%d", i,
+                     st == T_BAR ? "__syncthreads" : s.what.load(std::memory_order_relaxed),
+                     s.file.load(std::memory_order_relaxed),
+                     s.line.load(std::memory_order_relaxed));
+            waiting += buf;
         }
-        seen = g;
-        /* the block's size comes with its start: this thread may be beyond
-         * it (the last warp of a block need not be full) */
-        const unsigned int n = g & 2047u;
-        if (t_tid >= n) {
+    }
+    return waiting;
+}
+
+std::string block_head(const block_state &b)
+{
+    char head[512];
+    snprintf(head, sizeof head, "kernel '%s', block (%u,%u,%u)", b.L->name.c_str(), b.idx.x,
+             b.idx.y, b.idx.z);
+    return head;
+}
+
+/* Every live thread waits and nothing can release one: a deadlock that the
+ * checks where threads wait did not name. The block fails; the waiting
+ * threads are made ready and unwind. */
+void all_wait(void)
+{
+    block_state &b = M().blk;
+    mark_failed(block_head(b) + ": every live thread waits, and none can go on:" + waiting_list(b));
+}
+
+/* A thread of its own, for what the fibers cannot see themselves: a block
+ * whose running thread never reaches a barrier, warp operation or exit (a
+ * fiber that never waits keeps the OS thread). It looks every quarter of a
+ * second at the running block and its progress count; the same block without
+ * progress for ZR_EMU_WATCHDOG_S seconds ends the process, as a kernel that
+ * never returns cannot be stopped. */
+void watchdog_main(void)
+{
+    multiprocessor &m = M();
+    const double limit_ms = cfg().watchdog_s * 1000.0;
+    const auto tick = std::chrono::milliseconds(limit_ms < 1000.0 ? 50 : 250);
+    uint64_t block = 0, progress = 0;
+    double since = now_ms();
+    for (;;) {
+        std::this_thread::sleep_for(tick);
+        uint64_t r = m.running.load(std::memory_order_acquire);
+        uint64_t p = m.blk.progress.load(std::memory_order_relaxed);
+        if (r == 0 || r != block || p != progress) {
+            block = r;
+            progress = p;
+            since = now_ms();
             continue;
         }
-        block_state &b = m.blk;
-        const dim3 bd = b.L->block;
-        threadIdx = uint3{t_tid % bd.x, (t_tid / bd.x) % bd.y, t_tid / (bd.x * bd.y)};
-        blockIdx = b.idx;
-        blockDim = bd;
-        gridDim = b.L->grid;
-        try {
-            b.L->body->run_thread();
-            thread_exit(b);
-        } catch (kernel_abort &) {
-        } catch (std::exception &ex) {
-            mark_failed(where_am_i() + ": the kernel threw " + ex.what());
-        } catch (...) {
-            mark_failed(where_am_i() + ": the kernel threw an exception");
+        if (now_ms() - since <= limit_ms) {
+            continue;
         }
-        /* unwound or returned: the watchdog must not list it as running or
-         * waiting (its state is where the failure found it) */
-        m.slots[t_tid]->state.store(T_EXITED);
-        if (b.done.v.fetch_add(1) + 1 == n) {
-            b.done.wake();
-        }
+        const block_state &b = m.blk;
+        emu_error("%s: no progress for %g s (ZR_EMU_WATCHDOG_S); thread (linear id) %u is still "
+                  "running: a loop that never ends, or a spin on memory that another thread "
+                  "writes with no barrier or warp operation in between (the threads of a block "
+                  "take turns only there). A thread cannot be stopped: aborting.%s",
+                  block_head(b).c_str(), cfg().watchdog_s, fiber_current(),
+                  waiting_list(b).c_str());
+        abort();
     }
-    return nullptr;
 }
 
-void grow_team(unsigned int n)
+void reserve_block(unsigned int n)
 {
     multiprocessor &m = M();
-    /* never reallocated: threads that are starting read these vectors */
+    /* never reallocated: the watchdog reads these vectors */
     m.slots.reserve(1024);
     m.warps.reserve(32);
     while (m.warps.size() < (n + 31) / 32) {
         m.warps.push_back(new warp);
     }
     while (m.slots.size() < n) {
-        unsigned int i = (unsigned int)m.slots.size();
         m.slots.push_back(new slot);
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setstacksize(&attr, (size_t)2 << 20);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_t t;
-        if (pthread_create(&t, &attr, team_main, (void *)(uintptr_t)i) != 0) {
-            fprintf(stderr, "zr-emu: cannot create thread %u of a block\n", i);
-            abort();
-        }
-        pthread_attr_destroy(&attr);
     }
+    fibers_reserve(n);
     if (m.dyn == nullptr) {
         m.dyn = static_cast<char *>(aligned_alloc(256, kSharedOptin));
     }
-}
-
-/* No progress for the watchdog period: report where the threads are. */
-void watchdog(block_state &b, double seconds)
-{
-    multiprocessor &m = M();
-    std::string running, waiting;
-    for (unsigned int i = 0; i < b.n; i++) {
-        const slot &s = *m.slots[i];
-        int st = s.state.load();
-        char buf[160];
-        if (st == T_RUNNING) {
-            snprintf(buf, sizeof buf, "%s%u", running.empty() ? "" : ",", i);
-            running += buf;
-        } else if (st == T_BAR || st == T_WARP) {
-            snprintf(buf, sizeof buf, "\n    thread %u waits in %s at %s:%d", i,
-                     st == T_BAR ? "__syncthreads" : s.what.load(), s.file.load(), s.line.load());
-            waiting += buf;
-        }
+    if (!m.watchdog) {
+        m.watchdog = true;
+        std::thread(watchdog_main).detach();
     }
-    char head[512];
-    snprintf(head, sizeof head,
-             "kernel '%s', block (%u,%u,%u): no progress for %.0f s (ZR_EMU_WATCHDOG_S)",
-             b.L->name.c_str(), b.idx.x, b.idx.y, b.idx.z, seconds);
-    if (!running.empty()) {
-        emu_error("%s; threads (linear ids) %s are still running: a loop that never ends, or a "
-                  "spin on memory no thread writes. A thread cannot be stopped: aborting.%s",
-                  head, running.c_str(), waiting.c_str());
-        abort();
-    }
-    if (b.failed.load() != 0) {
-        /* a failure wakes every waiting thread: one still waiting is the
-         * emulator's own lost wake-up, and nothing can end the block */
-        emu_error("%s; the block failed, yet threads still wait (an emulator bug): aborting.%s",
-                  head, waiting.c_str());
-        abort();
-    }
-    mark_failed(std::string(head) + "; every live thread waits:" + waiting);
 }
 
 bool run_block(const launch_rec &L, uint3 idx, const std::vector<shared_var> &statics)
@@ -576,19 +607,16 @@ bool run_block(const launch_rec &L, uint3 idx, const std::vector<shared_var> &st
     b.idx = idx;
     b.n = n;
     b.word.store((uint64_t)n << 32);
-    b.phase.v.store(0);
-    b.done.v.store(0);
+    b.phase.store(0);
     b.failed.store(0);
-    b.progress.store(0);
     b.msg.clear();
     for (unsigned int w = 0; w < (n + 31) / 32; w++) {
         warp &wp = *m.warps[w];
         unsigned int lanes = std::min(32u, n - w * 32);
         wp.exited = lanes == 32 ? 0u : ~((1u << lanes) - 1u);
         wp.pending.store(0);
-        for (warp_entry &e : wp.e) {
-            e.in_use = false;
-        }
+        wp.used = 0;
+        wp.open = 0;
     }
     for (const shared_var &v : statics) {
         memset(v.addr, 0xff, v.size);
@@ -597,28 +625,15 @@ bool run_block(const launch_rec &L, uint3 idx, const std::vector<shared_var> &st
     for (unsigned int i = 0; i < n; i++) {
         m.slots[i]->state.store(T_RUNNING);
     }
+    blockIdx = idx;
+    blockDim = L.block;
+    gridDim = L.grid;
     m.blocks++;
-    for (unsigned int w = 0; w < (n + 31) / 32; w++) {
-        m.warps[w]->go.v.store((uint32_t)(m.blocks << 11) | n);
-        m.warps[w]->go.wake();
-    }
-    uint64_t last = ~(uint64_t)0;
-    double since = now_ms();
-    for (;;) {
-        uint32_t d = b.done.v.load();
-        if (d == n) {
-            break;
-        }
-        b.done.wait(d, 0.25);
-        uint64_t p = b.progress.load(std::memory_order_relaxed);
-        if (p != last) {
-            last = p;
-            since = now_ms();
-        } else if (now_ms() - since > cfg().watchdog_s * 1000.0) {
-            watchdog(b, cfg().watchdog_s);
-            since = now_ms();
-        }
-    }
+    m.running.store(m.blocks, std::memory_order_release);
+    t_team = true;
+    fibers_run(n, fiber_hooks{cuda_thread, enter_thread, all_wait});
+    t_team = false;
+    m.running.store(0, std::memory_order_relaxed);
     return b.failed.load() == 0;
 }
 
@@ -633,7 +648,7 @@ struct kernel_op : op {
         }
         multiprocessor &m = M();
         std::lock_guard<std::mutex> lock(m.launch_mu);
-        grow_team(L.block.x * L.block.y * L.block.z);
+        reserve_block(L.block.x * L.block.y * L.block.z);
         const std::vector<shared_var> &statics = static_shared_of(fn);
         for (unsigned int z = 0; z < L.grid.z; z++) {
             for (unsigned int y = 0; y < L.grid.y; y++) {
@@ -688,8 +703,9 @@ void syncthreads(const char *file, int line)
         std::string other;
         {
             std::lock_guard<std::mutex> lock(w.mu);
-            for (const warp_entry &f : w.e) {
-                if (f.in_use && f.open && (f.mask >> lane & 1u)) {
+            for (unsigned int o = w.open; o != 0; o &= o - 1) {
+                const warp_entry &f = w.e[__builtin_ctz(o)];
+                if (f.mask >> lane & 1u) {
                     other = std::string(f.what) + " at " + f.file + ":" + std::to_string(f.line) +
                             " (lanes " + lane_list(f.arrived, 0) + ")";
                 }
@@ -701,18 +717,16 @@ void syncthreads(const char *file, int line)
                       file, line, other.c_str());
         }
     }
-    uint32_t ph = b.phase.v.load();
+    uint32_t ph = b.phase.load();
     uint64_t v = b.word.fetch_add(1, std::memory_order_acq_rel) + 1;
     if ((uint32_t)v == (uint32_t)(v >> 32)) {
         complete_barrier(b, ph, (uint32_t)(v >> 32));
+        fiber_yield(t_tid); /* the last to arrive gives way too */
     } else {
-        /* failed is looked at after ph was read, before every sleep: a
-         * failure (mark_failed: failed, then the phase bumped) that came
-         * before that read bumped the phase this thread now waits to see
-         * change, and no later wake comes; the failed flag is seen instead */
-        while (b.phase.v.load() == ph) {
+        /* resumed when the barrier completes, or when the block fails */
+        while (b.phase.load() == ph) {
             check_failed(b);
-            b.phase.wait(ph);
+            fiber_wait(t_tid);
         }
     }
     check_failed(b);

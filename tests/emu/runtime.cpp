@@ -135,6 +135,19 @@ cudaError_t set_last_error(cudaError_t e)
     return e;
 }
 
+#if defined(__SANITIZE_THREAD__)
+/* ThreadSanitizer sleeps a second at exit by default, so that threads still
+ * running can report races with what exit tears down. Here nothing runs by
+ * then (exit_report below drains every stream first; the fibers run only
+ * inside a worker's operation), and a second per process was most of the
+ * emu-tsan suite's wall time (test_emu starts several children). TSAN_OPTIONS
+ * still overrides it. */
+extern "C" const char *__tsan_default_options(void)
+{
+    return "atexit_sleep_ms=0";
+}
+#endif
+
 /* Unacknowledged emulator errors fail the process even if it ignored every
  * error code; the streams are drained first so no worker writes into memory
  * that exit is tearing down. */

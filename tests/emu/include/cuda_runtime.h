@@ -4,9 +4,9 @@
  * A .cu file of zr compiles twice from one source: by nvcc for the GPU, and
  * by g++ as C++ against this header for the CPU test suite. Here the CUDA
  * qualifiers are empty or plain C++, the index variables are thread-locals
- * of the OS thread that plays a CUDA thread, and barriers, warp shuffles and
+ * set for the fiber that plays a CUDA thread, and barriers, warp shuffles and
  * votes call into libzremu.a, which runs each launch block by block with one
- * OS thread per CUDA thread (tests/emu/README.md). Kernels are launched with
+ * fiber per CUDA thread (tests/emu/README.md). Kernels are launched with
  * ZR_LAUNCH (src/base/cuda_kernel.h), which expands to zr_emu_launch here and
  * to <<<...>>> under nvcc.
  *
@@ -152,7 +152,8 @@ static inline double2 make_double2(double x, double y)
 
 /* ---- built-in variables ------------------------------------------------ */
 
-/* Set by the emulator for the OS thread that plays a CUDA thread; read-only
+/* Set by the emulator for the fiber that plays a CUDA thread (the fibers of a
+ * block share their OS thread, which sets them at every switch); read-only
  * for kernels, as in CUDA. */
 extern thread_local uint3 threadIdx;
 extern thread_local uint3 blockIdx;

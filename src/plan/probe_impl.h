@@ -1,0 +1,34 @@
+/*
+ * probe_impl.h - what probe.c (the probe: which device, transport, memory,
+ * the CPU's figures) and probe_gpu.c (the GPU's figures) share.
+ */
+#ifndef ZR_PROBE_IMPL_H
+#define ZR_PROBE_IMPL_H
+
+#include "zr/plan.h"
+
+/* Forward and backward of each unit kind at micro-batch b on s's GPU, in type (collective). */
+zr_status zr_probe_gpu_compute(zr_comm *c, const zr_gpt_config *g, int T, int b, zr_dtype type,
+                               zr_stream *s, zr_probe_compute *out);
+
+/*
+ * Seconds per element of the engine's kernels on s's GPU (collective), in
+ * probe.c's order: AdamW, sum of squares, fp32 -> bf16, bf16 -> fp32, fp32
+ * add, INT8 encode, INT8 decode-add, INT4 encode, INT4 decode-add.
+ */
+zr_status zr_probe_gpu_kernels(zr_comm *c, zr_stream *s, double v[9]);
+
+/* GPU work queued while the host drives a transfer (the overlap measurement). */
+typedef struct zr_probe_busy {
+    zr_stream *s;
+    float *x;
+    double *sq, *work;
+    size_t n;
+    double t_kernel; /* seconds of one of its kernels */
+} zr_probe_busy;
+zr_status zr_probe_gpu_busy_init(zr_stream *s, zr_probe_busy *b);
+/* Queue about this many seconds of kernels on b's stream (the host does not wait). */
+zr_status zr_probe_gpu_busy(zr_probe_busy *b, double seconds);
+void zr_probe_gpu_busy_free(zr_probe_busy *b);
+
+#endif /* ZR_PROBE_IMPL_H */
