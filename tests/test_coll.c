@@ -110,20 +110,20 @@ static void test_allgather_exact(void)
                           zr_comm_mpi(&c, g));
             zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), b16 = wire_of(ZR_WIRE_BF16, 0, 0);
             /* fp32 wire, fp32 in: MPI's bits */
-            TEST_OK(
-                zr_allgather(&c, g, ZR_KIND_ALLGATHER, &f32, ZR_DTYPE_F32, in, count, out, &op));
+            TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &f32, ZR_DTYPE_F32, in, count,
+                                 ZR_DTYPE_F32, out, &op));
             TEST_CHECKF(memcmp(out, ref, sizeof(float) * n * count) == 0,
                         "fp32 all-gather over %s, count %zu differs from MPI_Allgather",
                         zr_group_name(g), count);
             /* in place: my shard already in my slot of out */
             memcpy(out + (size_t)c.rank[g] * count, in, sizeof(float) * count);
             TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &f32, ZR_DTYPE_F32,
-                                 out + (size_t)c.rank[g] * count, count, out, &op));
+                                 out + (size_t)c.rank[g] * count, count, ZR_DTYPE_F32, out, &op));
             TEST_CHECK(memcmp(out, ref, sizeof(float) * n * count) == 0);
             /* bf16 wire: every value rounded once, within 2^-9 relative */
             int ok = 1;
-            TEST_OK(
-                zr_allgather(&c, g, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, in, count, out, &op));
+            TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, in, count,
+                                 ZR_DTYPE_F32, out, &op));
             for (size_t k = 0; k < n * count; k++) {
                 ok &= out[k] == bf16_round(ref[k]) &&
                       fabsf(out[k] - ref[k]) <= fabsf(ref[k]) * (1.0f / 256.0f);
@@ -133,7 +133,7 @@ static void test_allgather_exact(void)
             for (int wt = 0; wt < 2; wt++) {
                 ok = 1;
                 TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, wt ? &b16 : &f32, ZR_DTYPE_BF16,
-                                     in16, count, out, &op));
+                                     in16, count, ZR_DTYPE_F32, out, &op));
                 for (size_t k = 0; k < n * count; k++) {
                     ok &= out[k] == bf16_round(ref[k]);
                 }
@@ -162,7 +162,7 @@ static void test_reduce_scatter_exact(void)
             float *out = malloc(sizeof(float) * count), *mpi = malloc(sizeof(float) * count);
             MPI_Reduce_scatter_block(in, mpi, (int)count, MPI_FLOAT, MPI_SUM, zr_comm_mpi(&c, g));
             zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), b16 = wire_of(ZR_WIRE_BF16, 0, 0);
-            TEST_OK(zr_reduce_scatter(&c, g, &f32, in, count, out, &op));
+            TEST_OK(zr_reduce_scatter(&c, g, &f32, ZR_DTYPE_F32, in, count, out, &op));
             int exact = 1, near_mpi = 1;
             for (size_t i = 0; i < count; i++) {
                 size_t e = (size_t)me * count + i;
@@ -179,7 +179,7 @@ static void test_reduce_scatter_exact(void)
                         zr_group_name(g), count);
             TEST_CHECKF(near_mpi, "fp32 reduce-scatter over %s count %zu: far from MPI",
                         zr_group_name(g), count);
-            TEST_OK(zr_reduce_scatter(&c, g, &b16, in, count, out, &op));
+            TEST_OK(zr_reduce_scatter(&c, g, &b16, ZR_DTYPE_F32, in, count, out, &op));
             exact = 1;
             int bound = 1;
             for (size_t i = 0; i < count; i++) {
@@ -303,7 +303,8 @@ static void test_qwz(void)
                     void *in = make_input(R, 0, count, seed, t);
                     float *out = malloc(sizeof(float) * n * count);
                     zr_wire w = wire_of(ZR_WIRE_QUANT, bits, G);
-                    TEST_OK(zr_allgather(&c, g, ZR_KIND_QWZ, &w, t, in, count, out, &op));
+                    TEST_OK(
+                        zr_allgather(&c, g, ZR_KIND_QWZ, &w, t, in, count, ZR_DTYPE_F32, out, &op));
                     int ok = 1;
                     double worst = 0;
                     for (int p = 0; p < n; p++) {
@@ -326,7 +327,8 @@ static void test_qwz(void)
         in[70] = NAN;
     }
     zr_wire w = wire_of(ZR_WIRE_QUANT, 8, 64);
-    TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &w, ZR_DTYPE_F32, in, count, out, &op));
+    TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &w, ZR_DTYPE_F32, in, count, ZR_DTYPE_F32,
+                         out, &op));
     TEST_EQ_INT(op.nonfinite, 1);
     TEST_CHECK(isnan(out[64]) && isnan(out[127]) && !isnan(out[63]) && !isnan(out[128]));
     free(in), free(out);
@@ -345,20 +347,20 @@ static void test_hpz(void)
     float *full = make_input(0, 0, (size_t)h * count, 42, ZR_DTYPE_F32);
     float *sec = malloc(sizeof(float) * count), *back = malloc(sizeof(float) * h * count);
     zr_bf16 *sec16 = malloc(sizeof(zr_bf16) * count);
-    TEST_OK(zr_hpz_cut(&c, full, count, ZR_DTYPE_F32, sec));
+    TEST_OK(zr_hpz_cut(&c, ZR_DTYPE_F32, full, count, ZR_DTYPE_F32, sec));
     const float *my_slice = full + (size_t)c.rank[ZR_GROUP_HPZ] * count;
     TEST_CHECK(memcmp(sec, my_slice, sizeof(float) * count) == 0);
     zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), q8 = wire_of(ZR_WIRE_QUANT, 8, 64);
     zr_comm_traffic_reset(&c);
-    TEST_OK(zr_hpz_gather(&c, &f32, ZR_DTYPE_F32, sec, count, back, &op));
+    TEST_OK(zr_hpz_gather(&c, &f32, ZR_DTYPE_F32, sec, count, ZR_DTYPE_F32, back, &op));
     TEST_CHECK(memcmp(back, full, sizeof(float) * h * count) == 0);
     zr_traffic t = zr_comm_traffic_get(&c);
     TEST_EQ_INT(t.kind[ZR_KIND_HPZ].calls, 1);
     TEST_EQ_INT(t.kind[ZR_KIND_HPZ].bytes_inter, 0);
     TEST_EQ_INT(t.kind[ZR_KIND_HPZ].bytes_intra, (uint64_t)(h - 1) * count * 4);
     /* bf16 secondary: the bf16 values exactly */
-    TEST_OK(zr_hpz_cut(&c, full, count, ZR_DTYPE_BF16, sec16));
-    TEST_OK(zr_hpz_gather(&c, &f32, ZR_DTYPE_BF16, sec16, count, back, &op));
+    TEST_OK(zr_hpz_cut(&c, ZR_DTYPE_F32, full, count, ZR_DTYPE_BF16, sec16));
+    TEST_OK(zr_hpz_gather(&c, &f32, ZR_DTYPE_BF16, sec16, count, ZR_DTYPE_F32, back, &op));
     int ok = 1;
     for (size_t i = 0; i < (size_t)h * count; i++) {
         ok &= back[i] == bf16_round(full[i]);
@@ -366,7 +368,7 @@ static void test_hpz(void)
     TEST_CHECK(ok);
     /* quantized gather of the secondary (qwZ inside the node) */
     zr_comm_traffic_reset(&c);
-    TEST_OK(zr_hpz_gather(&c, &q8, ZR_DTYPE_F32, sec, count, back, &op));
+    TEST_OK(zr_hpz_gather(&c, &q8, ZR_DTYPE_F32, sec, count, ZR_DTYPE_F32, back, &op));
     double worst = 0;
     ok = 1;
     for (int p = 0; p < h; p++) {
@@ -610,10 +612,10 @@ static void test_traffic(void)
 
     zr_comm_traffic_reset(&c);
     TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard, count,
-                         out, &op));
-    TEST_OK(
-        zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count, out, &op));
-    TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &b16, full, count, out, &op));
+                         ZR_DTYPE_F32, out, &op));
+    TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
+                         ZR_DTYPE_F32, out, &op));
+    TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &b16, ZR_DTYPE_F32, full, count, out, &op));
     TEST_OK(zr_qgz(&c, &cfg, ZR_DTYPE_F32, full, count, out, NULL, &op));
     zr_traffic t = zr_comm_traffic_get(&c);
     uint64_t b8 = zr_quant_block_bytes(&q8.q, count), b4 = zr_quant_block_bytes(&cfg.q, count);
@@ -695,10 +697,10 @@ static void test_costs(void)
                     zr_dtype in_type = t ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
                     zr_coll_op op = ZR_COLL_OP_INIT;
                     zr_traffic before = c.traffic;
-                    zr_coll_cost k =
-                        zr_allgather_cost(&L, g, ZR_KIND_HPZ, &wires[w], in_type, count);
-                    TEST_OK(
-                        zr_allgather(&c, g, ZR_KIND_HPZ, &wires[w], in_type, in, count, out, &op));
+                    zr_coll_cost k = zr_allgather_cost(&L, g, ZR_KIND_HPZ, &wires[w], in_type,
+                                                       count, ZR_DTYPE_F32);
+                    TEST_OK(zr_allgather(&c, g, ZR_KIND_HPZ, &wires[w], in_type, in, count,
+                                         ZR_DTYPE_F32, out, &op));
                     check_cost(&c, &before, &op, &k, "all-gather", count);
                     zr_coll_op_free(&op);
                 }
@@ -707,8 +709,8 @@ static void test_costs(void)
                 }
                 zr_coll_op op = ZR_COLL_OP_INIT;
                 zr_traffic before = c.traffic;
-                zr_coll_cost k = zr_reduce_scatter_cost(&L, g, &wires[w], count);
-                TEST_OK(zr_reduce_scatter(&c, g, &wires[w], in, count, out, &op));
+                zr_coll_cost k = zr_reduce_scatter_cost(&L, g, &wires[w], ZR_DTYPE_F32, count);
+                TEST_OK(zr_reduce_scatter(&c, g, &wires[w], ZR_DTYPE_F32, in, count, out, &op));
                 check_cost(&c, &before, &op, &k, "reduce-scatter", count);
                 zr_coll_op_free(&op);
                 before = c.traffic;
@@ -760,12 +762,12 @@ static void test_nonblocking(void)
     TEST_OK(zr_qgz(&c, &cfg, ZR_DTYPE_F32, gin, count, ref[0], NULL, &ops[0]));
     TEST_OK(zr_qgz(&c, &cfg, ZR_DTYPE_F32, gin2, count, ref[1], NULL, &ops[0]));
     TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard, count,
-                         ref[2], &ops[0]));
+                         ZR_DTYPE_F32, ref[2], &ops[0]));
     memcpy(ref[3], arbuf, sizeof(float) * count);
     TEST_OK(zr_allreduce(&c, ZR_GROUP_WORLD, &b16, ref[3], count, &ops[0]));
-    TEST_OK(zr_allgather(&c, ZR_GROUP_HPZ, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count, ref[4],
-                         &ops[0]));
-    TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &b16, gin, count, ref[5], &ops[0]));
+    TEST_OK(zr_allgather(&c, ZR_GROUP_HPZ, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
+                         ZR_DTYPE_F32, ref[4], &ops[0]));
+    TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &b16, ZR_DTYPE_F32, gin, count, ref[5], &ops[0]));
 
     for (int order = 0; order < 3; order++) {
         memcpy(res[3], arbuf, sizeof(float) * count);
@@ -774,10 +776,11 @@ static void test_nonblocking(void)
         TEST_OK(zr_qgz_start(&c, &cfg, ZR_DTYPE_F32, gin2, count, res[1], NULL, &ops[1]));
         TEST_OK(zr_allreduce_start(&c, ZR_GROUP_WORLD, &b16, res[3], count, &ops[3]));
         TEST_OK(zr_allgather_start(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard,
-                                   count, res[2], &ops[2]));
+                                   count, ZR_DTYPE_F32, res[2], &ops[2]));
         TEST_OK(zr_allgather_start(&c, ZR_GROUP_HPZ, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
-                                   res[4], &ops[4]));
-        TEST_OK(zr_reduce_scatter_start(&c, ZR_GROUP_WORLD, &b16, gin, count, res[5], &ops[5]));
+                                   ZR_DTYPE_F32, res[4], &ops[4]));
+        TEST_OK(zr_reduce_scatter_start(&c, ZR_GROUP_WORLD, &b16, ZR_DTYPE_F32, gin, count, res[5],
+                                        &ops[5]));
         if (order == 0) {
             /* newest first: waits have to drive the older ops */
             for (int i = 5; i >= 0; i--) {
@@ -813,7 +816,7 @@ static void test_nonblocking(void)
     }
     /* zr_coll_op_free on an op in flight completes it first */
     TEST_OK(zr_allgather_start(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard,
-                               count, res[2], &ops[2]));
+                               count, ZR_DTYPE_F32, res[2], &ops[2]));
     for (int i = 0; i < 6; i++) {
         zr_coll_op_free(&ops[i]);
         free(ref[i]);
@@ -835,9 +838,9 @@ static void test_empty(void)
     const zr_wire *wires[3] = {&f32, &b16, &q8};
     for (int i = 0; i < 3; i++) {
         TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wires[i], ZR_DTYPE_F32, in, 0,
-                             out, &op));
+                             ZR_DTYPE_F32, out, &op));
         if (i < 2) {
-            TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, wires[i], in, 0, out, &op));
+            TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, wires[i], ZR_DTYPE_F32, in, 0, out, &op));
             TEST_OK(zr_allreduce(&c, ZR_GROUP_WORLD, wires[i], in, 0, &op));
         }
     }
@@ -888,8 +891,10 @@ static void test_errors(void)
     float in[64 * 8], out[64 * 8];
     memset(in, 0, sizeof in);
     zr_wire q = wire_of(ZR_WIRE_QUANT, 4, 64), bad = wire_of(ZR_WIRE_QUANT, 5, 64);
-    TEST_FAILS(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &q, in, 1, out, &op), ZR_ERR_INVALID, "qgZ");
-    TEST_FAILS(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &bad, ZR_DTYPE_F32, in, 1, out, &op),
+    TEST_FAILS(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &q, ZR_DTYPE_F32, in, 1, out, &op),
+               ZR_ERR_INVALID, "qgZ");
+    TEST_FAILS(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &bad, ZR_DTYPE_F32, in, 1,
+                            ZR_DTYPE_F32, out, &op),
                ZR_ERR_INVALID, "bits");
     TEST_FAILS(zr_allreduce(&c, ZR_GROUP_WORLD, &q, in, 1, &op), ZR_ERR_INVALID, "quantized");
     zr_qgz_config cfg = zr_qgz_config_default();
@@ -907,7 +912,8 @@ static void test_errors(void)
     zr_coll_op_free(&busy);
     cfg.chunks = -1;
     TEST_FAILS(zr_qgz(&c, &cfg, ZR_DTYPE_F32, in, 1, out, NULL, &op), ZR_ERR_INVALID, "chunks");
-    TEST_FAILS(zr_allgather(&c, ZR_GROUP_COUNT, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 1, out, &op),
+    TEST_FAILS(zr_allgather(&c, ZR_GROUP_COUNT, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 1, ZR_DTYPE_F32,
+                            out, &op),
                ZR_ERR_INVALID, "group");
     if (W > 1) {
         /* a block damaged on the wire is caught by validation, on every rank */
@@ -917,9 +923,9 @@ static void test_errors(void)
         corrupting.test = corrupt_test;
         TEST_OK(zr_comm_use_transport(&c, &corrupting, NULL));
         TEST_CHECK(strcmp(c.transport->name, "corrupting") == 0);
-        TEST_FAILS(
-            zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64, out, &op),
-            ZR_ERR_FORMAT, "qwZ: block from world rank");
+        TEST_FAILS(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64,
+                                ZR_DTYPE_F32, out, &op),
+                   ZR_ERR_FORMAT, "qwZ: block from world rank");
         TEST_CHECK(!op.active);
         cfg.chunks = 1;
         float big[64 * 8];
@@ -930,7 +936,8 @@ static void test_errors(void)
         }
         TEST_OK(zr_comm_use_transport(&c, &zr_transport_mpi, NULL));
         /* the op works again afterwards */
-        TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64, out, &op));
+        TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64,
+                             ZR_DTYPE_F32, out, &op));
     }
     zr_coll_op_free(&op);
     zr_comm_free(&c);

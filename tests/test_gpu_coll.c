@@ -169,7 +169,7 @@ static void case_allgather(zr_comm *c, int on_dev, run *log, const char *name, z
     float *out = buf_alloc(on_dev, full * sizeof(float));
     zr_coll_op op = ZR_COLL_OP_INIT;
     buf_put(on_dev, in, hin, count * esize);
-    TEST_OK(zr_allgather(c, g, kind, wire, in_type, in, count, out, &op));
+    TEST_OK(zr_allgather(c, g, kind, wire, in_type, in, count, ZR_DTYPE_F32, out, &op));
     end_case(c, r, &op);
     keep_buf(r, on_dev, out, full * sizeof(float));
     zr_coll_op_free(&op);
@@ -193,9 +193,9 @@ static void case_hpz(zr_comm *c, int on_dev, run *log, const char *name, const z
     float *out = buf_alloc(on_dev, full * sizeof(float));
     zr_coll_op op = ZR_COLL_OP_INIT;
     buf_put(on_dev, fbuf, hfull, full * sizeof(float));
-    TEST_OK(zr_hpz_cut(c, fbuf, count, type, sec));
+    TEST_OK(zr_hpz_cut(c, ZR_DTYPE_F32, fbuf, count, type, sec));
     keep_buf(r, on_dev, sec, count * zr_dtype_size(type));
-    TEST_OK(zr_hpz_gather(c, wire, type, sec, count, out, &op));
+    TEST_OK(zr_hpz_gather(c, wire, type, sec, count, ZR_DTYPE_F32, out, &op));
     end_case(c, r, &op);
     keep_buf(r, on_dev, out, full * sizeof(float));
     zr_coll_op_free(&op);
@@ -217,7 +217,7 @@ static void case_reduce_scatter(zr_comm *c, int on_dev, run *log, const char *na
     float *out = buf_alloc(on_dev, count * sizeof(float));
     zr_coll_op op = ZR_COLL_OP_INIT;
     buf_put(on_dev, in, h, full * sizeof(float));
-    TEST_OK(zr_reduce_scatter(c, g, &wire, in, count, out, &op));
+    TEST_OK(zr_reduce_scatter(c, g, &wire, ZR_DTYPE_F32, in, count, out, &op));
     end_case(c, r, &op);
     keep_buf(r, on_dev, out, count * sizeof(float));
     zr_coll_op_free(&op);
@@ -304,7 +304,7 @@ static void case_in_flight(zr_comm *c, int on_dev, run *log)
     buf_put(on_dev, grad, h, full * sizeof(float));
     zr_coll_op a = ZR_COLL_OP_INIT, b = ZR_COLL_OP_INIT;
     TEST_OK(zr_allgather_start(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
-                               gathered, &a));
+                               ZR_DTYPE_F32, gathered, &a));
     TEST_OK(zr_qgz_start(c, &cfg, ZR_DTYPE_F32, grad, count, out, NULL, &b));
     int done = 0;
     for (int i = 0; i < 3 && !done; i++) {
@@ -458,8 +458,8 @@ static zr_status bad_block_run(zr_comm *c, int on_dev, char *msg, size_t len)
     float *out = buf_alloc(on_dev, (size_t)W * COUNT * sizeof(float));
     buf_put(on_dev, in, h, COUNT * sizeof(float));
     zr_coll_op op = ZR_COLL_OP_INIT;
-    zr_status st =
-        zr_allgather(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, in, COUNT, out, &op);
+    zr_status st = zr_allgather(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, in, COUNT,
+                                ZR_DTYPE_F32, out, &op);
     snprintf(msg, len, "%s", st == ZR_OK ? "" : zr_error_message());
     TEST_CHECK(!op.active);
     zr_coll_op_free(&op);

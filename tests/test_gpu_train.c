@@ -111,14 +111,14 @@ static void note_memory(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
     zr_memory m = zr_trainer_memory(t);
-    zr_engine_config ecfg = zr_config_engine(c);
+    zr_engine_config ecfg = zr_config_engine(c, t->on_gpu);
     zr_gpt_memory_prediction p;
     TEST_OK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len, 0, &ecfg,
                                   &t->comm, &p));
     last_mem.peak = (double)zr_mem_device_peak();
     last_mem.predicted = (double)t->gpu_predicted;
     last_mem.model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, c->train_micro_batch_size_per_gpu,
-                                                     c->seq_len, t->gpu.model.type);
+                                                     c->seq_len, t->gpu.model.type, &ecfg);
     last_mem.state = (double)(m.params + m.grads + m.optim + m.secondary);
     last_mem.pool_peak = (double)m.pool_peak;
     last_mem.formula = (double)p.state;

@@ -404,9 +404,10 @@ static void test_gpu_probe(void)
     if (r.n > 0) {
         const zr_plan_entry *best = &r.entries[0];
         zr_gpt_config m = {c.max_seq_len, 256, 256, c.layers, c.heads, c.channels};
-        TEST_CHECKF(best->cost.mem.activations == zr_gpt_gpu_device_bytes(&m,
-                                                                          best->choice.micro_batch,
-                                                                          c.seq_len, ZR_DTYPE_F32),
+        zr_engine_config ecfg = zr_config_engine(&c, 1);
+        TEST_CHECKF(best->cost.mem.activations ==
+                        zr_gpt_gpu_device_bytes(&m, best->choice.micro_batch, c.seq_len,
+                                                ZR_DTYPE_F32, &ecfg),
                     "plan's activations %zu", best->cost.mem.activations);
         TEST_CHECK(best->cost.tokens_per_s > 0);
     }

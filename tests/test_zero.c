@@ -130,9 +130,9 @@ static uint32_t engine_checksum(zr_engine *e, const zr_gpt *m)
         TEST_OK(zr_engine_get_params(e, u, full));
         crc = zr_crc32c(crc, full, n * 4);
         free(full);
-        const float *p;
+        const void *p;
         TEST_OK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p));
-        crc = zr_crc32c(crc, p, n * 4);
+        crc = zr_crc32c(crc, p, n * zr_dtype_size(zr_engine_param_type(&e->cfg)));
         TEST_OK(zr_engine_release(e, u));
     }
     return crc;
@@ -512,8 +512,8 @@ static void test_nonfinite_skips(void)
         uint32_t before = engine_checksum(&e, &m);
         TEST_OK(zr_engine_micro_begin(&e));
         for (int u = e.nunits - 1; u >= 0; u--) {
-            float *g;
-            TEST_OK(zr_engine_grads(&e, u, &g));
+            float *g; /* fp32 working buffers */
+            TEST_OK(zr_engine_grads(&e, u, (void **)&g));
             g[0] = 0.5f;
             if (u == 1 && R == W - 1) {
                 g[3] = NAN; /* one rank sees a NaN the others cannot */
@@ -541,21 +541,23 @@ enum { SKETCH_UNITS = 2 };
 static zr_status sketch_micro(zr_engine *e, int nunits, float *const *x, const size_t *numel,
                               float lr, double *loss)
 {
-    const float *p;
-    float *g;
+    const void *pv;
+    void *gv;
     zr_step_stats stats;
     ZR_CHECK(zr_engine_micro_begin(e));
     for (int u = 0; u < nunits; u++) {
         ZR_CHECK(zr_engine_prefetch(e, u, ZR_PHASE_FORWARD));
-        ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p));
+        ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &pv));
+        const float *p = pv; /* fp32 working buffers */
         for (size_t i = 0; i < numel[u]; i++) {
             *loss += (double)p[i] * x[u][i];
         }
         ZR_CHECK(zr_engine_release(e, u));
     }
     for (int u = nunits - 1; u >= 0; u--) {
-        ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_BACKWARD, &p));
-        ZR_CHECK(zr_engine_grads(e, u, &g));
+        ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_BACKWARD, &pv));
+        ZR_CHECK(zr_engine_grads(e, u, &gv));
+        float *g = gv;
         for (size_t i = 0; i < numel[u]; i++) {
             g[i] += x[u][i];
         }
