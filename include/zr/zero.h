@@ -61,9 +61,10 @@
  * copy, which is the master. zr_engine_param_type and zr_engine_grad_type say
  * what a configuration hands out. A bf16 working value is always the bf16
  * rounding of the fp32 one the same engine would hold with ZR_DTYPE_F32, and
- * every sum is fp32 in the same order (src/coll), so a bf16 engine trains
- * the fp32 engine's trajectory of a model that reads its parameters rounded
- * to bf16 and accumulates its gradients in bf16.
+ * every sum is fp32 in the same order (src/coll): a bf16 engine trains, bit
+ * for bit, the trajectory of an fp32 engine whose caller rounds what it reads
+ * and the gradient sums it keeps to bf16 (tests/test_zero.c). The CPU engine
+ * can hold bf16 buffers too; the CPU model computes in fp32 only.
  *
  * Dry runs. An engine made by zr_engine_init_dry runs the same code over a
  * layout only (zr_comm_init_layout: who is where, no MPI): the same budgets,
