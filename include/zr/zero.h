@@ -185,8 +185,8 @@ typedef enum zr_engine_event_type {
 } zr_engine_event_type;
 
 typedef enum zr_engine_work {
-    ZR_WORK_HPZ_CUT,   /* a secondary cut from a gathered unit into bf16 (conversions) */
-    ZR_WORK_GRAD_ZERO, /* a pooled gradient buffer zeroed for the backward to accumulate into */
+    ZR_WORK_HPZ_CUT,   /* a secondary cut from a gathered unit of another type (conversions) */
+    ZR_WORK_GRAD_ZERO, /* a pooled gradient buffer (work type) zeroed for the backward */
     ZR_WORK_GRAD_FOLD, /* a reduced gradient added into its shard (fp32 adds) */
     ZR_WORK_NORM,      /* the step's sum of squares for the gradient norm */
     ZR_WORK_ADAMW,     /* AdamW updates of this rank's slice */

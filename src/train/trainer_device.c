@@ -54,8 +54,10 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
                     "device: cuda (zr.device %s), one GPU per rank by node-local rank; rank 0 on "
                     "%s; %s",
                     want, desc,
-                    t->cfg.bf16_enabled ? "bf16 compute (bf16.enabled; fp32 master weights)"
-                                        : "fp32 compute, TF32 off (bf16.enabled false)");
+                    t->cfg.bf16_enabled
+                        ? "bf16 compute on bf16 working parameters and gradients (bf16.enabled; "
+                          "fp32 master weights)"
+                        : "fp32 compute, TF32 off (bf16.enabled false)");
     return ZR_OK;
 }
 
