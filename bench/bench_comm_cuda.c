@@ -116,15 +116,16 @@ static zr_status run_one(gcomm *b, int k, size_t count)
     switch (k) {
     case G_AG_BF16:
         return zr_allgather(c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &bf16, ZR_DTYPE_F32, b->shard,
-                            count, b->out, &b->op);
+                            count, ZR_DTYPE_F32, b->out, &b->op);
     case G_QWZ:
         return zr_allgather(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, b->shard, count,
-                            b->out, &b->op);
+                            ZR_DTYPE_F32, b->out, &b->op);
     case G_HPZ:
-        return zr_hpz_gather(c, &bf16, ZR_DTYPE_F32, b->sec, count * (size_t)W / (size_t)h, b->out,
-                             &b->op);
+        return zr_hpz_gather(c, &bf16, ZR_DTYPE_F32, b->sec, count * (size_t)W / (size_t)h,
+                             ZR_DTYPE_F32, b->out, &b->op);
     case G_RS_BF16:
-        return zr_reduce_scatter(c, ZR_GROUP_WORLD, &bf16, b->full, count, b->out, &b->op);
+        return zr_reduce_scatter(c, ZR_GROUP_WORLD, &bf16, ZR_DTYPE_F32, b->full, count, b->out,
+                                 &b->op);
     case G_QGZ:
         return zr_qgz(c, &cfg, ZR_DTYPE_F32, b->full, count, b->out, NULL, &b->op);
     case G_QGZ_PIPE:

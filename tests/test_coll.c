@@ -18,10 +18,16 @@
  *       + sum over the N nodes of their hop-2 scale, where a node's partial
  *       sum has absmax <= sum over its D ranks of (absmax + hop-1 scale).
  *       Checked for odd counts, bf16 inputs, one node, three nodes, D = 1.
+ *   types: a bf16 all-gather output (every wire, either input, qwZ, hpZ, in
+ *       place) is the fp32 output rounded to bf16, bit for bit; a bf16
+ *       reduce-scatter input gives the bits of the fp32 input of the same
+ *       values, on either wire; an hpZ cut from a bf16 unit is the cut of
+ *       the fp32 one.
  *   traffic: exact byte counts from zr_quant_block_bytes; the qwZ / bf16 and
  *       qgZ / bf16 inter-node ratios; every algorithm's cost (zr_coll_cost, on
  *       a layout built without MPI) equals the calls and bytes the run
- *       accounts and the workspace it reserves.
+ *       accounts and the workspace it reserves, for every input and output
+ *       type, and counts a conversion exactly where two types differ.
  *   pipelining bit-identical to one chunk; error feedback's running mean
  *   converges; several collectives in flight at once; errors.
  */
@@ -110,20 +116,20 @@ static void test_allgather_exact(void)
                           zr_comm_mpi(&c, g));
             zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), b16 = wire_of(ZR_WIRE_BF16, 0, 0);
             /* fp32 wire, fp32 in: MPI's bits */
-            TEST_OK(
-                zr_allgather(&c, g, ZR_KIND_ALLGATHER, &f32, ZR_DTYPE_F32, in, count, out, &op));
+            TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &f32, ZR_DTYPE_F32, in, count,
+                                 ZR_DTYPE_F32, out, &op));
             TEST_CHECKF(memcmp(out, ref, sizeof(float) * n * count) == 0,
                         "fp32 all-gather over %s, count %zu differs from MPI_Allgather",
                         zr_group_name(g), count);
             /* in place: my shard already in my slot of out */
             memcpy(out + (size_t)c.rank[g] * count, in, sizeof(float) * count);
             TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &f32, ZR_DTYPE_F32,
-                                 out + (size_t)c.rank[g] * count, count, out, &op));
+                                 out + (size_t)c.rank[g] * count, count, ZR_DTYPE_F32, out, &op));
             TEST_CHECK(memcmp(out, ref, sizeof(float) * n * count) == 0);
             /* bf16 wire: every value rounded once, within 2^-9 relative */
             int ok = 1;
-            TEST_OK(
-                zr_allgather(&c, g, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, in, count, out, &op));
+            TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, in, count,
+                                 ZR_DTYPE_F32, out, &op));
             for (size_t k = 0; k < n * count; k++) {
                 ok &= out[k] == bf16_round(ref[k]) &&
                       fabsf(out[k] - ref[k]) <= fabsf(ref[k]) * (1.0f / 256.0f);
@@ -133,7 +139,7 @@ static void test_allgather_exact(void)
             for (int wt = 0; wt < 2; wt++) {
                 ok = 1;
                 TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, wt ? &b16 : &f32, ZR_DTYPE_BF16,
-                                     in16, count, out, &op));
+                                     in16, count, ZR_DTYPE_F32, out, &op));
                 for (size_t k = 0; k < n * count; k++) {
                     ok &= out[k] == bf16_round(ref[k]);
                 }
@@ -162,7 +168,7 @@ static void test_reduce_scatter_exact(void)
             float *out = malloc(sizeof(float) * count), *mpi = malloc(sizeof(float) * count);
             MPI_Reduce_scatter_block(in, mpi, (int)count, MPI_FLOAT, MPI_SUM, zr_comm_mpi(&c, g));
             zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), b16 = wire_of(ZR_WIRE_BF16, 0, 0);
-            TEST_OK(zr_reduce_scatter(&c, g, &f32, in, count, out, &op));
+            TEST_OK(zr_reduce_scatter(&c, g, &f32, ZR_DTYPE_F32, in, count, out, &op));
             int exact = 1, near_mpi = 1;
             for (size_t i = 0; i < count; i++) {
                 size_t e = (size_t)me * count + i;
@@ -179,7 +185,7 @@ static void test_reduce_scatter_exact(void)
                         zr_group_name(g), count);
             TEST_CHECKF(near_mpi, "fp32 reduce-scatter over %s count %zu: far from MPI",
                         zr_group_name(g), count);
-            TEST_OK(zr_reduce_scatter(&c, g, &b16, in, count, out, &op));
+            TEST_OK(zr_reduce_scatter(&c, g, &b16, ZR_DTYPE_F32, in, count, out, &op));
             exact = 1;
             int bound = 1;
             for (size_t i = 0; i < count; i++) {
@@ -303,7 +309,8 @@ static void test_qwz(void)
                     void *in = make_input(R, 0, count, seed, t);
                     float *out = malloc(sizeof(float) * n * count);
                     zr_wire w = wire_of(ZR_WIRE_QUANT, bits, G);
-                    TEST_OK(zr_allgather(&c, g, ZR_KIND_QWZ, &w, t, in, count, out, &op));
+                    TEST_OK(
+                        zr_allgather(&c, g, ZR_KIND_QWZ, &w, t, in, count, ZR_DTYPE_F32, out, &op));
                     int ok = 1;
                     double worst = 0;
                     for (int p = 0; p < n; p++) {
@@ -326,7 +333,8 @@ static void test_qwz(void)
         in[70] = NAN;
     }
     zr_wire w = wire_of(ZR_WIRE_QUANT, 8, 64);
-    TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &w, ZR_DTYPE_F32, in, count, out, &op));
+    TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &w, ZR_DTYPE_F32, in, count, ZR_DTYPE_F32,
+                         out, &op));
     TEST_EQ_INT(op.nonfinite, 1);
     TEST_CHECK(isnan(out[64]) && isnan(out[127]) && !isnan(out[63]) && !isnan(out[128]));
     free(in), free(out);
@@ -345,20 +353,20 @@ static void test_hpz(void)
     float *full = make_input(0, 0, (size_t)h * count, 42, ZR_DTYPE_F32);
     float *sec = malloc(sizeof(float) * count), *back = malloc(sizeof(float) * h * count);
     zr_bf16 *sec16 = malloc(sizeof(zr_bf16) * count);
-    TEST_OK(zr_hpz_cut(&c, full, count, ZR_DTYPE_F32, sec));
+    TEST_OK(zr_hpz_cut(&c, ZR_DTYPE_F32, full, count, ZR_DTYPE_F32, sec));
     const float *my_slice = full + (size_t)c.rank[ZR_GROUP_HPZ] * count;
     TEST_CHECK(memcmp(sec, my_slice, sizeof(float) * count) == 0);
     zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0), q8 = wire_of(ZR_WIRE_QUANT, 8, 64);
     zr_comm_traffic_reset(&c);
-    TEST_OK(zr_hpz_gather(&c, &f32, ZR_DTYPE_F32, sec, count, back, &op));
+    TEST_OK(zr_hpz_gather(&c, &f32, ZR_DTYPE_F32, sec, count, ZR_DTYPE_F32, back, &op));
     TEST_CHECK(memcmp(back, full, sizeof(float) * h * count) == 0);
     zr_traffic t = zr_comm_traffic_get(&c);
     TEST_EQ_INT(t.kind[ZR_KIND_HPZ].calls, 1);
     TEST_EQ_INT(t.kind[ZR_KIND_HPZ].bytes_inter, 0);
     TEST_EQ_INT(t.kind[ZR_KIND_HPZ].bytes_intra, (uint64_t)(h - 1) * count * 4);
     /* bf16 secondary: the bf16 values exactly */
-    TEST_OK(zr_hpz_cut(&c, full, count, ZR_DTYPE_BF16, sec16));
-    TEST_OK(zr_hpz_gather(&c, &f32, ZR_DTYPE_BF16, sec16, count, back, &op));
+    TEST_OK(zr_hpz_cut(&c, ZR_DTYPE_F32, full, count, ZR_DTYPE_BF16, sec16));
+    TEST_OK(zr_hpz_gather(&c, &f32, ZR_DTYPE_BF16, sec16, count, ZR_DTYPE_F32, back, &op));
     int ok = 1;
     for (size_t i = 0; i < (size_t)h * count; i++) {
         ok &= back[i] == bf16_round(full[i]);
@@ -366,7 +374,7 @@ static void test_hpz(void)
     TEST_CHECK(ok);
     /* quantized gather of the secondary (qwZ inside the node) */
     zr_comm_traffic_reset(&c);
-    TEST_OK(zr_hpz_gather(&c, &q8, ZR_DTYPE_F32, sec, count, back, &op));
+    TEST_OK(zr_hpz_gather(&c, &q8, ZR_DTYPE_F32, sec, count, ZR_DTYPE_F32, back, &op));
     double worst = 0;
     ok = 1;
     for (int p = 0; p < h; p++) {
@@ -390,6 +398,144 @@ static void test_hpz(void)
     TEST_EQ_INT(t.kind[ZR_KIND_HPZ].bytes_intra,
                 (uint64_t)(h - 1) * zr_quant_block_bytes(&q8.q, count));
     free(full), free(sec), free(sec16), free(back);
+    zr_coll_op_free(&op);
+    zr_comm_free(&c);
+}
+
+/* ---- the types of the buffers ---------------------------------------------------- */
+
+/* out16[k] is out32[k] rounded to bf16, bit for bit, for every k. */
+static int rounded_bits(const zr_bf16 *out16, const float *out32, size_t n)
+{
+    int ok = 1;
+    for (size_t k = 0; k < n; k++) {
+        ok &= out16[k] == zr_bf16_from_f32(out32[k]);
+    }
+    return ok;
+}
+
+/*
+ * A bf16 output of an all-gather (zr/coll.h, "Types") is the fp32 output of
+ * the same call rounded to bf16, bit for bit: on every exact wire from
+ * either input type, and qwZ decoding straight to bf16; in place too (my
+ * bf16 shard in my slot of the bf16 output).
+ */
+static void test_allgather_types(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    zr_wire wires[] = {wire_of(ZR_WIRE_F32, 0, 0), wire_of(ZR_WIRE_BF16, 0, 0),
+                       wire_of(ZR_WIRE_QUANT, 8, 64), wire_of(ZR_WIRE_QUANT, 4, 64)};
+    const char *names[] = {"fp32", "bf16", "qwZ int8", "qwZ int4"};
+    for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+        zr_group g = groups[gi];
+        size_t n = (size_t)c.size[g], me = (size_t)c.rank[g];
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+            size_t count = counts[ci];
+            float *out32 = malloc(sizeof(float) * n * count);
+            zr_bf16 *out16 = malloc(sizeof(zr_bf16) * n * count);
+            for (int w = 0; w < 4; w++) {
+                for (int t = 0; t < 2; t++) {
+                    zr_dtype in_type = t ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+                    unsigned seed = (unsigned)(700 + gi * 40 + ci * 8 + (size_t)w * 2 + (size_t)t);
+                    void *in = make_input(R, 0, count, seed, in_type);
+                    TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &wires[w], in_type, in, count,
+                                         ZR_DTYPE_F32, out32, &op));
+                    memset(out16, 0xff, sizeof(zr_bf16) * n * count);
+                    TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &wires[w], in_type, in, count,
+                                         ZR_DTYPE_BF16, out16, &op));
+                    TEST_CHECKF(rounded_bits(out16, out32, n * count),
+                                "%s all-gather of %s over %s, count %zu: the bf16 output is not "
+                                "the fp32 output rounded",
+                                names[w], zr_dtype_name(in_type), zr_group_name(g), count);
+                    free(in);
+                }
+                /* in place: my bf16 shard already in my slot of the bf16 output */
+                zr_bf16 *in16 = make_input(R, 0, count, 9, ZR_DTYPE_BF16);
+                TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &wires[w], ZR_DTYPE_BF16, in16,
+                                     count, ZR_DTYPE_F32, out32, &op));
+                memcpy(out16 + me * count, in16, sizeof(zr_bf16) * count);
+                TEST_OK(zr_allgather(&c, g, ZR_KIND_ALLGATHER, &wires[w], ZR_DTYPE_BF16,
+                                     out16 + me * count, count, ZR_DTYPE_BF16, out16, &op));
+                TEST_CHECKF(rounded_bits(out16, out32, n * count),
+                            "%s all-gather in place over %s, count %zu", names[w], zr_group_name(g),
+                            count);
+                free(in16);
+            }
+            free(out32), free(out16);
+        }
+    }
+    zr_coll_op_free(&op);
+    zr_comm_free(&c);
+}
+
+/*
+ * A bf16 input to the reduce-scatter gives, bit for bit, the output of the
+ * fp32 input holding the same values (each term widened exactly, the sum
+ * fp32 in rank order), on either wire.
+ */
+static void test_reduce_scatter_types(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    zr_wire wires[] = {wire_of(ZR_WIRE_F32, 0, 0), wire_of(ZR_WIRE_BF16, 0, 0)};
+    for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+        zr_group g = groups[gi];
+        size_t n = (size_t)c.size[g];
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+            size_t count = counts[ci];
+            unsigned seed = (unsigned)(800 + gi * 10 + ci);
+            zr_bf16 *in16 = make_input(R, 0, n * count, seed, ZR_DTYPE_BF16);
+            float *in32 = malloc(sizeof(float) * n * count);
+            zr_bf16_to_f32_n(in32, in16, n * count);
+            float *a = malloc(sizeof(float) * count), *b = malloc(sizeof(float) * count);
+            for (int w = 0; w < 2; w++) {
+                TEST_OK(zr_reduce_scatter(&c, g, &wires[w], ZR_DTYPE_F32, in32, count, a, &op));
+                TEST_OK(zr_reduce_scatter(&c, g, &wires[w], ZR_DTYPE_BF16, in16, count, b, &op));
+                TEST_CHECKF(memcmp(a, b, sizeof(float) * count) == 0,
+                            "%s-wire reduce-scatter of bf16 over %s, count %zu: not the fp32 "
+                            "input's bits",
+                            w ? "bf16" : "fp32", zr_group_name(g), count);
+            }
+            free(in16), free(in32), free(a), free(b);
+        }
+    }
+    zr_coll_op_free(&op);
+    zr_comm_free(&c);
+}
+
+/*
+ * hpZ on bf16 units: a secondary cut from a bf16 full buffer is the one cut
+ * from the fp32 buffer (rounded), and a gather into a bf16 buffer is the fp32
+ * gather rounded, on every wire.
+ */
+static void test_hpz_types(void)
+{
+    zr_comm c;
+    TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
+    zr_coll_op op = ZR_COLL_OP_INIT;
+    size_t h = (size_t)c.size[ZR_GROUP_HPZ], count = 777;
+    float *full = make_input(0, 0, h * count, 43, ZR_DTYPE_F32);
+    zr_bf16 *full16 = make_input(0, 0, h * count, 43, ZR_DTYPE_BF16);
+    zr_bf16 *a = malloc(sizeof(zr_bf16) * count), *b = malloc(sizeof(zr_bf16) * count);
+    float *sec32 = malloc(sizeof(float) * count), *out32 = malloc(sizeof(float) * h * count);
+    zr_bf16 *out16 = malloc(sizeof(zr_bf16) * h * count);
+    TEST_OK(zr_hpz_cut(&c, ZR_DTYPE_F32, full, count, ZR_DTYPE_BF16, a));
+    TEST_OK(zr_hpz_cut(&c, ZR_DTYPE_BF16, full16, count, ZR_DTYPE_BF16, b));
+    TEST_CHECK(memcmp(a, b, sizeof(zr_bf16) * count) == 0);
+    /* a bf16 unit into an fp32 secondary: widened exactly */
+    TEST_OK(zr_hpz_cut(&c, ZR_DTYPE_BF16, full16, count, ZR_DTYPE_F32, sec32));
+    TEST_CHECK(rounded_bits(b, sec32, count));
+    zr_wire wires[] = {wire_of(ZR_WIRE_F32, 0, 0), wire_of(ZR_WIRE_BF16, 0, 0),
+                       wire_of(ZR_WIRE_QUANT, 8, 64)};
+    for (int w = 0; w < 3; w++) {
+        TEST_OK(zr_hpz_gather(&c, &wires[w], ZR_DTYPE_BF16, b, count, ZR_DTYPE_F32, out32, &op));
+        TEST_OK(zr_hpz_gather(&c, &wires[w], ZR_DTYPE_BF16, b, count, ZR_DTYPE_BF16, out16, &op));
+        TEST_CHECKF(rounded_bits(out16, out32, h * count), "hpZ gather into bf16, wire %d", w);
+    }
+    free(full), free(full16), free(a), free(b), free(sec32), free(out32), free(out16);
     zr_coll_op_free(&op);
     zr_comm_free(&c);
 }
@@ -610,10 +756,10 @@ static void test_traffic(void)
 
     zr_comm_traffic_reset(&c);
     TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard, count,
-                         out, &op));
-    TEST_OK(
-        zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count, out, &op));
-    TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &b16, full, count, out, &op));
+                         ZR_DTYPE_F32, out, &op));
+    TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
+                         ZR_DTYPE_F32, out, &op));
+    TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &b16, ZR_DTYPE_F32, full, count, out, &op));
     TEST_OK(zr_qgz(&c, &cfg, ZR_DTYPE_F32, full, count, out, NULL, &op));
     zr_traffic t = zr_comm_traffic_get(&c);
     uint64_t b8 = zr_quant_block_bytes(&q8.q, count), b4 = zr_quant_block_bytes(&cfg.q, count);
@@ -666,9 +812,34 @@ static void check_cost(const zr_comm *c, const zr_traffic *before, const zr_coll
 }
 
 /*
+ * The conversions an all-gather's cost counts: one where two types differ,
+ * in to wire (my shard) and wire to out (every shard), none for qwZ, whose
+ * encoder and decoder read and write either type.
+ */
+static void check_conversions(const zr_coll_cost *k, zr_wire_type wire, zr_dtype in, zr_dtype out,
+                              size_t count, size_t n, const char *what)
+{
+    size_t enc = 0, dec = 0;
+    if (wire != ZR_WIRE_QUANT) {
+        zr_dtype wt = wire == ZR_WIRE_BF16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+        if (in != wt) {
+            *(wt == ZR_DTYPE_BF16 ? &enc : &dec) += count;
+        }
+        if (out != wt) {
+            *(out == ZR_DTYPE_BF16 ? &enc : &dec) += n * count;
+        }
+    }
+    TEST_CHECKF(k->bf16_enc == enc && k->bf16_dec == dec,
+                "%s cost, wire %d, %s in, %s out: %zu enc %zu dec, expected %zu %zu", what,
+                (int)wire, zr_dtype_name(in), zr_dtype_name(out), k->bf16_enc, k->bf16_dec, enc,
+                dec);
+}
+
+/*
  * Every algorithm's cost, computed on a layout built without MPI for this
  * rank, equals what the run accounts and reserves (a fresh op each time, so
- * its workspace is exactly what the run asked for).
+ * its workspace is exactly what the run asked for), for every type of input
+ * and output; its conversions are where the types differ.
  */
 static void test_costs(void)
 {
@@ -691,28 +862,44 @@ static void test_costs(void)
         for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
             zr_group g = groups[gi];
             for (int w = 0; w < 4; w++) {
-                for (int t = 0; t < 2; t++) {
-                    zr_dtype in_type = t ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+                for (int t = 0; t < 4; t++) {
+                    zr_dtype in_type = t & 1 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+                    zr_dtype out_type = t & 2 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
                     zr_coll_op op = ZR_COLL_OP_INIT;
                     zr_traffic before = c.traffic;
                     zr_coll_cost k =
-                        zr_allgather_cost(&L, g, ZR_KIND_HPZ, &wires[w], in_type, count);
-                    TEST_OK(
-                        zr_allgather(&c, g, ZR_KIND_HPZ, &wires[w], in_type, in, count, out, &op));
+                        zr_allgather_cost(&L, g, ZR_KIND_HPZ, &wires[w], in_type, count, out_type);
+                    TEST_OK(zr_allgather(&c, g, ZR_KIND_HPZ, &wires[w], in_type, in, count,
+                                         out_type, out, &op));
                     check_cost(&c, &before, &op, &k, "all-gather", count);
+                    check_conversions(&k, wires[w].type, in_type, out_type, count,
+                                      (size_t)c.size[g], "all-gather");
                     zr_coll_op_free(&op);
                 }
                 if (w >= 2) {
                     continue;
                 }
+                for (int t = 0; t < 2; t++) {
+                    zr_dtype in_type = t ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+                    zr_coll_op op = ZR_COLL_OP_INIT;
+                    zr_traffic before = c.traffic;
+                    zr_coll_cost k = zr_reduce_scatter_cost(&L, g, &wires[w], in_type, count);
+                    TEST_OK(zr_reduce_scatter(&c, g, &wires[w], in_type, in, count, out, &op));
+                    check_cost(&c, &before, &op, &k, "reduce-scatter", count);
+                    zr_coll_op_free(&op);
+                    /* the input cast to the wire, every received term widened by the sum */
+                    size_t nc = (size_t)c.size[g] * count;
+                    int b16 = wires[w].type == ZR_WIRE_BF16, in16 = t;
+                    TEST_CHECKF(k.bf16_enc == (!in16 && b16 ? nc : 0) &&
+                                    k.bf16_dec == (in16 && !b16 ? nc : 0) + (b16 ? nc : 0) &&
+                                    k.f32_add == nc,
+                                "reduce-scatter cost, %s in, wire %d: %zu enc, %zu dec, %zu adds",
+                                zr_dtype_name(in_type), (int)wires[w].type, k.bf16_enc, k.bf16_dec,
+                                k.f32_add);
+                }
                 zr_coll_op op = ZR_COLL_OP_INIT;
                 zr_traffic before = c.traffic;
-                zr_coll_cost k = zr_reduce_scatter_cost(&L, g, &wires[w], count);
-                TEST_OK(zr_reduce_scatter(&c, g, &wires[w], in, count, out, &op));
-                check_cost(&c, &before, &op, &k, "reduce-scatter", count);
-                zr_coll_op_free(&op);
-                before = c.traffic;
-                k = zr_allreduce_cost(&L, g, wires[w].type, count);
+                zr_coll_cost k = zr_allreduce_cost(&L, g, wires[w].type, count);
                 TEST_OK(zr_allreduce(&c, g, &wires[w], out, count, &op));
                 check_cost(&c, &before, &op, &k, "all-reduce", count);
                 zr_coll_op_free(&op);
@@ -725,7 +912,9 @@ static void test_costs(void)
             zr_coll_op op = ZR_COLL_OP_INIT;
             zr_traffic before = c.traffic;
             zr_coll_cost k = zr_qgz_cost(&L, &cfg, count);
-            TEST_OK(zr_qgz(&c, &cfg, ZR_DTYPE_F32, in, count, out, NULL, &op));
+            /* the input type changes nothing of the cost: the encoder reads either */
+            zr_dtype in_type = chunks == 1 ? ZR_DTYPE_F32 : ZR_DTYPE_BF16;
+            TEST_OK(zr_qgz(&c, &cfg, in_type, in, count, out, NULL, &op));
             check_cost(&c, &before, &op, &k, "qgZ", count);
             zr_coll_op_free(&op);
         }
@@ -760,12 +949,12 @@ static void test_nonblocking(void)
     TEST_OK(zr_qgz(&c, &cfg, ZR_DTYPE_F32, gin, count, ref[0], NULL, &ops[0]));
     TEST_OK(zr_qgz(&c, &cfg, ZR_DTYPE_F32, gin2, count, ref[1], NULL, &ops[0]));
     TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard, count,
-                         ref[2], &ops[0]));
+                         ZR_DTYPE_F32, ref[2], &ops[0]));
     memcpy(ref[3], arbuf, sizeof(float) * count);
     TEST_OK(zr_allreduce(&c, ZR_GROUP_WORLD, &b16, ref[3], count, &ops[0]));
-    TEST_OK(zr_allgather(&c, ZR_GROUP_HPZ, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count, ref[4],
-                         &ops[0]));
-    TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &b16, gin, count, ref[5], &ops[0]));
+    TEST_OK(zr_allgather(&c, ZR_GROUP_HPZ, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
+                         ZR_DTYPE_F32, ref[4], &ops[0]));
+    TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &b16, ZR_DTYPE_F32, gin, count, ref[5], &ops[0]));
 
     for (int order = 0; order < 3; order++) {
         memcpy(res[3], arbuf, sizeof(float) * count);
@@ -774,10 +963,11 @@ static void test_nonblocking(void)
         TEST_OK(zr_qgz_start(&c, &cfg, ZR_DTYPE_F32, gin2, count, res[1], NULL, &ops[1]));
         TEST_OK(zr_allreduce_start(&c, ZR_GROUP_WORLD, &b16, res[3], count, &ops[3]));
         TEST_OK(zr_allgather_start(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard,
-                                   count, res[2], &ops[2]));
+                                   count, ZR_DTYPE_F32, res[2], &ops[2]));
         TEST_OK(zr_allgather_start(&c, ZR_GROUP_HPZ, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
-                                   res[4], &ops[4]));
-        TEST_OK(zr_reduce_scatter_start(&c, ZR_GROUP_WORLD, &b16, gin, count, res[5], &ops[5]));
+                                   ZR_DTYPE_F32, res[4], &ops[4]));
+        TEST_OK(zr_reduce_scatter_start(&c, ZR_GROUP_WORLD, &b16, ZR_DTYPE_F32, gin, count, res[5],
+                                        &ops[5]));
         if (order == 0) {
             /* newest first: waits have to drive the older ops */
             for (int i = 5; i >= 0; i--) {
@@ -813,7 +1003,7 @@ static void test_nonblocking(void)
     }
     /* zr_coll_op_free on an op in flight completes it first */
     TEST_OK(zr_allgather_start(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &b16, ZR_DTYPE_F32, shard,
-                               count, res[2], &ops[2]));
+                               count, ZR_DTYPE_F32, res[2], &ops[2]));
     for (int i = 0; i < 6; i++) {
         zr_coll_op_free(&ops[i]);
         free(ref[i]);
@@ -835,9 +1025,9 @@ static void test_empty(void)
     const zr_wire *wires[3] = {&f32, &b16, &q8};
     for (int i = 0; i < 3; i++) {
         TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wires[i], ZR_DTYPE_F32, in, 0,
-                             out, &op));
+                             ZR_DTYPE_F32, out, &op));
         if (i < 2) {
-            TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, wires[i], in, 0, out, &op));
+            TEST_OK(zr_reduce_scatter(&c, ZR_GROUP_WORLD, wires[i], ZR_DTYPE_F32, in, 0, out, &op));
             TEST_OK(zr_allreduce(&c, ZR_GROUP_WORLD, wires[i], in, 0, &op));
         }
     }
@@ -888,10 +1078,20 @@ static void test_errors(void)
     float in[64 * 8], out[64 * 8];
     memset(in, 0, sizeof in);
     zr_wire q = wire_of(ZR_WIRE_QUANT, 4, 64), bad = wire_of(ZR_WIRE_QUANT, 5, 64);
-    TEST_FAILS(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &q, in, 1, out, &op), ZR_ERR_INVALID, "qgZ");
-    TEST_FAILS(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &bad, ZR_DTYPE_F32, in, 1, out, &op),
+    TEST_FAILS(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &q, ZR_DTYPE_F32, in, 1, out, &op),
+               ZR_ERR_INVALID, "qgZ");
+    TEST_FAILS(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &bad, ZR_DTYPE_F32, in, 1,
+                            ZR_DTYPE_F32, out, &op),
                ZR_ERR_INVALID, "bits");
     TEST_FAILS(zr_allreduce(&c, ZR_GROUP_WORLD, &q, in, 1, &op), ZR_ERR_INVALID, "quantized");
+    zr_wire f32 = wire_of(ZR_WIRE_F32, 0, 0);
+    TEST_FAILS(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &f32, ZR_DTYPE_F32, in, 1,
+                            (zr_dtype)7, out, &op),
+               ZR_ERR_INVALID, "output type must be fp32 or bf16");
+    TEST_FAILS(zr_reduce_scatter(&c, ZR_GROUP_WORLD, &f32, (zr_dtype)7, in, 1, out, &op),
+               ZR_ERR_INVALID, "input type must be fp32 or bf16");
+    TEST_FAILS(zr_hpz_cut(&c, (zr_dtype)7, in, 1, ZR_DTYPE_F32, out), ZR_ERR_INVALID,
+               "must be fp32 or bf16");
     zr_qgz_config cfg = zr_qgz_config_default();
     cfg.error_feedback = 1;
     TEST_FAILS(zr_qgz(&c, &cfg, ZR_DTYPE_F32, in, 1, out, NULL, &op), ZR_ERR_INVALID,
@@ -907,7 +1107,8 @@ static void test_errors(void)
     zr_coll_op_free(&busy);
     cfg.chunks = -1;
     TEST_FAILS(zr_qgz(&c, &cfg, ZR_DTYPE_F32, in, 1, out, NULL, &op), ZR_ERR_INVALID, "chunks");
-    TEST_FAILS(zr_allgather(&c, ZR_GROUP_COUNT, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 1, out, &op),
+    TEST_FAILS(zr_allgather(&c, ZR_GROUP_COUNT, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 1, ZR_DTYPE_F32,
+                            out, &op),
                ZR_ERR_INVALID, "group");
     if (W > 1) {
         /* a block damaged on the wire is caught by validation, on every rank */
@@ -917,9 +1118,9 @@ static void test_errors(void)
         corrupting.test = corrupt_test;
         TEST_OK(zr_comm_use_transport(&c, &corrupting, NULL));
         TEST_CHECK(strcmp(c.transport->name, "corrupting") == 0);
-        TEST_FAILS(
-            zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64, out, &op),
-            ZR_ERR_FORMAT, "qwZ: block from world rank");
+        TEST_FAILS(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64,
+                                ZR_DTYPE_F32, out, &op),
+                   ZR_ERR_FORMAT, "qwZ: block from world rank");
         TEST_CHECK(!op.active);
         cfg.chunks = 1;
         float big[64 * 8];
@@ -930,7 +1131,8 @@ static void test_errors(void)
         }
         TEST_OK(zr_comm_use_transport(&c, &zr_transport_mpi, NULL));
         /* the op works again afterwards */
-        TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64, out, &op));
+        TEST_OK(zr_allgather(&c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q, ZR_DTYPE_F32, in, 64,
+                             ZR_DTYPE_F32, out, &op));
     }
     zr_coll_op_free(&op);
     zr_comm_free(&c);
@@ -961,6 +1163,9 @@ int main(int argc, char **argv)
     TEST_RUN(test_allreduce_exact);
     TEST_RUN(test_qwz);
     TEST_RUN(test_hpz);
+    TEST_RUN(test_allgather_types);
+    TEST_RUN(test_reduce_scatter_types);
+    TEST_RUN(test_hpz_types);
     TEST_RUN(test_qgz_bound);
     TEST_RUN(test_qgz_pipeline);
     TEST_RUN(test_qgz_feedback);

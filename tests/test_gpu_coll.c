@@ -5,15 +5,18 @@
  *
  * The reference is the MPI transport on host memory: the CPU path, whose
  * results and bounds test_coll checks against the exact sums. Each case
- * (all-gather fp32/bf16 in and on the wire, qwZ INT8/INT4, the hpZ cut and
- * gather, reduce-scatter fp32/bf16 on world and node groups, qgZ with and
+ * (all-gather fp32/bf16 in, on the wire and out, qwZ INT8/INT4 into fp32 or
+ * bf16, the hpZ cut and gather of fp32 and bf16 units, reduce-scatter
+ * fp32/bf16 in and on the wire on world and node groups, qgZ with and
  * without error feedback and chunks, fp32 and bf16 inputs, all-reduce, two
  * ops in flight at once) then runs on the GPU with the same inputs, and
  *   - the output bytes equal the CPU's (the local work is the same steps in
  *     the same order; NaN compares as NaN: a GPU's NaN payloads are its own),
  *   - the error-feedback residuals equal the CPU's after two calls,
  *   - the traffic counters (calls and bytes per kind, own node and others)
- *     and the count of non-finite groups equal the CPU's;
+ *     and the count of non-finite groups equal the CPU's,
+ *   - a bf16 all-gather output is the fp32 output of the same inputs rounded
+ *     to bf16, bit for bit (a NaN stays a NaN), on either side;
  * and a received block that fails validation fails the device op with the
  * CPU path's message (the device checks the headers when the op completes).
  * Inputs are written on the stream the communicator follows right before
@@ -149,81 +152,135 @@ static void fill(float *x, size_t n, int salt, int with_inf)
 
 /* ---- the cases ------------------------------------------------------------------------------ */
 
-/* All-gather over g of a shard of in_type: out fp32, wire as given. */
+/* n elements of the host fp32 array h as type t (bf16: rounded), in a new host buffer. */
+static void *as_type(const float *h, size_t n, zr_dtype t)
+{
+    void *p = malloc(n * zr_dtype_size(t));
+    if (t == ZR_DTYPE_BF16) {
+        zr_bf16_from_f32_n(p, h, n);
+    } else {
+        memcpy(p, h, n * sizeof(float));
+    }
+    return p;
+}
+
+/*
+ * A bf16 output is the fp32 output of the same call rounded (zr/coll.h,
+ * "Types"), on the GPU as on the CPU: the fp32 output, read back, against
+ * the bf16 one.
+ */
+static void check_rounded(const char *name, int on_dev, const void *out32, const void *out16,
+                          size_t n)
+{
+    float *a = malloc(n * sizeof(float));
+    zr_bf16 *b = malloc(n * sizeof(zr_bf16));
+    buf_get(on_dev, a, out32, n * sizeof(float));
+    buf_get(on_dev, b, out16, n * sizeof(zr_bf16));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x;
+        memcpy(&x, &a[i], 4);
+        int nan = (x & 0x7f800000u) == 0x7f800000u && (x & 0x007fffffu) != 0;
+        bad += nan ? (b[i] & 0x7f80u) != 0x7f80u || (b[i] & 0x7fu) == 0
+                   : b[i] != zr_bf16_from_f32(a[i]);
+    }
+    TEST_CHECKF(bad == 0, "%s on the %s: %zu of %zu bf16 outputs are not the fp32 output rounded",
+                name, on_dev ? "GPU" : "CPU", bad, n);
+    free(a);
+    free(b);
+}
+
+/*
+ * All-gather over g of a shard of in_type into out_type, wire as given; a
+ * bf16 output is also checked against the fp32 output of the same inputs.
+ */
 static void case_allgather(zr_comm *c, int on_dev, run *log, const char *name, zr_group g,
-                           zr_kind kind, const zr_wire *wire, zr_dtype in_type, int salt)
+                           zr_kind kind, const zr_wire *wire, zr_dtype in_type, zr_dtype out_type,
+                           int salt)
 {
     result *r = begin_case(c, log, name);
     int n = c->size[g];
     size_t count = COUNT, full = (size_t)n * count;
     float *h = malloc(count * sizeof(float));
     fill(h, count, salt, wire->type == ZR_WIRE_QUANT);
-    size_t esize = zr_dtype_size(in_type);
-    void *hin = malloc(count * esize);
-    if (in_type == ZR_DTYPE_BF16) {
-        zr_bf16_from_f32_n(hin, h, count);
-    } else {
-        memcpy(hin, h, count * esize);
-    }
+    size_t esize = zr_dtype_size(in_type), osize = zr_dtype_size(out_type);
+    void *hin = as_type(h, count, in_type);
     void *in = buf_alloc(on_dev, count * esize);
-    float *out = buf_alloc(on_dev, full * sizeof(float));
+    void *out = buf_alloc(on_dev, full * osize);
+    void *out32 = out_type == ZR_DTYPE_F32 ? NULL : buf_alloc(on_dev, full * sizeof(float));
     zr_coll_op op = ZR_COLL_OP_INIT;
     buf_put(on_dev, in, hin, count * esize);
-    TEST_OK(zr_allgather(c, g, kind, wire, in_type, in, count, out, &op));
+    TEST_OK(zr_allgather(c, g, kind, wire, in_type, in, count, out_type, out, &op));
+    if (out32 != NULL) {
+        size_t nonfinite = op.nonfinite;
+        TEST_OK(zr_allgather(c, g, kind, wire, in_type, in, count, ZR_DTYPE_F32, out32, &op));
+        check_rounded(name, on_dev, out32, out, full);
+        op.nonfinite += nonfinite;
+    }
     end_case(c, r, &op);
-    keep_buf(r, on_dev, out, full * sizeof(float));
+    keep_buf(r, on_dev, out, full * osize);
     zr_coll_op_free(&op);
     buf_free(on_dev, in);
     buf_free(on_dev, out);
+    if (out32 != NULL) {
+        buf_free(on_dev, out32);
+    }
     free(h);
     free(hin);
 }
 
-/* The hpZ secondary cut from a full buffer, then the gather inside the hpZ group. */
+/*
+ * The hpZ secondary (of type) cut from a full buffer (of unit_type: the
+ * gathered unit), then the gather inside the hpZ group into unit_type.
+ */
 static void case_hpz(zr_comm *c, int on_dev, run *log, const char *name, const zr_wire *wire,
-                     zr_dtype type)
+                     zr_dtype unit_type, zr_dtype type)
 {
     result *r = begin_case(c, log, name);
     int h = c->size[ZR_GROUP_HPZ];
-    size_t count = COUNT, full = (size_t)h * count;
+    size_t count = COUNT, full = (size_t)h * count, usize = zr_dtype_size(unit_type);
     float *hfull = malloc(full * sizeof(float));
     fill(hfull, full, 11, 0);
-    float *fbuf = buf_alloc(on_dev, full * sizeof(float));
+    void *hunit = as_type(hfull, full, unit_type);
+    void *fbuf = buf_alloc(on_dev, full * usize);
     void *sec = buf_alloc(on_dev, count * zr_dtype_size(type));
-    float *out = buf_alloc(on_dev, full * sizeof(float));
+    void *out = buf_alloc(on_dev, full * usize);
     zr_coll_op op = ZR_COLL_OP_INIT;
-    buf_put(on_dev, fbuf, hfull, full * sizeof(float));
-    TEST_OK(zr_hpz_cut(c, fbuf, count, type, sec));
+    buf_put(on_dev, fbuf, hunit, full * usize);
+    TEST_OK(zr_hpz_cut(c, unit_type, fbuf, count, type, sec));
     keep_buf(r, on_dev, sec, count * zr_dtype_size(type));
-    TEST_OK(zr_hpz_gather(c, wire, type, sec, count, out, &op));
+    TEST_OK(zr_hpz_gather(c, wire, type, sec, count, unit_type, out, &op));
     end_case(c, r, &op);
-    keep_buf(r, on_dev, out, full * sizeof(float));
+    keep_buf(r, on_dev, out, full * usize);
     zr_coll_op_free(&op);
     buf_free(on_dev, fbuf);
     buf_free(on_dev, sec);
     buf_free(on_dev, out);
     free(hfull);
+    free(hunit);
 }
 
 static void case_reduce_scatter(zr_comm *c, int on_dev, run *log, const char *name, zr_group g,
-                                zr_wire_type wt)
+                                zr_wire_type wt, zr_dtype in_type)
 {
     result *r = begin_case(c, log, name);
     zr_wire wire = {wt, {0, 0, ZR_QUANT_SYM}};
-    size_t count = COUNT, full = (size_t)c->size[g] * count;
+    size_t count = COUNT, full = (size_t)c->size[g] * count, esize = zr_dtype_size(in_type);
     float *h = malloc(full * sizeof(float));
     fill(h, full, 21 + (int)g, 0);
-    float *in = buf_alloc(on_dev, full * sizeof(float));
+    void *hin = as_type(h, full, in_type);
+    void *in = buf_alloc(on_dev, full * esize);
     float *out = buf_alloc(on_dev, count * sizeof(float));
     zr_coll_op op = ZR_COLL_OP_INIT;
-    buf_put(on_dev, in, h, full * sizeof(float));
-    TEST_OK(zr_reduce_scatter(c, g, &wire, in, count, out, &op));
+    buf_put(on_dev, in, hin, full * esize);
+    TEST_OK(zr_reduce_scatter(c, g, &wire, in_type, in, count, out, &op));
     end_case(c, r, &op);
     keep_buf(r, on_dev, out, count * sizeof(float));
     zr_coll_op_free(&op);
     buf_free(on_dev, in);
     buf_free(on_dev, out);
     free(h);
+    free(hin);
 }
 
 static void case_allreduce(zr_comm *c, int on_dev, run *log, const char *name, zr_wire_type wt)
@@ -304,7 +361,7 @@ static void case_in_flight(zr_comm *c, int on_dev, run *log)
     buf_put(on_dev, grad, h, full * sizeof(float));
     zr_coll_op a = ZR_COLL_OP_INIT, b = ZR_COLL_OP_INIT;
     TEST_OK(zr_allgather_start(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, shard, count,
-                               gathered, &a));
+                               ZR_DTYPE_F32, gathered, &a));
     TEST_OK(zr_qgz_start(c, &cfg, ZR_DTYPE_F32, grad, count, out, NULL, &b));
     int done = 0;
     for (int i = 0; i < 3 && !done; i++) {
@@ -331,23 +388,39 @@ static void run_cases(zr_comm *c, int on_dev, run *log)
     zr_wire f32 = {ZR_WIRE_F32, {0, 0, ZR_QUANT_SYM}}, bf16 = {ZR_WIRE_BF16, {0, 0, ZR_QUANT_SYM}};
     zr_wire q8 = {ZR_WIRE_QUANT, {8, QGROUP, ZR_QUANT_SYM}};
     zr_wire q4 = {ZR_WIRE_QUANT, {4, QGROUP, ZR_QUANT_ASYM}};
+    const zr_dtype F = ZR_DTYPE_F32, H = ZR_DTYPE_BF16;
+    /* all-gathers: "wire <- in", and "-> bf16" for a bf16 output */
     case_allgather(c, on_dev, log, "allgather f32 <- f32", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &f32,
-                   ZR_DTYPE_F32, 1);
+                   F, F, 1);
     case_allgather(c, on_dev, log, "allgather f32 <- bf16", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &f32,
-                   ZR_DTYPE_BF16, 2);
+                   H, F, 2);
     case_allgather(c, on_dev, log, "allgather bf16 <- f32", ZR_GROUP_WORLD, ZR_KIND_ALLGATHER,
-                   &bf16, ZR_DTYPE_F32, 3);
+                   &bf16, F, F, 3);
     case_allgather(c, on_dev, log, "allgather bf16 <- bf16 (node)", ZR_GROUP_NODE,
-                   ZR_KIND_ALLGATHER, &bf16, ZR_DTYPE_BF16, 4);
-    case_allgather(c, on_dev, log, "qwz int8 <- f32", ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8,
-                   ZR_DTYPE_F32, 5);
+                   ZR_KIND_ALLGATHER, &bf16, H, F, 4);
+    case_allgather(c, on_dev, log, "allgather bf16 <- f32 -> bf16", ZR_GROUP_WORLD,
+                   ZR_KIND_ALLGATHER, &bf16, F, H, 7);
+    case_allgather(c, on_dev, log, "allgather f32 <- f32 -> bf16 (node)", ZR_GROUP_NODE,
+                   ZR_KIND_ALLGATHER, &f32, F, H, 8);
+    case_allgather(c, on_dev, log, "allgather f32 <- bf16 -> bf16", ZR_GROUP_WORLD,
+                   ZR_KIND_ALLGATHER, &f32, H, H, 9);
+    case_allgather(c, on_dev, log, "qwz int8 <- f32", ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, F, F, 5);
     case_allgather(c, on_dev, log, "qwz int4 asym <- bf16 (cross)", ZR_GROUP_CROSS, ZR_KIND_QWZ,
-                   &q4, ZR_DTYPE_BF16, 6);
-    case_hpz(c, on_dev, log, "hpz bf16", &bf16, ZR_DTYPE_BF16);
-    case_hpz(c, on_dev, log, "hpz f32 secondary, qwz int8", &q8, ZR_DTYPE_F32);
-    case_reduce_scatter(c, on_dev, log, "reduce-scatter f32", ZR_GROUP_WORLD, ZR_WIRE_F32);
-    case_reduce_scatter(c, on_dev, log, "reduce-scatter bf16", ZR_GROUP_WORLD, ZR_WIRE_BF16);
-    case_reduce_scatter(c, on_dev, log, "reduce-scatter f32 (node)", ZR_GROUP_NODE, ZR_WIRE_F32);
+                   &q4, H, F, 6);
+    case_allgather(c, on_dev, log, "qwz int8 <- f32 -> bf16", ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, F,
+                   H, 10);
+    case_hpz(c, on_dev, log, "hpz bf16", &bf16, F, H);
+    case_hpz(c, on_dev, log, "hpz f32 secondary, qwz int8", &q8, F, F);
+    case_hpz(c, on_dev, log, "hpz bf16 unit, bf16", &bf16, H, H);
+    case_hpz(c, on_dev, log, "hpz bf16 unit, qwz int8", &q8, H, H);
+    case_hpz(c, on_dev, log, "hpz bf16 unit, f32 wire", &f32, H, H);
+    case_reduce_scatter(c, on_dev, log, "reduce-scatter f32", ZR_GROUP_WORLD, ZR_WIRE_F32, F);
+    case_reduce_scatter(c, on_dev, log, "reduce-scatter bf16", ZR_GROUP_WORLD, ZR_WIRE_BF16, F);
+    case_reduce_scatter(c, on_dev, log, "reduce-scatter f32 (node)", ZR_GROUP_NODE, ZR_WIRE_F32, F);
+    case_reduce_scatter(c, on_dev, log, "reduce-scatter bf16 <- bf16", ZR_GROUP_WORLD, ZR_WIRE_BF16,
+                        H);
+    case_reduce_scatter(c, on_dev, log, "reduce-scatter f32 <- bf16 (node)", ZR_GROUP_NODE,
+                        ZR_WIRE_F32, H);
     case_allreduce(c, on_dev, log, "allreduce f32", ZR_WIRE_F32);
     case_allreduce(c, on_dev, log, "allreduce bf16", ZR_WIRE_BF16);
     zr_qgz_config cfg = zr_qgz_config_default();
@@ -458,8 +531,8 @@ static zr_status bad_block_run(zr_comm *c, int on_dev, char *msg, size_t len)
     float *out = buf_alloc(on_dev, (size_t)W * COUNT * sizeof(float));
     buf_put(on_dev, in, h, COUNT * sizeof(float));
     zr_coll_op op = ZR_COLL_OP_INIT;
-    zr_status st =
-        zr_allgather(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, in, COUNT, out, &op);
+    zr_status st = zr_allgather(c, ZR_GROUP_WORLD, ZR_KIND_QWZ, &q8, ZR_DTYPE_F32, in, COUNT,
+                                ZR_DTYPE_F32, out, &op);
     snprintf(msg, len, "%s", st == ZR_OK ? "" : zr_error_message());
     TEST_CHECK(!op.active);
     zr_coll_op_free(&op);

@@ -15,10 +15,15 @@
  * same trajectory (steps 4 and 5 within 1e-5 of the GPU-only run), and one
  * written on the CPU resumes on the GPU likewise. The
  * ZeRO engine's state is on the GPU (the communicator's device transport):
- * each run's model state there must be the host engine's formula (+-5%),
+ * each run's model state there must be the host engine's formula exactly,
  * its peak device bytes the model, that state and the engine's pool, under
- * the start-up prediction. bf16 compute (bf16.enabled) must follow the
- * CPU's losses within 2%.
+ * the start-up prediction. bf16 compute (bf16.enabled), where the engine's
+ * working parameters and gradients are bf16, must follow the CPU's losses
+ * within 2% at every stage and with ZeRO++, hold the same check of its
+ * memory, and hold less than the fp32 run at stages 1-3: its stage 1-2
+ * working copy is 2 bytes per element, and the model computes on the
+ * engine's bf16 buffers with no unit buffers of its own where those are
+ * bf16 (stage 2-3).
  *
  * With --no-gpu (emulator: ZR_EMU_DEVICES=0 set here before any CUDA call)
  * zr.device cuda fails at once on every rank saying no GPU was found, and
@@ -62,6 +67,9 @@ static const mode modes[] = {
     {"ZeRO++ (qwZ + hpZ + qgZ)", 3, 1, 1, 1, 0.02 * 5.5},
 };
 
+/* test_modes' fp32 runs: the peak device memory of each mode, which bf16 runs undercut */
+static double fp32_peak[sizeof modes / sizeof modes[0]];
+
 /* The tiny run; bf16: bf16.enabled (on the GPU bf16 compute; on the CPU only the wire). */
 static zr_status config_ex(zr_train_config *c, const mode *m, const char *device, int steps,
                            int bf16)
@@ -104,6 +112,9 @@ typedef struct gpu_memory {
     double state;     /* the engine's model state, as it reports it */
     double pool_peak; /* the engine's pool at its peak */
     double formula;   /* model state by the engine's formula (zr_engine_plan_memory) */
+    double params;    /* the engine's replicated working copy (stages 1-2) */
+    double padded;    /* padded elements of every unit */
+    double acts;      /* the device model's activations alone */
 } gpu_memory;
 static gpu_memory last_mem;
 
@@ -111,17 +122,24 @@ static void note_memory(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
     zr_memory m = zr_trainer_memory(t);
-    zr_engine_config ecfg = zr_config_engine(c);
+    zr_engine_config ecfg = zr_config_engine(c, t->on_gpu);
     zr_gpt_memory_prediction p;
     TEST_OK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len, 0, &ecfg,
                                   &t->comm, &p));
     last_mem.peak = (double)zr_mem_device_peak();
     last_mem.predicted = (double)t->gpu_predicted;
     last_mem.model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, c->train_micro_batch_size_per_gpu,
-                                                     c->seq_len, t->gpu.model.type);
+                                                     c->seq_len, t->gpu.model.type, &ecfg);
     last_mem.state = (double)(m.params + m.grads + m.optim + m.secondary);
     last_mem.pool_peak = (double)m.pool_peak;
     last_mem.formula = (double)p.state;
+    last_mem.params = (double)m.params;
+    last_mem.padded = 0;
+    for (int u = 0; u < t->engine.nunits; u++) {
+        last_mem.padded += (double)zr_engine_padded(&t->engine, u);
+    }
+    last_mem.acts = (double)zr_gpt_cuda_activation_bytes(
+        &t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len, t->gpu.model.type);
 }
 
 /* Steps [start, end) of a run of c; losses[s] for each step s run. */
@@ -161,15 +179,15 @@ static zr_status run(const zr_train_config *c, int resume, float *losses, int *o
 
 /*
  * The GPU run's memory: the engine's model state on the device is what the
- * host engine's formula says (+-5%), everything the GPU holds at the peak is
- * the model, that state and the engine's pool (nothing unaccounted beyond
+ * host engine's formula says, exactly, everything the GPU holds at the peak
+ * is the model, that state and the engine's pool (nothing unaccounted beyond
  * 5%), and the start-up prediction bounds it.
  */
 static void check_memory(const char *name)
 {
     const gpu_memory *g = &last_mem;
     double known = g->model + g->state + g->pool_peak;
-    TEST_CHECKF(fabs(g->state - g->formula) <= 0.05 * g->formula,
+    TEST_CHECKF(g->state == g->formula,
                 "%s: model state on the GPU %.0f bytes, the engine's formula %.0f", name, g->state,
                 g->formula);
     TEST_CHECKF(g->peak >= g->model + g->state && g->peak <= 1.05 * known,
@@ -206,6 +224,7 @@ static void test_modes(void)
                     "%s: transport %s, expected %s (zr.transport auto)", m->name, last_transport,
                     want);
         check_memory(m->name);
+        fp32_peak[i] = last_mem.peak;
         double worst = 0;
         for (int s = 0; s < STEPS; s++) {
             TEST_CHECKF(isfinite(cpu[s]) && fabs(cpu[s] - gpu[s]) <= m->tol,
@@ -225,26 +244,51 @@ static void test_modes(void)
     }
 }
 
-/* bf16 compute on the GPU follows the CPU's fp32 trajectory within 2% of the loss. */
+/*
+ * bf16 compute (bf16.enabled) at every stage and with ZeRO++: the engine's
+ * working parameters and gradients are bf16 (zr_config_engine on GPUs), the
+ * model computes on them; the losses follow the CPU's fp32 trajectory within
+ * 2% of the loss, and the memory is what the formulas say (check_memory).
+ */
 static void test_bf16(void)
 {
-    zr_train_config c;
-    float cpu[STEPS], gpu[STEPS];
-    int on_gpu = 0;
-    TEST_OK(config_ex(&c, &modes[3], "cpu", STEPS, 1));
-    TEST_OK(run(&c, 0, cpu, NULL));
-    TEST_OK(config_ex(&c, &modes[3], "cuda", STEPS, 1));
-    TEST_OK(run(&c, 0, gpu, &on_gpu));
-    TEST_CHECK(on_gpu);
-    double worst = 0;
-    for (int s = 0; s < STEPS; s++) {
-        TEST_CHECKF(isfinite(gpu[s]) && fabs(cpu[s] - gpu[s]) <= 0.02 * cpu[s],
-                    "bf16 step %d: GPU loss %.9g vs CPU fp32 %.9g", s + 1, gpu[s], cpu[s]);
-        worst = fmax(worst, fabs(cpu[s] - gpu[s]));
-    }
-    TEST_CHECK(gpu[STEPS - 1] < gpu[0]); /* it trains */
-    if (zr_test_rank == 0) {
-        printf("  bf16 compute, stage 3      %d ranks: worst |GPU - CPU fp32| %.3g\n", W, worst);
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        const mode *m = &modes[i];
+        zr_train_config c;
+        float cpu[STEPS], gpu[STEPS];
+        int on_gpu = 0;
+        TEST_OK(config_ex(&c, m, "cpu", STEPS, 1));
+        TEST_OK(run(&c, 0, cpu, NULL));
+        TEST_OK(config_ex(&c, m, "cuda", STEPS, 1));
+        TEST_OK(run(&c, 0, gpu, &on_gpu));
+        TEST_CHECK(on_gpu);
+        char name[64];
+        snprintf(name, sizeof name, "bf16 %s", m->name);
+        check_memory(name);
+        const gpu_memory *g = &last_mem;
+        if (m->stage == 1 || m->stage == 2) {
+            TEST_CHECKF(g->params == 2 * g->padded,
+                        "%s: working copy %.0f bytes for %.0f elements, not bf16", name, g->params,
+                        g->padded);
+        }
+        /* unit buffers only for stage 0's fp32 master and stage 0-1's fp32 gradients */
+        TEST_CHECKF(m->stage < 2 ? g->model > g->acts : g->model == g->acts,
+                    "%s: the device model holds %.0f bytes, its activations %.0f", name, g->model,
+                    g->acts);
+        TEST_CHECKF(m->stage == 0 || fp32_peak[i] == 0 || g->peak < fp32_peak[i],
+                    "%s: peak device memory %.0f bytes, the fp32 run's %.0f", name, g->peak,
+                    fp32_peak[i]);
+        double worst = 0;
+        for (int s = 0; s < STEPS; s++) {
+            TEST_CHECKF(isfinite(gpu[s]) && fabs(cpu[s] - gpu[s]) <= 0.02 * cpu[s],
+                        "%s step %d: GPU loss %.9g vs CPU fp32 %.9g", name, s + 1, gpu[s], cpu[s]);
+            worst = fmax(worst, fabs(cpu[s] - gpu[s]));
+        }
+        TEST_CHECK(gpu[STEPS - 1] < gpu[0]); /* it trains */
+        if (zr_test_rank == 0) {
+            printf("  %-26s %d ranks, %s: worst |GPU - CPU fp32| %.3g\n", name, W, last_transport,
+                   worst);
+        }
     }
 }
 

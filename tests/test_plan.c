@@ -17,7 +17,9 @@
  *   --gpu      (the emulated GPU, or a real one) the probe on GPUs: its
  *              figures, the GPU's memory, the device model's bytes in the
  *              plan's memory; a GPU run's counters and memory equal the
- *              plan's; a plan for the other device or compute type refused
+ *              plan's, in fp32 and in bf16 compute (the engine's bf16
+ *              working buffers); a plan for the other device or compute
+ *              type refused
  *
  * Runs under mpirun at several layouts (tests/testlist).
  */
@@ -80,14 +82,17 @@ static void measure(const zr_train_config *base, const zr_plan_choice *ch, zr_tr
     zr_trainer_free(&t, 0);
 }
 
-static void check_choice(const zr_train_config *base, const zr_plan_choice *ch)
+/* The engine's bytes, state and pool peak for one choice against the plan's (with probe, if any).
+ */
+static void check_choice(const zr_train_config *base, const zr_plan_choice *ch,
+                         const zr_probe *probe)
 {
     zr_traffic got;
     zr_memory mem;
     int N = 0, D = 0;
     measure(base, ch, &got, &mem, &N, &D);
     zr_plan_cost cost;
-    TEST_OK(zr_plan_cost_of(base, 256, N, D, ch, NULL, &cost));
+    TEST_OK(zr_plan_cost_of(base, 256, N, D, ch, probe, &cost));
     char d[160];
     zr_plan_describe(ch, d, sizeof d);
     for (int k = 0; k < ZR_KIND_COUNT; k++) {
@@ -139,19 +144,19 @@ static void test_bytes_match_engine(void)
         {3, 1, 8, hpz, 1, 4, 50000000, 1, 2}, {3, 1, 8, hpz, 1, 8, 0, 2, 1},
     };
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i++) {
-        check_choice(&base, &list[i]);
+        check_choice(&base, &list[i], NULL);
     }
     /* qgZ pipelined in chunks: each chunk's blocks carry their own headers and scales */
     base.qgz_chunks = 3;
-    check_choice(&base, &list[9]);
-    check_choice(&base, &list[10]);
+    check_choice(&base, &list[9], NULL);
+    check_choice(&base, &list[10], NULL);
     base.qgz_chunks = 1;
     /* the shape of bench/cluster with the default buckets: several reductions in flight, and
        ops that a later step hands a bigger collective (the pool grows in the second step) */
     base.layers = 4, base.channels = 256, base.heads = 4, base.seq_len = 8, base.max_seq_len = 8;
     base.reduce_bucket_size = 1700000;
     for (size_t i = 0; i < sizeof list / sizeof list[0]; i += 3) {
-        check_choice(&base, &list[i]);
+        check_choice(&base, &list[i], NULL);
     }
 }
 
@@ -404,9 +409,10 @@ static void test_gpu_probe(void)
     if (r.n > 0) {
         const zr_plan_entry *best = &r.entries[0];
         zr_gpt_config m = {c.max_seq_len, 256, 256, c.layers, c.heads, c.channels};
-        TEST_CHECKF(best->cost.mem.activations == zr_gpt_gpu_device_bytes(&m,
-                                                                          best->choice.micro_batch,
-                                                                          c.seq_len, ZR_DTYPE_F32),
+        zr_engine_config ecfg = zr_config_engine(&c, 1);
+        TEST_CHECKF(best->cost.mem.activations ==
+                        zr_gpt_gpu_device_bytes(&m, best->choice.micro_batch, c.seq_len,
+                                                ZR_DTYPE_F32, &ecfg),
                     "plan's activations %zu", best->cost.mem.activations);
         TEST_CHECK(best->cost.tokens_per_s > 0);
     }
@@ -414,9 +420,20 @@ static void test_gpu_probe(void)
     /* a GPU run counts what the plan predicts, and holds the state and pool it predicts */
     zr_plan_choice ch = {3, 1, 8, W > 1 ? 2 : 1, 1, 4, 0, 1, 1};
     if (W % 2 == 0 && W > 1) {
-        check_choice(&c, &ch);
+        check_choice(&c, &ch, &p);
+    }
+    /* bf16 compute: the engine's bf16 working buffers, in the plan's state and pool too (the
+       probe's figures are fp32's; only the compute type matters to the bytes) */
+    zr_probe pb = p;
+    pb.bf16 = 1;
+    c.bf16_enabled = 1;
+    if (W % 2 == 0 && W > 1) {
+        check_choice(&c, &ch, &pb);
+        zr_plan_choice s2 = {2, 0, 0, 1, 0, 0, 0, 1, 1};
+        check_choice(&c, &s2, &pb);
     }
     /* a probe of one device plans only for it */
+    c.bf16_enabled = 0;
     snprintf(c.device, sizeof c.device, "cpu");
     TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "the probe measured GPUs");
     snprintf(c.device, sizeof c.device, "cuda");

@@ -6,7 +6,7 @@
  *       no bf16 sum, so zr owns the reduction), divide by the group size once.
  *   qwZ  quantized all-gather: each rank quantizes its shard (INT8 default),
  *       one packed block per rank (header + scales + payload), dequantized
- *       into the full fp32 buffer. Any group (world, or hpZ).
+ *       into the full buffer (fp32 or bf16). Any group (world, or hpZ).
  *   hpZ  the secondary partition: a rank keeps slice k of a full buffer,
  *       k = its rank in ZR_GROUP_HPZ; the full buffer is rebuilt later by an
  *       all-gather over ZR_GROUP_HPZ (exact or quantized), accounted as HPZ.
@@ -29,6 +29,15 @@
  * Buffers: "count" is elements per rank's partition; full buffers hold
  * size[g] * count elements, partition p at offset p * count. Callers pad
  * their buffers so that they divide evenly (zero padding).
+ *
+ * Types. Inputs and outputs are fp32 or bf16 (zr_dtype) wherever a caller
+ * keeps either: the ZeRO engine's working parameters and gradients are bf16
+ * in bf16 compute, its master weights and gradient shards fp32. The type of
+ * a buffer never changes a result beyond rounding it: a bf16 output is the
+ * fp32 output's value rounded to bf16 (round to nearest even), a bf16 input
+ * is read exactly; every sum stays fp32 in rank order. A conversion happens
+ * once, where the types differ (wire against input, wire against output);
+ * bf16 on the wire into a bf16 output is received in place, never widened.
  *
  * Device buffers. On a communicator whose transport is a device one
  * (zr_comm_device != NULL), every collective here takes device buffers of
@@ -84,38 +93,49 @@ zr_status zr_coll_test(zr_comm *c, zr_coll_op *op, int *done);
 
 /*
  * All-gather over group g: every rank contributes count elements of in
- * (type in_type, fp32 or bf16), out receives size[g]*count fp32 elements.
- * wire: F32, BF16 (exact baselines) or QUANT (qwZ). kind names the traffic
- * row (ZR_KIND_ALLGATHER, ZR_KIND_QWZ, ZR_KIND_HPZ).
+ * (type in_type), out receives size[g]*count elements of out_type (fp32 or
+ * bf16 each). wire: F32, BF16 (exact baselines) or QUANT (qwZ, decoded
+ * straight into out_type). kind names the traffic row (ZR_KIND_ALLGATHER,
+ * ZR_KIND_QWZ, ZR_KIND_HPZ). in may be my own slot of out (in place) when
+ * in_type is out_type.
  */
 zr_status zr_allgather_start(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
-                             zr_dtype in_type, const void *in, size_t count, float *out,
-                             zr_coll_op *op);
+                             zr_dtype in_type, const void *in, size_t count, zr_dtype out_type,
+                             void *out, zr_coll_op *op);
 
 /*
- * Reduce-scatter (average) over group g: in holds size[g]*count fp32
- * elements, out receives count fp32 = the mean over ranks of partition
- * rank[g]. wire F32 or BF16; accumulation in fp32 in rank order (every rank
- * computes its partition with the same order, so results are deterministic).
+ * Reduce-scatter (average) over group g: in holds size[g]*count elements of
+ * in_type (fp32 or bf16), out receives count fp32 = the mean over ranks of
+ * partition rank[g]. wire F32 or BF16; accumulation in fp32 in rank order
+ * (every rank computes its partition with the same order, so results are
+ * deterministic). The output stays fp32: it is what a gradient shard
+ * accumulates.
  */
-zr_status zr_reduce_scatter_start(zr_comm *c, zr_group g, const zr_wire *wire, const float *in,
-                                  size_t count, float *out, zr_coll_op *op);
+zr_status zr_reduce_scatter_start(zr_comm *c, zr_group g, const zr_wire *wire, zr_dtype in_type,
+                                  const void *in, size_t count, float *out, zr_coll_op *op);
 
-/* All-reduce (average) in place over group g: buf holds count fp32 elements (any count). */
+/*
+ * All-reduce (average) in place over group g: buf holds count fp32 elements
+ * (any count). fp32 only: its one user, stage 0, reduces gradients that
+ * accumulate over micro-batches, and those stay fp32 in every compute type.
+ */
 zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,
                              zr_coll_op *op);
 
-/* hpZ: copy my slice of a full buffer (size[HPZ]*count elements) into secondary (count elements of
- * type). */
-zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype type,
-                     void *secondary);
+/*
+ * hpZ: copy my slice of a full buffer (size[HPZ]*count elements of
+ * full_type) into secondary (count elements of type); fp32 or bf16 each.
+ */
+zr_status zr_hpz_cut(const zr_comm *c, zr_dtype full_type, const void *full, size_t count,
+                     zr_dtype type, void *secondary);
 
 /*
- * hpZ: rebuild full (size[HPZ]*count fp32) from the secondaries of my hpZ
- * group: exactly zr_allgather_start(c, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, ...).
+ * hpZ: rebuild full (size[HPZ]*count elements of out_type) from the
+ * secondaries of my hpZ group: exactly zr_allgather_start(c, ZR_GROUP_HPZ,
+ * ZR_KIND_HPZ, wire, type, secondary, count, out_type, full, op).
  */
 zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,
-                              size_t count, float *full, zr_coll_op *op);
+                              size_t count, zr_dtype out_type, void *full, zr_coll_op *op);
 
 /* ---- qgZ ------------------------------------------------------------------ */
 
@@ -180,24 +200,28 @@ typedef struct zr_coll_cost {
     size_t work;                 /* workspace bytes */
 } zr_coll_cost;
 
-/* The cost of the collective the same arguments to its *_start would run. */
+/*
+ * The cost of the collective the same arguments to its *_start would run
+ * (qgZ's does not depend on its input type: the encoder reads bf16 as it
+ * reads fp32, no conversion between).
+ */
 zr_coll_cost zr_allgather_cost(const zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire,
-                               zr_dtype in_type, size_t count);
+                               zr_dtype in_type, size_t count, zr_dtype out_type);
 zr_coll_cost zr_reduce_scatter_cost(const zr_comm *c, zr_group g, const zr_wire *wire,
-                                    size_t count);
+                                    zr_dtype in_type, size_t count);
 zr_coll_cost zr_allreduce_cost(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count);
 zr_coll_cost zr_qgz_cost(const zr_comm *c, const zr_qgz_config *cfg, size_t count);
 
 /* Blocking conveniences: start + wait. */
 zr_status zr_allgather(zr_comm *c, zr_group g, zr_kind kind, const zr_wire *wire, zr_dtype in_type,
-                       const void *in, size_t count, float *out, zr_coll_op *op);
-zr_status zr_reduce_scatter(zr_comm *c, zr_group g, const zr_wire *wire, const float *in,
-                            size_t count, float *out, zr_coll_op *op);
+                       const void *in, size_t count, zr_dtype out_type, void *out, zr_coll_op *op);
+zr_status zr_reduce_scatter(zr_comm *c, zr_group g, const zr_wire *wire, zr_dtype in_type,
+                            const void *in, size_t count, float *out, zr_coll_op *op);
 zr_status zr_allreduce(zr_comm *c, zr_group g, const zr_wire *wire, float *buf, size_t count,
                        zr_coll_op *op);
 zr_status zr_qgz(zr_comm *c, const zr_qgz_config *cfg, zr_dtype in_type, const void *in,
                  size_t count, float *out, zr_qgz_feedback *fb, zr_coll_op *op);
 zr_status zr_hpz_gather(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,
-                        size_t count, float *full, zr_coll_op *op);
+                        size_t count, zr_dtype out_type, void *full, zr_coll_op *op);
 
 #endif /* ZR_COLL_H */

@@ -178,10 +178,13 @@ zr_status zr_config_adopt_model(zr_train_config *c, const struct zr_gpt_config *
 
 /*
  * The engine settings a finalized configuration asks for (stage, wire type,
- * ZeRO++ switches and their quantization, buckets, AdamW, clipping); the
- * trainer runs with them and the planner costs them.
+ * ZeRO++ switches and their quantization, buckets, AdamW, clipping, working
+ * type) on GPUs (gpu = 1) or on the CPU; the trainer runs with them and the
+ * planner costs them. bf16.enabled on GPUs gives bf16 working parameters and
+ * gradients (the model computes in bf16 on them, as DeepSpeed does); the CPU
+ * computes in fp32, so there the working type is fp32 either way.
  */
-zr_engine_config zr_config_engine(const zr_train_config *c);
+zr_engine_config zr_config_engine(const zr_train_config *c, int gpu);
 
 /* --help: every key with its type, default and meaning, grouped by section. */
 void zr_config_print_help(FILE *f);

@@ -91,34 +91,52 @@ zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const i
  * that follows this struct's stream: zr/zero.h, "Where the state lives"),
  * in compute type fp32 (TF32 off: the mode compared with the CPU) or bf16
  * (bf16 weights and activations, fp32 accumulation). The engine keeps the
- * fp32 parameters, gradients and optimizer shards, runs the collectives,
- * AdamW and clipping, all in device memory. fp32: the model computes on the
- * engine's gathered buffers and accumulates into its gradient buffers;
- * bf16: each unit's parameters are cast into one of three bf16 unit buffers
- * (unit 0, a block, the last unit), its backward writes a zeroed bf16
- * buffer that is then added into the engine's fp32 gradients. The loss is
- * computed on the device and read through the model's control buffer.
- * Checkpoints are the CPU path's files: either resumes the other.
+ * fp32 master weights and optimizer shards, runs the collectives, AdamW and
+ * clipping, all in device memory, and hands out working buffers of its
+ * types (zr_engine_param_type, zr_engine_grad_type). Where a buffer is of
+ * the compute type (fp32 everywhere in fp32; in bf16 with a bf16 engine,
+ * zr_engine_config.work_type, the gathered units and the stage 1-2 working
+ * copy, and the gradients of stages 2-3) the model computes on it directly
+ * and its backward accumulates into it. Where it is not (bf16 compute on
+ * stage 0's fp32 master and stage 0-1's fp32 gradients, or on an fp32
+ * engine), the unit goes through one of three bf16 unit buffers of each
+ * kind (unit 0, a block, the last unit: the schedule holds at most those at
+ * once, the tied LM head reading unit 0 while the last unit runs): its
+ * parameters cast in, its backward into a zeroed one added to the engine's
+ * fp32 gradients. The loss is computed on the device and read through the
+ * model's control buffer. Checkpoints are the CPU path's files: either
+ * resumes the other.
  */
 typedef struct zr_gpt_gpu {
     zr_gpt_cuda model;
     zr_device dev;
-    zr_stream *stream; /* owned; the model's kernels, the engine's and the collectives' start */
-    void *p[3], *g[3]; /* bf16: device unit buffers: unit 0, a block, the last unit */
+    zr_stream *stream; /* owned; the model's kernels, the engine's and the collectives' */
+    zr_dtype param_type, grad_type; /* the engine's buffers it was made for */
+    void *p[3], *g[3]; /* bf16 unit buffers where the engine's are fp32 (NULL otherwise):
+                          unit 0, a block, the last unit */
     size_t numel[3];   /* elements of the slot's units */
 } zr_gpt_gpu;
 
-/* Device bytes zr_gpt_gpu_init allocates for this shape and type (activations, unit buffers). */
-size_t zr_gpt_gpu_device_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type);
-/* On dev (a CUDA device: zr_device_open_for_rank) for B x T tokens; type F32 or BF16. */
+/*
+ * Device bytes zr_gpt_gpu_init allocates for this shape, compute type and
+ * engine configuration (activations, the unit buffers it needs).
+ */
+size_t zr_gpt_gpu_device_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type,
+                               const zr_engine_config *ecfg);
+/*
+ * On dev (a CUDA device: zr_device_open_for_rank) for B x T tokens; type F32
+ * or BF16; for engines of configuration ecfg's buffer types (fp32 compute
+ * needs fp32 ones: ZR_ERR_INVALID otherwise).
+ */
 zr_status zr_gpt_gpu_init(zr_gpt_gpu *g, const zr_device *dev, const zr_gpt_config *cfg, int B,
-                          int T, zr_dtype type);
+                          int T, zr_dtype type, const zr_engine_config *ecfg);
 /* Safe on a zeroed struct and after a failed init. */
 void zr_gpt_gpu_free(zr_gpt_gpu *g);
 
 /*
  * zr_gpt_engine_micro and zr_gpt_engine_eval on the GPU: the same schedule and
- * the same calls; e must be an engine on g's GPU (ZR_ERR_INVALID otherwise).
+ * the same calls; e must be an engine on g's GPU with the buffer types g was
+ * made for (ZR_ERR_INVALID otherwise).
  */
 zr_status zr_gpt_engine_micro_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
                                   const int *targets, float *loss);

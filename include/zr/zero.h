@@ -1,6 +1,7 @@
 /*
  * zr/zero.h - the ZeRO engine: memory-sharded data-parallel training of any
- * model whose parameters come in units (flat fp32 buffers).
+ * model whose parameters come in units (flat buffers: fp32 master weights,
+ * working parameters and gradients in the compute type, see "Types").
  *
  * The sharding plan says, for parameters, gradients and optimizer state,
  * whether each is replicated or sharded over the world; the ZeRO stages are
@@ -21,8 +22,8 @@
  * needs (the same calls in the same order on every rank; tests/test_zero.c
  * test_usage_sketch runs exactly this):
  *
- *   const float *p;
- *   float *g;
+ *   const void *p;                                  zr_engine_param_type elements
+ *   void *g;                                        zr_engine_grad_type elements
  *   zr_step_stats stats;
  *   ZR_CHECK(zr_engine_micro_begin(e));             once per micro-batch
  *   for (int u = 0; u < nunits; u++) {              forward
@@ -46,6 +47,24 @@
  * it until the next optimizer step or load. With ZR_SAFE=1 in the
  * environment, ranks compare each decision before gathering and fail loudly
  * on a divergence instead of hanging.
+ *
+ * Types. The fp32 master weights and Adam moments are what the optimizer
+ * updates; the model computes on working copies in the compute type
+ * (zr_engine_config.work_type), as DeepSpeed does in bf16: with ZR_DTYPE_BF16
+ * the gathered units (stage 3), the replicated working copy (stages 1-2) and
+ * the gradient buffer of a micro-batch (stages 2-3, reduced as soon as its
+ * backward is done) are bf16, half the bytes of the pool and of the stage 1-2
+ * state. What stays fp32 whatever the work type: the master weights and
+ * moments; the gradient shard that accumulates the micro-batches and the
+ * reduction's output; stage 0-1's replicated gradients, which accumulate the
+ * micro-batches themselves (bf16 sums would lose them); stage 0's working
+ * copy, which is the master. zr_engine_param_type and zr_engine_grad_type say
+ * what a configuration hands out. A bf16 working value is always the bf16
+ * rounding of the fp32 one the same engine would hold with ZR_DTYPE_F32, and
+ * every sum is fp32 in the same order (src/coll): a bf16 engine trains, bit
+ * for bit, the trajectory of an fp32 engine whose caller rounds what it reads
+ * and the gradient sums it keeps to bf16 (tests/test_zero.c). The CPU engine
+ * can hold bf16 buffers too; the CPU model computes in fp32 only.
  *
  * Dry runs. An engine made by zr_engine_init_dry runs the same code over a
  * layout only (zr_comm_init_layout: who is where, no MPI): the same budgets,
@@ -129,10 +148,18 @@ typedef struct zr_engine_config {
         reduce_bucket; /* elements of gradient reductions in flight (>= 1; one unit always may) */
     float beta1, beta2, eps, weight_decay; /* AdamW */
     float grad_clip;                       /* global grad-norm clipping; <= 0 disables */
+    zr_dtype work_type; /* working parameters and gradients: ZR_DTYPE_F32 or BF16 ("Types") */
 } zr_engine_config;
 
-/* Defaults: stage 3, bf16 wire, ZeRO++ off, overlap on, AdamW(0.9, 0.95, 1e-8, 0.1), clip 1.0. */
+/*
+ * Defaults: stage 3, bf16 wire, ZeRO++ off, overlap on, AdamW(0.9, 0.95,
+ * 1e-8, 0.1), clip 1.0, fp32 working buffers.
+ */
 zr_engine_config zr_engine_config_default(void);
+
+/* The element type of the buffers zr_engine_fetch / zr_engine_grads hand out under cfg. */
+zr_dtype zr_engine_param_type(const zr_engine_config *cfg);
+zr_dtype zr_engine_grad_type(const zr_engine_config *cfg);
 
 /* Per-step accounting, filled by zr_engine_step. */
 typedef struct zr_step_stats {
@@ -158,8 +185,8 @@ typedef enum zr_engine_event_type {
 } zr_engine_event_type;
 
 typedef enum zr_engine_work {
-    ZR_WORK_HPZ_CUT,   /* a secondary cut from a gathered unit into bf16 (conversions) */
-    ZR_WORK_GRAD_ZERO, /* a pooled gradient buffer zeroed for the backward to accumulate into */
+    ZR_WORK_HPZ_CUT,   /* a secondary cut from a gathered unit of another type (conversions) */
+    ZR_WORK_GRAD_ZERO, /* a pooled gradient buffer (work type) zeroed for the backward */
     ZR_WORK_GRAD_FOLD, /* a reduced gradient added into its shard (fp32 adds) */
     ZR_WORK_NORM,      /* the step's sum of squares for the gradient norm */
     ZR_WORK_ADAMW,     /* AdamW updates of this rank's slice */
@@ -256,9 +283,16 @@ zr_status zr_engine_get_params(zr_engine *e, int u, float *full);
 
 zr_status zr_engine_micro_begin(zr_engine *e);
 zr_status zr_engine_prefetch(zr_engine *e, int u, zr_phase phase);
-zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const float **params);
+/* Unit u's padded working parameters, zr_engine_param_type elements, valid until the release. */
+zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const void **params);
 zr_status zr_engine_release(zr_engine *e, int u);
-zr_status zr_engine_grads(zr_engine *e, int u, float **grads);
+/*
+ * Unit u's padded gradient buffer, zr_engine_grad_type elements, for the
+ * backward to accumulate into (+=): zeroed at the first call of a micro-batch
+ * (sharded gradients) or of a step (replicated ones), valid until
+ * zr_engine_grads_done.
+ */
+zr_status zr_engine_grads(zr_engine *e, int u, void **grads);
 zr_status zr_engine_grads_done(zr_engine *e, int u);
 
 /*

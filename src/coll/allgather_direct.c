@@ -6,18 +6,24 @@
  * direct algorithm, so each byte crosses one link once and the accounting
  * sees exactly who sent what where).
  *
- *   group of 3, shards a b c (fp32 or bf16 in; the wire type decides the bytes)
+ *   group of 3, shards a b c; in, wire and out each fp32 or bf16
  *
  *   before         rank0: a          rank1: b          rank2: c
- *   exchange       rank0: a b c      rank1: a b c      rank2: a b c   (wire type)
- *   after          out = fp32 [a b c] on every rank
+ *   own slot       rank0: [a . .]    rank1: [. b .]    rank2: [. . c]  (cast to the wire type)
+ *   exchange       rank0: [a b c]    rank1: [a b c]    rank2: [a b c]  (wire type)
+ *   after          out = [a b c] in the output type on every rank
+ *
+ * The exchange lands in out itself when the output is of the wire type
+ * (fp32 into fp32, bf16 into bf16: no workspace, no cast after), else in a
+ * workspace of the wire type that is cast into out afterwards. An input of
+ * another type than the wire is cast into my own slot of that receive
+ * buffer and sent from there (an in-place all-gather); one of the wire type
+ * is sent as it is. So a value is converted at most twice, in to wire and
+ * wire to out, and a bf16 output is the fp32 one rounded to bf16.
  *
  * bf16 wire: my own shard is rounded to bf16 like everyone else's copy of
  * it, so every rank holds the same bits afterwards (ranks that disagree on
  * the weights would compute different forward passes).
- *
- * fp32 wire: the exchange writes straight into out (no workspace); a bf16
- * input is widened into my own slot of out first and sent from there.
  *
  * On a communicator with a device transport, in, out and the workspace are
  * device memory and the casts are kernels on the op's codec stream (the
@@ -25,12 +31,19 @@
  */
 #include "coll_direct.h"
 
+static zr_dtype wire_dtype(zr_wire_type wire)
+{
+    return wire == ZR_WIRE_BF16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+}
+
 static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
 {
     zr_coll_direct *a = zr_coll_algo_state(op);
     void *x;
     const zr_coll_local *L = zr_coll_local_of(op, &x);
     int n = c->size[a->group], me = c->rank[a->group];
+    zr_dtype wt = wire_dtype(a->wire);
+    size_t esize = zr_dtype_size(wt);
     if (op->phase == 0) {
         int ok = 0;
         ZR_CHECK(zr_coll_gate(c, op, a->group, block, &ok));
@@ -38,20 +51,10 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
             return ZR_OK;
         }
         const void *send = a->in;
-        size_t esize = 4;
-        if (a->wire == ZR_WIRE_F32) {
-            if (a->in_type == ZR_DTYPE_BF16) {
-                float *own = a->out + (size_t)me * a->count;
-                ZR_CHECK(L->from_bf16(x, own, a->in, a->count));
-                send = own;
-            }
-            a->recv = a->out;
-        } else {
-            esize = 2;
-            if (a->in_type == ZR_DTYPE_F32) {
-                ZR_CHECK(L->to_bf16(x, a->send, a->in, a->count));
-                send = a->send;
-            }
+        if (a->in_type != wt) {
+            unsigned char *own = (unsigned char *)a->recv + (size_t)me * a->count * esize;
+            ZR_CHECK(zr_coll_convert(L, x, wt, own, a->in_type, a->in, a->count));
+            send = own;
         }
         ZR_CHECK(zr_coll_iallgather(c, op, a->group, a->kind, send, a->count * esize, a->recv,
                                     &op->req[0]));
@@ -63,49 +66,44 @@ static zr_status advance(zr_comm *c, zr_coll_op *op, int block)
     if (!done) {
         return ZR_OK;
     }
-    if (a->wire == ZR_WIRE_BF16) {
-        ZR_CHECK(L->from_bf16(x, a->out, a->recv, (size_t)n * a->count));
+    if (a->out_type != wt) {
+        ZR_CHECK(zr_coll_convert(L, x, a->out_type, a->out, wt, a->recv, (size_t)n * a->count));
     }
     return zr_coll_finish(op);
 }
 
 static const zr_coll_algo algo = {"allgather_direct", advance};
 
-/* Bytes of workspace the op reserves (its cost's .work). */
-static size_t work_bytes(const zr_comm *c, zr_group g, zr_wire_type wire, zr_dtype in_type,
+/* Bytes of workspace the op reserves (its cost's .work): the wire's receive buffer, unless out. */
+static size_t work_bytes(const zr_comm *c, zr_group g, zr_wire_type wire, zr_dtype out_type,
                          size_t count)
 {
-    size_t n = (size_t)c->size[g];
-    if (wire != ZR_WIRE_BF16) {
-        return 0;
-    }
-    return zr_coll_span(n * count * 2) + (in_type == ZR_DTYPE_F32 ? zr_coll_span(count * 2) : 0);
+    zr_dtype wt = wire_dtype(wire);
+    return out_type == wt ? 0 : zr_coll_span((size_t)c->size[g] * count * zr_dtype_size(wt));
 }
 
 zr_coll_cost zr_allgather_direct_cost(const zr_comm *c, zr_group g, zr_kind kind, zr_wire_type wire,
-                                      zr_dtype in_type, size_t count)
+                                      zr_dtype in_type, size_t count, zr_dtype out_type)
 {
     size_t n = (size_t)c->size[g];
-    zr_coll_cost k = {.kind = kind, .work = work_bytes(c, g, wire, in_type, count)};
-    zr_coll_cost_send(c, g, count * (wire == ZR_WIRE_BF16 ? 2 : 4), 0, &k);
-    if (wire == ZR_WIRE_BF16) {
-        k.bf16_enc = in_type == ZR_DTYPE_F32 ? count : 0;
-        k.bf16_dec = n * count;
-    } else if (in_type == ZR_DTYPE_BF16) {
-        k.bf16_dec = count; /* my own shard, widened into out */
-    }
+    zr_dtype wt = wire_dtype(wire);
+    zr_coll_cost k = {.kind = kind, .work = work_bytes(c, g, wire, out_type, count)};
+    zr_coll_cost_send(c, g, count * zr_dtype_size(wt), 0, &k);
+    /* in -> wire: my shard; wire -> out: every shard */
+    size_t *to_in = wt == ZR_DTYPE_BF16 ? &k.bf16_enc : &k.bf16_dec;
+    size_t *to_out = out_type == ZR_DTYPE_BF16 ? &k.bf16_enc : &k.bf16_dec;
+    *to_in += in_type != wt ? count : 0;
+    *to_out += out_type != wt ? n * count : 0;
     return k;
 }
 
 zr_status zr_allgather_direct_start(zr_comm *c, zr_group g, zr_kind kind, zr_wire_type wire,
-                                    zr_dtype in_type, const void *in, size_t count, float *out,
-                                    zr_coll_op *op)
+                                    zr_dtype in_type, const void *in, size_t count,
+                                    zr_dtype out_type, void *out, zr_coll_op *op)
 {
-    int n = c->size[g];
-    size_t work = work_bytes(c, g, wire, in_type, count);
     zr_coll_direct *a;
     ZR_CHECK(zr_coll_begin(c, op, &algo, ZR_COLL_BIT(g), (void **)&a));
-    zr_status st = zr_coll_reserve(op, work);
+    zr_status st = zr_coll_reserve(op, work_bytes(c, g, wire, out_type, count));
     if (st != ZR_OK) {
         zr_coll_end(op);
         return st;
@@ -116,11 +114,8 @@ zr_status zr_allgather_direct_start(zr_comm *c, zr_group g, zr_kind kind, zr_wir
     a->in_type = in_type;
     a->in = in;
     a->count = count;
+    a->out_type = out_type;
     a->out = out;
-    if (wire == ZR_WIRE_BF16) {
-        unsigned char *cur = op->work;
-        a->recv = zr_coll_carve(&cur, (size_t)n * count * 2);
-        a->send = in_type == ZR_DTYPE_F32 ? zr_coll_carve(&cur, count * 2) : NULL;
-    }
+    a->recv = out_type == wire_dtype(wire) ? out : op->work;
     return zr_coll_kick(c, op);
 }

@@ -10,14 +10,16 @@
  *
  *   group of 3, shards a b c, Q(x) = quantized block of x, B = block bytes
  *
- *   encode         rank0: [Q(a) .    .   ]  rank1: [.    Q(b) .   ]  ...
+ *   encode         rank0: [Q(a) .    .   ]  rank1: [.    Q(b) .   ]  ...   (fp32 or bf16 in)
  *   all-gather     every rank: [Q(a) Q(b) Q(c)]     (B bytes per peer)
- *   validate+decode every rank: out = fp32 [a' b' c'],  |x - x'| <= scale
+ *   validate+decode every rank: out = [a' b' c'],  |x - x'| <= scale   (fp32 or bf16 out)
  *
  * Every received block is validated (magic, bits, group, element count,
  * size) before it is decoded, and my own block is decoded like the others,
- * so all ranks hold the same dequantized weights. The non-finite group counts
- * of the received headers add up in op->nonfinite, the same on every rank.
+ * so all ranks hold the same dequantized weights. A bf16 output is decoded
+ * straight into bf16 (the fp32 dequantized value rounded, zr/quant.h), with
+ * no fp32 copy between. The non-finite group counts of the received headers
+ * add up in op->nonfinite, the same on every rank.
  *
  * On a device transport the encode and the decodes are kernels on the op's
  * codec stream and the exchange follows it (coll_local.c); the headers are
@@ -33,7 +35,8 @@ typedef struct qwz_state {
     zr_dtype in_type;
     const void *in;
     size_t count, block; /* elements per rank, bytes per block */
-    float *out;
+    zr_dtype out_type;
+    void *out;
     unsigned char *blocks; /* size[group] blocks, carved from op->work */
 } qwz_state;
 
@@ -51,7 +54,9 @@ static zr_status decode_all(zr_comm *c, zr_coll_op *op)
         const unsigned char *blk = w->blocks + (size_t)p * w->block;
         k.peer = p;
         ZR_CHECK(L->check(x, c, op, blk, &k));
-        ZR_CHECK(L->decode(x, blk, w->out + (size_t)p * w->count, w->count));
+        unsigned char *slot =
+            (unsigned char *)w->out + (size_t)p * w->count * zr_dtype_size(w->out_type);
+        ZR_CHECK(L->decode(x, blk, w->out_type, slot, w->count));
     }
     return ZR_OK;
 }
@@ -103,8 +108,8 @@ zr_coll_cost zr_allgather_qwz_cost(const zr_comm *c, zr_group g, zr_kind kind,
 }
 
 zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_quant_params *q,
-                                 zr_dtype in_type, const void *in, size_t count, float *out,
-                                 zr_coll_op *op)
+                                 zr_dtype in_type, const void *in, size_t count, zr_dtype out_type,
+                                 void *out, zr_coll_op *op)
 {
     ZR_CHECK(zr_quant_params_check(q));
     size_t bytes = zr_quant_block_bytes(q, count);
@@ -122,6 +127,7 @@ zr_status zr_allgather_qwz_start(zr_comm *c, zr_group g, zr_kind kind, const zr_
     w->in = in;
     w->count = count;
     w->block = bytes;
+    w->out_type = out_type;
     w->out = out;
     w->blocks = op->work;
     void *x;

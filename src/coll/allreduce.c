@@ -75,13 +75,14 @@ static const zr_coll_algo algo = {"allreduce", advance};
 static size_t work_bytes(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
 {
     size_t n = (size_t)c->size[g], per = zr_div_up(count, n);
-    return zr_reduce_scatter_direct_work(c, g, wire, per) + zr_coll_span(n * per * sizeof(float));
+    return zr_reduce_scatter_direct_work(c, g, wire, ZR_DTYPE_F32, per) +
+           zr_coll_span(n * per * sizeof(float));
 }
 
 zr_coll_cost zr_allreduce_cost(const zr_comm *c, zr_group g, zr_wire_type wire, size_t count)
 {
     size_t n = (size_t)c->size[g], per = zr_div_up(count, n), esize = wire == ZR_WIRE_BF16 ? 2 : 4;
-    zr_coll_cost k = zr_reduce_scatter_direct_cost(c, g, wire, per);
+    zr_coll_cost k = zr_reduce_scatter_direct_cost(c, g, wire, ZR_DTYPE_F32, per);
     k.kind = ZR_KIND_ALLREDUCE;
     k.work = work_bytes(c, g, wire, count);
     zr_coll_cost_send(c, g, per * esize, 1, &k); /* the gather of the reduced parts */
@@ -123,7 +124,9 @@ zr_status zr_allreduce_start(zr_comm *c, zr_group g, const zr_wire *wire, float 
     a->in_type = ZR_DTYPE_F32;
     a->count = per;
     a->total = count;
+    a->out_type = ZR_DTYPE_F32;
     a->out = buf;
-    a->pad = (float *)((unsigned char *)op->work + zr_reduce_scatter_direct_work(c, g, t, per));
+    a->pad = (float *)((unsigned char *)op->work +
+                       zr_reduce_scatter_direct_work(c, g, t, ZR_DTYPE_F32, per));
     return zr_coll_kick(c, op);
 }

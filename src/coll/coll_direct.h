@@ -17,8 +17,9 @@ typedef struct zr_coll_direct {
     const void *in;
     size_t count; /* elements per partition (the padded partition for all-reduce) */
     size_t total; /* all-reduce: caller's element count */
-    float *out;
-    void *send, *recv; /* carved from op->work */
+    zr_dtype out_type;
+    void *out;         /* out_type; the reduce-scatter's and the all-reduce's are fp32 */
+    void *send, *recv; /* carved from op->work (the all-gather's recv may be out) */
     float *pad;        /* all-reduce: the padded fp32 buffer */
 } zr_coll_direct;
 
@@ -26,10 +27,11 @@ _Static_assert(sizeof(zr_coll_direct) <= ZR_COLL_STATE_BYTES, "direct state fits
 
 /*
  * The reduce-scatter's exchange: carve the buffers from the start of
- * op->work, fill the send buffer from in and post the all-to-all of the
- * zr_coll_direct state of op, accounted under kind.
+ * op->work, send in (of the state's in_type) as it is when it is of the
+ * wire type, else cast into the send buffer first, and post the all-to-all
+ * of the zr_coll_direct state of op, accounted under kind.
  */
-zr_status zr_reduce_scatter_direct_post(zr_comm *c, zr_coll_op *op, zr_kind kind, const float *in);
+zr_status zr_reduce_scatter_direct_post(zr_comm *c, zr_coll_op *op, zr_kind kind, const void *in);
 
 /* After the exchange: out = the mean of the received partitions, summed in rank order. */
 zr_status zr_reduce_scatter_direct_finish(zr_comm *c, zr_coll_op *op, float *out);

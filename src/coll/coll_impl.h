@@ -136,7 +136,8 @@ typedef struct zr_coll_local {
     /* zr_quant_encode (the non-finite count is read from the header when checked) */
     zr_status (*encode)(void *x, const zr_quant_params *p, zr_dtype in_type, const void *in,
                         size_t n, float mul, float *residual, void *block);
-    zr_status (*decode)(void *x, const void *block, float *out, size_t n);
+    /* zr_quant_decode into out_type (bf16: the fp32 value rounded, as zr_bf16_from_f32) */
+    zr_status (*decode)(void *x, const void *block, zr_dtype out_type, void *out, size_t n);
     zr_status (*decode_add)(void *x, const void *block, float *acc, size_t n);
     zr_status (*sum_requant)(void *x, const void *const *blocks, int k, size_t n, float mul,
                              const zr_quant_params *p, float *residual, void *out_block);
@@ -153,6 +154,13 @@ typedef struct zr_coll_local {
 
 extern const zr_coll_local zr_coll_local_cpu;
 extern const zr_coll_local zr_coll_local_cuda;
+
+/*
+ * n elements of src (src_type) into dst (dst_type) through L: a bf16 cast
+ * either way, or a copy when the types are the same (nothing when dst is src).
+ */
+zr_status zr_coll_convert(const zr_coll_local *L, void *x, zr_dtype dst_type, void *dst,
+                          zr_dtype src_type, const void *src, size_t n);
 
 /* The local-work table of an op begun with zr_coll_begin, and its context in *x. */
 const zr_coll_local *zr_coll_local_of(zr_coll_op *op, void **x);

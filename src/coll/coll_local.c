@@ -92,10 +92,10 @@ static zr_status cpu_encode(void *x, const zr_quant_params *p, zr_dtype in_type,
     return zr_quant_encode(p, in_type, in, n, mul, residual, block, NULL);
 }
 
-static zr_status cpu_decode(void *x, const void *block, float *out, size_t n)
+static zr_status cpu_decode(void *x, const void *block, zr_dtype out_type, void *out, size_t n)
 {
     (void)x;
-    return zr_quant_decode(block, ZR_DTYPE_F32, out, n);
+    return zr_quant_decode(block, out_type, out, n);
 }
 
 static zr_status cpu_decode_add(void *x, const void *block, float *acc, size_t n)
@@ -180,6 +180,18 @@ const zr_coll_local zr_coll_local_cpu = {
     cpu_encode, cpu_decode, cpu_decode_add, cpu_sum_requant, cpu_mean,    cpu_expect_checks,
     cpu_check,
 };
+
+zr_status zr_coll_convert(const zr_coll_local *L, void *x, zr_dtype dst_type, void *dst,
+                          zr_dtype src_type, const void *src, size_t n)
+{
+    if (dst_type == src_type) {
+        return L->copy(x, dst, src, n * zr_dtype_size(src_type));
+    }
+    if (dst_type == ZR_DTYPE_BF16) {
+        return L->to_bf16(x, dst, src, n);
+    }
+    return L->from_bf16(x, dst, src, n);
+}
 
 /* ---- the GPU ------------------------------------------------------------------------------ */
 
@@ -348,10 +360,10 @@ static zr_status dev_encode(void *x, const zr_quant_params *p, zr_dtype in_type,
     return zr_quant_cuda_encode(p, in_type, in, n, mul, residual, block, d->codec);
 }
 
-static zr_status dev_decode(void *x, const void *block, float *out, size_t n)
+static zr_status dev_decode(void *x, const void *block, zr_dtype out_type, void *out, size_t n)
 {
     zr_coll_dev *d = x;
-    return zr_quant_cuda_decode(block, ZR_DTYPE_F32, out, n, d->codec);
+    return zr_quant_cuda_decode(block, out_type, out, n, d->codec);
 }
 
 static zr_status dev_decode_add(void *x, const void *block, float *acc, size_t n)

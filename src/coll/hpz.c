@@ -12,7 +12,13 @@
  *                  bytes stay inside each node when h divides the ranks per node
  *
  * The gather is zr_allgather over ZR_GROUP_HPZ accounted as ZR_KIND_HPZ,
- * with any wire: fp32, bf16 or quantized (qwZ inside the node).
+ * with any wire: fp32, bf16 or quantized (qwZ inside the node), into a full
+ * buffer of either type.
+ *
+ * Types: the full buffer and the secondary are fp32 or bf16 each. The cut is
+ * a copy when they agree (a bf16 gathered unit into a bf16 secondary: the
+ * same bits an fp32 unit cut to bf16 would give, since the bf16 unit is its
+ * rounding), else one cast.
  *
  * On a device transport both take device buffers: the cut is a copy or a
  * bf16 kernel queued on the stream the communicator follows (it belongs to
@@ -25,8 +31,8 @@
 #include <string.h>
 
 /* The cut on a device: queued on the stream the communicator follows (the caller's). */
-static zr_status cut_on_device(const zr_comm *c, const float *mine, size_t count, zr_dtype type,
-                               void *secondary)
+static zr_status cut_on_device(const zr_comm *c, zr_dtype full_type, const void *mine, size_t count,
+                               zr_dtype type, void *secondary)
 {
     zr_stream *s = NULL;
     (void)zr_comm_device(c, &s);
@@ -34,45 +40,56 @@ static zr_status cut_on_device(const zr_comm *c, const float *mine, size_t count
         ZR_FAIL(ZR_ERR_INVALID, "hpZ cut on a device: the communicator follows the legacy default "
                                 "stream; give its transport a stream (zr_comm_device_follow)");
     }
-    switch (type) {
-    case ZR_DTYPE_F32:
-        return zr_memcpy_async(secondary, mine, count * sizeof(float), s);
-    case ZR_DTYPE_BF16:
+    if (full_type == type) {
+        return zr_memcpy_async(secondary, mine, count * zr_dtype_size(type), s);
+    }
+    if (type == ZR_DTYPE_BF16) {
         return zr_bf16_cuda_from_f32(secondary, mine, count, s);
     }
-    ZR_FAIL(ZR_ERR_INVALID, "hpZ cut: secondary type must be fp32 or bf16, got %d", (int)type);
+    return zr_bf16_cuda_to_f32(secondary, mine, count, s);
 }
 
-zr_status zr_hpz_cut(const zr_comm *c, const float *full, size_t count, zr_dtype type,
-                     void *secondary)
+static int is_type(zr_dtype t)
+{
+    return t == ZR_DTYPE_F32 || t == ZR_DTYPE_BF16;
+}
+
+zr_status zr_hpz_cut(const zr_comm *c, zr_dtype full_type, const void *full, size_t count,
+                     zr_dtype type, void *secondary)
 {
     if (c == NULL || (count > 0 && (full == NULL || secondary == NULL))) {
         ZR_FAIL(ZR_ERR_INVALID, "hpZ cut: NULL communicator or buffer");
     }
-    const float *mine = full + (size_t)c->rank[ZR_GROUP_HPZ] * count;
+    if (!is_type(full_type) || !is_type(type)) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "hpZ cut: full and secondary types must be fp32 or bf16, got %d, %d",
+                (int)full_type, (int)type);
+    }
+    const unsigned char *mine = (const unsigned char *)full +
+                                (size_t)c->rank[ZR_GROUP_HPZ] * count * zr_dtype_size(full_type);
     if (zr_comm_device(c, NULL) != NULL) {
-        return cut_on_device(c, mine, count, type, secondary);
+        return cut_on_device(c, full_type, mine, count, type, secondary);
     }
-    switch (type) {
-    case ZR_DTYPE_F32:
-        memcpy(secondary, mine, count * sizeof(float));
-        return ZR_OK;
-    case ZR_DTYPE_BF16:
-        zr_bf16_from_f32_n(secondary, mine, count);
-        return ZR_OK;
+    if (full_type == type) {
+        memcpy(secondary, mine, count * zr_dtype_size(type));
+    } else if (type == ZR_DTYPE_BF16) {
+        zr_bf16_from_f32_n(secondary, (const float *)(const void *)mine, count);
+    } else {
+        zr_bf16_to_f32_n(secondary, (const zr_bf16 *)(const void *)mine, count);
     }
-    ZR_FAIL(ZR_ERR_INVALID, "hpZ cut: secondary type must be fp32 or bf16, got %d", (int)type);
+    return ZR_OK;
 }
 
 zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,
-                              size_t count, float *full, zr_coll_op *op)
+                              size_t count, zr_dtype out_type, void *full, zr_coll_op *op)
 {
-    return zr_allgather_start(c, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, type, secondary, count, full, op);
+    return zr_allgather_start(c, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, type, secondary, count, out_type,
+                              full, op);
 }
 
 zr_status zr_hpz_gather(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,
-                        size_t count, float *full, zr_coll_op *op)
+                        size_t count, zr_dtype out_type, void *full, zr_coll_op *op)
 {
-    ZR_CHECK(zr_hpz_gather_start(c, wire, type, secondary, count, full, op));
+    ZR_CHECK(zr_hpz_gather_start(c, wire, type, secondary, count, out_type, full, op));
     return zr_coll_wait(c, op);
 }

@@ -132,7 +132,7 @@ static zr_status sum_blocks(zr_coll_op *op, const void *const *blocks, int k, si
 {
     void *x;
     const zr_coll_local *L = zr_coll_local_of(op, &x);
-    ZR_CHECK(L->decode(x, blocks[0], out, len));
+    ZR_CHECK(L->decode(x, blocks[0], ZR_DTYPE_F32, out, len));
     for (int j = 1; j < k; j++) {
         ZR_CHECK(L->decode_add(x, blocks[j], out, len));
     }

@@ -82,8 +82,9 @@ const cfg_key zr_config_keys[] = {
          "zr computes in fp32 on the CPU and sends bf16 on the wire; use \"bf16\" or \"fp32\"",
          "wire type of exact (unquantized) gathers and reductions; \"\" = bf16 if bf16.enabled, else fp32"),
     BOOL("bf16.enabled", bf16_enabled, 1, "bf16",
-         "16-bit (bf16) wire for exact collectives; on a GPU (zr.device) also bf16 compute "
-         "(fp32 master weights); compute stays fp32 on the CPU"),
+         "16-bit (bf16) wire for exact collectives; on a GPU (zr.device) also bf16 compute on "
+         "bf16 working parameters and gradients (fp32 master weights); compute stays fp32 on the "
+         "CPU"),
     REFUSE("fp16.enabled", 0, "true",
            "zr computes in fp32 on the CPU and uses bf16 on the wire; use \"bf16\": {\"enabled\": true} instead"),
     NOEFFECT("fp16.loss_scale", W_FP16), NOEFFECT("fp16.initial_scale_power", W_FP16),

@@ -96,8 +96,12 @@ static int is_dry(const runner *r)
     return r->cpu == NULL && r->gpu == NULL;
 }
 
-/* Unit u's forward: the model's, or (a dry walk) its report. */
-static zr_status fwd(const runner *r, zr_engine *e, int u, const float *p, const float *p0)
+/*
+ * Unit u's forward: the model's, or (a dry walk) its report. p and p0 are the
+ * engine's buffers, of zr_engine_param_type (the CPU model's are fp32:
+ * check_cpu_engine).
+ */
+static zr_status fwd(const runner *r, zr_engine *e, int u, const void *p, const void *p0)
 {
     if (r->gpu != NULL) {
         return zr_gpt_gpu_forward_unit(r->gpu, u, p, p0);
@@ -109,8 +113,8 @@ static zr_status fwd(const runner *r, zr_engine *e, int u, const float *p, const
     return ZR_OK;
 }
 
-static zr_status bwd(const runner *r, zr_engine *e, int u, const float *p, const float *p0,
-                     float *g, float *g0)
+static zr_status bwd(const runner *r, zr_engine *e, int u, const void *p, const void *p0, void *g,
+                     void *g0)
 {
     if (r->gpu != NULL) {
         return zr_gpt_gpu_backward_unit(r->gpu, u, p, p0, g, g0);
@@ -133,7 +137,7 @@ static zr_status loss_of(const runner *r, float *loss)
 
 /* Forward through every unit; leaves units last (L+1) and 0 gathered for the backward. */
 static zr_status forward(const runner *r, zr_engine *e, const int *inputs, const int *targets,
-                         const float **p_last, const float **p_unit0)
+                         const void **p_last, const void **p_unit0)
 {
     int last = e->nunits - 1;
     if (r->cpu != NULL) {
@@ -146,7 +150,7 @@ static zr_status forward(const runner *r, zr_engine *e, const int *inputs, const
     }
     ZR_CHECK(zr_engine_prefetch(e, 0, ZR_PHASE_FORWARD));
     for (int u = 0; u < last; u++) {
-        const float *p;
+        const void *p;
         ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p));
         ZR_CHECK(zr_engine_prefetch(e, u + 1, ZR_PHASE_FORWARD));
         ZR_CHECK(fwd(r, e, u, p, NULL));
@@ -164,7 +168,7 @@ static zr_status micro(const runner *r, zr_engine *e, const int *inputs, const i
                        float *loss)
 {
     int last = e->nunits - 1;
-    const float *p_last, *p0;
+    const void *p_last, *p0;
     ZR_CHECK(zr_engine_micro_begin(e));
     ZR_CHECK(forward(r, e, inputs, targets, &p_last, &p0));
     if (!is_dry(r)) {
@@ -176,7 +180,7 @@ static zr_status micro(const runner *r, zr_engine *e, const int *inputs, const i
     if (r->gpu != NULL) {
         ZR_CHECK(zr_gpt_gpu_backward_begin(r->gpu));
     }
-    float *g_last, *g0;
+    void *g_last, *g0;
     ZR_CHECK(zr_engine_grads(e, last, &g_last));
     ZR_CHECK(zr_engine_grads(e, 0, &g0));
     ZR_CHECK(zr_engine_prefetch(e, last - 1, ZR_PHASE_BACKWARD));
@@ -185,8 +189,8 @@ static zr_status micro(const runner *r, zr_engine *e, const int *inputs, const i
     ZR_CHECK(zr_engine_release(e, 0));
     ZR_CHECK(zr_engine_grads_done(e, last));
     for (int u = last - 1; u >= 1; u--) {
-        const float *p;
-        float *g;
+        const void *p;
+        void *g;
         ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_BACKWARD, &p));
         ZR_CHECK(zr_engine_prefetch(e, u - 1 >= 1 ? u - 1 : -1, ZR_PHASE_BACKWARD));
         ZR_CHECK(zr_engine_grads(e, u, &g));
@@ -199,15 +203,32 @@ static zr_status micro(const runner *r, zr_engine *e, const int *inputs, const i
     return zr_engine_grads_done(e, 0);
 }
 
+/* The CPU model computes in fp32 on the engine's buffers: they must be fp32. */
+static zr_status check_cpu_engine(const zr_engine *e)
+{
+    zr_dtype p = zr_engine_param_type(&e->cfg), g = zr_engine_grad_type(&e->cfg);
+    if (p != ZR_DTYPE_F32 || g != ZR_DTYPE_F32) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the GPT on the CPU computes in fp32 on the engine's buffers, which are %s "
+                "parameters and %s gradients: give it an engine with fp32 working buffers",
+                zr_dtype_name(p), zr_dtype_name(g));
+    }
+    return ZR_OK;
+}
+
 zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
                               float *loss)
 {
     ZR_ASSERT(m != NULL);
+    ZR_CHECK(check_cpu_engine(e));
     runner r = {m, NULL};
     return micro(&r, e, inputs, targets, loss);
 }
 
-/* The GPU model computes on the engine's buffers: they must be on its GPU. */
+/*
+ * The GPU model computes on the engine's buffers: they must be on its GPU, of
+ * the types it was made for (zr_gpt_gpu_init).
+ */
 static zr_status check_engine_on(const zr_gpt_gpu *g, const zr_engine *e)
 {
     if (!e->on_device || e->device.ordinal != g->dev.ordinal) {
@@ -215,6 +236,14 @@ static zr_status check_engine_on(const zr_gpt_gpu *g, const zr_engine *e)
                 "the GPT on %s needs a ZeRO engine on the same GPU (a device transport following "
                 "the model's stream), not one in %s memory",
                 g->dev.name, e->on_device ? e->device.name : "host");
+    }
+    zr_dtype p = zr_engine_param_type(&e->cfg), gt = zr_engine_grad_type(&e->cfg);
+    if (p != g->param_type || gt != g->grad_type) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the GPT on %s was made for an engine with %s parameters and %s gradients, this "
+                "one hands out %s and %s",
+                g->dev.name, zr_dtype_name(g->param_type), zr_dtype_name(g->grad_type),
+                zr_dtype_name(p), zr_dtype_name(gt));
     }
     return ZR_OK;
 }
@@ -238,7 +267,7 @@ zr_status zr_gpt_engine_walk(zr_engine *e)
 static zr_status eval(const runner *r, zr_engine *e, const int *inputs, const int *targets,
                       float *loss)
 {
-    const float *p_last, *p0;
+    const void *p_last, *p0;
     ZR_CHECK(forward(r, e, inputs, targets, &p_last, &p0));
     ZR_CHECK(loss_of(r, loss));
     ZR_CHECK(zr_engine_release(e, e->nunits - 1));
@@ -255,6 +284,7 @@ static zr_status eval(const runner *r, zr_engine *e, const int *inputs, const in
 zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
                              float *loss)
 {
+    ZR_CHECK(check_cpu_engine(e));
     runner r = {m, NULL};
     return eval(&r, e, inputs, targets, loss);
 }

@@ -1,19 +1,26 @@
 /*
  * gpt_engine_gpu.c - the GPT on a GPU driven by a ZeRO engine whose state is
  * on the same GPU (zr/gpt_engine.h, "the GPT on a GPU"): the engine hands
- * out device pointers to fp32 gathered parameters and gradient buffers, and
- * every kernel, the model's and the engine's, is queued on one stream, the
- * one the communicator follows, so the collectives start after the kernels
- * that wrote their inputs and before anything that overwrites them.
+ * out device pointers to gathered parameters and gradient buffers of its
+ * working types, and every kernel, the model's and the engine's, is queued
+ * on one stream, the one the communicator follows, so the collectives start
+ * after the kernels that wrote their inputs and before anything that
+ * overwrites them.
  *
- * fp32 compute: the model reads the engine's buffers and accumulates into its
- * gradient buffers directly; nothing is copied. bf16 compute: each unit's
- * parameters are cast into one of three bf16 unit buffers (unit 0, a block,
- * the last unit: the schedule holds at most those at once, the tied LM head
- * reading unit 0 while the last unit runs), its backward writes a zeroed
- * bf16 gradient buffer, and that is added into the engine's fp32 buffer
- * (zr_quant_cuda_add: the fp32 sum the host would do). Nothing here waits
- * for the device: the engine does, once per step, and at the loss.
+ * Where the engine's buffer is of the compute type (fp32 compute on an fp32
+ * engine; bf16 compute on a bf16 engine's gathered units, stage 1-2 working
+ * copy and stage 2-3 gradients) the model reads it and accumulates into it
+ * directly: nothing is copied, and a bf16 engine's pool holds the only bf16
+ * copy of a unit, as DeepSpeed's does. Where it is not (bf16 compute on
+ * stage 0's fp32 master, on stage 0-1's fp32 gradients, which accumulate
+ * the micro-batches, or on an fp32 engine), the unit's parameters are cast
+ * into one of three bf16 unit buffers (unit 0, a block, the last unit: the
+ * schedule holds at most those at once, the tied LM head reading unit 0
+ * while the last unit runs), and its backward writes a zeroed bf16 unit
+ * buffer that is then added into the engine's fp32 buffer
+ * (zr_quant_cuda_add: the fp32 sum the host would do). Only the kinds a
+ * configuration needs are allocated. Nothing here waits for the device:
+ * the engine does, once per step, and at the loss.
  */
 #include "gpt_gpu_impl.h"
 
@@ -27,49 +34,67 @@ static int slot_of(const zr_gpt_gpu *g, int u)
     return u == 0 ? 0 : u <= g->model.cfg.layers ? 1 : 2;
 }
 
-/* Elements of the units of each slot (blocks are all alike); returns the largest. */
-static size_t slot_numel(const zr_gpt_config *cfg, size_t n[3])
+/* Elements of the units of each slot (blocks are all alike). */
+static void slot_numel(const zr_gpt_config *cfg, size_t n[3])
 {
     n[0] = zr_gpt_config_unit_numel(cfg, 0);
     n[1] = zr_gpt_config_unit_numel(cfg, 1);
     n[2] = zr_gpt_config_unit_numel(cfg, cfg->layers + 1);
-    size_t big = n[0] > n[1] ? n[0] : n[1];
-    return big > n[2] ? big : n[2];
 }
 
-size_t zr_gpt_gpu_device_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type)
+/* How many kinds of unit buffers (parameters, gradients) the engine's types need: 0, 1 or 2. */
+static void buffer_kinds(zr_dtype type, const zr_engine_config *ecfg, int *params, int *grads)
+{
+    *params = zr_engine_param_type(ecfg) != type;
+    *grads = zr_engine_grad_type(ecfg) != type;
+}
+
+size_t zr_gpt_gpu_device_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type,
+                               const zr_engine_config *ecfg)
 {
     size_t n[3];
     slot_numel(cfg, n);
+    int params, grads;
+    buffer_kinds(type, ecfg, &params, &grads);
     size_t act = zr_gpt_cuda_activation_bytes(cfg, B, T, type);
-    return type == ZR_DTYPE_F32 ? act : act + 2 * (n[0] + n[1] + n[2]) * zr_dtype_size(type);
+    return act + (size_t)(params + grads) * (n[0] + n[1] + n[2]) * zr_dtype_size(type);
 }
 
-/* bf16: the unit buffers (fp32 computes on the engine's buffers) */
-static zr_status alloc_buffers(zr_gpt_gpu *g, zr_dtype type)
+/* The unit buffers of the kinds the engine's types need. */
+static zr_status alloc_buffers(zr_gpt_gpu *g, zr_dtype type, const zr_engine_config *ecfg)
 {
-    if (type == ZR_DTYPE_F32) {
-        return ZR_OK;
-    }
+    int params, grads;
+    buffer_kinds(type, ecfg, &params, &grads);
     size_t es = zr_dtype_size(type);
     for (int i = 0; i < 3; i++) {
-        ZR_CHECK(zr_device_alloc_at(&g->dev, &g->p[i], g->numel[i] * es, __FILE__, __LINE__));
-        ZR_CHECK(zr_device_alloc_at(&g->dev, &g->g[i], g->numel[i] * es, __FILE__, __LINE__));
+        if (params) {
+            ZR_CHECK(zr_device_alloc_at(&g->dev, &g->p[i], g->numel[i] * es, __FILE__, __LINE__));
+        }
+        if (grads) {
+            ZR_CHECK(zr_device_alloc_at(&g->dev, &g->g[i], g->numel[i] * es, __FILE__, __LINE__));
+        }
     }
     return ZR_OK;
 }
 
 zr_status zr_gpt_gpu_init(zr_gpt_gpu *g, const zr_device *dev, const zr_gpt_config *cfg, int B,
-                          int T, zr_dtype type)
+                          int T, zr_dtype type, const zr_engine_config *ecfg)
 {
     memset(g, 0, sizeof *g);
     if (dev->kind != ZR_DEVICE_CUDA) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT on a GPU: %s is not a GPU", dev->name);
     }
+    g->param_type = zr_engine_param_type(ecfg);
+    g->grad_type = zr_engine_grad_type(ecfg);
+    if (type == ZR_DTYPE_F32 && (g->param_type != type || g->grad_type != type)) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "GPT on a GPU in fp32: the engine's working buffers must be fp32 too "
+                "(zr_engine_config.work_type)");
+    }
     g->dev = *dev;
     ZR_CHECK(zr_stream_create(&g->dev, &g->stream));
     slot_numel(cfg, g->numel);
-    zr_status st = alloc_buffers(g, type);
+    zr_status st = alloc_buffers(g, type, ecfg);
     if (st == ZR_OK) {
         st = zr_gpt_cuda_init(&g->model, cfg, B, T, type, g->stream);
     }
@@ -94,23 +119,18 @@ void zr_gpt_gpu_free(zr_gpt_gpu *g)
     memset(g, 0, sizeof *g);
 }
 
-static int is_f32(const zr_gpt_gpu *g)
-{
-    return g->model.type == ZR_DTYPE_F32;
-}
-
 zr_status zr_gpt_gpu_forward_begin(zr_gpt_gpu *g, const int *inputs, const int *targets)
 {
     return zr_gpt_cuda_forward_begin(&g->model, inputs, targets);
 }
 
 /*
- * The parameters unit u computes with: the engine's fp32 buffer src itself,
- * or (bf16) its cast into unit buffer slot, queued.
+ * The parameters unit u computes with: the engine's buffer src itself, or
+ * (bf16 compute on fp32 parameters) its cast into unit buffer slot, queued.
  */
-static zr_status params_in(zr_gpt_gpu *g, int u, int slot, const float *src, const void **out)
+static zr_status params_in(zr_gpt_gpu *g, int u, int slot, const void *src, const void **out)
 {
-    if (is_f32(g)) {
+    if (g->p[slot] == NULL) {
         *out = src;
         return ZR_OK;
     }
@@ -120,10 +140,13 @@ static zr_status params_in(zr_gpt_gpu *g, int u, int slot, const float *src, con
     return zr_bf16_cuda_from_f32((zr_bf16 *)g->p[slot], src, n, g->stream);
 }
 
-/* Where unit u's backward accumulates: the engine's buffer dst, or (bf16) a zeroed unit buffer. */
-static zr_status grads_in(zr_gpt_gpu *g, int u, int slot, float *dst, void **out)
+/*
+ * Where unit u's backward accumulates: the engine's buffer dst itself (the
+ * engine zeroed it), or (bf16 compute on fp32 gradients) a zeroed unit buffer.
+ */
+static zr_status grads_in(zr_gpt_gpu *g, int u, int slot, void *dst, void **out)
 {
-    if (is_f32(g)) {
+    if (g->g[slot] == NULL) {
         *out = dst;
         return ZR_OK;
     }
@@ -132,18 +155,18 @@ static zr_status grads_in(zr_gpt_gpu *g, int u, int slot, float *dst, void **out
                            zr_gpt_config_unit_numel(&g->model.cfg, u) * sizeof(zr_bf16), g->stream);
 }
 
-/* bf16: the backward's contribution in unit buffer slot, added to the engine's dst in fp32. */
-static zr_status grads_out(zr_gpt_gpu *g, int u, int slot, float *dst)
+/* The backward's contribution in unit buffer slot, if it went there, added to the engine's dst. */
+static zr_status grads_out(zr_gpt_gpu *g, int u, int slot, void *dst)
 {
-    if (is_f32(g)) {
+    if (g->g[slot] == NULL) {
         return ZR_OK;
     }
     return zr_quant_cuda_add(dst, g->g[slot], ZR_DTYPE_BF16,
                              zr_gpt_config_unit_numel(&g->model.cfg, u), g->stream);
 }
 
-zr_status zr_gpt_gpu_forward_unit(zr_gpt_gpu *g, int u, const float *params,
-                                  const float *unit0_params)
+zr_status zr_gpt_gpu_forward_unit(zr_gpt_gpu *g, int u, const void *params,
+                                  const void *unit0_params)
 {
     int k = slot_of(g, u), last = k == 2;
     const void *p = NULL, *p0 = NULL;
@@ -164,8 +187,8 @@ zr_status zr_gpt_gpu_backward_begin(zr_gpt_gpu *g)
     return zr_gpt_cuda_backward_begin(&g->model);
 }
 
-zr_status zr_gpt_gpu_backward_unit(zr_gpt_gpu *g, int u, const float *params,
-                                   const float *unit0_params, float *grads, float *unit0_grads)
+zr_status zr_gpt_gpu_backward_unit(zr_gpt_gpu *g, int u, const void *params,
+                                   const void *unit0_params, void *grads, void *unit0_grads)
 {
     int k = slot_of(g, u), last = k == 2;
     const void *p = NULL, *p0 = NULL;

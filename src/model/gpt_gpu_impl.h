@@ -1,7 +1,9 @@
 /*
  * gpt_gpu_impl.h - what gpt_engine.c's schedule calls to run a unit on the
  * GPU (gpt_engine_gpu.c): the device model's calls on the engine's device
- * buffers (bf16: through the unit buffers of a zr_gpt_gpu).
+ * buffers (through the unit buffers of a zr_gpt_gpu where those are not of
+ * the compute type). Buffers are of the engine's types, g->param_type and
+ * g->grad_type.
  */
 #ifndef ZR_GPT_GPU_IMPL_H
 #define ZR_GPT_GPU_IMPL_H
@@ -10,8 +12,8 @@
 
 zr_status zr_gpt_gpu_forward_begin(zr_gpt_gpu *g, const int *inputs, const int *targets);
 /* Queues unit u's forward on params (and unit 0's for the last unit): engine device buffers. */
-zr_status zr_gpt_gpu_forward_unit(zr_gpt_gpu *g, int u, const float *params,
-                                  const float *unit0_params);
+zr_status zr_gpt_gpu_forward_unit(zr_gpt_gpu *g, int u, const void *params,
+                                  const void *unit0_params);
 /* The mean loss of the last forward (waits for the control buffer). */
 zr_status zr_gpt_gpu_loss(zr_gpt_gpu *g, float *loss);
 zr_status zr_gpt_gpu_backward_begin(zr_gpt_gpu *g);
@@ -20,7 +22,7 @@ zr_status zr_gpt_gpu_backward_begin(zr_gpt_gpu *g);
  * grads (and unit0_grads): once the work queued on the stream so far has
  * run, they hold the accumulated gradients, as after the CPU model's call.
  */
-zr_status zr_gpt_gpu_backward_unit(zr_gpt_gpu *g, int u, const float *params,
-                                   const float *unit0_params, float *grads, float *unit0_grads);
+zr_status zr_gpt_gpu_backward_unit(zr_gpt_gpu *g, int u, const void *params,
+                                   const void *unit0_params, void *grads, void *unit0_grads);
 
 #endif /* ZR_GPT_GPU_IMPL_H */

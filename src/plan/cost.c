@@ -331,7 +331,8 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
                        c.layers,      c.heads, c.channels};
     zr_comm layout;
     ZR_CHECK(zr_comm_init_layout(&layout, nodes, D, ch->hpz, 0));
-    zr_engine_config ecfg = zr_config_engine(&c);
+    int gpu = probe != NULL && probe->gpu;
+    zr_engine_config ecfg = zr_config_engine(&c, gpu);
     zr_gpt_specs sp;
     ZR_CHECK(zr_gpt_specs_init(&sp, &m));
     sim s;
@@ -355,10 +356,10 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     out->tokens_per_s = out->t_step > 0 ? tokens / out->t_step : 0;
     ZR_CHECK(zr_gpt_engine_predict(&m, ch->micro_batch, c.seq_len, c.activation_checkpointing,
                                    &ecfg, &layout, &out->mem));
-    if (probe != NULL && probe->gpu) {
+    if (gpu) {
         /* the device model in place of the CPU's activations (the trainer's GPU check) */
         size_t dev = zr_gpt_gpu_device_bytes(&m, ch->micro_batch, c.seq_len,
-                                             probe->bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32);
+                                             probe->bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32, &ecfg);
         out->mem.total = out->mem.total - out->mem.activations + dev;
         out->mem.activations = dev;
     }

@@ -54,8 +54,10 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
                     "device: cuda (zr.device %s), one GPU per rank by node-local rank; rank 0 on "
                     "%s; %s",
                     want, desc,
-                    t->cfg.bf16_enabled ? "bf16 compute (bf16.enabled; fp32 master weights)"
-                                        : "fp32 compute, TF32 off (bf16.enabled false)");
+                    t->cfg.bf16_enabled
+                        ? "bf16 compute on bf16 working parameters and gradients (bf16.enabled; "
+                          "fp32 master weights)"
+                        : "fp32 compute, TF32 off (bf16.enabled false)");
     return ZR_OK;
 }
 
@@ -83,20 +85,21 @@ static int gpu_sharing(const zr_trainer *t)
 
 /*
  * What one rank holds on its GPU, predicted before any of it is allocated:
- * the device model (activations; bf16: unit buffers), the engine's model
- * state and its pool's bound (zr_gpt_engine_predict, the host engine's
- * formulas: the device engine lays its state out the same way), checked
- * against the GPU's free memory.
+ * the device model (activations; bf16: the unit buffers its engine's fp32
+ * buffers need), the engine's model state and its pool's bound
+ * (zr_gpt_engine_predict, the host engine's formulas for the GPU's working
+ * type: the device engine lays its state out the same way), checked against
+ * the GPU's free memory.
  */
 static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
 {
     const zr_train_config *c = &t->cfg;
     size_t free_b = 0, total_b = 0;
     ZR_CHECK(zr_device_mem_info(&t->device, &free_b, &total_b));
-    zr_engine_config ecfg = zr_config_engine(c);
+    zr_engine_config ecfg = zr_config_engine(c, 1);
     zr_gpt_memory_prediction p;
     ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, B, T, 0, &ecfg, &t->comm, &p));
-    double model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, B, T, compute_type(t));
+    double model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, B, T, compute_type(t), &ecfg);
     double need = model + (double)p.state + (double)p.pool;
     t->gpu_predicted = (size_t)need;
     /* the peak the progress line shows is this run's */
@@ -155,8 +158,9 @@ zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
                         "activation is kept");
     }
     zr_status st = zr_gpt_init_ex(&t->model, &t->mcfg, 1, 1, 0);
+    zr_engine_config ecfg = zr_config_engine(&t->cfg, 1);
     if (st == ZR_OK) {
-        st = zr_gpt_gpu_init(&t->gpu, &t->device, &t->mcfg, B, T, compute_type(t));
+        st = zr_gpt_gpu_init(&t->gpu, &t->device, &t->mcfg, B, T, compute_type(t), &ecfg);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     return use_transport(t);

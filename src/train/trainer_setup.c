@@ -198,7 +198,7 @@ static int proc_number(const char *path, const char *key, double *out)
 static zr_status check_memory(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
-    zr_engine_config ecfg = zr_config_engine(c);
+    zr_engine_config ecfg = zr_config_engine(c, t->on_gpu);
     zr_gpt_memory_prediction p;
     ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
                                    c->activation_checkpointing, &ecfg, &t->comm, &p));
@@ -291,7 +291,7 @@ zr_status zr_trainer_setup(zr_trainer *t)
         st = ZR_ALLOC_STATUS(t->targets, (size_t)B * T);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
-    zr_engine_config ecfg = zr_config_engine(c);
+    zr_engine_config ecfg = zr_config_engine(c, t->on_gpu);
     ZR_CHECK(zr_engine_init(&t->engine, &t->comm, &ecfg, t->specs.nunits, t->specs.units));
     t->engine_up = 1;
     return ZR_OK;

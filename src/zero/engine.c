@@ -5,21 +5,28 @@
  * the engine's set-up and tear-down (real or dry), parameters in and out,
  * and its memory accounting and prediction; zero_impl.h lists the others.
  *
- * Life of a unit's state (W ranks, padded unit of P = W*S elements):
+ * Life of a unit's state (W ranks, padded unit of P = W*S elements; "work"
+ * is the working type, zr_engine_config.work_type, fp32 or bf16):
  *
  *   optimizer   master, m, v: S floats each when sharded, P when replicated
- *   params      replicated: `full` (P floats) lives for the whole run; with a
- *               replicated optimizer it is the master itself.
- *               sharded (stage 3): `full` exists only between a gather and
- *               its release; the master shard is the working shard.
- *   secondary   hpZ: P/h elements (bf16 unless the wire is fp32), cut at the
- *               first release after a primary gather, dropped at every step
- *   grads       replicated: `grad_full` (P) accumulates all micro-batches.
- *               sharded: `grad_full` lives from zr_engine_grads until its
- *               reduce-scatter (or qgZ) completes; the result lands in a
- *               staging buffer `grad_tmp` (S) and is added into `grad_shard`
- *               (S), which accumulates the micro-batches: one float per
- *               shard element stays between reductions.
+ *   params      replicated: `full` (P elements) lives for the whole run; with
+ *               a replicated optimizer (stage 0) it is the fp32 master
+ *               itself, else (stages 1-2) a working copy in the work type,
+ *               gathered from the master shards after every step.
+ *               sharded (stage 3): `full` (P, work type) exists only between
+ *               a gather and its release; the master shard is the working
+ *               shard.
+ *   secondary   hpZ: P/h elements (bf16 unless the wire and the work type are
+ *               fp32), cut at the first release after a primary gather,
+ *               dropped at every step
+ *   grads       replicated: `grad_full` (P floats) accumulates all
+ *               micro-batches; fp32 whatever the work type, since a bf16 sum
+ *               over micro-batches would drop what each adds below its ulp.
+ *               sharded: `grad_full` (P, work type) lives from zr_engine_grads
+ *               until its reduce-scatter (or qgZ) completes; the fp32 result
+ *               lands in a staging buffer `grad_tmp` (S) and is added into
+ *               `grad_shard` (S floats), which accumulates the micro-batches:
+ *               one float per shard element stays between reductions.
  *
  * Transient memory comes from one pool per engine (pool.c). What is in use
  * at once is bounded by the budgets: gathers by stage3_max_live_parameters /
@@ -78,7 +85,25 @@ zr_engine_config zr_engine_config_default(void)
     c.eps = 1e-8f;
     c.weight_decay = 0.1f;
     c.grad_clip = 1.0f;
+    c.work_type = ZR_DTYPE_F32;
     return c;
+}
+
+zr_dtype zr_engine_param_type(const zr_engine_config *cfg)
+{
+    return cfg->stage == 0 ? ZR_DTYPE_F32 : cfg->work_type; /* stage 0 computes on the master */
+}
+
+zr_dtype zr_engine_grad_type(const zr_engine_config *cfg)
+{
+    return cfg->stage >= 2 ? cfg->work_type : ZR_DTYPE_F32; /* stages 0-1 accumulate in place */
+}
+
+/* The hpZ secondary's type: bf16, unless the wire and the gathered unit are both fp32. */
+static zr_dtype secondary_type(const zr_engine_config *cfg)
+{
+    int f32 = cfg->param_wire.type == ZR_WIRE_F32 && cfg->work_type == ZR_DTYPE_F32;
+    return f32 ? ZR_DTYPE_F32 : ZR_DTYPE_BF16;
 }
 
 static zr_status check_wire(const zr_wire *w, const char *what)
@@ -97,6 +122,10 @@ static zr_status check_config(const zr_engine_config *cfg)
     }
     ZR_CHECK(check_wire(&cfg->param_wire, "the parameter wire type"));
     ZR_CHECK(check_wire(&cfg->grad_wire, "the gradient wire type"));
+    if (cfg->work_type != ZR_DTYPE_F32 && cfg->work_type != ZR_DTYPE_BF16) {
+        ZR_FAIL(ZR_ERR_INVALID, "the engine's working type must be fp32 or bf16, got %d",
+                (int)cfg->work_type);
+    }
     if (cfg->qwz && cfg->stage != 3) {
         ZR_FAIL(ZR_ERR_INVALID,
                 "zero_quantized_weights (qwZ) needs zero_optimization.stage 3, got stage %d",
@@ -159,7 +188,9 @@ static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *
             s->full = s->master;
             s->full_is_master = 1;
         } else {
-            ZR_ENGINE_ALLOC(e, s->full, s->padded);
+            unsigned char *full;
+            ZR_ENGINE_ALLOC(e, full, s->padded * zr_dtype_size(zr_engine_full_type(e)));
+            s->full = full;
         }
     }
     if (e->plan.grads == ZR_SHARDED) {
@@ -171,7 +202,7 @@ static zr_status unit_alloc(zr_engine *e, zr_unit_state *s, const zr_unit_spec *
     if (e->plan.secondary) {
         int h = e->comm->size[ZR_GROUP_HPZ];
         s->sec_count = s->padded / (size_t)h;
-        s->sec_type = e->cfg.param_wire.type == ZR_WIRE_F32 ? ZR_DTYPE_F32 : ZR_DTYPE_BF16;
+        s->sec_type = secondary_type(&e->cfg);
         unsigned char *sec;
         ZR_ENGINE_ALLOC(e, sec, s->sec_count * zr_dtype_size(s->sec_type));
         s->secondary = sec;
@@ -303,6 +334,13 @@ void zr_engine_invalidate_secondary(zr_engine *e)
     }
 }
 
+zr_status zr_engine_refresh_full(zr_engine *e, zr_unit_state *s)
+{
+    /* every rank's copy through the wire, its own slice too, so that all hold the same bits */
+    return zr_engine_gather_slices(e, s, s->master, s->full, zr_engine_full_type(e),
+                                   &e->cfg.param_wire);
+}
+
 zr_status zr_engine_set_params(zr_engine *e, int u, const float *full)
 {
     ZR_ASSERT(u >= 0 && u < e->nunits);
@@ -313,7 +351,7 @@ zr_status zr_engine_set_params(zr_engine *e, int u, const float *full)
     if (zr_engine_is_dry(e)) {
         /* the refresh of a replicated working copy is all that shows */
         if (e->plan.params == ZR_REPLICATED && !s->full_is_master) {
-            ZR_CHECK(zr_engine_gather_slices(e, s, s->full, &e->cfg.param_wire));
+            ZR_CHECK(zr_engine_refresh_full(e, s));
         }
         return ZR_OK;
     }
@@ -325,12 +363,7 @@ zr_status zr_engine_set_params(zr_engine *e, int u, const float *full)
         ZR_CHECK(zr_engine_buf_copy(e, s->master, full + first, n * sizeof(float)));
     }
     if (e->plan.params == ZR_REPLICATED && !s->full_is_master) {
-        /* the working copy goes through the wire like every later refresh, so
-           that all ranks hold the same bits from the start */
-        ZR_CHECK(zr_engine_buf_zero(e, s->full, s->padded * sizeof(float)));
-        ZR_CHECK(zr_engine_buf_copy(e, s->full + (size_t)zr_engine_rank(e) * s->shard, s->master,
-                                    s->shard * sizeof(float)));
-        ZR_CHECK(zr_engine_gather_slices(e, s, s->full, &e->cfg.param_wire));
+        ZR_CHECK(zr_engine_refresh_full(e, s));
     }
     /* full is the caller's: it may go as soon as this returns */
     return zr_engine_buf_sync(e);
@@ -353,14 +386,14 @@ zr_status zr_engine_get_params(zr_engine *e, int u, float *full)
         ZR_CHECK(zr_engine_buf_copy(e, full, s->master, s->numel * sizeof(float)));
         return zr_engine_buf_sync(e);
     }
-    float *tmp;
+    void *tmp;
     zr_coll_op *op;
-    ZR_CHECK(zr_engine_pool_get(e, s->padded, 0, &tmp));
+    ZR_CHECK(zr_engine_pool_get(e, s->padded * sizeof(float), 0, &tmp));
     ZR_CHECK(zr_engine_pool_get_op(e->pool, &op));
     zr_wire exact = {ZR_WIRE_F32, {0, 0, ZR_QUANT_SYM}};
     zr_status st;
     ZR_CHECK_GOTO(zr_allgather(e->comm, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, &exact, ZR_DTYPE_F32,
-                               s->master, s->shard, tmp, op),
+                               s->master, s->shard, ZR_DTYPE_F32, tmp, op),
                   st, done);
     ZR_CHECK_GOTO(zr_engine_buf_copy(e, full, tmp, s->numel * sizeof(float)), st, done);
     st = zr_engine_buf_sync(e);
@@ -412,17 +445,66 @@ zr_status zr_engine_sync_from_shards(zr_engine *e)
     for (int u = 0; u < e->nunits; u++) {
         zr_unit_state *s = &e->units[u];
         if (e->plan.optim == ZR_REPLICATED) {
-            ZR_CHECK(zr_engine_gather_slices(e, s, s->master, &exact));
-            ZR_CHECK(zr_engine_gather_slices(e, s, s->m, &exact));
-            ZR_CHECK(zr_engine_gather_slices(e, s, s->v, &exact));
+            /* in place: this rank's slices were written (zr_engine_optim_write) */
+            float *arrays[3] = {s->master, s->m, s->v};
+            for (int k = 0; k < 3; k++) {
+                const float *mine = arrays[k] + (size_t)zr_engine_rank(e) * s->shard;
+                ZR_CHECK(zr_engine_gather_slices(e, s, mine, arrays[k], ZR_DTYPE_F32, &exact));
+            }
         } else if (e->plan.params == ZR_REPLICATED) {
-            ZR_CHECK(zr_engine_buf_copy(e, s->full + (size_t)zr_engine_rank(e) * s->shard,
-                                        s->master, s->shard * sizeof(float)));
-            ZR_CHECK(zr_engine_gather_slices(e, s, s->full, &e->cfg.param_wire));
+            ZR_CHECK(zr_engine_refresh_full(e, s));
         }
     }
     zr_engine_invalidate_secondary(e);
     return ZR_OK;
+}
+
+/* Model-state bytes of a unit of P padded elements (S = P/W) under cfg. */
+static double unit_state_bytes(const zr_engine_config *cfg, const zr_zero_plan *plan, double P,
+                               double W, double h)
+{
+    double S = P / W, state = 3 * 4 * (plan->optim == ZR_SHARDED ? S : P); /* master, m, v */
+    if (plan->params == ZR_REPLICATED && plan->optim == ZR_SHARDED) {
+        state += (double)zr_dtype_size(zr_engine_param_type(cfg)) * P; /* working copy (1-2) */
+    }
+    state += plan->grads == ZR_SHARDED ? 4 * S : 4 * P; /* fp32: the shard, or stage 0-1's */
+    if (plan->grads == ZR_REPLICATED && plan->optim == ZR_SHARDED) {
+        state += 4 * S; /* stage 1: the reduce-scatter's output */
+    }
+    if (plan->secondary) {
+        state += P / h * (double)zr_dtype_size(secondary_type(cfg));
+    }
+    return state;
+}
+
+/*
+ * Bytes per element the pool may hold for: a gathered unit (stage 3), its
+ * buffer and the gather's workspace; a reduction in flight, with the
+ * gradient buffer and staging at stages 2-3 or the workspace alone at stages
+ * 0-1 (whose gradients are model state). fp32 working buffers: a gathered
+ * buffer 4 + the gather's workspace (a bf16 wire's receive buffer 2, qwZ's
+ * blocks less, fp32 none) <= 8; a reduction 4 + staging 4/W + the workspace
+ * (a bf16 wire's receive and send buffers 2 + 2, fp32's receive buffer 4,
+ * qgZ's blocks less) <= 12, and <= 8 at stages 0-1. bf16: an exact bf16
+ * gather lands in the buffer itself (2), an fp32 or quantized one needs up
+ * to 4 more; a reduction 2 + 4/W + a bf16 wire's receive buffer 2 <= 8, or
+ * an fp32 wire's receive and widened send buffers 4 + 4 (<= 14).
+ */
+static void pool_rates(const zr_engine_config *cfg, double *gathered, double *inflight)
+{
+    int bf16_wire = cfg->param_wire.type == ZR_WIRE_BF16 && !cfg->qwz;
+    if (zr_engine_param_type(cfg) == ZR_DTYPE_F32) {
+        *gathered = 8;
+    } else {
+        *gathered = bf16_wire ? 2 : 6;
+    }
+    if (cfg->stage < 2) {
+        *inflight = 8;
+    } else if (zr_engine_grad_type(cfg) == ZR_DTYPE_F32) {
+        *inflight = 12;
+    } else {
+        *inflight = cfg->grad_wire.type == ZR_WIRE_BF16 || cfg->qgz ? 8 : 14;
+    }
 }
 
 zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm *comm, int nunits,
@@ -433,20 +515,9 @@ zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm 
     double state = 0, total = 0, big = 0;
     for (int u = 0; u < nunits; u++) {
         size_t padded = zr_round_up(units[u].numel == 0 ? 1 : units[u].numel, W * ZR_ZERO_PAD);
-        double P = (double)padded, S = P / (double)W;
-        state += 3 * 4 * (plan.optim == ZR_SHARDED ? S : P); /* master, m, v */
-        if (plan.params == ZR_REPLICATED && plan.optim == ZR_SHARDED) {
-            state += 4 * P; /* working copy (stages 1-2) */
-        }
-        state += plan.grads == ZR_SHARDED ? 4 * S : 4 * P;
-        if (plan.grads == ZR_REPLICATED && plan.optim == ZR_SHARDED) {
-            state += 4 * S; /* stage 1: the reduce-scatter's output */
-        }
-        if (plan.secondary) {
-            state += P / (double)h * (cfg->param_wire.type == ZR_WIRE_F32 ? 4 : 2);
-        }
-        total += P;
-        big = P > big ? P : big;
+        state += unit_state_bytes(cfg, &plan, (double)padded, (double)W, (double)h);
+        total += (double)padded;
+        big = (double)padded > big ? (double)padded : big;
     }
     /* Elements the pool may serve at once, each slot counted at the largest
        unit: gathers (held + what prefetch may add), reductions in flight
@@ -461,12 +532,12 @@ zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm 
     if (plan.grads == ZR_SHARDED) {
         computing = fmin(total, held_el);
     }
-    /* bytes per element: a gathered buffer 4 + the gather's workspace (bf16:
-       2 + 2/W, qwZ less, fp32 none) <= 8; a reduction in flight: the full
-       gradient 4 + staging 4/W + the workspace (bf16 4, fp32 4/W + 4) <= 12
-       at stages 2-3, the workspace alone (<= 8) at stages 0-1, whose gradients
-       are model state; and a blocking gather for the stage 0-2 refresh */
-    double pool = 8 * gathered + 4 * computing + (plan.grads == ZR_SHARDED ? 12 : 8) * inflight +
+    double rate_gathered, rate_inflight;
+    pool_rates(cfg, &rate_gathered, &rate_inflight);
+    double grad_bytes = (double)zr_dtype_size(zr_engine_grad_type(cfg));
+    /* and a blocking gather for the stage 0-2 refresh (its workspace <= 4 per element) and
+       the fp32 buffer of zr_engine_get_params (a checkpoint's read) */
+    double pool = rate_gathered * gathered + grad_bytes * computing + rate_inflight * inflight +
                   4 * big + 4 * big;
     zr_memory_plan out = {(size_t)state, (size_t)pool};
     return out;
@@ -480,12 +551,13 @@ zr_memory zr_engine_memory(const zr_engine *e)
         const zr_unit_state *s = &e->units[u];
         size_t optim_n = e->plan.optim == ZR_SHARDED ? s->shard : s->padded;
         mem.optim += 3 * optim_n * sizeof(float);
+        size_t full_bytes = s->padded * zr_dtype_size(zr_engine_full_type(e));
         if (e->plan.params == ZR_REPLICATED) {
             if (!s->full_is_master) {
-                mem.params += s->padded * sizeof(float);
+                mem.params += full_bytes;
             }
         } else if (s->full != NULL) {
-            mem.gathered += s->padded * sizeof(float);
+            mem.gathered += full_bytes;
         }
         if (e->plan.grads == ZR_SHARDED) {
             mem.grads += s->shard * sizeof(float);

@@ -28,24 +28,25 @@ static zr_status post_dry(zr_engine *e, zr_coll_op *op, const zr_coll_cost *k)
 }
 
 zr_status zr_engine_allgather(zr_engine *e, zr_group g, zr_kind kind, const zr_wire *wire,
-                              zr_dtype in_type, const void *in, size_t count, float *out,
-                              zr_coll_op *op)
+                              zr_dtype in_type, const void *in, size_t count, zr_dtype out_type,
+                              void *out, zr_coll_op *op)
 {
     if (zr_engine_is_dry(e)) {
-        zr_coll_cost k = zr_allgather_cost(e->comm, g, kind, wire, in_type, count);
+        zr_coll_cost k = zr_allgather_cost(e->comm, g, kind, wire, in_type, count, out_type);
         return post_dry(e, op, &k);
     }
-    return zr_allgather_start(e->comm, g, kind, wire, in_type, in, count, out, op);
+    return zr_allgather_start(e->comm, g, kind, wire, in_type, in, count, out_type, out, op);
 }
 
-zr_status zr_engine_reduce_scatter(zr_engine *e, const float *in, size_t count, float *out,
-                                   zr_coll_op *op)
+zr_status zr_engine_reduce_scatter(zr_engine *e, zr_dtype in_type, const void *in, size_t count,
+                                   float *out, zr_coll_op *op)
 {
+    const zr_wire *wire = &e->cfg.grad_wire;
     if (zr_engine_is_dry(e)) {
-        zr_coll_cost k = zr_reduce_scatter_cost(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire, count);
+        zr_coll_cost k = zr_reduce_scatter_cost(e->comm, ZR_GROUP_WORLD, wire, in_type, count);
         return post_dry(e, op, &k);
     }
-    return zr_reduce_scatter_start(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire, in, count, out, op);
+    return zr_reduce_scatter_start(e->comm, ZR_GROUP_WORLD, wire, in_type, in, count, out, op);
 }
 
 zr_status zr_engine_allreduce(zr_engine *e, float *buf, size_t count, zr_coll_op *op)
@@ -57,7 +58,7 @@ zr_status zr_engine_allreduce(zr_engine *e, float *buf, size_t count, zr_coll_op
     return zr_allreduce_start(e->comm, ZR_GROUP_WORLD, &e->cfg.grad_wire, buf, count, op);
 }
 
-zr_status zr_engine_qgz(zr_engine *e, const float *in, size_t count, float *out,
+zr_status zr_engine_qgz(zr_engine *e, zr_dtype in_type, const void *in, size_t count, float *out,
                         zr_qgz_feedback *fb, zr_coll_op *op)
 {
     const zr_qgz_config *cfg = &e->cfg.qgz_cfg;
@@ -65,8 +66,7 @@ zr_status zr_engine_qgz(zr_engine *e, const float *in, size_t count, float *out,
         zr_coll_cost k = zr_qgz_cost(e->comm, cfg, count);
         return post_dry(e, op, &k);
     }
-    return zr_qgz_start(e->comm, cfg, ZR_DTYPE_F32, in, count, out, cfg->error_feedback ? fb : NULL,
-                        op);
+    return zr_qgz_start(e->comm, cfg, in_type, in, count, out, cfg->error_feedback ? fb : NULL, op);
 }
 
 static zr_status wait_untimed(zr_engine *e, zr_coll_op *op)
@@ -94,16 +94,15 @@ zr_status zr_engine_wait(zr_engine *e, zr_coll_op *op)
     return st;
 }
 
-zr_status zr_engine_gather_slices(zr_engine *e, zr_unit_state *s, float *buf, const zr_wire *wire)
+zr_status zr_engine_gather_slices(zr_engine *e, zr_unit_state *s, const float *mine, void *buf,
+                                  zr_dtype type, const zr_wire *wire)
 {
-    /* a dry engine's buf is a token: nothing is addressed inside it */
-    const float *mine = zr_engine_is_dry(e) ? NULL : buf + (size_t)zr_engine_rank(e) * s->shard;
     zr_coll_op *op;
     ZR_CHECK(zr_engine_pool_get_op(e->pool, &op));
     double t0 = zr_now();
     zr_status st;
     ZR_CHECK_GOTO(zr_engine_allgather(e, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wire, ZR_DTYPE_F32,
-                                      mine, s->shard, buf, op),
+                                      mine, s->shard, type, buf, op),
                   st, done);
     if (e->on_device) {
         ZR_CHECK_GOTO(zr_engine_buf_mark(e), st, done);

@@ -52,20 +52,21 @@ static zr_status start_gather(zr_engine *e, int u)
     if (e->safe) {
         ZR_CHECK(safe_check(e, u, use_secondary));
     }
+    zr_dtype type = zr_engine_full_type(e);
     if (s->full == NULL) {
         /* the gather writes every element */
-        ZR_CHECK(zr_engine_pool_get(e, s->padded, 0, &s->full));
+        ZR_CHECK(zr_engine_pool_get(e, s->padded * zr_dtype_size(type), 0, &s->full));
     }
     ZR_CHECK(zr_engine_pool_get_op(e->pool, &s->gop));
     zr_wire qwire = {ZR_WIRE_QUANT, e->cfg.qwz_q};
     const zr_wire *wire = e->cfg.qwz ? &qwire : &e->cfg.param_wire;
     if (use_secondary) {
         ZR_CHECK(zr_engine_allgather(e, ZR_GROUP_HPZ, ZR_KIND_HPZ, wire, s->sec_type, s->secondary,
-                                     s->sec_count, s->full, s->gop));
+                                     s->sec_count, type, s->full, s->gop));
     } else {
         ZR_CHECK(zr_engine_allgather(e, ZR_GROUP_WORLD,
                                      e->cfg.qwz ? ZR_KIND_QWZ : ZR_KIND_ALLGATHER, wire,
-                                     ZR_DTYPE_F32, s->master, s->shard, s->full, s->gop));
+                                     ZR_DTYPE_F32, s->master, s->shard, type, s->full, s->gop));
     }
     zr_engine_pool_account(e->pool);
     s->from_primary = !use_secondary;
@@ -115,7 +116,7 @@ static zr_status wait_gather(zr_engine *e, zr_unit_state *s)
     return ZR_OK;
 }
 
-zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const float **params)
+zr_status zr_engine_fetch(zr_engine *e, int u, zr_phase phase, const void **params)
 {
     ZR_ASSERT(u >= 0 && u < e->nunits);
     (void)phase;
@@ -145,12 +146,13 @@ zr_status zr_engine_release(zr_engine *e, int u)
         return ZR_OK;
     }
     if (e->plan.secondary && !s->sec_valid && s->from_primary) {
+        zr_dtype type = zr_engine_full_type(e);
         if (zr_engine_is_dry(e)) {
-            if (s->sec_type == ZR_DTYPE_BF16) { /* an fp32 secondary is a copy */
+            if (s->sec_type != type) { /* a secondary of the gathered unit's type is a copy */
                 zr_engine_report_work(e, ZR_WORK_HPZ_CUT, s->sec_count);
             }
         } else {
-            ZR_CHECK(zr_hpz_cut(e->comm, s->full, s->sec_count, s->sec_type, s->secondary));
+            ZR_CHECK(zr_hpz_cut(e->comm, type, s->full, s->sec_count, s->sec_type, s->secondary));
         }
         s->sec_valid = 1;
     }
@@ -232,7 +234,7 @@ zr_status zr_engine_micro_begin(zr_engine *e)
     return ZR_OK;
 }
 
-zr_status zr_engine_grads(zr_engine *e, int u, float **grads)
+zr_status zr_engine_grads(zr_engine *e, int u, void **grads)
 {
     ZR_ASSERT(u >= 0 && u < e->nunits);
     zr_unit_state *s = &e->units[u];
@@ -240,9 +242,12 @@ zr_status zr_engine_grads(zr_engine *e, int u, float **grads)
     if (s->grad_full == NULL) {
         if (e->plan.grads == ZR_SHARDED) {
             zr_engine_report_work(e, ZR_WORK_GRAD_ZERO, s->padded);
-            ZR_CHECK(zr_engine_pool_get(e, s->padded, 1, &s->grad_full));
+            size_t bytes = s->padded * zr_dtype_size(zr_engine_grad_full_type(e));
+            ZR_CHECK(zr_engine_pool_get(e, bytes, 1, &s->grad_full));
         } else {
-            ZR_ENGINE_ALLOC(e, s->grad_full, s->padded);
+            float *g; /* fp32: it accumulates every micro-batch of the step */
+            ZR_ENGINE_ALLOC(e, g, s->padded);
+            s->grad_full = g;
         }
     }
     *grads = s->grad_full;
@@ -259,11 +264,14 @@ zr_status zr_engine_grads_done(zr_engine *e, int u)
     }
     ZR_CHECK(zr_engine_reduce_begin(e, s));
     /* the reduction writes it whole */
-    ZR_CHECK(zr_engine_pool_get(e, s->shard, 0, &s->grad_tmp));
+    void *tmp;
+    ZR_CHECK(zr_engine_pool_get(e, s->shard * sizeof(float), 0, &tmp));
+    s->grad_tmp = tmp;
+    zr_dtype type = zr_engine_grad_full_type(e);
     if (e->cfg.qgz) {
-        ZR_CHECK(zr_engine_qgz(e, s->grad_full, s->shard, s->grad_tmp, &s->fb, s->rop));
+        ZR_CHECK(zr_engine_qgz(e, type, s->grad_full, s->shard, s->grad_tmp, &s->fb, s->rop));
     } else {
-        ZR_CHECK(zr_engine_reduce_scatter(e, s->grad_full, s->shard, s->grad_tmp, s->rop));
+        ZR_CHECK(zr_engine_reduce_scatter(e, type, s->grad_full, s->shard, s->grad_tmp, s->rop));
     }
     zr_engine_pool_account(e->pool);
     shadow_zero3(e, s);

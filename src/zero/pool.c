@@ -4,9 +4,10 @@
  * their workspaces are taken from it and handed back, never freed during a
  * run.
  *
- * A buffer is reused for a request of its size (or up to 1/8 smaller), so
- * the pool holds, per size, the most buffers of that size ever in use at
- * once: after the first steps it stops growing, and it does not grow with
+ * Buffers are bytes, whatever their elements (an fp32 staging buffer, a bf16
+ * gathered unit). A buffer is reused for a request of its size (or up to 1/8
+ * smaller), so the pool holds, per size, the most buffers of that size ever
+ * in use at once: after the first steps it stops growing, and it does not grow with
  * the number of units. An idle op is handed out most recently used first,
  * so its workspace is warm; a later step can hand a small op a large
  * collective and grow it, which is why the pool's peak settles only after a
@@ -27,8 +28,8 @@
 #include <string.h>
 
 typedef struct pool_buf {
-    float *ptr;
-    size_t cap; /* floats */
+    void *ptr;
+    size_t cap; /* bytes */
     int busy;
 } pool_buf;
 
@@ -87,7 +88,7 @@ void zr_engine_pool_account(zr_engine_pool *p)
     }
 }
 
-zr_status zr_engine_pool_get(zr_engine *e, size_t n, int zero, float **out)
+zr_status zr_engine_pool_get(zr_engine *e, size_t n, int zero, void **out)
 {
     zr_engine_pool *p = e->pool;
     int best = -1;
@@ -101,25 +102,25 @@ zr_status zr_engine_pool_get(zr_engine *e, size_t n, int zero, float **out)
     if (best < 0) {
         ZR_CHECK(grow_array((void **)&p->bufs, &p->cap_bufs, p->nbufs + 1, sizeof(pool_buf)));
         pool_buf *b = &p->bufs[p->nbufs];
-        ZR_CHECK(zr_engine_buf_alloc(e, (void **)&b->ptr, (n == 0 ? 1 : n) * sizeof(float),
-                                     __FILE__, __LINE__));
+        /* a zero-byte request still gets a distinct buffer (the tokens of a dry engine too) */
+        ZR_CHECK(zr_engine_buf_alloc(e, &b->ptr, n == 0 ? sizeof(float) : n, __FILE__, __LINE__));
         b->cap = n;
         b->busy = 0;
         best = p->nbufs++;
-        p->buf_bytes += n * sizeof(float);
+        p->buf_bytes += n;
         zr_engine_pool_account(p);
         zero = 0; /* fresh allocations are zero */
     }
     pool_buf *b = &p->bufs[best];
     b->busy = 1;
     if (zero) {
-        ZR_CHECK(zr_engine_buf_zero(e, b->ptr, n * sizeof(float)));
+        ZR_CHECK(zr_engine_buf_zero(e, b->ptr, n));
     }
     *out = b->ptr;
     return ZR_OK;
 }
 
-void zr_engine_pool_put(zr_engine_pool *p, float *ptr)
+void zr_engine_pool_put(zr_engine_pool *p, void *ptr)
 {
     if (ptr == NULL) {
         return;

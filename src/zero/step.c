@@ -33,11 +33,15 @@ static zr_status reduce_replicated_grads(zr_engine *e)
         }
         if (s->grad_full == NULL) {
             /* a unit that got no gradient this step still takes part in the reduction */
-            ZR_ENGINE_ALLOC(e, s->grad_full, s->padded);
+            float *g;
+            ZR_ENGINE_ALLOC(e, g, s->padded);
+            s->grad_full = g;
         }
+        /* replicated gradients are fp32 in every work type (engine.c) */
         ZR_CHECK(zr_engine_reduce_begin(e, s));
         if (e->plan.optim == ZR_SHARDED) {
-            ZR_CHECK(zr_engine_reduce_scatter(e, s->grad_full, s->shard, s->grad_tmp, s->rop));
+            ZR_CHECK(zr_engine_reduce_scatter(e, ZR_DTYPE_F32, s->grad_full, s->shard, s->grad_tmp,
+                                              s->rop));
         } else {
             ZR_CHECK(zr_engine_allreduce(e, s->grad_full, s->padded, s->rop));
         }
@@ -58,7 +62,7 @@ static const float *grad_slice(const zr_engine *e, const zr_unit_state *s)
     if (e->plan.optim == ZR_SHARDED) {
         return s->grad_tmp; /* stage 1: reduce-scattered at the step */
     }
-    return s->grad_full + (size_t)zr_engine_rank(e) * s->shard;
+    return (const float *)s->grad_full + (size_t)zr_engine_rank(e) * s->shard;
 }
 
 /* AdamW on this rank's slice of s; *n += the elements updated. */
@@ -128,9 +132,7 @@ static zr_status grad_norm(zr_engine *e, double *norm)
 static zr_status refresh_and_clear(zr_engine *e, zr_unit_state *s, int finite)
 {
     if (finite && e->plan.params == ZR_REPLICATED && !s->full_is_master) {
-        ZR_CHECK(zr_engine_buf_copy(e, s->full + (size_t)zr_engine_rank(e) * s->shard, s->master,
-                                    s->shard * sizeof(float)));
-        ZR_CHECK(zr_engine_gather_slices(e, s, s->full, &e->cfg.param_wire));
+        ZR_CHECK(zr_engine_refresh_full(e, s));
     }
     if (s->grad_shard != NULL) {
         zr_engine_report_work(e, ZR_WORK_CLEAR, s->shard);

@@ -24,7 +24,7 @@ struct zr_unit_state {
     int nranges;
     const zr_range *ranges;
 
-    float *full;        /* owned; see engine.c for its lifetime */
+    void *full;         /* zr_engine_param_type; owned (stages 0-2) or pooled; see engine.c */
     int full_is_master; /* full aliases master (stage 0) */
     int gathered;       /* stage 3: full holds the current parameters */
     int inflight;       /* stage 3: a gather into full is in flight */
@@ -37,7 +37,7 @@ struct zr_unit_state {
     zr_dtype sec_type;
     int sec_valid;
 
-    float *grad_full;  /* owned (replicated grads) or pooled (sharded) */
+    void *grad_full;   /* zr_engine_grad_type: owned fp32 (replicated grads) or pooled (sharded) */
     float *grad_shard; /* owned; sharded grads: S floats */
     float *grad_tmp;   /* reduce-scatter output, S floats: owned (stage 1) or pooled */
     int grad_inflight;
@@ -55,6 +55,17 @@ static inline int zr_engine_is_dry(const zr_engine *e)
 static inline int zr_engine_rank(const zr_engine *e)
 {
     return e->comm->rank[ZR_GROUP_WORLD];
+}
+
+/* The types of a unit's `full` and `grad_full`. */
+static inline zr_dtype zr_engine_full_type(const zr_engine *e)
+{
+    return zr_engine_param_type(&e->cfg);
+}
+
+static inline zr_dtype zr_engine_grad_full_type(const zr_engine *e)
+{
+    return zr_engine_grad_type(&e->cfg);
 }
 
 /* ---- buffers.c ------------------------------------------------------------- */
@@ -110,9 +121,9 @@ zr_status zr_engine_buf_exposed(zr_engine *e, double *seconds);
 zr_status zr_engine_pool_init(zr_engine *e);
 /* Hand every buffer and op of e's pool back; a real engine finishes ops in flight first. */
 void zr_engine_pool_free(zr_engine *e);
-/* A buffer of at least n floats, zeroed if asked; reused when one of close size is free. */
-zr_status zr_engine_pool_get(zr_engine *e, size_t n, int zero, float **out);
-void zr_engine_pool_put(zr_engine_pool *p, float *ptr);
+/* A buffer of at least bytes, zeroed if asked; reused when one of close size is free. */
+zr_status zr_engine_pool_get(zr_engine *e, size_t bytes, int zero, void **out);
+void zr_engine_pool_put(zr_engine_pool *p, void *ptr);
 /* An idle collective op; the most recently used first (its workspace is warm). */
 zr_status zr_engine_pool_get_op(zr_engine_pool *p, zr_coll_op **out);
 void zr_engine_pool_put_op(zr_engine_pool *p, zr_coll_op *op);
@@ -125,19 +136,29 @@ void zr_engine_pool_bytes(const zr_engine_pool *p, size_t *now, size_t *peak);
 
 /* Start a collective on op (zr_*_start), or report it when dry. */
 zr_status zr_engine_allgather(zr_engine *e, zr_group g, zr_kind kind, const zr_wire *wire,
-                              zr_dtype in_type, const void *in, size_t count, float *out,
-                              zr_coll_op *op);
-zr_status zr_engine_reduce_scatter(zr_engine *e, const float *in, size_t count, float *out,
-                                   zr_coll_op *op);
+                              zr_dtype in_type, const void *in, size_t count, zr_dtype out_type,
+                              void *out, zr_coll_op *op);
+zr_status zr_engine_reduce_scatter(zr_engine *e, zr_dtype in_type, const void *in, size_t count,
+                                   float *out, zr_coll_op *op);
 zr_status zr_engine_allreduce(zr_engine *e, float *buf, size_t count, zr_coll_op *op);
-zr_status zr_engine_qgz(zr_engine *e, const float *in, size_t count, float *out,
+zr_status zr_engine_qgz(zr_engine *e, zr_dtype in_type, const void *in, size_t count, float *out,
                         zr_qgz_feedback *fb, zr_coll_op *op);
 /* Wait for the collective on op; the blocked time counts as exposed communication. */
 zr_status zr_engine_wait(zr_engine *e, zr_coll_op *op);
-/* Exact all-gather of this rank's slices of buf (padded elements) in place, blocking. */
-zr_status zr_engine_gather_slices(zr_engine *e, zr_unit_state *s, float *buf, const zr_wire *wire);
+/*
+ * Exact all-gather of every rank's fp32 slice of unit s (mine: this rank's,
+ * shard elements) into buf (padded elements of type), blocking; mine may be
+ * this rank's slot of an fp32 buf (in place).
+ */
+zr_status zr_engine_gather_slices(zr_engine *e, zr_unit_state *s, const float *mine, void *buf,
+                                  zr_dtype type, const zr_wire *wire);
 /* Tell a dry engine's observer of CPU work of the engine itself. */
 void zr_engine_report_work(zr_engine *e, zr_engine_work work, size_t elements);
+
+/* ---- engine.c --------------------------------------------------------------------- */
+
+/* Stages 1-2: the replicated working copy `full` gathered from the master shards (blocking). */
+zr_status zr_engine_refresh_full(zr_engine *e, zr_unit_state *s);
 
 /* ---- lifecycle.c --------------------------------------------------------------- */
 
