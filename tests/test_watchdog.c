@@ -205,17 +205,25 @@ static void test_train_faults(void)
     /* the default timeout (300 s) is beyond the job's 120 s. The line saying why the job died
        must reach the user every time: MPICH's mpiexec acted on MPI_Abort before it had read
        the ranks' last lines (lost in 2 of 7 runs under load) until zr_comm_abort waited for
-       them to be read; run it several times, where it was lost */
+       them to be read; run it several times, where it was lost. 20 runs (under 1 s each): zr
+       before the fix lost it in 25 of 155 runs on a loaded 2-core machine, and 5 runs let the
+       test pass on it 3 times in 8 (docs/hardening-verification.md) */
     env_flag(e, sizeof e, "ZR_FAULT_STEP", "2:3", 1);
-    int reps = mpich ? 5 : 2, lost = 0;
+    int reps = mpich ? 20 : 2, lost = 0;
+    static char lost_out[sizeof res.out];
     for (int r = 0; r < reps; r++) {
         sh("timeout -k 5 120 %s -n 3 %s %s train" TINY, launcher(), e, zr_bin);
         TEST_EQ_INT(res.code, 1);
-        lost += strstr(res.out, "zr train: error: rank 2: fault injected by ZR_FAULT_STEP at "
-                                "step 3") == NULL;
+        if (strstr(res.out, "zr train: error: rank 2: fault injected by ZR_FAULT_STEP at step 3") ==
+            NULL) {
+            if (lost++ == 0) {
+                memcpy(lost_out, res.out, sizeof lost_out); /* the output that lost it */
+            }
+        }
         TEST_CHECK(strstr(res.out, "timeout: no progress") == NULL);
     }
-    TEST_CHECKF(lost == 0, "the error line was lost in %d of %d runs:\n%s", lost, reps, res.out);
+    TEST_CHECKF(lost == 0, "the error line was lost in %d of %d runs; the first:\n%s", lost, reps,
+                lost_out);
 }
 
 static void test_mpmd_config(void)
