@@ -225,6 +225,90 @@ static void test_by_hand(void)
     TEST_CHECK(k2.t_exposed < k.t_exposed && k2.t_exposed >= 0);
 }
 
+/*
+ * Calibration on the reference steps (cost.c): priced with the calibrated
+ * probe, the two ZeRO-3 references reproduce what the probe measured of
+ * them: each one's computation and optimizer exactly, their steps in sum; a
+ * wait floor where they waited longer than the transfers say, a scale below
+ * 1 on the transfers where they waited less. Stage 0's reference sets the
+ * waits of stages 0-2 and stage 0's optimizer, and reproduces its own step.
+ */
+static void test_calibration(void)
+{
+    zr_train_config c;
+    tiny(&c);
+    int N = 2, D = 2;
+    zr_probe p = made_up(N, D);
+    p.bf16_enc = p.bf16_dec = p.f32_add = 1e-9;
+    p.q_enc[0] = p.q_enc[1] = p.q_dec[0] = p.q_dec[1] = 2e-9;
+    p.adamw = 3e-9, p.sumsq = 1e-9;
+    zr_plan_cost raw[3], cal[3];
+    zr_plan_choice ref[3];
+    for (int i = 0; i < 3; i++) {
+        ref[i] = zr_probe_reference(i, 1, 50000000);
+        TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[i], &p, &raw[i])); /* cal_batch 0: raw */
+        TEST_CHECKF(raw[i].t_exposed > 0 && raw[i].t_optim > 0 && raw[i].bytes_inter > 0,
+                    "reference %d: exposed %g, optimizer %g, inter-node bytes %g", i,
+                    raw[i].t_exposed, raw[i].t_optim, raw[i].bytes_inter);
+    }
+    TEST_CHECK(raw[1].bytes_inter < raw[0].bytes_inter); /* qwZ and qgZ send fewer bytes */
+    /* a machine 1.5x slower at computing, 2 ns of CPU per byte sent, an optimizer 2x slower */
+    double k = 1.5, cb = 2e-9;
+    p.cal_batch = 1, p.cal_prefetch = 50000000;
+    for (int i = 0; i < 2; i++) {
+        p.cal_compute[i] = k * (raw[i].t_compute + raw[i].t_codec) + cb * raw[i].bytes_inter;
+        p.cal_optim[i] = 2 * raw[i].t_optim;
+    }
+    /* waits longer than the transfers (a floor), then shorter (a scale) */
+    for (int longer = 1; longer >= 0; longer--) {
+        double f = longer ? 1.5 : 0.5, measured = 0, predicted = 0;
+        for (int i = 0; i < 2; i++) {
+            p.cal_step[i] = p.cal_compute[i] + p.cal_optim[i] + f * raw[i].t_exposed;
+        }
+        for (int i = 0; i < 2; i++) {
+            TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[i], &p, &cal[i]));
+            TEST_NEAR(cal[i].t_compute + cal[i].t_codec, p.cal_compute[i], 1e-12);
+            TEST_NEAR(cal[i].t_compute, k * raw[i].t_compute, 1e-12);
+            TEST_NEAR(cal[i].t_optim, p.cal_optim[i], 1e-12);
+            TEST_NEAR(cal[i].bytes_inter, raw[i].bytes_inter, 0);
+            TEST_CHECK(longer ? cal[i].t_comm == raw[i].t_comm : cal[i].t_comm < raw[i].t_comm);
+            measured += p.cal_step[i];
+            predicted += cal[i].t_step;
+        }
+        TEST_NEAR(predicted, measured, 1e-9 * measured);
+    }
+    /* stage 0's reference: its own waits (here 3x the transfers) and optimizer (4x) */
+    zr_plan_choice s1 = ref[2];
+    s1.stage = 1;
+    zr_plan_cost raw1, cal1, cal3;
+    TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[0], &p, &cal3)); /* without stage 0's */
+    p.cal_batch = 0;
+    TEST_OK(zr_plan_cost_of(&c, 256, N, D, &s1, &p, &raw1));
+    p.cal_batch = 1;
+    p.cal_compute[2] = k * (raw[2].t_compute + raw[2].t_codec) + cb * raw[2].bytes_inter;
+    p.cal_optim[2] = 4 * raw[2].t_optim;
+    p.cal_step[2] = p.cal_compute[2] + p.cal_optim[2] + 3 * raw[2].t_exposed;
+    TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[2], &p, &cal[2]));
+    TEST_NEAR(cal[2].t_step, p.cal_step[2], 1e-9 * p.cal_step[2]);
+    TEST_NEAR(cal[2].t_optim, p.cal_optim[2], 1e-12);
+    TEST_CHECK(cal[2].t_exposed > raw[2].t_exposed);
+    /* stage 1 waits as stage 0 does, and shards the optimizer as stage 3 does */
+    TEST_OK(zr_plan_cost_of(&c, 256, N, D, &s1, &p, &cal1));
+    TEST_NEAR(cal1.t_optim, 2 * raw1.t_optim, 1e-12);
+    TEST_CHECK(cal1.t_exposed > raw1.t_exposed);
+    /* stage 3 is priced as before: stage 0's reference changes nothing of it */
+    TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[0], &p, &cal[0]));
+    TEST_NEAR(cal[0].t_step, cal3.t_step, 1e-15);
+    /* a damaged pair (bytes would have to save time) falls back to one factor, no byte cost */
+    p.cal_compute[1] = 10 * p.cal_compute[0];
+    zr_plan_cost odd;
+    TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[1], &p, &odd));
+    double kk = (p.cal_compute[0] + p.cal_compute[1]) /
+                (raw[0].t_compute + raw[0].t_codec + raw[1].t_compute + raw[1].t_codec);
+    TEST_NEAR(odd.t_compute + odd.t_codec, kk * (raw[1].t_compute + raw[1].t_codec),
+              1e-12 * p.cal_compute[1]);
+}
+
 static void test_probe_file(void)
 {
     zr_train_config c;
@@ -240,6 +324,15 @@ static void test_probe_file(void)
     TEST_CHECK(p.q_enc[0] > 0 && p.adamw > 0 && p.base_rss > 1e6);
     TEST_CHECK(p.nodes == 1 || p.inter_bw > 0);
     TEST_CHECK(p.overlap >= 0 && p.overlap <= 1);
+    /* the reference steps ran (ZeRO-3 without and with qwZ + qgZ, stage 0; the configuration's
+       micro-batch) */
+    TEST_EQ_INT(p.cal_batch, c.train_micro_batch_size_per_gpu);
+    for (int i = 0; i < 3; i++) {
+        TEST_CHECKF(p.cal_step[i] > 0 && p.cal_compute[i] > 0 && p.cal_comm[i] >= 0 &&
+                        p.cal_optim[i] > 0,
+                    "reference %d: step %g, compute %g, comm %g, optim %g", i, p.cal_step[i],
+                    p.cal_compute[i], p.cal_comm[i], p.cal_optim[i]);
+    }
     zr_comm_free(&comm);
     if (R != 0) {
         return;
@@ -261,9 +354,12 @@ static void test_probe_file(void)
                     fabs(p.q_dec[1] - q.q_dec[1]) <= 1e-15 * p.q_dec[1] && p.world == q.world,
                 "inter_bw %.17g vs %.17g, q4 dec %.17g vs %.17g", p.inter_bw, q.inter_bw,
                 p.q_dec[1], q.q_dec[1]);
+    TEST_CHECK(q.cal_batch == p.cal_batch &&
+               fabs(p.cal_step[1] - q.cal_step[1]) <= 1e-15 * p.cal_step[1] &&
+               fabs(p.cal_optim[0] - q.cal_optim[0]) <= 1e-15 * p.cal_optim[0]);
     static const char *bad[][2] = {
-        {"{\"version\": 2}", "\"gpu\" is missing"},
-        {"{\"version\": 1, \"world\": 4}", "probe version 1, this zr reads version 2"},
+        {"{\"version\": 3}", "\"gpu\" is missing"},
+        {"{\"version\": 2, \"world\": 4}", "probe version 2, this zr reads version 3"},
         {"[1, 2]", "is not a JSON object"},
         {"{\"version\": ", "is not valid JSON"},
     };
@@ -285,6 +381,21 @@ static void test_probe_file(void)
     w.overlap = -0.5;
     TEST_OK(zr_probe_write(path, &w));
     TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "\"overlap\" is -0.5");
+    w = p;
+    w.cal_step[1] = 0;
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "\"calq_step\"");
+    w = p;
+    w.cal_step[2] = w.cal_compute[2] = w.cal_comm[2] = w.cal_optim[2] = 0; /* missing whole */
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_OK(zr_probe_read(path, &q));
+    w.cal_comm[2] = 0.01; /* not in part */
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "\"cald_step\"");
+    w = p;
+    w.cal_comm[0] = -1;
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "\"cal_comm\" is -1");
     TEST_FAILS(zr_probe_read("/nonexistent/probe.json", &q), ZR_ERR_IO, "/nonexistent/probe.json");
     unlink(path);
 }
@@ -463,6 +574,7 @@ int main(int argc, char **argv)
     }
     TEST_RUN(test_bytes_match_engine);
     TEST_RUN(test_by_hand);
+    TEST_RUN(test_calibration);
     TEST_RUN(test_probe_file);
     TEST_RUN(test_planner);
     return zr_test_finish();

@@ -8,7 +8,9 @@
  *            forward and backward of the model's own units at each
  *            micro-batch size, the codecs and AdamW per element, and
  *            point-to-point bandwidth and latency inside a node and between
- *            nodes through zr's transport; written as JSON.
+ *            nodes through zr's transport; and (on CPUs) a few steps of three
+ *            reference configurations through the real engine, which the
+ *            cost model is calibrated on; written as JSON.
  *   cost     for a model, a layout (nodes x ranks per node), a choice
  *            (stage, qwZ, hpZ, qgZ, prefetch, micro-batch x accumulation)
  *            and a probe: the bytes of every collective of one step, per
@@ -17,7 +19,8 @@
  *            and the pool's peak exactly); and the step time: a dry engine
  *            (zr_engine_init_dry) runs the trainer's schedule and reports
  *            each collective, its CPU work and each unit's computation,
- *            priced with the probe's figures and its measured overlap.
+ *            priced with the probe's figures and its measured overlap,
+ *            calibrated on the probe's reference steps (cost.c).
  *   plan     every valid choice for a global batch, those over the memory
  *            limit discarded, ranked by predicted tokens/s.
  *
@@ -32,7 +35,7 @@
 #include "zr/config.h"
 #include "zr/gpt_engine.h"
 
-#define ZR_PROBE_VERSION 2
+#define ZR_PROBE_VERSION 3
 #define ZR_PROBE_MAX_B   8 /* micro-batch sizes measured: 1, 2, 4, ... */
 
 /* Seconds of forward and backward of one micro-batch of b sequences, per unit kind. */
@@ -73,6 +76,17 @@ typedef struct zr_probe {
                             a GPU: 0 (the device holds nothing of zr's before the model) */
     double mem_per_rank; /* the node's available memory / ranks per node (smallest node); a GPU:
                             its free memory / the ranks sharing it (smallest) */
+    /* The references: a few steps of three configurations at the configuration's micro-batch and
+       prefetch bucket (zr_probe_reference: [0] ZeRO-3, [1] ZeRO-3 + qwZ + qgZ, [2] stage 0), run
+       through the real engine and model on every rank at once; the cost model is calibrated on
+       them (cost.c). cal_batch 0: none ran (a GPU probe, or ZeRO-3 did not fit); cal_step[2] 0:
+       stage 0 did not fit. */
+    int cal_batch;
+    double cal_prefetch;   /* their stage3_prefetch_bucket_size */
+    double cal_step[3];    /* seconds per step: the slowest rank's, median over the steps */
+    double cal_compute[3]; /* seconds per step outside waits and the optimizer, mean over ranks */
+    double cal_comm[3];    /* seconds per step waiting for collectives, mean over ranks */
+    double cal_optim[3];   /* seconds per step in the optimizer step, mean over ranks */
 } zr_probe;
 
 /*
@@ -101,16 +115,21 @@ typedef struct zr_plan_choice {
     int micro_batch, accum;
 } zr_plan_choice;
 
+/* Reference r of a probe's calibration at micro-batch b: 0 ZeRO-3, 1 ZeRO-3 + qwZ + qgZ, 2 stage 0.
+ */
+zr_plan_choice zr_probe_reference(int r, int b, long long prefetch_bucket);
+
 /* Predicted for one rank and one optimizer step. */
 typedef struct zr_plan_cost {
     zr_traffic traffic; /* bytes per kind, as the engine's counters count one step (no CONTROL) */
     double bytes_intra, bytes_inter; /* their sums */
     double t_compute;                /* forward and backward of every micro-batch */
-    double t_codec;                  /* wire conversions, (de)quantization, reductions on the CPU */
-    double t_comm;                   /* every transfer, alone */
-    double t_exposed;                /* the part of t_comm not hidden behind computation */
-    double t_optim;                  /* AdamW, grad norm, clearing */
-    double t_step;                   /* t_compute + t_codec + t_exposed + t_optim */
+    double t_codec;   /* wire conversions, (de)quantization, reductions on the CPU, and (calibrated)
+                         the network's CPU time per inter-node byte */
+    double t_comm;    /* every transfer, alone */
+    double t_exposed; /* the part of t_comm not hidden behind computation */
+    double t_optim;   /* AdamW, grad norm, clearing */
+    double t_step;    /* t_compute + t_codec + t_exposed + t_optim */
     double tokens_per_s;
     zr_gpt_memory_prediction mem; /* allowance = the probe's base_rss when it has one */
 } zr_plan_cost;

@@ -138,6 +138,13 @@ static zr_status probe_measure(zr_comm *c, const zr_train_config *cfg, int vocab
                    p.compute[0].batch, p.inter_bw / 1e6, 1e6 * p.inter_lat, p.intra_bw / 1e6,
                    1e6 * p.intra_lat, p.overlap, out,
                    replaces ? " (it replaced the file that was there)" : "");
+            if (p.cal_batch > 0) {
+                printf(
+                    "zr probe: reference steps at micro-batch %d: ZeRO-3 %.1f ms, ZeRO-3 + qwZ + "
+                    "qgZ %.1f ms, stage 0 %s%.1f ms\n",
+                    p.cal_batch, 1e3 * p.cal_step[0], 1e3 * p.cal_step[1],
+                    p.cal_step[2] > 0 ? "" : "(did not fit) ", 1e3 * p.cal_step[2]);
+            }
         }
     }
     return zr_comm_agree(c, st);
@@ -166,8 +173,9 @@ int zr_cli_probe(int argc, char **argv)
                    "threads, data] [-o probe.json] [--max-micro-batch B]\n"
                    "Measures compute (the model's own units at micro-batch 1, 2, 4, ... up to B, "
                    "default the configuration's micro-batch), codecs, AdamW, and bandwidth and "
-                   "latency inside and between nodes, with every rank busy; writes JSON for zr "
-                   "plan.\n");
+                   "latency inside and between nodes, with every rank busy, and (on CPUs) a few "
+                   "steps of ZeRO-3, ZeRO-3 + qwZ + qgZ and stage 0 through the engine, which "
+                   "zr plan calibrates on; writes JSON for zr plan.\n");
         }
         MPI_Finalize();
         free(rest);

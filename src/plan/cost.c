@@ -31,6 +31,32 @@
  * posted (one link per rank), so a wait also exposes what was posted before
  * it.
  *
+ * Calibration (a CPU probe's reference steps, probe_ref.c): the rates above
+ * are measured on warm caches with every rank doing the same thing, and a
+ * training step is neither. The probe ran ZeRO-3 without and with qwZ and
+ * qgZ (the most and the fewest bytes) and stage 0 on the real engine; they
+ * are priced here first, and fitted to what they measured (calibrate):
+ *
+ *   k_compute, c_byte   the step's computation and CPU work (outside waits
+ *            and the optimizer) = k_compute x (units + codecs) + c_byte x
+ *            the rank's inter-node bytes: the whole model's state is out of
+ *            cache, and on ranks that share cores the network stack's work
+ *            on every byte is time the computation does not get
+ *   k_optim  the optimizer's measured over priced time
+ *   t_sync   the least a synchronising wait exposes (a rank descheduled
+ *            while its peers arrive), fitted so that the references' exposed
+ *            time is what they measured; where they measured less than the
+ *            probe's transfers predict, k_comm < 1 scales transfer times
+ *            instead (more of them hid behind computation than the probe's
+ *            overlap says)
+ *
+ * all from the two ZeRO-3 references, for stage 3. Stages 0-2 reduce at the
+ * step what stage 3 reduces during backward, and stage 0 updates the whole
+ * model on every rank: their waits (t_sync or k_comm) and stage 0's k_optim
+ * come from the stage 0 reference, where it fitted the node's memory. The fit
+ * reproduces the references; every other configuration is predicted from it
+ * (bench/cluster/run.sh --plan measures how well).
+ *
  * A GPU probe (zr.device): the same schedule priced with the GPU's figures,
  * with one difference. A collective's conversions and (de)quantization are
  * kernels on its own codec stream, between its hops, not work of the
@@ -45,19 +71,32 @@
 #include "zr/config.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct pending {
     const void *op; /* the collective's op (the engine reuses it after the wait) */
     double left;    /* seconds of its transfer still to go */
+    double t;       /* seconds of its transfer (0: nothing to exchange, no synchronisation) */
 } pending;
+
+/* The calibration (see above); {1, 0, 1, 1, 0} leaves the probe's rates as they are. */
+typedef struct calib {
+    double k_compute, c_byte, k_optim, k_comm, t_sync;
+} calib;
+
+static const calib no_calib = {1, 0, 1, 1, 0};
 
 typedef struct sim {
     const zr_probe *p; /* NULL: bytes and memory only */
     zr_probe_compute pc;
+    calib cal;
     int last; /* the head unit (final LayerNorm and LM head) */
     pending *pend;
     int npend, maxpend;
+    /* non-NULL: the exposure of each synchronising wait of the step, before t_sync */
+    double *waits;
+    int nwaits, maxwaits;
     zr_plan_cost *out;
 } sim;
 
@@ -93,16 +132,17 @@ static void post(sim *s, const void *op, const zr_coll_cost *k)
     row->calls += k->exchanges;
     row->bytes_intra += k->intra[0] + k->intra[1];
     row->bytes_inter += k->inter[0] + k->inter[1];
-    double t = level_time(s, (double)k->intra[0], (double)k->inter[0]) +
-               level_time(s, (double)k->intra[1], (double)k->inter[1]);
+    double t = s->cal.k_comm * (level_time(s, (double)k->intra[0], (double)k->inter[0]) +
+                                level_time(s, (double)k->intra[1], (double)k->inter[1]));
     if (s->p != NULL && s->p->gpu) {
         t += coll_codec(s, k); /* on the op's codec stream, between its hops */
     } else {
-        s->out->t_codec += coll_codec(s, k);
+        s->out->t_codec += s->cal.k_compute * coll_codec(s, k) +
+                           s->cal.c_byte * (double)(k->inter[0] + k->inter[1]);
     }
     s->out->t_comm += t;
     ZR_ASSERT(s->npend < s->maxpend);
-    s->pend[s->npend++] = (pending){op, t};
+    s->pend[s->npend++] = (pending){op, t, t};
 }
 
 /* Wait for the transfer on op: it and everything posted before it are exposed. */
@@ -117,9 +157,19 @@ static void wait_for(sim *s, const void *op)
     if (k < 0) {
         return;
     }
+    double exposed = 0;
     for (int i = 0; i <= k; i++) {
-        s->out->t_exposed += s->pend[i].left;
+        exposed += s->pend[i].left;
     }
+    if (s->pend[k].t > 0) {
+        /* it synchronises with its peers */
+        if (s->waits != NULL) {
+            ZR_ASSERT(s->nwaits < s->maxwaits);
+            s->waits[s->nwaits++] = exposed;
+        }
+        exposed = fmax(exposed, s->cal.t_sync);
+    }
+    s->out->t_exposed += exposed;
     memmove(s->pend, s->pend + k + 1, sizeof(pending) * (size_t)(s->npend - k - 1));
     s->npend -= k + 1;
 }
@@ -127,6 +177,7 @@ static void wait_for(sim *s, const void *op)
 /* Computation of this many seconds: transfers in flight advance at the overlap fraction. */
 static void compute(sim *s, double seconds)
 {
+    seconds *= s->cal.k_compute;
     s->out->t_compute += seconds;
     double budget = s->p != NULL ? s->p->overlap * seconds : 0;
     for (int i = 0; i < s->npend && budget > 0; i++) {
@@ -149,6 +200,8 @@ static double unit_seconds(const sim *s, int u, zr_phase phase)
 /* The engine's own CPU work: around the collectives (codecs), or the optimizer step's. */
 static void work(sim *s, zr_engine_work w, double n)
 {
+    n *= w == ZR_WORK_NORM || w == ZR_WORK_CLEAR || w == ZR_WORK_ADAMW ? s->cal.k_optim
+                                                                       : s->cal.k_compute;
     switch (w) {
     case ZR_WORK_HPZ_CUT:
         s->out->t_codec += n * RATE(s, bf16_enc);
@@ -281,8 +334,9 @@ static zr_status check_choice(const zr_plan_choice *ch, int nodes, int D)
 }
 
 /* The trainer's run, dry: parameters set, then three steps (see the caller). */
-static zr_status walk(zr_engine *e, int accum, zr_plan_cost *out)
+static zr_status walk(zr_engine *e, int accum, sim *s)
 {
+    zr_plan_cost *out = s->out;
     for (int u = 0; u < e->nunits; u++) {
         ZR_CHECK(zr_engine_set_params(e, u, NULL)); /* stages 1-2 gather the working copy */
     }
@@ -291,6 +345,7 @@ static zr_status walk(zr_engine *e, int accum, zr_plan_cost *out)
        bytes are the last step's (every step runs the same schedule). */
     for (int k = 0; k < 3; k++) {
         memset(out, 0, sizeof *out);
+        s->nwaits = 0;
         for (int a = 0; a < accum; a++) {
             ZR_CHECK(zr_gpt_engine_walk(e));
         }
@@ -311,7 +366,7 @@ static zr_status run_dry(sim *s, zr_comm *layout, const zr_engine_config *ecfg,
     zr_engine_observer obs = {observe, s};
     zr_status st;
     ZR_CHECK_GOTO(zr_engine_init_dry(&e, layout, ecfg, sp->nunits, sp->units, obs), st, done);
-    st = walk(&e, accum, s->out);
+    st = walk(&e, accum, s);
     *pool_peak = zr_engine_memory(&e).pool_peak;
     zr_engine_free(&e);
 done:
@@ -320,8 +375,10 @@ done:
     return st;
 }
 
-zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int D,
-                          const zr_plan_choice *ch, const zr_probe *probe, zr_plan_cost *out)
+/* The cost of ch with calibration cal; waits (maxwaits of them) non-NULL: the step's waits too. */
+static zr_status cost_with(const zr_train_config *cfg, int vocab, int nodes, int D,
+                           const zr_plan_choice *ch, const zr_probe *probe, const calib *cal,
+                           double *waits, int maxwaits, int *nwaits, zr_plan_cost *out)
 {
     memset(out, 0, sizeof *out);
     ZR_CHECK(check_choice(ch, nodes, D));
@@ -338,8 +395,11 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     sim s;
     memset(&s, 0, sizeof s);
     s.p = probe;
+    s.cal = *cal;
     s.last = sp.nunits - 1;
     s.out = out;
+    s.waits = waits;
+    s.maxwaits = maxwaits;
     if (probe != NULL) {
         s.pc = compute_at(probe, ch->micro_batch);
     }
@@ -347,6 +407,9 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
     zr_status st = run_dry(&s, &layout, &ecfg, &sp, ch->accum, &pool_peak);
     zr_gpt_specs_free(&sp);
     ZR_CHECK(st);
+    if (nwaits != NULL) {
+        *nwaits = s.nwaits;
+    }
     for (int k = 0; k < ZR_KIND_COUNT; k++) {
         out->bytes_intra += (double)out->traffic.kind[k].bytes_intra;
         out->bytes_inter += (double)out->traffic.kind[k].bytes_inter;
@@ -371,4 +434,143 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
         out->mem.allowance = (size_t)probe->base_rss;
     }
     return ZR_OK;
+}
+
+/* ---- calibration on the probe's reference steps ---------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The least t with sum over w of max(w_i, t) = target (w sorted); 0 if the waits reach it alone. */
+static double sync_floor(const double *w, int n, double target)
+{
+    double suffix = 0;
+    for (int i = 0; i < n; i++) {
+        suffix += w[i];
+    }
+    if (n == 0 || target <= suffix) {
+        return 0;
+    }
+    /* with j waits below t: j t + (the rest) = target */
+    for (int j = 1; j <= n; j++) {
+        suffix -= w[j - 1];
+        double t = (target - suffix) / j;
+        if (t >= w[j - 1] && (j == n || t <= w[j])) {
+            return t;
+        }
+    }
+    return target / n; /* not reached: with j = n the floor always fits */
+}
+
+enum { MAX_WAITS = 1 << 14, NREF = 3 };
+
+/* The calibration per family: stage 3 (index 0) and stages 0-2 (index 1). */
+typedef struct calibration {
+    calib fam[2];
+    double k_optim_replicated; /* stage 0's optimizer: every rank updates the whole model */
+} calibration;
+
+/*
+ * Exposure: target seconds of waiting (what the references' steps leave once
+ * their computation and optimizer are priced) against the probe's exposed
+ * transfers (exposed, of which the n synchronising waits w): a floor per
+ * synchronising wait where they waited longer, a scale on the transfers
+ * where they waited less.
+ */
+static void fit_exposure(double target, double exposed, double *w, int n, calib *cal)
+{
+    cal->k_comm = 1, cal->t_sync = 0;
+    if (target < exposed) {
+        cal->k_comm = fmax(0.1, target / exposed);
+        return;
+    }
+    double sync = 0;
+    for (int i = 0; i < n; i++) {
+        sync += w[i];
+    }
+    qsort(w, (size_t)n, sizeof *w, cmp_double);
+    cal->t_sync = sync_floor(w, n, target - (exposed - sync));
+}
+
+/* Fit the calibration to the probe's reference steps (see the file's comment). */
+static zr_status calibrate(const zr_train_config *cfg, int vocab, const zr_probe *p,
+                           calibration *out)
+{
+    out->fam[0] = out->fam[1] = no_calib;
+    out->k_optim_replicated = 1;
+    if (p == NULL || p->gpu || p->cal_batch < 1) {
+        return ZR_OK;
+    }
+    int nref = p->cal_step[2] > 0 ? 3 : 2; /* the stage 0 reference may not have fitted */
+    double *w = NULL;
+    int nw[NREF] = {0, 0, 0};
+    zr_plan_cost r[NREF];
+    ZR_ALLOC(w, NREF * (size_t)MAX_WAITS);
+    zr_status st = ZR_OK;
+    for (int i = 0; i < nref && st == ZR_OK; i++) {
+        zr_plan_choice ref = zr_probe_reference(i, p->cal_batch, (long long)p->cal_prefetch);
+        st = cost_with(cfg, vocab, p->nodes, p->ranks_per_node, &ref, p, &no_calib,
+                       w + (size_t)i * MAX_WAITS, MAX_WAITS, &nw[i], &r[i]);
+    }
+    if (st != ZR_OK) {
+        zr_free(w);
+        return st;
+    }
+    /* computation, from the two stage 3 references: k busy_i + c bytes_i = measured_i */
+    double b[NREF];
+    for (int i = 0; i < nref; i++) {
+        b[i] = r[i].t_compute + r[i].t_codec;
+    }
+    double y0 = r[0].bytes_inter, y1 = r[1].bytes_inter;
+    double m0 = p->cal_compute[0], m1 = p->cal_compute[1];
+    double det = b[0] * y1 - b[1] * y0, k = 0, c = -1;
+    if (fabs(det) > 1e-9 * (b[0] * y1 + b[1] * y0)) {
+        k = (m0 * y1 - m1 * y0) / det;
+        c = (b[0] * m1 - b[1] * m0) / det;
+    }
+    if (!(k > 0 && c >= 0)) {
+        /* the bytes explain nothing (one node, or a difference within the noise) */
+        c = 0;
+        k = b[0] + b[1] > 0 ? (m0 + m1) / (b[0] + b[1]) : 1;
+    }
+    calib *f3 = &out->fam[0], *f0 = &out->fam[1];
+    f3->k_compute = k, f3->c_byte = c;
+    double o = r[0].t_optim + r[1].t_optim;
+    f3->k_optim = o > 0 ? (p->cal_optim[0] + p->cal_optim[1]) / o : 1;
+    /* stage 3's waits, both references pooled */
+    double target = 0, exposed = 0;
+    for (int i = 0; i < 2; i++) {
+        target += p->cal_step[i] - k * b[i] - c * r[i].bytes_inter - f3->k_optim * r[i].t_optim;
+        exposed += r[i].t_exposed;
+    }
+    memmove(w + nw[0], w + MAX_WAITS, sizeof(double) * (size_t)nw[1]);
+    fit_exposure(target, exposed, w, nw[0] + nw[1], f3);
+    *f0 = *f3;
+    if (nref == 3) {
+        /* stages 0-2 wait at the step for reductions stage 3 overlaps with backward, and
+           stage 0 updates the whole model on every rank: their own reference, stage 0 */
+        double kr = r[2].t_optim > 0 ? p->cal_optim[2] / r[2].t_optim : f3->k_optim;
+        target = p->cal_step[2] - k * b[2] - c * r[2].bytes_inter - kr * r[2].t_optim;
+        fit_exposure(target, r[2].t_exposed, w + 2 * (size_t)MAX_WAITS, nw[2], f0);
+        out->k_optim_replicated = kr; /* stages 1 and 2 shard the optimizer as stage 3 does */
+    } else {
+        out->k_optim_replicated = f3->k_optim;
+    }
+    zr_free(w);
+    return ZR_OK;
+}
+
+zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int D,
+                          const zr_plan_choice *ch, const zr_probe *probe, zr_plan_cost *out)
+{
+    calibration cal;
+    ZR_CHECK(calibrate(cfg, vocab, probe, &cal));
+    calib use = cal.fam[ch->stage == 3 ? 0 : 1];
+    if (ch->stage == 0) {
+        use.k_optim = cal.k_optim_replicated;
+    }
+    return cost_with(cfg, vocab, nodes, D, ch, probe, &use, NULL, 0, NULL, out);
 }

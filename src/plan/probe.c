@@ -17,6 +17,8 @@
  *              time, then the wait: how much of it moved meanwhile
  *   memory     this rank's resident bytes before any model state (program,
  *              MPI, BLAS, communicator), and the node's available memory
+ *   references (CPU) a few steps of three configurations through the real
+ *              engine, which the cost model is calibrated on (probe_ref.c)
  *
  * On GPUs (zr.device cuda, or auto where every rank has one, decided as the
  * trainer decides it) the probe measures what a GPU run spends: the compute
@@ -56,7 +58,7 @@ static int cmp_d(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n)
+double zr_probe_median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return v[n / 2];
@@ -78,7 +80,7 @@ static zr_status max_over(zr_comm *c, double *v, int n, double scale)
 }
 
 /* Agree on the slowest rank's times (seconds, to the picosecond). */
-static zr_status slowest(zr_comm *c, double *v, int n)
+zr_status zr_probe_slowest(zr_comm *c, double *v, int n)
 {
     return max_over(c, v, n, 1e12);
 }
@@ -172,7 +174,7 @@ static zr_status probe_compute(zr_comm *c, const zr_gpt_config *g, int T, int re
     zr_gpt_free(&m);
     ZR_CHECK(st);
     out->batch = b;
-    return slowest(c, &out->fwd_embed, 6);
+    return zr_probe_slowest(c, &out->fwd_embed, 6);
 }
 
 /* ---- per-element costs -------------------------------------------------------------- */
@@ -266,7 +268,7 @@ static zr_status probe_kernels(zr_comm *c, zr_probe *p)
     }
     zr_free(k.x), zr_free(k.y), zr_free(k.m), zr_free(k.v), zr_free(k.h), zr_free(k.blk);
     ZR_CHECK(st);
-    ZR_CHECK(slowest(c, v, 9));
+    ZR_CHECK(zr_probe_slowest(c, v, 9));
     p->adamw = v[0], p->sumsq = v[1], p->bf16_enc = v[2], p->bf16_dec = v[3], p->f32_add = v[4];
     p->q_enc[0] = v[5], p->q_dec[0] = v[6], p->q_enc[1] = v[7], p->q_dec[1] = v[8];
     return ZR_OK;
@@ -288,7 +290,7 @@ static zr_status time_exchange(zr_comm *c, zr_group g, size_t bytes, int reps, c
             t[r - 1] = zr_now() - t0;
         }
     }
-    *out = median(t, reps);
+    *out = zr_probe_median(t, reps);
     return ZR_OK;
 }
 
@@ -327,7 +329,7 @@ static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, 
         double moved = t_x - (total - t_c);
         est[r] = fmin(1.0, fmax(0.0, moved / t_c));
     }
-    *f = median(est, 3);
+    *f = zr_probe_median(est, 3);
     return ZR_OK;
 }
 
@@ -379,7 +381,7 @@ static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel, co
         }
     }
     if (st == ZR_OK) {
-        st = slowest(c, v, 4);
+        st = zr_probe_slowest(c, v, 4);
     }
     if (st == ZR_OK && (N > 1 || D > 1)) {
         zr_group g = N > 1 ? ZR_GROUP_CROSS : ZR_GROUP_NODE;
@@ -486,7 +488,7 @@ static zr_status probe_compute_at(zr_comm *c, const zr_train_config *cfg, const 
     *block_numel = zr_gpt_config_unit_numel(g, 1);
     ZR_CHECK(zr_probe_gpu_compute(c, g, cfg->seq_len, b,
                                   cfg->bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32, s, out));
-    return slowest(c, &out->fwd_embed, 6);
+    return zr_probe_slowest(c, &out->fwd_embed, 6);
 }
 
 static zr_status probe_all(zr_comm *c, const zr_train_config *cfg, int vocab, int max_b,
@@ -500,6 +502,14 @@ static zr_status probe_all(zr_comm *c, const zr_train_config *cfg, int vocab, in
     zr_gpt_set_threads(cfg->threads);
     zr_gpt_config g = {cfg->max_seq_len, vocab, out->padded_vocab, 1, cfg->heads, cfg->channels};
     ZR_CHECK(zr_gpt_config_check(&g));
+    if (s == NULL) {
+        /* first, in a process as fresh as a training run's: after the rest of the probe, ZeRO-3's
+           steps measured 290-310 ms where zr bench train's launches measured 211-287 (emulated
+           2x2 at 10 Gbit/s, three of each). A GPU probe runs none. */
+        zr_gpt_config whole = g;
+        whole.layers = cfg->layers;
+        zr_probe_reference_steps(c, cfg, &whole, out);
+    }
     size_t block_numel = 0;
     for (int b = 1; b <= max_b && out->ncompute < ZR_PROBE_MAX_B; b *= 2) {
         ZR_CHECK(probe_compute_at(c, cfg, &g, s, b, &out->compute[out->ncompute], &block_numel));
@@ -513,7 +523,7 @@ static zr_status probe_all(zr_comm *c, const zr_train_config *cfg, int vocab, in
     if (s != NULL) {
         double v[9];
         ZR_CHECK(zr_probe_gpu_kernels(c, s, v));
-        ZR_CHECK(slowest(c, v, 9));
+        ZR_CHECK(zr_probe_slowest(c, v, 9));
         out->adamw = v[0], out->sumsq = v[1], out->bf16_enc = v[2], out->bf16_dec = v[3];
         out->f32_add = v[4], out->q_enc[0] = v[5], out->q_dec[0] = v[6];
         out->q_enc[1] = v[7], out->q_dec[1] = v[8];

@@ -1,11 +1,24 @@
 /*
  * probe_impl.h - what probe.c (the probe: which device, transport, memory,
- * the CPU's figures) and probe_gpu.c (the GPU's figures) share.
+ * the CPU's figures), probe_gpu.c (the GPU's figures) and probe_ref.c (the
+ * reference steps) share.
  */
 #ifndef ZR_PROBE_IMPL_H
 #define ZR_PROBE_IMPL_H
 
 #include "zr/plan.h"
+
+/* The median of v (reordered), and the slowest rank's value of each of v over c's world. */
+double zr_probe_median(double *v, int n);
+zr_status zr_probe_slowest(zr_comm *c, double *v, int n);
+
+/*
+ * The reference steps on the CPU (collective; g: the whole model): out's
+ * cal_* fields, or cal_batch 0 where ZeRO-3's could not run (rank 0 says why
+ * on stderr). Needs out->mem_per_rank.
+ */
+void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
+                              zr_probe *out);
 
 /* Forward and backward of each unit kind at micro-batch b on s's GPU, in type (collective). */
 zr_status zr_probe_gpu_compute(zr_comm *c, const zr_gpt_config *g, int T, int b, zr_dtype type,

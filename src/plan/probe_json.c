@@ -32,17 +32,55 @@ typedef struct pkey {
     {                                                                                              \
 #f, offsetof(zr_probe, f), 1, lo                                                           \
     }
+/* element i of a reference's array field, under its own key */
+#define R_(name, f, i)                                                                             \
+    {                                                                                              \
+        name, offsetof(zr_probe, f) + (i) * sizeof(double), 0, 0                                   \
+    }
 static const pkey keys[] = {
-    I_(version, 1),  I_(gpu, 0),         I_(bf16, 0),
-    I_(world, 1),    I_(nodes, 1),       I_(ranks_per_node, 1),
-    I_(threads, 1),  I_(layers, 1),      I_(heads, 1),
-    I_(channels, 1), I_(vocab, 1),       I_(padded_vocab, 1),
-    I_(seq_len, 1),  I_(max_seq_len, 1), I_(recompute, 0),
-    D_(adamw, 0),    D_(sumsq, 0),       D_(bf16_enc, 0),
-    D_(bf16_dec, 0), D_(f32_add, 0),     D_(intra_bw, 0),
-    D_(inter_bw, 0), D_(intra_lat, 0),   D_(inter_lat, 0),
-    D_(overlap, 0),  D_(base_rss, 0),    D_(mem_per_rank, 0),
+    I_(version, 1),
+    I_(gpu, 0),
+    I_(bf16, 0),
+    I_(world, 1),
+    I_(nodes, 1),
+    I_(ranks_per_node, 1),
+    I_(threads, 1),
+    I_(layers, 1),
+    I_(heads, 1),
+    I_(channels, 1),
+    I_(vocab, 1),
+    I_(padded_vocab, 1),
+    I_(seq_len, 1),
+    I_(max_seq_len, 1),
+    I_(recompute, 0),
+    D_(adamw, 0),
+    D_(sumsq, 0),
+    D_(bf16_enc, 0),
+    D_(bf16_dec, 0),
+    D_(f32_add, 0),
+    D_(intra_bw, 0),
+    D_(inter_bw, 0),
+    D_(intra_lat, 0),
+    D_(inter_lat, 0),
+    D_(overlap, 0),
+    D_(base_rss, 0),
+    D_(mem_per_rank, 0),
+    I_(cal_batch, 0),
+    D_(cal_prefetch, 0),
+    R_("cal_step", cal_step, 0),
+    R_("cal_compute", cal_compute, 0),
+    R_("cal_comm", cal_comm, 0),
+    R_("cal_optim", cal_optim, 0),
+    R_("calq_step", cal_step, 1),
+    R_("calq_compute", cal_compute, 1),
+    R_("calq_comm", cal_comm, 1),
+    R_("calq_optim", cal_optim, 1),
+    R_("cald_step", cal_step, 2),
+    R_("cald_compute", cal_compute, 2),
+    R_("cald_comm", cal_comm, 2),
+    R_("cald_optim", cal_optim, 2),
 };
+#undef R_
 #undef D_
 #undef I_
 enum { NKEYS = sizeof keys / sizeof keys[0] };
@@ -172,6 +210,25 @@ static zr_status possible(const zr_probe *p, const char *path)
     return ZR_OK;
 }
 
+/* ZeRO-3's reference steps ran wherever cal_batch says so; stage 0's may not have fitted. */
+static zr_status check_references(const zr_probe *p, const char *path)
+{
+    static const char *const ref[3] = {"cal", "calq", "cald"};
+    for (int r = 0; r < 3 && p->cal_batch > 0; r++) {
+        int ran = p->cal_step[r] > 0 && p->cal_compute[r] > 0;
+        int none = p->cal_step[r] == 0 && p->cal_compute[r] == 0 && p->cal_comm[r] == 0 &&
+                   p->cal_optim[r] == 0;
+        if (!ran && !(r == 2 && none)) {
+            ZR_FAIL(ZR_ERR_FORMAT,
+                    "%s: \"%s_step\" and \"%s_compute\" are %g and %g s: the reference steps "
+                    "(cal_batch %d) take time on every machine (above 0); the file was edited or "
+                    "damaged; rerun zr probe",
+                    path, ref[r], ref[r], p->cal_step[r], p->cal_compute[r], p->cal_batch);
+        }
+    }
+    return ZR_OK;
+}
+
 static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
 {
     if (!cJSON_IsObject(o)) {
@@ -239,7 +296,8 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
         }
     }
     p->ncompute = n;
-    return possible(p, path);
+    ZR_CHECK(possible(p, path));
+    return check_references(p, path);
 }
 
 zr_status zr_probe_read(const char *path, zr_probe *p)

@@ -1,0 +1,185 @@
+/*
+ * probe_ref.c - the probe's reference steps: a few steps of three
+ * configurations through the real engine and model, which the cost model is
+ * calibrated on (cost.c). Why they are needed is below.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "probe_impl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/*
+ * What the probe's units and rates (probe.c) cannot see, a training step shows: the
+ * step touches the whole model's state, long out of the caches the probe's
+ * repeated units keep warm; a rank that waits spins on the cores its node's
+ * other ranks compute on; the kernel's network work runs there too; and each
+ * synchronisation waits for the rank that was descheduled longest. So the
+ * probe also runs three reference configurations (zr_probe_reference):
+ * ZeRO-3 without and with qwZ and qgZ (the most and the fewest bytes of
+ * stage 3) and stage 0 (reductions at the step, the whole optimizer on every
+ * rank), on the real engine and model, CAL_BLOCKS rounds of CAL_STEPS steps
+ * each (after CAL_WARM that warm up), and records their split as the trainer
+ * reports it; cost.c calibrates the cost model on them. Each figure is the
+ * median of its six steps, the rounds spreading them over the probe; on a
+ * shared machine one probe's can still be 20-35% off another launch's
+ * (bench/cluster/README.md). This adds 30 steps of the model to the probe.
+ */
+/* the second step of a fresh engine still grows its pool (cost.c): two steps warm up */
+enum { CAL_WARM = 2, CAL_STEPS = 3, CAL_BLOCKS = 2, CAL_N = CAL_STEPS * CAL_BLOCKS };
+
+zr_plan_choice zr_probe_reference(int r, int b, long long prefetch_bucket)
+{
+    int q = r == 1;
+    zr_plan_choice ch = {r == 2 ? 0 : 3, q, q ? 8 : 0, 1, q, q ? 4 : 0, prefetch_bucket, b, 1};
+    return ch;
+}
+
+/* A step's figures: the slowest rank's step, and the ranks' mean compute, comm and optimizer. */
+typedef double cal_rec[4];
+
+/* One block of reference r: an engine and a model built, CAL_WARM steps, CAL_STEPS measured. */
+static zr_status reference_block(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
+                                 int r, cal_rec *rec)
+{
+    int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
+    zr_train_config rc = *cfg;
+    zr_plan_choice ref = zr_probe_reference(r, B, cfg->stage3_prefetch_bucket_size);
+    zr_plan_apply(&rc, &ref);
+    zr_engine_config ecfg = zr_config_engine(&rc, 0);
+    zr_gpt m;
+    zr_engine e;
+    zr_gpt_specs sp;
+    memset(&m, 0, sizeof m);
+    memset(&sp, 0, sizeof sp);
+    int *tok = NULL, engine_up = 0, W = c->size[ZR_GROUP_WORLD];
+    zr_status st = zr_gpt_init_ex(&m, g, B, T, cfg->activation_checkpointing);
+    if (st == ZR_OK) {
+        st = zr_gpt_specs_init(&sp, g);
+    }
+    if (st == ZR_OK) {
+        st = ZR_ALLOC_STATUS(tok, (size_t)B * (size_t)T + 1);
+    }
+    for (size_t i = 0; st == ZR_OK && i < (size_t)B * (size_t)T + 1; i++) {
+        tok[i] = (int)((i * 2654435761u + (size_t)c->rank[ZR_GROUP_WORLD]) % (size_t)g->vocab);
+    }
+    st = zr_comm_agree(c, st);
+    if (st == ZR_OK) {
+        st = zr_engine_init(&e, c, &ecfg, sp.nunits, sp.units);
+        engine_up = st == ZR_OK;
+    }
+    if (st == ZR_OK) {
+        st = zr_gpt_engine_init_params(&e, &m, 1);
+    }
+    st = zr_comm_agree(c, st);
+    for (int k = -CAL_WARM; k < CAL_STEPS && st == ZR_OK; k++) {
+        zr_step_stats stats;
+        float loss = 0;
+        st = zr_comm_barrier(c);
+        if (st == ZR_OK) {
+            st = zr_gpt_engine_micro(&m, &e, tok, tok + 1, &loss);
+        }
+        if (st == ZR_OK) {
+            st = zr_engine_step(&e, 1e-4f, &stats);
+        }
+        st = zr_comm_agree(c, st);
+        if (st == ZR_OK && k >= 0) {
+            /* as zr bench train reports a step: the slowest rank's; the split, the ranks' mean */
+            double t[1] = {stats.t_total};
+            double split[3] = {stats.t_total - stats.t_comm - stats.t_optim, stats.t_comm,
+                               stats.t_optim};
+            st = zr_probe_slowest(c, t, 1);
+            if (st == ZR_OK) {
+                st = zr_comm_allreduce_sum_f64(c, ZR_GROUP_WORLD, split, 3);
+            }
+            rec[k][0] = t[0];
+            for (int j = 0; j < 3; j++) {
+                rec[k][j + 1] = split[j] / W;
+            }
+        }
+    }
+    if (engine_up) {
+        zr_engine_free(&e);
+    }
+    zr_gpt_specs_free(&sp);
+    zr_gpt_free(&m);
+    zr_free(tok);
+    return st;
+}
+
+/* Whether reference r fits the node: the kernel would kill the job, not fail an allocation. */
+static zr_status reference_fits(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
+                                int r, const zr_probe *p)
+{
+    int B = cfg->train_micro_batch_size_per_gpu;
+    zr_train_config rc = *cfg;
+    zr_plan_choice ref = zr_probe_reference(r, B, cfg->stage3_prefetch_bucket_size);
+    zr_plan_apply(&rc, &ref);
+    zr_engine_config ecfg = zr_config_engine(&rc, 0);
+    zr_gpt_memory_prediction need;
+    ZR_CHECK(
+        zr_gpt_engine_predict(g, B, cfg->seq_len, cfg->activation_checkpointing, &ecfg, c, &need));
+    if ((double)need.total > 0.8 * p->mem_per_rank) {
+        ZR_FAIL(ZR_ERR_NOMEM,
+                "it needs %.2f GB per rank, 0.8 of the %.2f GB available is the limit",
+                (double)need.total / 1e9, p->mem_per_rank / 1e9);
+    }
+    return ZR_OK;
+}
+
+/*
+ * The references in CAL_BLOCKS rounds, each reference once per round (a
+ * drift of the machine during the probe falls on all of them alike), and
+ * each figure the median of its CAL_N steps. A reference that does not fit
+ * or fails is left out (rank 0 says why): without stage 0's, stages 0-2 are
+ * calibrated on ZeRO-3's; without a ZeRO-3 one, no calibration.
+ */
+void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
+                              zr_probe *out)
+{
+    static const char *const name[3] = {"ZeRO-3", "ZeRO-3 + qwZ + qgZ", "stage 0"};
+    cal_rec rec[3][CAL_N];
+    int ok[3];
+    for (int r = 0; r < 3; r++) {
+        ok[r] = reference_fits(c, cfg, g, r, out) == ZR_OK;
+        if (!ok[r] && c->rank[ZR_GROUP_WORLD] == 0) {
+            fprintf(stderr, "zr probe: no reference steps of %s: %s\n", name[r],
+                    zr_error_message());
+        }
+    }
+    for (int b = 0; b < CAL_BLOCKS; b++) {
+        for (int r = 0; r < 3; r++) {
+            if (!ok[r] || (r < 2 && !(ok[0] && ok[1]))) {
+                continue;
+            }
+            if (reference_block(c, cfg, g, r, rec[r] + b * CAL_STEPS) != ZR_OK) {
+                ok[r] = 0; /* agreed: every rank leaves it out */
+                if (c->rank[ZR_GROUP_WORLD] == 0) {
+                    fprintf(stderr, "zr probe: the reference steps of %s failed: %s\n", name[r],
+                            zr_error_message());
+                }
+            }
+        }
+    }
+    if (!(ok[0] && ok[1])) {
+        if (c->rank[ZR_GROUP_WORLD] == 0) {
+            fprintf(stderr, "zr probe: without ZeRO-3's reference steps the plan rests on the "
+                            "measured rates alone\n");
+        }
+        return; /* cal_batch stays 0 */
+    }
+    out->cal_batch = cfg->train_micro_batch_size_per_gpu;
+    out->cal_prefetch = (double)cfg->stage3_prefetch_bucket_size;
+    for (int r = 0; r < 3 && ok[r]; r++) {
+        double *f[4] = {&out->cal_step[r], &out->cal_compute[r], &out->cal_comm[r],
+                        &out->cal_optim[r]};
+        for (int j = 0; j < 4; j++) {
+            double v[CAL_N];
+            for (int k = 0; k < CAL_N; k++) {
+                v[k] = rec[r][k][j];
+            }
+            *f[j] = zr_probe_median(v, CAL_N);
+        }
+    }
+}
