@@ -24,10 +24,13 @@
  * reports it; cost.c calibrates the cost model on them. Each figure is the
  * median of its six steps, the rounds spreading them over the probe; on a
  * shared machine one probe's can still be 20-35% off another launch's
- * (bench/cluster/README.md). This adds 30 steps of the model to the probe.
+ * (bench/cluster/README.md). This adds 30 steps of the model to the probe,
+ * 15 where the first round took over CAL_ROUND_S (GPT-2 124M on a CPU: a
+ * step takes seconds).
  */
 /* the second step of a fresh engine still grows its pool (cost.c): two steps warm up */
 enum { CAL_WARM = 2, CAL_STEPS = 3, CAL_BLOCKS = 2, CAL_N = CAL_STEPS * CAL_BLOCKS };
+#define CAL_ROUND_S 20.0 /* a first round longer than this is the only one */
 
 zr_plan_choice zr_probe_reference(int r, int b, long long prefetch_bucket)
 {
@@ -148,7 +151,9 @@ void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_g
                     zr_error_message());
         }
     }
-    for (int b = 0; b < CAL_BLOCKS; b++) {
+    int rounds = CAL_BLOCKS;
+    for (int b = 0; b < rounds; b++) {
+        double t0 = zr_now();
         for (int r = 0; r < 3; r++) {
             if (!ok[r] || (r < 2 && !(ok[0] && ok[1]))) {
                 continue;
@@ -161,7 +166,13 @@ void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_g
                 }
             }
         }
+        /* a model whose steps take seconds: one round (a long step varies less, too) */
+        double t[1] = {zr_now() - t0};
+        if (b == 0 && (zr_probe_slowest(c, t, 1) != ZR_OK || t[0] > CAL_ROUND_S)) {
+            rounds = 1;
+        }
     }
+    int n = rounds * CAL_STEPS;
     if (!(ok[0] && ok[1])) {
         if (c->rank[ZR_GROUP_WORLD] == 0) {
             fprintf(stderr, "zr probe: without ZeRO-3's reference steps the plan rests on the "
@@ -176,10 +187,10 @@ void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_g
                         &out->cal_optim[r]};
         for (int j = 0; j < 4; j++) {
             double v[CAL_N];
-            for (int k = 0; k < CAL_N; k++) {
+            for (int k = 0; k < n; k++) {
                 v[k] = rec[r][k][j];
             }
-            *f[j] = zr_probe_median(v, CAL_N);
+            *f[j] = zr_probe_median(v, n);
         }
     }
 }
