@@ -115,8 +115,7 @@ typedef struct zr_plan_choice {
     int micro_batch, accum;
 } zr_plan_choice;
 
-/* Reference r of a probe's calibration at micro-batch b: 0 ZeRO-3, 1 ZeRO-3 + qwZ + qgZ, 2 stage 0.
- */
+/* Reference r of the probe at micro-batch b: 0 ZeRO-3, 1 ZeRO-3 + qwZ + qgZ, 2 stage 0. */
 zr_plan_choice zr_probe_reference(int r, int b, long long prefetch_bucket);
 
 /* Predicted for one rank and one optimizer step. */
