@@ -39,6 +39,17 @@ zr_plan_choice zr_probe_reference(int r, int b, long long prefetch_bucket)
     return ch;
 }
 
+/* The engine settings of reference r: cfg with the reference's choice applied, as the trainer
+ * derives them. */
+static zr_engine_config reference_engine(const zr_train_config *cfg, int r)
+{
+    zr_train_config rc = *cfg;
+    zr_plan_choice ref = zr_probe_reference(r, cfg->train_micro_batch_size_per_gpu,
+                                            cfg->stage3_prefetch_bucket_size);
+    zr_plan_apply(&rc, &ref);
+    return zr_config_engine(&rc, 0);
+}
+
 /* A step's figures: the slowest rank's step, and the ranks' mean compute, comm and optimizer. */
 typedef double cal_rec[4];
 
@@ -47,10 +58,7 @@ static zr_status reference_block(zr_comm *c, const zr_train_config *cfg, const z
                                  int r, cal_rec *rec)
 {
     int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
-    zr_train_config rc = *cfg;
-    zr_plan_choice ref = zr_probe_reference(r, B, cfg->stage3_prefetch_bucket_size);
-    zr_plan_apply(&rc, &ref);
-    zr_engine_config ecfg = zr_config_engine(&rc, 0);
+    zr_engine_config ecfg = reference_engine(cfg, r);
     zr_gpt m;
     zr_engine e;
     zr_gpt_specs sp;
@@ -116,10 +124,7 @@ static zr_status reference_fits(zr_comm *c, const zr_train_config *cfg, const zr
                                 int r, const zr_probe *p)
 {
     int B = cfg->train_micro_batch_size_per_gpu;
-    zr_train_config rc = *cfg;
-    zr_plan_choice ref = zr_probe_reference(r, B, cfg->stage3_prefetch_bucket_size);
-    zr_plan_apply(&rc, &ref);
-    zr_engine_config ecfg = zr_config_engine(&rc, 0);
+    zr_engine_config ecfg = reference_engine(cfg, r);
     zr_gpt_memory_prediction need;
     ZR_CHECK(
         zr_gpt_engine_predict(g, B, cfg->seq_len, cfg->activation_checkpointing, &ecfg, c, &need));
