@@ -259,8 +259,16 @@ static void test_calibration(void)
         p.cal_compute[i] = k * (raw[i].t_compute + raw[i].t_codec) + cb * raw[i].bytes_inter;
         p.cal_optim[i] = 2 * raw[i].t_optim;
     }
-    /* waits longer than the transfers (a floor), then shorter (a scale) */
-    for (int longer = 1; longer >= 0; longer--) {
+    /* waits longer than the transfers (a floor), then shorter (a scale); with an overlap the
+       scale hides more than in proportion, and the fit must still reproduce the steps */
+    for (int t = 0; t < 4; t++) {
+        int longer = t % 2 == 0;
+        p.overlap = t < 2 ? 0 : 0.2;
+        p.cal_batch = 0;
+        for (int i = 0; i < 2; i++) {
+            TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[i], &p, &raw[i]));
+        }
+        p.cal_batch = 1;
         double f = longer ? 1.5 : 0.5, measured = 0, predicted = 0;
         for (int i = 0; i < 2; i++) {
             p.cal_step[i] = p.cal_compute[i] + p.cal_optim[i] + f * raw[i].t_exposed;
@@ -277,6 +285,7 @@ static void test_calibration(void)
         }
         TEST_NEAR(predicted, measured, 1e-9 * measured);
     }
+    p.overlap = 0;
     /* stage 0's reference: its own waits (here 3x the transfers) and optimizer (4x) */
     zr_plan_choice s1 = ref[2];
     s1.stage = 1;
@@ -307,6 +316,17 @@ static void test_calibration(void)
                 (raw[0].t_compute + raw[0].t_codec + raw[1].t_compute + raw[1].t_codec);
     TEST_NEAR(odd.t_compute + odd.t_codec, kk * (raw[1].t_compute + raw[1].t_codec),
               1e-12 * p.cal_compute[1]);
+    /* the planner fits once and prices every candidate as zr_plan_cost_of does */
+    c.train_batch_size = 2 * N * D;
+    zr_plan_result pr;
+    TEST_OK(zr_plan_run(&c, 256, &p, 0, &pr));
+    TEST_CHECK(pr.n > 3 && pr.cal.stage3.k_compute != 1 && pr.cal.k_optim_replicated == 4);
+    for (int i = 0; i < pr.n; i++) {
+        zr_plan_cost one;
+        TEST_OK(zr_plan_cost_of(&c, 256, N, D, &pr.entries[i].choice, &p, &one));
+        TEST_NEAR(pr.entries[i].cost.t_step, one.t_step, 0);
+    }
+    zr_plan_result_free(&pr);
 }
 
 static void test_probe_file(void)

@@ -144,6 +144,31 @@ void zr_plan_apply(zr_train_config *cfg, const zr_plan_choice *ch);
 zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int D,
                           const zr_plan_choice *ch, const zr_probe *probe, zr_plan_cost *out);
 
+/*
+ * The cost model's calibration on a CPU probe's reference steps (cost.c):
+ * one set for stage 3, one for stages 0-2. Neutral ({1, 0, 1, 1, 0}) without
+ * reference steps or on a GPU probe.
+ */
+typedef struct zr_plan_calib {
+    double k_compute; /* measured over priced computation */
+    double c_byte;    /* seconds of CPU per inter-node byte */
+    double k_optim;   /* measured over priced optimizer */
+    double k_comm;    /* scale on transfer times (< 1: they hid more than the overlap says) */
+    double t_sync;    /* the least a synchronising wait exposes, seconds */
+} zr_plan_calib;
+typedef struct zr_plan_calibration {
+    zr_plan_calib stage3, stage012;
+    double k_optim_replicated; /* stage 0's optimizer (every rank updates the whole model) */
+} zr_plan_calibration;
+
+/* Fit the calibration to probe's reference steps for cfg's model (probe may be NULL). */
+zr_status zr_plan_calibrate(const zr_train_config *cfg, int vocab, const zr_probe *probe,
+                            zr_plan_calibration *out);
+/* zr_plan_cost_of with a calibration already fitted (the planner fits it once). */
+zr_status zr_plan_cost_calibrated(const zr_train_config *cfg, int vocab, int nodes, int D,
+                                  const zr_plan_choice *ch, const zr_probe *probe,
+                                  const zr_plan_calibration *cal, zr_plan_cost *out);
+
 /* ---- the planner --------------------------------------------------------------- */
 
 typedef struct zr_plan_entry {
@@ -155,6 +180,7 @@ typedef struct zr_plan_result {
     int n, considered, over_memory; /* entries kept (ranked), enumerated, discarded for memory */
     zr_plan_entry *entries;         /* owned; best first */
     char why[512];                  /* one line: why the first one wins */
+    zr_plan_calibration cal;        /* the probe's, as every entry was priced */
 } zr_plan_result;
 
 /*

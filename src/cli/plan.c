@@ -16,6 +16,7 @@
 #include "zr/launch.h"
 #include "zr/plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,7 +217,30 @@ int zr_cli_probe(int argc, char **argv)
 
 /* ---- zr plan ------------------------------------------------------------------- */
 
-static void print_table(const zr_plan_result *r, int top, const zr_train_config *c)
+/* The calibration in one line, and a warning where the probe's transfers look far off. */
+static void print_calibration(const zr_plan_result *r, const zr_probe *p)
+{
+    const zr_plan_calibration *k = &r->cal;
+    if (p->gpu || p->cal_batch < 1) {
+        printf("(not calibrated: the probe ran no reference steps)\n");
+        return;
+    }
+    printf("(calibrated on the probe's reference steps: computation x%.2f + %.2f ns per "
+           "inter-node byte, optimizer x%.2f (stage 0 x%.2f); transfers x%.2f and a wait floor of "
+           "%.2f ms at stage 3, x%.2f and %.2f ms at stages 0-2)\n",
+           k->stage3.k_compute, 1e9 * k->stage3.c_byte, k->stage3.k_optim, k->k_optim_replicated,
+           k->stage3.k_comm, 1e3 * k->stage3.t_sync, k->stage012.k_comm, 1e3 * k->stage012.t_sync);
+    if (fmin(k->stage3.k_comm, k->stage012.k_comm) < 0.5) {
+        fprintf(stderr,
+                "zr plan: warning: the probe's reference steps waited less than half of what its "
+                "transfer measurements predict (x%.2f): its link figures are probably off (a "
+                "loaded or shaped network while it ran); probing again may give a better plan\n",
+                fmin(k->stage3.k_comm, k->stage012.k_comm));
+    }
+}
+
+static void print_table(const zr_plan_result *r, int top, const zr_train_config *c,
+                        const zr_probe *p)
 {
     printf("%4s  %-64s %9s %8s %7s %8s %6s %9s %8s %9s\n", "rank", "configuration", "step ms",
            "compute", "codecs", "exposed", "optim", "tokens/s", "mem GB", "inter MB");
@@ -234,6 +258,7 @@ static void print_table(const zr_plan_result *r, int top, const zr_train_config 
            "fewer than %d bits, gradients %d: zr.quant.qwz_bits / qgz_bits)\n",
            r->considered, r->over_memory, r->n < top ? r->n : top, c->qwz_bits, c->qgz_bits);
     printf("%s\n", r->why);
+    print_calibration(r, p);
 }
 
 static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
@@ -247,7 +272,16 @@ static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
         }
         putchar(*s);
     }
-    printf("\", \"configs\": [");
+    const zr_plan_calib *f[2] = {&r->cal.stage3, &r->cal.stage012};
+    printf("\", \"calibrated\": %s, \"k_optim_replicated\": %.6g",
+           !p->gpu && p->cal_batch > 0 ? "true" : "false", r->cal.k_optim_replicated);
+    for (int i = 0; i < 2; i++) {
+        printf(", \"%s\": {\"k_compute\": %.6g, \"c_byte\": %.6g, \"k_optim\": %.6g, "
+               "\"k_comm\": %.6g, \"t_sync\": %.6g}",
+               i == 0 ? "cal_stage3" : "cal_stage012", f[i]->k_compute, f[i]->c_byte, f[i]->k_optim,
+               f[i]->k_comm, f[i]->t_sync);
+    }
+    printf(", \"configs\": [");
     for (int i = 0; i < r->n; i++) {
         const zr_plan_choice *c = &r->entries[i].choice;
         const zr_plan_cost *k = &r->entries[i].cost;
@@ -379,7 +413,7 @@ int zr_cli_plan(int argc, char **argv)
         if (json) {
             print_json(&r, &p, limit);
         } else {
-            print_table(&r, top, &cfg);
+            print_table(&r, top, &cfg, &p);
         }
         if (out_cfg != NULL && !json) {
             printf("wrote %s (zr train --config %s)%s\n", out_cfg, out_cfg,

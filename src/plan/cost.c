@@ -81,9 +81,7 @@ typedef struct pending {
 } pending;
 
 /* The calibration (see above); {1, 0, 1, 1, 0} leaves the probe's rates as they are. */
-typedef struct calib {
-    double k_compute, c_byte, k_optim, k_comm, t_sync;
-} calib;
+typedef zr_plan_calib calib;
 
 static const calib no_calib = {1, 0, 1, 1, 0};
 
@@ -467,110 +465,145 @@ static double sync_floor(const double *w, int n, double target)
 
 enum { MAX_WAITS = 1 << 14, NREF = 3 };
 
-/* The calibration per family: stage 3 (index 0) and stages 0-2 (index 1). */
-typedef struct calibration {
-    calib fam[2];
-    double k_optim_replicated; /* stage 0's optimizer: every rank updates the whole model */
-} calibration;
-
-/*
- * Exposure: target seconds of waiting (what the references' steps leave once
- * their computation and optimizer are priced) against the probe's exposed
- * transfers (exposed, of which the n synchronising waits w): a floor per
- * synchronising wait where they waited longer, a scale on the transfers
- * where they waited less.
- */
-static void fit_exposure(double target, double exposed, double *w, int n, calib *cal)
+/* The references lo..hi-1 priced with f at no floor: their target and exposed waiting, summed. */
+static zr_status price_refs(const zr_train_config *cfg, int vocab, const zr_probe *p, int lo,
+                            int hi, const calib *f, double k_optim_replicated, double *w, int *nw,
+                            double *target, double *exposed)
 {
-    cal->k_comm = 1, cal->t_sync = 0;
-    if (target < exposed) {
-        cal->k_comm = fmax(0.1, target / exposed);
-        return;
+    *target = *exposed = 0;
+    *nw = 0;
+    for (int i = lo; i < hi; i++) {
+        zr_plan_choice ref = zr_probe_reference(i, p->cal_batch, (long long)p->cal_prefetch);
+        calib use = *f;
+        use.t_sync = 0;
+        if (i == 2) {
+            use.k_optim = k_optim_replicated;
+        }
+        zr_plan_cost r;
+        int m = 0;
+        ZR_CHECK(cost_with(cfg, vocab, p->nodes, p->ranks_per_node, &ref, p, &use, w + *nw,
+                           NREF * MAX_WAITS - *nw, &m, &r));
+        *nw += m;
+        *target += p->cal_step[i] - r.t_compute - r.t_codec - r.t_optim;
+        *exposed += r.t_exposed;
     }
-    double sync = 0;
-    for (int i = 0; i < n; i++) {
-        sync += w[i];
-    }
-    qsort(w, (size_t)n, sizeof *w, cmp_double);
-    cal->t_sync = sync_floor(w, n, target - (exposed - sync));
+    return ZR_OK;
 }
 
-/* Fit the calibration to the probe's reference steps (see the file's comment). */
-static zr_status calibrate(const zr_train_config *cfg, int vocab, const zr_probe *p,
-                           calibration *out)
+/*
+ * The waits of references lo..hi-1, fitted with the computation already
+ * calibrated in f (its length sets how much of a transfer the overlap hides):
+ * a floor per synchronising wait where they waited longer than their
+ * transfers say, exact over the waits recorded; a scale on the transfers
+ * where they waited less, found by bisection (the overlap hides a scaled
+ * transfer more than in proportion, so no one ratio is exact).
+ */
+static zr_status fit_waits(const zr_train_config *cfg, int vocab, const zr_probe *p, int lo, int hi,
+                           double k_optim_replicated, double *w, calib *f)
 {
-    out->fam[0] = out->fam[1] = no_calib;
+    double target, exposed;
+    int n;
+    f->k_comm = 1, f->t_sync = 0;
+    ZR_CHECK(price_refs(cfg, vocab, p, lo, hi, f, k_optim_replicated, w, &n, &target, &exposed));
+    if (target >= exposed) {
+        double sync = 0;
+        for (int i = 0; i < n; i++) {
+            sync += w[i];
+        }
+        qsort(w, (size_t)n, sizeof *w, cmp_double);
+        f->t_sync = sync_floor(w, n, target - (exposed - sync));
+        return ZR_OK;
+    }
+    /* exposure grows with the scale: exposed(lo_k) <= target < exposed(hi_k) */
+    double lo_k = 0.1, hi_k = 1;
+    f->k_comm = lo_k;
+    ZR_CHECK(price_refs(cfg, vocab, p, lo, hi, f, k_optim_replicated, w, &n, &target, &exposed));
+    if (exposed >= target) {
+        return ZR_OK; /* the transfers hide ten times better than measured: no further */
+    }
+    for (int it = 0; it < 40 && hi_k - lo_k > 1e-12; it++) {
+        f->k_comm = 0.5 * (lo_k + hi_k);
+        ZR_CHECK(
+            price_refs(cfg, vocab, p, lo, hi, f, k_optim_replicated, w, &n, &target, &exposed));
+        if (exposed > target) {
+            hi_k = f->k_comm;
+        } else {
+            lo_k = f->k_comm;
+        }
+    }
+    return ZR_OK;
+}
+
+/* The computation's factors from the two stage 3 references: k busy_i + c bytes_i = measured_i. */
+static void fit_compute(const zr_probe *p, const zr_plan_cost *r, calib *f)
+{
+    double b0 = r[0].t_compute + r[0].t_codec, b1 = r[1].t_compute + r[1].t_codec;
+    double y0 = r[0].bytes_inter, y1 = r[1].bytes_inter;
+    double m0 = p->cal_compute[0], m1 = p->cal_compute[1];
+    double det = b0 * y1 - b1 * y0, k = 0, c = -1;
+    if (fabs(det) > 1e-9 * (b0 * y1 + b1 * y0)) {
+        k = (m0 * y1 - m1 * y0) / det;
+        c = (b0 * m1 - b1 * m0) / det;
+    }
+    if (!(k > 0 && c >= 0)) {
+        /* the bytes explain nothing (one node, or a difference within the noise) */
+        c = 0;
+        k = b0 + b1 > 0 ? (m0 + m1) / (b0 + b1) : 1;
+    }
+    f->k_compute = k, f->c_byte = c;
+    double o = r[0].t_optim + r[1].t_optim;
+    f->k_optim = o > 0 ? (p->cal_optim[0] + p->cal_optim[1]) / o : 1;
+}
+
+zr_status zr_plan_calibrate(const zr_train_config *cfg, int vocab, const zr_probe *p,
+                            zr_plan_calibration *out)
+{
+    out->stage3 = out->stage012 = no_calib;
     out->k_optim_replicated = 1;
     if (p == NULL || p->gpu || p->cal_batch < 1) {
         return ZR_OK;
     }
     int nref = p->cal_step[2] > 0 ? 3 : 2; /* the stage 0 reference may not have fitted */
-    double *w = NULL;
-    int nw[NREF] = {0, 0, 0};
     zr_plan_cost r[NREF];
-    ZR_ALLOC(w, NREF * (size_t)MAX_WAITS);
-    zr_status st = ZR_OK;
-    for (int i = 0; i < nref && st == ZR_OK; i++) {
-        zr_plan_choice ref = zr_probe_reference(i, p->cal_batch, (long long)p->cal_prefetch);
-        st = cost_with(cfg, vocab, p->nodes, p->ranks_per_node, &ref, p, &no_calib,
-                       w + (size_t)i * MAX_WAITS, MAX_WAITS, &nw[i], &r[i]);
-    }
-    if (st != ZR_OK) {
-        zr_free(w);
-        return st;
-    }
-    /* computation, from the two stage 3 references: k busy_i + c bytes_i = measured_i */
-    double b[NREF];
     for (int i = 0; i < nref; i++) {
-        b[i] = r[i].t_compute + r[i].t_codec;
+        zr_plan_choice ref = zr_probe_reference(i, p->cal_batch, (long long)p->cal_prefetch);
+        ZR_CHECK(cost_with(cfg, vocab, p->nodes, p->ranks_per_node, &ref, p, &no_calib, NULL, 0,
+                           NULL, &r[i]));
     }
-    double y0 = r[0].bytes_inter, y1 = r[1].bytes_inter;
-    double m0 = p->cal_compute[0], m1 = p->cal_compute[1];
-    double det = b[0] * y1 - b[1] * y0, k = 0, c = -1;
-    if (fabs(det) > 1e-9 * (b[0] * y1 + b[1] * y0)) {
-        k = (m0 * y1 - m1 * y0) / det;
-        c = (b[0] * m1 - b[1] * m0) / det;
+    fit_compute(p, r, &out->stage3);
+    double kr = out->stage3.k_optim;
+    if (nref == 3 && r[2].t_optim > 0) {
+        kr = p->cal_optim[2] / r[2].t_optim;
     }
-    if (!(k > 0 && c >= 0)) {
-        /* the bytes explain nothing (one node, or a difference within the noise) */
-        c = 0;
-        k = b[0] + b[1] > 0 ? (m0 + m1) / (b[0] + b[1]) : 1;
-    }
-    calib *f3 = &out->fam[0], *f0 = &out->fam[1];
-    f3->k_compute = k, f3->c_byte = c;
-    double o = r[0].t_optim + r[1].t_optim;
-    f3->k_optim = o > 0 ? (p->cal_optim[0] + p->cal_optim[1]) / o : 1;
-    /* stage 3's waits, both references pooled */
-    double target = 0, exposed = 0;
-    for (int i = 0; i < 2; i++) {
-        target += p->cal_step[i] - k * b[i] - c * r[i].bytes_inter - f3->k_optim * r[i].t_optim;
-        exposed += r[i].t_exposed;
-    }
-    memmove(w + nw[0], w + MAX_WAITS, sizeof(double) * (size_t)nw[1]);
-    fit_exposure(target, exposed, w, nw[0] + nw[1], f3);
-    *f0 = *f3;
-    if (nref == 3) {
-        /* stages 0-2 wait at the step for reductions stage 3 overlaps with backward, and
-           stage 0 updates the whole model on every rank: their own reference, stage 0 */
-        double kr = r[2].t_optim > 0 ? p->cal_optim[2] / r[2].t_optim : f3->k_optim;
-        target = p->cal_step[2] - k * b[2] - c * r[2].bytes_inter - kr * r[2].t_optim;
-        fit_exposure(target, r[2].t_exposed, w + 2 * (size_t)MAX_WAITS, nw[2], f0);
-        out->k_optim_replicated = kr; /* stages 1 and 2 shard the optimizer as stage 3 does */
-    } else {
-        out->k_optim_replicated = f3->k_optim;
+    out->k_optim_replicated = kr; /* stages 1 and 2 shard the optimizer as stage 3 does */
+    double *w = NULL;
+    ZR_ALLOC(w, NREF * (size_t)MAX_WAITS);
+    /* stage 3's waits on both ZeRO-3 references pooled; stages 0-2 reduce at the step what
+       stage 3 reduces during backward: theirs on stage 0's reference, where it ran */
+    zr_status st = fit_waits(cfg, vocab, p, 0, 2, kr, w, &out->stage3);
+    out->stage012 = out->stage3;
+    if (st == ZR_OK && nref == 3) {
+        st = fit_waits(cfg, vocab, p, 2, 3, kr, w, &out->stage012);
     }
     zr_free(w);
-    return ZR_OK;
+    return st;
+}
+
+zr_status zr_plan_cost_calibrated(const zr_train_config *cfg, int vocab, int nodes, int D,
+                                  const zr_plan_choice *ch, const zr_probe *probe,
+                                  const zr_plan_calibration *cal, zr_plan_cost *out)
+{
+    calib use = ch->stage == 3 ? cal->stage3 : cal->stage012;
+    if (ch->stage == 0) {
+        use.k_optim = cal->k_optim_replicated;
+    }
+    return cost_with(cfg, vocab, nodes, D, ch, probe, &use, NULL, 0, NULL, out);
 }
 
 zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int D,
                           const zr_plan_choice *ch, const zr_probe *probe, zr_plan_cost *out)
 {
-    calibration cal;
-    ZR_CHECK(calibrate(cfg, vocab, probe, &cal));
-    calib use = cal.fam[ch->stage == 3 ? 0 : 1];
-    if (ch->stage == 0) {
-        use.k_optim = cal.k_optim_replicated;
-    }
-    return cost_with(cfg, vocab, nodes, D, ch, probe, &use, NULL, 0, NULL, out);
+    zr_plan_calibration cal;
+    ZR_CHECK(zr_plan_calibrate(cfg, vocab, probe, &cal));
+    return zr_plan_cost_calibrated(cfg, vocab, nodes, D, ch, probe, &cal, out);
 }

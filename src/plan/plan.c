@@ -154,6 +154,7 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
                 N, D, probe->world);
     }
     ZR_CHECK(check_device(cfg, probe));
+    ZR_CHECK(zr_plan_calibrate(cfg, vocab, probe, &out->cal));
     long long G = cfg->train_batch_size;
     if (G < 1 || G % W != 0) {
         ZR_FAIL(ZR_ERR_INVALID,
@@ -193,7 +194,9 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
     for (int i = 0; i < n; i++) {
         zr_plan_entry *e = &out->entries[out->n];
         e->choice = list[i];
-        ZR_CHECK_GOTO(zr_plan_cost_of(cfg, vocab, N, D, &list[i], probe, &e->cost), st, fail);
+        ZR_CHECK_GOTO(
+            zr_plan_cost_calibrated(cfg, vocab, N, D, &list[i], probe, &out->cal, &e->cost), st,
+            fail);
         out->considered++;
         min_mem = fmin(min_mem, (double)e->cost.mem.total);
         if (mem_limit > 0 && (double)e->cost.mem.total > mem_limit) {
