@@ -6,6 +6,7 @@
  * double-precision reference, activation memory linear in T, and a loss
  * that falls when one batch is trained on repeatedly.
  */
+#define _DEFAULT_SOURCE /* setenv */
 #include "test.h"
 #include "zr/model.h"
 #include "zr/optim.h"
@@ -661,8 +662,32 @@ static void test_exp_range(void)
     printf("  exp over %ld inputs: worst relative error %.3g on [-87, 88]\n", count, worst);
 }
 
-int main(void)
+/*
+ * --cpu NAME: run everything with the kernels capped at NAME (ZR_CPU): on a
+ * wider CPU the AVX2 kernels are otherwise never run, and the bit-for-bit
+ * comparison with the reference kernels covers them too.
+ */
+int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--cpu") == 0) {
+        setenv("ZR_CPU", argv[2], 1);
+        int has = strcmp(argv[2], "sse2") == 0;
+#if defined(__x86_64__)
+        __builtin_cpu_init();
+        has |= strcmp(argv[2], "avx2") == 0 && __builtin_cpu_supports("avx2") &&
+               __builtin_cpu_supports("fma");
+        has |= strcmp(argv[2], "avx512") == 0 && __builtin_cpu_supports("avx512f");
+#endif
+        if (has) {
+            TEST_CHECKF(
+                strcmp(zr_ops_impl_name(), strcmp(argv[2], "sse2") == 0 ? "scalar" : argv[2]) == 0,
+                "ZR_CPU=%s: the kernels are %s", argv[2], zr_ops_impl_name());
+        }
+        printf("  kernels capped at %s: %s\n", argv[2], zr_ops_impl_name());
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: test_model [--cpu sse2|avx2|avx512]\n");
+        return 2;
+    }
     zr_gpt_set_threads(1);
     TEST_RUN(test_exp_range);
     TEST_RUN(test_layout);

@@ -259,6 +259,16 @@ static inline size_t zr_div_up(size_t x, size_t m)
 /* Monotonic wall clock in seconds. */
 double zr_now(void);
 
+/*
+ * The widest x86 vector instructions zr's kernels may use, whatever the CPU
+ * has: the environment's ZR_CPU (sse2, avx2, avx512; unset or native: no
+ * cap), read once. A cap runs the narrower kernels on a wider CPU: their
+ * tests, and a measurement as an AVX2 machine would run it. Any other value
+ * ends the job with a message (every rank reads the same environment).
+ */
+typedef enum { ZR_CPU_SSE2 = 0, ZR_CPU_AVX2 = 1, ZR_CPU_AVX512 = 2 } zr_cpu_level;
+zr_cpu_level zr_cpu_cap(void);
+
 /* CRC-32C (Castagnoli) of a byte range, chainable: pass the previous value as crc. */
 uint32_t zr_crc32c(uint32_t crc, const void *data, size_t bytes);
 

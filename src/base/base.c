@@ -12,6 +12,7 @@
 
 #include "zr/file.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,32 @@ zr_log_level zr_log_level_get(void)
 void zr_log_level_set(zr_log_level level)
 {
     log_level = (int)level;
+}
+
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+static zr_cpu_level cpu_cap = ZR_CPU_AVX512;
+
+static void cpu_cap_once(void)
+{
+    const char *env = getenv("ZR_CPU");
+    if (env == NULL || *env == '\0' || strcasecmp(env, "native") == 0) {
+        return;
+    }
+    static const char *const names[] = {"sse2", "avx2", "avx512"};
+    for (int i = 0; i < 3; i++) {
+        if (strcasecmp(env, names[i]) == 0) {
+            cpu_cap = (zr_cpu_level)i;
+            return;
+        }
+    }
+    zr_die(__FILE__, __LINE__, "unset it, or give one of sse2, avx2, avx512, native",
+           "ZR_CPU=%s is not an instruction set zr knows", env);
+}
+
+zr_cpu_level zr_cpu_cap(void)
+{
+    pthread_once(&cpu_once, cpu_cap_once);
+    return cpu_cap;
 }
 
 static void print_prefix(FILE *f, const char *tag, const char *file, int line)

@@ -14,6 +14,7 @@
  * widest kernel the machine has.
  */
 #include "attention_impl.h"
+#include "zr/base.h"
 
 #include <math.h>
 
@@ -123,7 +124,10 @@ static T256 void gemm256(int m, int n, int k, const float *a, size_t ars, size_t
 zr_att_gemm_fn zr_att_gemm_avx2(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? gemm256 : NULL;
+    return zr_cpu_cap() >= ZR_CPU_AVX2 && __builtin_cpu_supports("avx2") &&
+                   __builtin_cpu_supports("fma")
+               ? gemm256
+               : NULL;
 }
 
 /* ======================= AVX-512: 8 rows x 32 columns ======================= */
@@ -188,7 +192,10 @@ static T512 void gemm512(int m, int n, int k, const float *a, size_t ars, size_t
 zr_att_gemm_fn zr_att_gemm_avx512(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") ? gemm512 : NULL;
+    return zr_cpu_cap() >= ZR_CPU_AVX512 && __builtin_cpu_supports("avx512f") &&
+                   __builtin_cpu_supports("fma")
+               ? gemm512
+               : NULL;
 }
 
 #else

@@ -51,10 +51,11 @@ int zr_ops_isa(void)
     }
 #if ZR_OPS_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) {
+    if (zr_cpu_cap() >= ZR_CPU_AVX512 && __builtin_cpu_supports("avx512f")) {
         return ISA_AVX512;
     }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (zr_cpu_cap() >= ZR_CPU_AVX2 && __builtin_cpu_supports("avx2") &&
+        __builtin_cpu_supports("fma")) {
         return ISA_AVX2;
     }
 #endif

@@ -202,8 +202,8 @@ static const optim_kernels *kernels_of(zr_optim_impl impl)
 {
 #if ZR_OPTIM_X86
     __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2");
-    int avx512 = __builtin_cpu_supports("avx512f");
+    int avx2 = zr_cpu_cap() >= ZR_CPU_AVX2 && __builtin_cpu_supports("avx2");
+    int avx512 = zr_cpu_cap() >= ZR_CPU_AVX512 && __builtin_cpu_supports("avx512f");
     switch (impl) {
     case ZR_OPTIM_IMPL_AUTO:
         return avx512 ? &k_avx512 : avx2 ? &k_avx2 : &k_sse2;

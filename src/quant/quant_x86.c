@@ -26,14 +26,15 @@
 int zr_quant_kernels_avx2_ok(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return zr_cpu_cap() >= ZR_CPU_AVX2 && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
 }
 
 int zr_quant_kernels_avx512_ok(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
+    return zr_cpu_cap() >= ZR_CPU_AVX512 && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 }
 
 /* ---- shared 128-bit helpers (SSE2 is baseline x86-64) -------------------- */
