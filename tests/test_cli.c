@@ -1350,8 +1350,20 @@ static void test_plan_cli(void)
     TEST_CHECKF(code == 0 && strstr(res.out, "2 nodes x 2 ranks") != NULL, "zr probe: exit %d\n%s",
                 code, res.out);
     code = sh("%s plan %s --batch 16 --probe %s --write-config %s", zr_bin, TINY, probe, cfg);
-    TEST_CHECKF(code == 0 && strstr(res.out, "wins") != NULL && is_file(cfg),
+    TEST_CHECKF(code == 0 && strstr(res.out, "wins") != NULL && is_file(cfg) &&
+                    strstr(res.out, "(calibrated on the probe's reference steps") != NULL &&
+                    strstr(res.out, "link figures are probably off") == NULL,
                 "zr plan: exit %d\n%s", code, res.out);
+    /* links said to be 10^5 times slower than the reference steps found them: planned, with a
+       warning that the probe's link figures are off */
+    code =
+        sh("sed 's/\"inter_bw\":\t[0-9.e+]*/\"inter_bw\":\t1000/' %s > %s/slow.json", probe, work);
+    TEST_EQ_INT(code, 0);
+    code = sh("%s plan %s --batch 16 --probe %s/slow.json --json", zr_bin, TINY, work);
+    TEST_CHECKF(code == 0 && strstr(res.out, "zr: warning: the probe's reference steps waited") &&
+                    strstr(res.out, "\"calibrated\": true") != NULL &&
+                    strstr(res.out, "\"k_comm\": 0.1,") != NULL,
+                "zr plan, slow links: exit %d\n%s", code, res.out);
     snprintf(args, sizeof args, "--config %s --steps 2 --ckpt-dir %s/planned", cfg, work);
     code = train(4, 2, args);
     TEST_CHECKF(code == 0 && strstr(res.out, "done: 2 steps") != NULL,

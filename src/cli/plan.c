@@ -217,25 +217,32 @@ int zr_cli_probe(int argc, char **argv)
 
 /* ---- zr plan ------------------------------------------------------------------- */
 
-/* The calibration in one line, and a warning where the probe's transfers look far off. */
-static void print_calibration(const zr_plan_result *r, const zr_probe *p)
+/* The calibration in one line (line), and a warning where the probe's transfers look far off. */
+static void print_calibration(const zr_plan_result *r, const zr_probe *p, int line)
 {
     const zr_plan_calibration *k = &r->cal;
     if (p->gpu || p->cal_batch < 1) {
-        printf("(not calibrated: the probe ran no reference steps)\n");
+        if (line) {
+            printf("(not calibrated: the probe ran no reference steps)\n");
+        }
         return;
     }
-    printf("(calibrated on the probe's reference steps: computation x%.2f + %.2f ns per "
-           "inter-node byte, optimizer x%.2f (stage 0 x%.2f); transfers x%.2f and a wait floor of "
-           "%.2f ms at stage 3, x%.2f and %.2f ms at stages 0-2)\n",
-           k->stage3.k_compute, 1e9 * k->stage3.c_byte, k->stage3.k_optim, k->k_optim_replicated,
-           k->stage3.k_comm, 1e3 * k->stage3.t_sync, k->stage012.k_comm, 1e3 * k->stage012.t_sync);
+    if (line) {
+        printf(
+            "(calibrated on the probe's reference steps: computation x%.2f + %.2f ns per "
+            "inter-node byte, optimizer x%.2f (stage 0 x%.2f); transfers x%.2f and a wait floor of "
+            "%.2f ms at stage 3, x%.2f and %.2f ms at stages 0-2)\n",
+            k->stage3.k_compute, 1e9 * k->stage3.c_byte, k->stage3.k_optim, k->k_optim_replicated,
+            k->stage3.k_comm, 1e3 * k->stage3.t_sync, k->stage012.k_comm, 1e3 * k->stage012.t_sync);
+    }
     if (fmin(k->stage3.k_comm, k->stage012.k_comm) < 0.5) {
-        fprintf(stderr,
-                "zr plan: warning: the probe's reference steps waited less than half of what its "
-                "transfer measurements predict (x%.2f): its link figures are probably off (a "
-                "loaded or shaped network while it ran); probing again may give a better plan\n",
-                fmin(k->stage3.k_comm, k->stage012.k_comm));
+        char msg[320];
+        snprintf(msg, sizeof msg,
+                 "the probe's reference steps waited less than half of what its transfer "
+                 "measurements predict (x%.2f): its link figures are probably off (a loaded or "
+                 "shaped network while it ran); probing again may give a better plan",
+                 fmin(k->stage3.k_comm, k->stage012.k_comm));
+        warn_rank0(NULL, msg);
     }
 }
 
@@ -258,7 +265,7 @@ static void print_table(const zr_plan_result *r, int top, const zr_train_config 
            "fewer than %d bits, gradients %d: zr.quant.qwz_bits / qgz_bits)\n",
            r->considered, r->over_memory, r->n < top ? r->n : top, c->qwz_bits, c->qgz_bits);
     printf("%s\n", r->why);
-    print_calibration(r, p);
+    print_calibration(r, p, 1);
 }
 
 static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
@@ -298,6 +305,8 @@ static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
                k->bytes_intra, k->bytes_inter);
     }
     printf("\n]}\n");
+    fflush(stdout);
+    print_calibration(r, p, 0); /* the warning, on stderr */
 }
 
 /* Write cfg with the winner applied as a config file `zr train --config` reads. */
@@ -458,6 +467,7 @@ zr_status zr_cli_auto(MPI_Comm world, zr_train_config *cfg, int rank)
     if (rank == 0) {
         printf("zr train --auto: probed %d nodes x %d ranks; %s\n", p.nodes, p.ranks_per_node,
                r.why);
+        print_calibration(&r, &p, 1);
         fflush(stdout);
     }
     zr_plan_result_free(&r);

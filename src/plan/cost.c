@@ -35,7 +35,8 @@
  * are measured on warm caches with every rank doing the same thing, and a
  * training step is neither. The probe ran ZeRO-3 without and with qwZ and
  * qgZ (the most and the fewest bytes) and stage 0 on the real engine; they
- * are priced here first, and fitted to what they measured (calibrate):
+ * are priced here first, and fitted to what they measured (zr_plan_calibrate,
+ * once per plan):
  *
  *   k_compute, c_byte   the step's computation and CPU work (outside waits
  *            and the optimizer) = k_compute x (units + codecs) + c_byte x
@@ -48,7 +49,9 @@
  *            time is what they measured; where they measured less than the
  *            probe's transfers predict, k_comm < 1 scales transfer times
  *            instead (more of them hid behind computation than the probe's
- *            overlap says)
+ *            overlap says, or the probe's link figures are off). Both are
+ *            fitted with the computation already calibrated: its length sets
+ *            how much of a transfer the overlap hides
  *
  * all from the two ZeRO-3 references, for stage 3. Stages 0-2 reduce at the
  * step what stage 3 reduces during backward, and stage 0 updates the whole
