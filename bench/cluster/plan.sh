@@ -199,6 +199,8 @@ plan_report() {
         echo
         echo "zr bench train ${MODEL[*]}, $K steps per launch, $ROUNDS rounds of one launch per mode (the median round kept); $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores."
         echo "Predicted: zr plan on a zr probe of the same cell. Memory: predicted peak per rank vs VmHWM (max over ranks)."
+        [ -n "${ZR_CPU:-}${OPENBLAS_CORETYPE:-}" ] &&
+            echo "Kernels capped: ZR_CPU=${ZR_CPU:-native}, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-auto}."
         echo
         echo "| layout | link | mode | configuration | step ms measured | predicted | error | tokens/s | RSS MB | predicted MB | error |"
         echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
