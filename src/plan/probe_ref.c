@@ -30,6 +30,7 @@
  */
 /* the second step of a fresh engine still grows its pool (cost.c): two steps warm up */
 enum { CAL_WARM = 2, CAL_STEPS = 3, CAL_BLOCKS = 2, CAL_N = CAL_STEPS * CAL_BLOCKS };
+_Static_assert(CAL_STEPS == 3, "the info line prints three steps");
 #define CAL_ROUND_S 20.0 /* a first round longer than this is the only one */
 
 zr_plan_choice zr_probe_reference(int r, int b, long long prefetch_bucket)
@@ -169,6 +170,11 @@ void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_g
                     fprintf(stderr, "zr probe: the reference steps of %s failed: %s\n", name[r],
                             zr_error_message());
                 }
+            } else if (c->rank[ZR_GROUP_WORLD] == 0) {
+                const cal_rec *k = rec[r] + b * CAL_STEPS;
+                ZR_INFO("reference %s, round %d: steps %.1f %.1f %.1f ms (comm %.1f %.1f %.1f)",
+                        name[r], b + 1, 1e3 * k[0][0], 1e3 * k[1][0], 1e3 * k[2][0], 1e3 * k[0][2],
+                        1e3 * k[1][2], 1e3 * k[2][2]);
             }
         }
         /* a model whose steps take seconds: one round (a long step varies less, too) */
