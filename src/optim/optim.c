@@ -241,7 +241,8 @@ zr_status zr_optim_set_impl(zr_optim_impl impl)
     }
     const optim_kernels *k = kernels_of(impl);
     if (k == NULL) {
-        ZR_FAIL(ZR_ERR_INVALID, "optim impl: this CPU cannot run %s", zr_optim_impl_name(impl));
+        ZR_FAIL(ZR_ERR_INVALID, "optim impl: this CPU cannot run %s%s", zr_optim_impl_name(impl),
+                zr_cpu_cap() < ZR_CPU_AVX512 ? " (ZR_CPU caps the kernels)" : "");
     }
     active = k;
     return ZR_OK;

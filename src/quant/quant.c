@@ -132,7 +132,8 @@ zr_status zr_quant_set_impl(zr_quant_impl impl)
         ZR_FAIL(ZR_ERR_INVALID, "quant impl: unknown implementation %d", (int)impl);
     }
     if (kernels_of(impl) == NULL) {
-        ZR_FAIL(ZR_ERR_INVALID, "quant impl: this CPU cannot run %s", zr_quant_impl_name(impl));
+        ZR_FAIL(ZR_ERR_INVALID, "quant impl: this CPU cannot run %s%s", zr_quant_impl_name(impl),
+                zr_cpu_cap() < ZR_CPU_AVX512 ? " (ZR_CPU caps the kernels)" : "");
     }
     forced_impl = impl;
     return ZR_OK;
