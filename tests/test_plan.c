@@ -320,7 +320,8 @@ static void test_calibration(void)
     c.train_batch_size = 2 * N * D;
     zr_plan_result pr;
     TEST_OK(zr_plan_run(&c, 256, &p, 0, &pr));
-    TEST_CHECK(pr.n > 3 && pr.cal.stage3.k_compute != 1 && pr.cal.k_optim_replicated == 4);
+    TEST_CHECK(pr.n > 3 && pr.cal.calibrated && pr.cal.stage3.k_compute != 1 &&
+               pr.cal.k_optim_replicated == 4);
     for (int i = 0; i < pr.n; i++) {
         zr_plan_cost one;
         TEST_OK(zr_plan_cost_of(&c, 256, N, D, &pr.entries[i].choice, &p, &one));

@@ -157,6 +157,7 @@ typedef struct zr_plan_calib {
     double t_sync;    /* the least a synchronising wait exposes, seconds */
 } zr_plan_calib;
 typedef struct zr_plan_calibration {
+    int calibrated; /* 0: neutral (no reference steps, or a GPU probe) */
     zr_plan_calib stage3, stage012;
     double k_optim_replicated; /* stage 0's optimizer (every rank updates the whole model) */
 } zr_plan_calibration;

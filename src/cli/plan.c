@@ -218,10 +218,10 @@ int zr_cli_probe(int argc, char **argv)
 /* ---- zr plan ------------------------------------------------------------------- */
 
 /* The calibration in one line (line), and a warning where the probe's transfers look far off. */
-static void print_calibration(const zr_plan_result *r, const zr_probe *p, int line)
+static void print_calibration(const zr_plan_result *r, int line)
 {
     const zr_plan_calibration *k = &r->cal;
-    if (p->gpu || p->cal_batch < 1) {
+    if (!k->calibrated) {
         if (line) {
             printf("(not calibrated: the probe ran no reference steps)\n");
         }
@@ -246,8 +246,7 @@ static void print_calibration(const zr_plan_result *r, const zr_probe *p, int li
     }
 }
 
-static void print_table(const zr_plan_result *r, int top, const zr_train_config *c,
-                        const zr_probe *p)
+static void print_table(const zr_plan_result *r, int top, const zr_train_config *c)
 {
     printf("%4s  %-64s %9s %8s %7s %8s %6s %9s %8s %9s\n", "rank", "configuration", "step ms",
            "compute", "codecs", "exposed", "optim", "tokens/s", "mem GB", "inter MB");
@@ -265,7 +264,7 @@ static void print_table(const zr_plan_result *r, int top, const zr_train_config 
            "fewer than %d bits, gradients %d: zr.quant.qwz_bits / qgz_bits)\n",
            r->considered, r->over_memory, r->n < top ? r->n : top, c->qwz_bits, c->qgz_bits);
     printf("%s\n", r->why);
-    print_calibration(r, p, 1);
+    print_calibration(r, 1);
 }
 
 static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
@@ -281,7 +280,7 @@ static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
     }
     const zr_plan_calib *f[2] = {&r->cal.stage3, &r->cal.stage012};
     printf("\", \"calibrated\": %s, \"k_optim_replicated\": %.6g",
-           !p->gpu && p->cal_batch > 0 ? "true" : "false", r->cal.k_optim_replicated);
+           r->cal.calibrated ? "true" : "false", r->cal.k_optim_replicated);
     for (int i = 0; i < 2; i++) {
         printf(", \"%s\": {\"k_compute\": %.6g, \"c_byte\": %.6g, \"k_optim\": %.6g, "
                "\"k_comm\": %.6g, \"t_sync\": %.6g}",
@@ -306,7 +305,7 @@ static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
     }
     printf("\n]}\n");
     fflush(stdout);
-    print_calibration(r, p, 0); /* the warning, on stderr */
+    print_calibration(r, 0); /* the warning, on stderr */
 }
 
 /* Write cfg with the winner applied as a config file `zr train --config` reads. */
@@ -422,7 +421,7 @@ int zr_cli_plan(int argc, char **argv)
         if (json) {
             print_json(&r, &p, limit);
         } else {
-            print_table(&r, top, &cfg, &p);
+            print_table(&r, top, &cfg);
         }
         if (out_cfg != NULL && !json) {
             printf("wrote %s (zr train --config %s)%s\n", out_cfg, out_cfg,
@@ -467,7 +466,7 @@ zr_status zr_cli_auto(MPI_Comm world, zr_train_config *cfg, int rank)
     if (rank == 0) {
         printf("zr train --auto: probed %d nodes x %d ranks; %s\n", p.nodes, p.ranks_per_node,
                r.why);
-        print_calibration(&r, &p, 1);
+        print_calibration(&r, 1);
         fflush(stdout);
     }
     zr_plan_result_free(&r);

@@ -563,7 +563,8 @@ zr_status zr_plan_calibrate(const zr_train_config *cfg, int vocab, const zr_prob
 {
     out->stage3 = out->stage012 = no_calib;
     out->k_optim_replicated = 1;
-    if (p == NULL || p->gpu || p->cal_batch < 1) {
+    out->calibrated = p != NULL && !p->gpu && p->cal_batch > 0;
+    if (!out->calibrated) {
         return ZR_OK;
     }
     int nref = p->cal_step[2] > 0 ? 3 : 2; /* the stage 0 reference may not have fitted */
