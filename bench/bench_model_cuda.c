@@ -10,8 +10,10 @@
  * weights with the bf16 copy refreshed, everything on one stream and timed
  * with CUDA events (median of the timed steps after one warm-up). The
  * micro-batch is the largest of a ladder whose activations and model state
- * fit in the GPU's free memory (cudaMemGetInfo), backing off when the
- * allocation fails anyway. Model FLOP/s counts 6 x params x tokens +
+ * fit in the GPU's free memory (cudaMemGetInfo) and that the device model
+ * indexes with 32-bit integers (zr_gpt_cuda_max_batch: 41 at T = 1024, so 32
+ * on an H200, whose memory would hold 64), backing off when the allocation
+ * fails anyway. Model FLOP/s counts 6 x params x tokens +
  * attention (zr_gpt_flops_per_step); flops_vs_gemm divides it by the rate
  * of one bf16 GEMM of the LM head's shape (B T x Vp x C). --quick runs a
  * small model at T = 64 (a smoke test, e.g. on the emulator: its numbers
@@ -228,7 +230,7 @@ static zr_status fit_batch(gstate *b, const zr_gpt_config *cfg, int T, int quick
          i < sizeof ladder / sizeof ladder[0]; i++) {
         size_t need =
             state + zr_gpt_cuda_activation_bytes(cfg, ladder[i], T, ZR_DTYPE_BF16) + (64u << 20);
-        if ((double)need > 0.92 * (double)free_b) {
+        if (ladder[i] > zr_gpt_cuda_max_batch(cfg, T) || (double)need > 0.92 * (double)free_b) {
             continue;
         }
         zr_status st = state_init(b, cfg, ladder[i], T);

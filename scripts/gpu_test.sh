@@ -21,8 +21,14 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep
     echo "skipped: compute-sanitizer passes (no GPU found by nvidia-smi -L)"
     exit $rc
 fi
+# --report-api-errors no: NCCL's communicator set-up asks for kernel images of other
+# architectures and gets cudaErrorNoKernelImageForDevice by design (on an H200 with NCCL 2.28,
+# 2026-11-27: 96 reports in test_transport, 32 in test_gpu_coll, every one inside
+# ncclInitKernelsForDevice, and no memory error), which would fail every NCCL test; zr checks the
+# status of each CUDA call it makes itself.
 for tool in memcheck racecheck synccheck; do
     echo "== compute-sanitizer --tool $tool"
-    ZR_TEST_WRAP="$san --tool $tool --error-exitcode 99" tests/run.sh --suite gpu || rc=1
+    ZR_TEST_WRAP="$san --tool $tool --report-api-errors no --error-exitcode 99" \
+        tests/run.sh --suite gpu || rc=1
 done
 exit $rc

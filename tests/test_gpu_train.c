@@ -143,6 +143,14 @@ static void note_memory(zr_trainer *t)
 }
 
 /* Steps [start, end) of a run of c; losses[s] for each step s run. */
+/* Losses no step has written: a run that fails compares as NaN, not as stack garbage. */
+static void unwritten(float *losses)
+{
+    for (int s = 0; s < STEPS; s++) {
+        losses[s] = NAN;
+    }
+}
+
 static zr_status run(const zr_train_config *c, int resume, float *losses, int *on_gpu)
 {
     static zr_trainer t;
@@ -209,6 +217,8 @@ static void test_modes(void)
         const mode *m = &modes[i];
         zr_train_config c;
         float cpu[STEPS], gpu[STEPS];
+        unwritten(cpu);
+        unwritten(gpu);
         int on_gpu = 0;
         TEST_OK(config(&c, m, "cpu", STEPS));
         TEST_OK(run(&c, 0, cpu, NULL));
@@ -256,6 +266,8 @@ static void test_bf16(void)
         const mode *m = &modes[i];
         zr_train_config c;
         float cpu[STEPS], gpu[STEPS];
+        unwritten(cpu);
+        unwritten(gpu);
         int on_gpu = 0;
         TEST_OK(config_ex(&c, m, "cpu", STEPS, 1));
         TEST_OK(run(&c, 0, cpu, NULL));

@@ -132,6 +132,12 @@ zr_status zr_gpt_cuda_init(zr_gpt_cuda *m, const zr_gpt_config *cfg, int B, int 
 void zr_gpt_cuda_free(zr_gpt_cuda *m);
 /* Device bytes zr_gpt_cuda_init allocates for this shape (cfg must be valid). */
 size_t zr_gpt_cuda_activation_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type);
+/*
+ * The largest micro-batch zr_gpt_cuda_init accepts at T (0 when none): the
+ * kernels index B T 4C and B T Vp elements with 32-bit integers (GPT-2 124M
+ * at T = 1024: 41). cfg must be valid and 1 <= T <= max_t.
+ */
+int zr_gpt_cuda_max_batch(const zr_gpt_config *cfg, int T);
 
 /*
  * Same call order and meaning as the CPU model's (zr/model.h): forward_begin

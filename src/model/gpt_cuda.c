@@ -112,6 +112,15 @@ static const void *block_input(const zr_gpt_cuda *m, int l)
 
 /* ---- init / free ---------------------------------------------------------------------- */
 
+int zr_gpt_cuda_max_batch(const zr_gpt_config *cfg, int T)
+{
+    ZR_ASSERT(T > 0);
+    long long row = (long long)T * (4LL * cfg->channels > cfg->padded_vocab ? 4LL * cfg->channels
+                                                                            : cfg->padded_vocab);
+    long long b = (long long)INT32_MAX / row;
+    return b > INT32_MAX ? INT32_MAX : (int)b;
+}
+
 static zr_status shape_ok(const zr_gpt_config *cfg, int B, int T, zr_dtype type, zr_stream *s)
 {
     ZR_CHECK(zr_gpt_config_check(cfg));
@@ -125,12 +134,15 @@ static zr_status shape_ok(const zr_gpt_config *cfg, int B, int T, zr_dtype type,
     if (type != ZR_DTYPE_F32 && type != ZR_DTYPE_BF16) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT on CUDA: compute type %d is neither fp32 nor bf16", (int)type);
     }
-    if (B <= 0 || T <= 0 || T > cfg->max_t || (long long)B * T * 4 * cfg->channels > INT32_MAX ||
-        (long long)B * T * cfg->padded_vocab > INT32_MAX) {
+    if (T <= 0 || T > cfg->max_t) {
+        ZR_FAIL(ZR_ERR_INVALID, "GPT on CUDA: T = %d (need 1 <= T <= max_t = %d)", T, cfg->max_t);
+    }
+    if (B <= 0 || B > zr_gpt_cuda_max_batch(cfg, T)) {
         ZR_FAIL(ZR_ERR_INVALID,
-                "GPT on CUDA: B = %d, T = %d (need 1 <= T <= max_t = %d, and B T 4C and B T Vp "
-                "below 2^31)",
-                B, T, cfg->max_t);
+                "GPT on CUDA: micro-batch B = %d at T = %d (need 1 <= B <= %d: the kernels index "
+                "B T 4C = %lld and B T Vp = %lld elements with 32-bit integers)",
+                B, T, zr_gpt_cuda_max_batch(cfg, T), (long long)B * T * 4 * cfg->channels,
+                (long long)B * T * cfg->padded_vocab);
     }
     if (cfg->channels % 8 != 0 || cfg->channels / cfg->heads > 256) {
         ZR_FAIL(ZR_ERR_INVALID,

@@ -35,6 +35,7 @@
 
 #include "probe_impl.h"
 
+#include "zr/model_cuda.h"
 #include "zr/optim.h"
 #include "zr/quant.h"
 
@@ -509,6 +510,13 @@ static zr_status probe_all(zr_comm *c, const zr_train_config *cfg, int vocab, in
         zr_gpt_config whole = g;
         whole.layers = cfg->layers;
         zr_probe_reference_steps(c, cfg, &whole, out);
+    }
+    if (s != NULL && max_b > zr_gpt_cuda_max_batch(&g, cfg->seq_len)) {
+        /* the device model indexes B T Vp with 32-bit integers: a larger micro-batch cannot run
+           there, so the plan must not be offered one (where not even B = 1 can, the
+           measurement at 1 says why) */
+        int cap = zr_gpt_cuda_max_batch(&g, cfg->seq_len);
+        max_b = cap > 0 ? cap : 1;
     }
     size_t block_numel = 0;
     for (int b = 1; b <= max_b && out->ncompute < ZR_PROBE_MAX_B; b *= 2) {

@@ -1,0 +1,117 @@
+#!/bin/bash
+# gpu_remote.sh - on a lent GPU machine, in one call: unpack what
+# scripts/gpu_bundle.sh packed (DIR), then the stages asked for, in order,
+# each skipped once too little of the time budget is left. Everything printed
+# goes to $OUT/log.txt too; the test logs, sanitizer reports and bench tables
+# to $OUT (at most 7 files: a lease returns 8).
+#
+#   scripts/gpu_remote.sh DIR [suite] [memcheck] [bench] [cpu]   (default: suite bench)
+#   BUDGET=seconds (default 420): stop starting stages past it
+#
+#   suite     tests/run.sh --suite gpu (make gpu-test's first pass)
+#   memcheck  the gpu suite again under compute-sanitizer memcheck, then racecheck and
+#             synccheck on the single-process kernel tests (make gpu-test runs all three
+#             tools on the whole suite: longer than a lease; racecheck alone took over 90 s
+#             on test_gpu_model on an H200)
+#   bench     zr bench model / quant --device cuda, zr bench train --device cuda on 1 rank
+#   cpu       zr bench model --quick --threads 1,2,8 on the machine's CPU (another kind)
+#
+# Runs as root on a throw-away machine: the carried packages are unpacked into
+# / where their paths are compiled in (Open MPI, PMIx: only where the image
+# has no Open MPI 4 of its own; mixing the carried Open MPI with the image's
+# PMIx crashed mpirun in libpmix), elsewhere into /opt/zrdeps.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+dir=${1:?usage: gpu_remote.sh DIR [suite] [memcheck] [bench] [cpu]}
+shift
+stages=${*:-suite bench}
+T0=$SECONDS
+left() { echo $((${BUDGET:-420} - (SECONDS - T0))); }
+O=${OUT:-/tmp/zr-gpu-out}
+mkdir -p "$O"
+exec > >(tee "$O/log.txt") 2>&1
+
+echo "== machine"
+date -u
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+lscpu | grep -E "^Model name|^CPU\(s\)"
+grep -o -w 'avx2\|avx512f\|avx512bw\|avx512vl\|avx512_bf16\|amx_tile' /proc/cpuinfo | sort -u | tr '\n' ' '
+echo
+grep PRETTY_NAME /etc/os-release
+
+echo "== libraries"
+own=0
+if command -v mpirun >/dev/null && mpirun --version 2>&1 | grep -q "Open MPI) 4\."; then own=1; fi
+echo "the image's mpirun: $(mpirun --version 2>&1 | head -n 1) (using it: $own)"
+if [ $own = 0 ]; then
+    rm -rf /usr/lib/x86_64-linux-gnu/pmix2 /usr/lib/x86_64-linux-gnu/openmpi
+    rm -f /usr/lib/x86_64-linux-gnu/libpmix.so* /usr/lib/x86_64-linux-gnu/libmpi.so* \
+        /usr/lib/x86_64-linux-gnu/libopen-rte.so* /usr/lib/x86_64-linux-gnu/libopen-pal.so*
+fi
+mkdir -p /opt/zrdeps
+for f in "$dir"/pkg/*.deb; do
+    case $f in
+        *openmpi* | *pmix*) [ $own = 0 ] && dpkg -x "$f" / ;;
+        *openblas* | *cjson* | *fortunes*) dpkg -x "$f" / ;;
+        *) dpkg -x "$f" /opt/zrdeps ;;
+    esac
+done
+ldconfig
+if [ $own = 1 ] && ! command -v mpirun.openmpi >/dev/null; then
+    ln -s "$(readlink -f "$(command -v mpirun)")" /usr/local/bin/mpirun.openmpi
+fi
+cu=""
+for n in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    p=$(find /usr/local /opt /usr/lib -name "$n" 2>/dev/null | grep -v zrdeps | head -n 1)
+    echo "$n: ${p:-MISSING}"
+    if [ -n "$p" ]; then cu="$cu:$(dirname "$p")"; fi
+done
+export LD_LIBRARY_PATH="/usr/lib/x86_64-linux-gnu/openblas-pthread$cu:${LD_LIBRARY_PATH:-}:/opt/zrdeps/usr/lib/x86_64-linux-gnu"
+mkdir -p build
+tar xzf "$dir/release.tar.gz" -C build
+ldd build/release/zr build/release/tests/test_gpu_train | grep "not found"
+
+. scripts/mpienv.sh
+export ZR_TEST_TIMEOUT=150
+B=build/release/zr
+san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+for stage in $stages; do
+    echo "== $stage (left $(left) s)"
+    if [ "$(left)" -lt 60 ]; then
+        echo "skipped: too little of BUDGET left"
+        continue
+    fi
+    case $stage in
+        suite)
+            tests/run.sh --suite gpu
+            tar czf "$O/test-logs.tar.gz" build/test-logs
+            ;;
+        memcheck)
+            # --report-api-errors no: see scripts/gpu_test.sh
+            ZR_TEST_WRAP="$san --tool memcheck --report-api-errors no --error-exitcode 99" \
+                tests/run.sh --suite gpu
+            tar czf "$O/test-logs-memcheck.tar.gz" build/test-logs
+            for tool in racecheck synccheck; do
+                for t in test_gpu_ops test_gpu_quant; do
+                    timeout 90 "$san" --tool $tool --error-exitcode 99 build/release/tests/$t \
+                        >/tmp/zr-san.txt 2>&1
+                    echo "$tool $t: exit $? $(grep -E '^[0-9]+ passed' /tmp/zr-san.txt)"
+                    cat /tmp/zr-san.txt >>"$O/sanitize.txt"
+                done
+            done
+            ;;
+        bench)
+            {
+                timeout 100 $B bench model --device cuda --json
+                timeout 60 $B bench quant --device cuda --json
+                timeout 60 mpirun.openmpi -np 1 $B bench train --device cuda --json
+            } 2>&1 | tee "$O/bench-gpu.txt"
+            ;;
+        cpu)
+            timeout $(($(left) - 10)) $B bench model --quick --threads 1,2,8 --json 2>&1 |
+                tee "$O/bench-cpu.txt"
+            ;;
+        *) echo "gpu_remote.sh: unknown stage $stage" ;;
+    esac
+done
+echo "== done in $((SECONDS - T0)) s"
