@@ -142,7 +142,6 @@ static void note_memory(zr_trainer *t)
         &t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len, t->gpu.model.type);
 }
 
-/* Steps [start, end) of a run of c; losses[s] for each step s run. */
 /* Losses no step has written: a run that fails compares as NaN, not as stack garbage. */
 static void unwritten(float *losses)
 {
@@ -151,6 +150,7 @@ static void unwritten(float *losses)
     }
 }
 
+/* Steps [start, end) of a run of c; losses[s] for each step s run. */
 static zr_status run(const zr_train_config *c, int resume, float *losses, int *on_gpu)
 {
     static zr_trainer t;
