@@ -8,12 +8,14 @@
  * A step is the device model's forward and backward (zr/model_cuda.h, bf16
  * weights and activations, fp32 accumulation) and AdamW on fp32 master
  * weights with the bf16 copy refreshed, everything on one stream and timed
- * with CUDA events (median of the timed steps after one warm-up). The
- * micro-batch is the largest of a ladder whose activations and model state
- * fit in the GPU's free memory (cudaMemGetInfo) and that the device model
- * indexes with 32-bit integers (zr_gpt_cuda_max_batch: 41 at T = 1024, so 32
- * on an H200, whose memory would hold 64), backing off when the allocation
- * fails anyway. Model FLOP/s counts 6 x params x tokens +
+ * with CUDA events (median of the timed steps after one warm-up), then as
+ * many steps again with an event between phases (the embedding, the blocks
+ * and the head each way, the optimizer: where a step's time goes, without
+ * a profiler). The micro-batch is the largest of a ladder whose activations
+ * and model state fit in the GPU's free memory (cudaMemGetInfo) and that the
+ * device model indexes with 32-bit integers (zr_gpt_cuda_max_batch: 41 at
+ * T = 1024, so 32 on an H200, whose memory would hold 64), backing off when
+ * the allocation fails anyway. Model FLOP/s counts 6 x params x tokens +
  * attention (zr_gpt_flops_per_step); flops_vs_gemm divides it by the rate
  * of one bf16 GEMM of the LM head's shape (B T x Vp x C). --quick runs a
  * small model at T = 64 (a smoke test, e.g. on the emulator: its numbers
@@ -30,10 +32,25 @@
 
 #define MAX_UNITS 64
 
+/* The phases of a step, each timed by the events on its two sides (the table's second line). */
+enum {
+    PH_FWD_EMBED,
+    PH_FWD_BLOCKS,
+    PH_FWD_HEAD,
+    PH_BWD_HEAD,
+    PH_BWD_BLOCKS,
+    PH_BWD_EMBED,
+    PH_OPTIM,
+    NPH
+};
+static const char *const ph_name[NPH] = {"fwd_embed",  "fwd_blocks", "fwd_head", "bwd_head",
+                                         "bwd_blocks", "bwd_embed",  "optim"};
+
 typedef struct gstate {
     zr_device dev;
     zr_stream *s;
     zr_event *e0, *e1;
+    zr_event *ph[NPH + 1]; /* ph[k], ph[k + 1]: around phase k */
     zr_gpt_cuda m;
     int nu;
     size_t numel[MAX_UNITS];
@@ -130,30 +147,45 @@ done:
     return st;
 }
 
-/* One step queued on the stream: forward, backward, AdamW on every unit. */
-static zr_status step(gstate *b, int t)
+/* Record phase boundary k on the stream when the step is timed by phases. */
+static zr_status mark(gstate *b, int timed, int k)
+{
+    return timed ? zr_event_record(b->ph[k], b->s) : ZR_OK;
+}
+
+/*
+ * One step queued on the stream: forward, backward, AdamW on every unit;
+ * timed: with an event at each phase boundary (the embedding, the blocks and
+ * the head each way, the optimizer).
+ */
+static zr_status step(gstate *b, int t, int timed)
 {
     int L = b->nu - 1;
     zr_adamw h = zr_adamw_default();
+    ZR_CHECK(mark(b, timed, PH_FWD_EMBED));
     ZR_CHECK(zr_gpt_cuda_forward_begin(&b->m, b->in, b->tg));
     for (int u = 0; u <= L; u++) {
+        ZR_CHECK(mark(b, timed && (u == 1 || u == L), u == 1 ? PH_FWD_BLOCKS : PH_FWD_HEAD));
         ZR_CHECK(zr_gpt_cuda_forward_unit(&b->m, u, b->p[u], b->p[0]));
     }
+    ZR_CHECK(mark(b, timed, PH_BWD_HEAD));
     ZR_CHECK(zr_gpt_cuda_backward_begin(&b->m));
     for (int u = 0; u <= L; u++) {
         ZR_CHECK(zr_memset_async(b->g[u], 0, b->numel[u] * 2, b->s));
     }
     for (int u = L; u >= 0; u--) {
+        ZR_CHECK(mark(b, timed && (u == L - 1 || u == 0), u > 0 ? PH_BWD_BLOCKS : PH_BWD_EMBED));
         ZR_CHECK(
             zr_gpt_cuda_backward_unit(&b->m, u, u > 0 ? b->p[u] : NULL, b->p[0], b->g[u], b->g[0]));
     }
+    ZR_CHECK(mark(b, timed, PH_OPTIM));
     for (int u = 0; u <= L; u++) {
         ZR_CHECK(zr_bf16_cuda_to_f32(b->g32, b->g[u], b->numel[u], b->s));
         ZR_CHECK(zr_adamw_cuda_update(&h, 1e-4f, t, 1.0f, 1, b->master[u], b->g32, b->mom[u],
                                       b->var[u], b->numel[u], b->s));
         ZR_CHECK(zr_bf16_cuda_from_f32(b->p[u], b->master[u], b->numel[u], b->s));
     }
-    return ZR_OK;
+    return mark(b, timed, NPH);
 }
 
 static int cmp_float(const void *a, const void *b)
@@ -162,21 +194,39 @@ static int cmp_float(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median milliseconds of reps steps after one warm-up. */
-static zr_status time_steps(gstate *b, int reps, float *ms)
+/*
+ * Median milliseconds of reps steps after one warm-up (*ms), then of reps
+ * steps timed by phases (phase[k]): the events between the phases are kept
+ * out of the first figure.
+ */
+static zr_status time_steps(gstate *b, int reps, float *ms, float phase[NPH], float *phased)
 {
-    float t[16];
+    float t[16], tp[NPH][16], tw[16];
     ZR_ASSERT(reps >= 1 && reps <= 16);
-    ZR_CHECK(step(b, 1));
+    ZR_CHECK(step(b, 1, 0));
     for (int r = 0; r < reps; r++) {
         ZR_CHECK(zr_event_record(b->e0, b->s));
-        ZR_CHECK(step(b, r + 2));
+        ZR_CHECK(step(b, r + 2, 0));
         ZR_CHECK(zr_event_record(b->e1, b->s));
         ZR_CHECK(zr_event_sync(b->e1));
         ZR_CHECK(zr_event_elapsed_ms(b->e0, b->e1, &t[r]));
     }
+    for (int r = 0; r < reps; r++) {
+        ZR_CHECK(step(b, reps + r + 2, 1));
+        ZR_CHECK(zr_event_sync(b->ph[NPH]));
+        for (int k = 0; k < NPH; k++) {
+            ZR_CHECK(zr_event_elapsed_ms(b->ph[k], b->ph[k + 1], &tp[k][r]));
+        }
+        ZR_CHECK(zr_event_elapsed_ms(b->ph[0], b->ph[NPH], &tw[r]));
+    }
     qsort(t, (size_t)reps, sizeof *t, cmp_float);
     *ms = t[reps / 2];
+    for (int k = 0; k < NPH; k++) {
+        qsort(tp[k], (size_t)reps, sizeof tp[k][0], cmp_float);
+        phase[k] = tp[k][reps / 2];
+    }
+    qsort(tw, (size_t)reps, sizeof *tw, cmp_float);
+    *phased = tw[reps / 2];
     return ZR_OK;
 }
 
@@ -274,7 +324,7 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
            desc, quick ? "small (--quick)" : "124M", T, reps,
            quick ? "; --quick: a smoke test, not a measurement" : "");
     int B = 0;
-    float ms = 0;
+    float ms = 0, phase[NPH] = {0}, phased = 0;
     double gemm = 0;
     st = zr_stream_create(&b.dev, &b.s);
     if (st == ZR_OK) {
@@ -283,11 +333,14 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
     if (st == ZR_OK) {
         st = zr_event_create(&b.dev, &b.e1);
     }
+    for (int k = 0; k <= NPH && st == ZR_OK; k++) {
+        st = zr_event_create(&b.dev, &b.ph[k]);
+    }
     if (st == ZR_OK) {
         st = fit_batch(&b, cfg, T, quick, &B);
     }
     if (st == ZR_OK) {
-        st = time_steps(&b, reps, &ms);
+        st = time_steps(&b, reps, &ms, phase, &phased);
     }
     state_free(&b);
     if (st == ZR_OK) {
@@ -295,6 +348,9 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
     }
     zr_event_destroy(b.e0);
     zr_event_destroy(b.e1);
+    for (int k = 0; k <= NPH; k++) {
+        zr_event_destroy(b.ph[k]);
+    }
     zr_stream_destroy(b.s);
     if (st != ZR_OK) {
         fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st), zr_error_message());
@@ -307,12 +363,24 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
            "%.2f TFLOP/s, flops_vs_gemm %.3f, peak device memory %.0f MB\n",
            B, T, ms, tok_s, tflops, B * T, cfg->padded_vocab, cfg->channels, gemm,
            gemm > 0 ? tflops / gemm : 0.0, peak_mb);
+    printf("phases (ms, median of %d steps timed with an event between each, %.3f a step): "
+           "forward embedding %.3f, blocks %.3f (%.3f each), head %.3f; backward head %.3f (with "
+           "zeroing the gradients), blocks %.3f (%.3f each), embedding %.3f; optimizer %.3f\n",
+           reps, phased, phase[PH_FWD_EMBED], phase[PH_FWD_BLOCKS],
+           phase[PH_FWD_BLOCKS] / cfg->layers, phase[PH_FWD_HEAD], phase[PH_BWD_HEAD],
+           phase[PH_BWD_BLOCKS], phase[PH_BWD_BLOCKS] / cfg->layers, phase[PH_BWD_EMBED],
+           phase[PH_OPTIM]);
     if (json) {
         printf("{\"bench\":\"model\",\"device\":\"%s\",\"config\":\"%s\",\"dtype\":\"bf16\","
                "\"B\":%d,\"T\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.3f,"
-               "\"gemm_tflops\":%.3f,\"flops_vs_gemm\":%.3f,\"peak_device_mb\":%.1f}\n",
+               "\"gemm_tflops\":%.3f,\"flops_vs_gemm\":%.3f,\"peak_device_mb\":%.1f,\"phased_step_"
+               "ms\":%.4f,\"phases_ms\":{",
                b.dev.name, quick ? "small" : "124M", B, T, ms, tok_s, tflops, gemm,
-               gemm > 0 ? tflops / gemm : 0.0, peak_mb);
+               gemm > 0 ? tflops / gemm : 0.0, peak_mb, phased);
+        for (int k = 0; k < NPH; k++) {
+            printf("%s\"%s\":%.4f", k > 0 ? "," : "", ph_name[k], phase[k]);
+        }
+        printf("}}\n");
     }
     return 0;
 }

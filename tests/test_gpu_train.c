@@ -403,32 +403,75 @@ static void test_no_gpu(void)
     TEST_CHECK(!on_gpu && isfinite(l[0]));
 }
 
+/* Run `zr bench model ARGS` (this build's zr) into out; its wait status, or -1. */
+static int bench_model(const char *args, char *out, size_t size)
+{
+    char exe[4096], cmd[4400];
+    out[0] = '\0';
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    TEST_CHECK(n > 0);
+    if (n <= 0) {
+        return -1;
+    }
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    *slash = '\0'; /* build/<variant>/tests */
+    snprintf(cmd, sizeof cmd, "'%s/../zr' bench model %s 2>&1", exe, args);
+    FILE *p = popen(cmd, "r");
+    TEST_CHECK(p != NULL);
+    if (p == NULL) {
+        return -1;
+    }
+    size_t got = fread(out, 1, size - 1, p);
+    out[got] = '\0';
+    return pclose(p);
+}
+
 /* No GPU: zr bench model --device cuda exits 1 at once, saying so (rank 0; no MPI in it). */
 static void test_bench_no_gpu(void)
 {
     if (zr_test_rank != 0) {
         return;
     }
-    char exe[4096], cmd[4200], out[4096] = "";
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    TEST_CHECK(n > 0);
-    if (n <= 0) {
-        return;
-    }
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    *slash = '\0'; /* build/<variant>/tests */
-    snprintf(cmd, sizeof cmd, "'%s/../zr' bench model --device cuda --json 2>&1", exe);
-    FILE *p = popen(cmd, "r");
-    TEST_CHECK(p != NULL);
-    if (p == NULL) {
-        return;
-    }
-    size_t got = fread(out, 1, sizeof out - 1, p);
-    out[got] = '\0';
-    int status = pclose(p);
+    char out[4096];
+    int status = bench_model("--device cuda --json", out, sizeof out);
     TEST_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(out, "no GPU found"),
                 "zr bench model --device cuda without a GPU: status %d, output: %s", status, out);
+}
+
+/*
+ * On a GPU, zr bench model --device cuda --quick splits a step into its
+ * phases: each is timed (a number, not negative) and, --quick timing one
+ * step, they add up to that step (phased_step_ms, from the same events:
+ * equal up to rounding, whatever the machine's speed).
+ */
+static void test_bench_phases(void)
+{
+    if (zr_test_rank != 0) {
+        return;
+    }
+    char out[8192];
+    int status = bench_model("--device cuda --quick --json", out, sizeof out);
+    TEST_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "zr bench model --device cuda --quick: status %d, output: %s", status, out);
+    const char *step = strstr(out, "\"phased_step_ms\":");
+    double ms = -1, sum = 0;
+    TEST_CHECKF(step != NULL && sscanf(step, "\"phased_step_ms\":%lf", &ms) == 1 && ms > 0,
+                "no phased_step_ms in: %s", out);
+    static const char *const keys[] = {"fwd_embed",  "fwd_blocks", "fwd_head", "bwd_head",
+                                       "bwd_blocks", "bwd_embed",  "optim"};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "\"%s\":", keys[k]);
+        const char *at = strstr(out, key);
+        double v = -1;
+        TEST_CHECKF(at != NULL && sscanf(at + strlen(key), "%lf", &v) == 1 && v >= 0,
+                    "phase %s missing or negative in: %s", keys[k], out);
+        sum += v;
+    }
+    /* 7 values printed to 1e-4 ms, float intervals of one clock */
+    TEST_CHECKF(fabs(sum - ms) <= 1e-3 + 1e-4 * ms, "phases sum to %.4f ms, the step is %.4f ms",
+                sum, ms);
 }
 
 int main(int argc, char **argv)
@@ -467,6 +510,7 @@ int main(int argc, char **argv)
         TEST_RUN(test_bf16);
         TEST_RUN(test_resume_across);
         TEST_RUN(test_micro_batch_limit);
+        TEST_RUN(test_bench_phases);
         TEST_RUN(test_device_memory);
     }
     return zr_test_finish();
