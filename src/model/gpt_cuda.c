@@ -137,11 +137,12 @@ static zr_status shape_ok(const zr_gpt_config *cfg, int B, int T, zr_dtype type,
     if (T <= 0 || T > cfg->max_t) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT on CUDA: T = %d (need 1 <= T <= max_t = %d)", T, cfg->max_t);
     }
-    if (B <= 0 || B > zr_gpt_cuda_max_batch(cfg, T)) {
+    int bmax = zr_gpt_cuda_max_batch(cfg, T);
+    if (B <= 0 || B > bmax) {
         ZR_FAIL(ZR_ERR_INVALID,
                 "GPT on CUDA: micro-batch B = %d at T = %d (need 1 <= B <= %d: the kernels index "
                 "B T 4C = %lld and B T Vp = %lld elements with 32-bit integers)",
-                B, T, zr_gpt_cuda_max_batch(cfg, T), (long long)B * T * 4 * cfg->channels,
+                B, T, bmax, (long long)B * T * 4 * cfg->channels,
                 (long long)B * T * cfg->padded_vocab);
     }
     if (cfg->channels % 8 != 0 || cfg->channels / cfg->heads > 256) {

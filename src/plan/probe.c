@@ -511,11 +511,11 @@ static zr_status probe_all(zr_comm *c, const zr_train_config *cfg, int vocab, in
         whole.layers = cfg->layers;
         zr_probe_reference_steps(c, cfg, &whole, out);
     }
-    if (s != NULL && max_b > zr_gpt_cuda_max_batch(&g, cfg->seq_len)) {
-        /* the device model indexes B T Vp with 32-bit integers: a larger micro-batch cannot run
-           there, so the plan must not be offered one (where not even B = 1 can, the
-           measurement at 1 says why) */
-        int cap = zr_gpt_cuda_max_batch(&g, cfg->seq_len);
+    /* the device model indexes B T Vp with 32-bit integers: a larger micro-batch cannot run
+       there, so the plan must not be offered one (where not even B = 1 can, the measurement at 1
+       says why) */
+    int cap = s != NULL ? zr_gpt_cuda_max_batch(&g, cfg->seq_len) : max_b;
+    if (max_b > cap) {
         max_b = cap > 0 ? cap : 1;
     }
     size_t block_numel = 0;

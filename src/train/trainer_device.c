@@ -99,12 +99,10 @@ static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
         /* found on an H200, whose memory fits B = 64 of GPT-2 at T = 1024 where 41 is the most */
         ZR_FAIL(ZR_ERR_INVALID,
                 "train_micro_batch_size_per_gpu %d at zr.model.seq_len %d is more than the GPU "
-                "model takes (%d: its kernels index micro-batch x seq_len x %d with 32-bit "
-                "integers); lower train_micro_batch_size_per_gpu and raise "
-                "gradient_accumulation_steps",
-                B, T, bmax,
-                4 * t->mcfg.channels > t->mcfg.padded_vocab ? 4 * t->mcfg.channels
-                                                            : t->mcfg.padded_vocab);
+                "model takes (%d: its kernels index micro-batch x seq_len x the larger of 4 x "
+                "channels and the padded vocabulary with 32-bit integers); lower "
+                "train_micro_batch_size_per_gpu and raise gradient_accumulation_steps",
+                B, T, bmax);
     }
     size_t free_b = 0, total_b = 0;
     ZR_CHECK(zr_device_mem_info(&t->device, &free_b, &total_b));
