@@ -74,12 +74,6 @@ static size_t parse_size(const char *s)
     return v > 0 ? (size_t)v : 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* One call of collective k on a full buffer of count*W elements. */
 static zr_status run_one(bench *b, int k, size_t count)
 {
@@ -139,8 +133,7 @@ static zr_status measure(bench *b, int k, size_t count, int iters, row *r)
         zr_free(t);
         return st;
     }
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    double med = iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+    double med = zr_median(t, iters);
     zr_free(t);
     zr_traffic tr = zr_comm_traffic_get(c);
     uint64_t intra = 0, inter = 0;

@@ -61,12 +61,6 @@ typedef struct grow {
     int iters;
 } grow;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 #if HAVE_NCCL
 /* A call of b's NCCL: NCCL_TRY(b, ncclGetUniqueId(&id)). */
 #define NCCL_TRY(b, call)                                                                          \
@@ -163,8 +157,7 @@ static zr_status measure(gcomm *b, int k, size_t count, int iters, grow *r)
         zr_free(t);
         return st;
     }
-    qsort(t, (size_t)iters, sizeof *t, cmp_double);
-    double med = iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]);
+    double med = zr_median(t, iters);
     zr_free(t);
     zr_traffic tr = zr_comm_traffic_get(c);
     uint64_t intra = 0, inter = 0;

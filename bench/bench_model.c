@@ -33,18 +33,6 @@ typedef struct bench_result {
     double sgemm_gflops, act_mb, rss_mb; /* rss_mb: the process's peak after this run */
 } bench_result;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *x, int n)
-{
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
 static double peak_rss_mb(void)
 {
     struct rusage ru;
@@ -78,7 +66,7 @@ static double sgemm_gflops(int reps)
                     n);
         t[r] = zr_now() - t0;
     }
-    double med = median(t + 1, reps); /* the first run warms up */
+    double med = zr_median(t + 1, reps); /* the first run warms up */
     zr_free(a);
     zr_free(b);
     zr_free(c);
@@ -155,7 +143,7 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
     }
     double t[4][32];
     ZR_CHECK_GOTO(timed_steps(&m, p, in, tg, steps, t), st, done);
-    double sec = median(t[3], steps);
+    double sec = zr_median(t[3], steps);
     res->name = name;
     res->threads = threads;
     res->B = B;
@@ -163,9 +151,9 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
     res->ms_step = sec * 1e3;
     res->tokens_per_s = (double)B * T / sec;
     res->gflops = zr_gpt_flops_per_step(cfg, B, T) / sec * 1e-9;
-    res->fwd_ms = median(t[0], steps) * 1e3;
-    res->bwd_ms = median(t[1], steps) * 1e3;
-    res->adam_ms = median(t[2], steps) * 1e3;
+    res->fwd_ms = zr_median(t[0], steps) * 1e3;
+    res->bwd_ms = zr_median(t[1], steps) * 1e3;
+    res->adam_ms = zr_median(t[2], steps) * 1e3;
     res->act_mb = zr_gpt_activation_bytes(&m) / 1048576.0;
 done:
     if (p != NULL) {

@@ -41,18 +41,6 @@ typedef struct bench_row {
     double gbps, memcpy_gbps;
 } bench_row;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 /* Cheap deterministic data: uniform-ish noise (throughput does not depend on it). */
 static void fill_noise(float *x, size_t n, uint64_t seed)
 {
@@ -116,7 +104,7 @@ static double time_op(const bench_ctx *c, int op, const zr_quant_params *p, zr_d
             ts[r] = zr_now() - t0;
         }
     }
-    return median(ts, reps);
+    return zr_median(ts, reps);
 }
 
 static size_t parse_size(const char *s)

@@ -52,12 +52,6 @@ static int has_mode(const char *list, const char *name)
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* The shape every mode trains. */
 typedef struct shape {
     int layers, channels, heads, T, B;
@@ -155,8 +149,7 @@ static zr_status run_mode(zr_train_config *cfg, int steps, row *out)
         }
     }
     if (st == ZR_OK) {
-        qsort(times, (size_t)steps, sizeof(double), cmp_double);
-        out->t_med = times[steps / 2];
+        out->t_med = zr_median(times, steps); /* sorts times */
         out->t_min = times[0];
         out->compute = sum[0] / steps;
         out->comm = sum[1] / steps;

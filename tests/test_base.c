@@ -110,6 +110,11 @@ static void test_helpers(void)
     TEST_EQ_INT(zr_mul_size_(SIZE_MAX, 2), SIZE_MAX);
     double t0 = zr_now();
     TEST_CHECK(zr_now() >= t0);
+    /* the median sorts; an even count gives the mean of the middle two, not the upper one */
+    double odd[3] = {5, 1, 3}, even[4] = {9, 1, 4, 2}, one[1] = {7};
+    TEST_CHECK(zr_median(odd, 3) == 3 && odd[0] == 1 && odd[2] == 5);
+    TEST_CHECK(zr_median(even, 4) == 3 && even[0] == 1 && even[3] == 9);
+    TEST_CHECK(zr_median(one, 1) == 7);
 }
 
 /* ---- thread pool ------------------------------------------------------------ */

@@ -259,6 +259,10 @@ static inline size_t zr_div_up(size_t x, size_t m)
 /* Monotonic wall clock in seconds. */
 double zr_now(void);
 
+/* The median of v[0..n-1], n >= 1 (of an even count, the mean of the two middle values: the
+   upper one alone leans towards the slower half of a set of timings). Sorts v. */
+double zr_median(double *v, int n);
+
 /*
  * The widest x86 vector instructions zr's kernels may use, whatever the CPU
  * has: the environment's ZR_CPU (sse2, avx2, avx512; unset or native: no

@@ -441,6 +441,19 @@ double zr_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double zr_median(double *v, int n)
+{
+    ZR_ASSERT(n > 0);
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* Table-driven CRC-32C, reflected polynomial 0x82F63B78; the table is built on first use. */
 static uint32_t crc_table[256];
 static int crc_ready;

@@ -53,18 +53,6 @@
 enum { REPS = 5 };
 #define WINDOW_S 0.3
 
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double zr_probe_median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
-    return v[n / 2];
-}
-
 /* Agree on the largest value over world, in units of 1/scale (picoseconds for times). */
 static zr_status max_over(zr_comm *c, double *v, int n, double scale)
 {
@@ -291,7 +279,7 @@ static zr_status time_exchange(zr_comm *c, zr_group g, size_t bytes, int reps, c
             t[r - 1] = zr_now() - t0;
         }
     }
-    *out = zr_probe_median(t, reps);
+    *out = zr_median(t, reps);
     return ZR_OK;
 }
 
@@ -330,7 +318,7 @@ static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, 
         double moved = t_x - (total - t_c);
         est[r] = fmin(1.0, fmax(0.0, moved / t_c));
     }
-    *f = zr_probe_median(est, 3);
+    *f = zr_median(est, 3);
     return ZR_OK;
 }
 

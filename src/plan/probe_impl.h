@@ -9,7 +9,6 @@
 #include "zr/plan.h"
 
 /* The median of v (reordered), and the slowest rank's value of each of v over c's world. */
-double zr_probe_median(double *v, int n);
 zr_status zr_probe_slowest(zr_comm *c, double *v, int n);
 
 /*

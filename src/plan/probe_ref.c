@@ -22,16 +22,18 @@
  * rank), on the real engine and model, CAL_BLOCKS rounds of CAL_STEPS steps
  * each (after CAL_WARM that warm up), and records their split as the trainer
  * reports it; cost.c calibrates the cost model on them. Each figure is the
- * median of its six steps, the rounds spreading them over the probe; on a
- * shared machine one probe's can still be 20-35% off another launch's
- * (bench/cluster/README.md). This adds 30 steps of the model to the probe,
- * 15 where the first round took over CAL_ROUND_S (GPT-2 124M on a CPU: a
- * step takes seconds).
+ * median of its twelve steps, the rounds spreading them over the probe: a
+ * shared machine's speed drifts, and the training the plan is for runs
+ * longer than the probe (on the 2-core VM of bench/cluster/README.md, two
+ * rounds of one probe, seconds apart, measured ZeRO-3 at 330-360 and
+ * 265-287 ms; one probe's figures can be 20-35% off another launch's). This
+ * adds 60 steps of the model to the probe, fewer rounds where they would take
+ * over CAL_BUDGET_S (GPT-2 124M on a CPU: a step takes seconds).
  */
 /* the second step of a fresh engine still grows its pool (cost.c): two steps warm up */
-enum { CAL_WARM = 2, CAL_STEPS = 3, CAL_BLOCKS = 2, CAL_N = CAL_STEPS * CAL_BLOCKS };
+enum { CAL_WARM = 2, CAL_STEPS = 3, CAL_BLOCKS = 4, CAL_N = CAL_STEPS * CAL_BLOCKS };
 _Static_assert(CAL_STEPS == 3, "the info line prints three steps");
-#define CAL_ROUND_S 20.0 /* a first round longer than this is the only one */
+#define CAL_BUDGET_S 60.0 /* no round starts that would end the rounds past this, but the first */
 
 zr_plan_choice zr_probe_reference(int r, int b, long long prefetch_bucket)
 {
@@ -158,8 +160,8 @@ void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_g
         }
     }
     int rounds = CAL_BLOCKS;
+    double t0 = zr_now();
     for (int b = 0; b < rounds; b++) {
-        double t0 = zr_now();
         for (int r = 0; r < 3; r++) {
             if (!ok[r] || (r < 2 && !(ok[0] && ok[1]))) {
                 continue;
@@ -177,10 +179,12 @@ void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_g
                         1e3 * k[1][2], 1e3 * k[2][2]);
             }
         }
-        /* a model whose steps take seconds: one round (a long step varies less, too) */
+        /* a model whose steps take seconds: as many rounds as the budget holds at the rate so
+           far (a long step varies less, too); every rank decides on the slowest's time */
         double t[1] = {zr_now() - t0};
-        if (b == 0 && (zr_probe_slowest(c, t, 1) != ZR_OK || t[0] > CAL_ROUND_S)) {
-            rounds = 1;
+        if (b + 1 < rounds &&
+            (zr_probe_slowest(c, t, 1) != ZR_OK || t[0] * (b + 2) / (b + 1) > CAL_BUDGET_S)) {
+            rounds = b + 1;
         }
     }
     int n = rounds * CAL_STEPS;
@@ -201,7 +205,7 @@ void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_g
             for (int k = 0; k < n; k++) {
                 v[k] = rec[r][k][j];
             }
-            *f[j] = zr_probe_median(v, n);
+            *f[j] = zr_median(v, n);
         }
     }
 }
