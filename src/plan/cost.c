@@ -45,13 +45,16 @@
  *            on every byte is time the computation does not get
  *   k_optim  the optimizer's measured over priced time
  *   t_sync   the least a synchronising wait exposes (a rank descheduled
- *            while its peers arrive), fitted so that the references' exposed
- *            time is what they measured; where they measured less than the
- *            probe's transfers predict, k_comm < 1 scales transfer times
- *            instead (more of them hid behind computation than the probe's
- *            overlap says, or the probe's link figures are off). Both are
- *            fitted with the computation already calibrated: its length sets
- *            how much of a transfer the overlap hides
+ *            while its peers arrive), and
+ *   k_comm   a scale on transfer times: in a step a transfer can take longer
+ *            than in the probe, whose cores did nothing else, or hide better
+ *            behind computation than the probe's overlap says. For stage 3
+ *            the pair that lands both references' exposed time where they
+ *            measured (a floor alone adds alike to two steps whose bytes
+ *            differ by half); for one reference, the floor, or a scale under
+ *            1 where it waited less than its transfers say. Both are fitted
+ *            with the computation already calibrated: its length sets how
+ *            much of a transfer the overlap hides
  *
  * all from the two ZeRO-3 references, for stage 3. Stages 0-2 reduce at the
  * step what stage 3 reduces during backward, and stage 0 updates the whole
@@ -468,13 +471,19 @@ static double sync_floor(const double *w, int n, double target)
 
 enum { MAX_WAITS = 1 << 14, NREF = 3 };
 
-/* The references lo..hi-1 priced with f at no floor: their target and exposed waiting, summed. */
+/* What references lo..hi-1 priced with f at no floor leave: per reference, the exposure its step
+   measured (target) and the priced one, and its synchronising waits (nw of them, in w after the
+   earlier references'). */
+typedef struct ref_waits {
+    double target[NREF], exposed[NREF];
+    int nw[NREF], n; /* n: all of them */
+} ref_waits;
+
 static zr_status price_refs(const zr_train_config *cfg, int vocab, const zr_probe *p, int lo,
-                            int hi, const calib *f, double k_optim_replicated, double *w, int *nw,
-                            double *target, double *exposed)
+                            int hi, const calib *f, double k_optim_replicated, double *w,
+                            ref_waits *rw)
 {
-    *target = *exposed = 0;
-    *nw = 0;
+    memset(rw, 0, sizeof *rw);
     for (int i = lo; i < hi; i++) {
         zr_plan_choice ref = zr_probe_reference(i, p->cal_batch, (long long)p->cal_prefetch);
         calib use = *f;
@@ -483,58 +492,144 @@ static zr_status price_refs(const zr_train_config *cfg, int vocab, const zr_prob
             use.k_optim = k_optim_replicated;
         }
         zr_plan_cost r;
-        int m = 0;
-        ZR_CHECK(cost_with(cfg, vocab, p->nodes, p->ranks_per_node, &ref, p, &use, w + *nw,
-                           NREF * MAX_WAITS - *nw, &m, &r));
-        *nw += m;
-        *target += p->cal_step[i] - r.t_compute - r.t_codec - r.t_optim;
-        *exposed += r.t_exposed;
+        ZR_CHECK(cost_with(cfg, vocab, p->nodes, p->ranks_per_node, &ref, p, &use, w + rw->n,
+                           NREF * MAX_WAITS - rw->n, &rw->nw[i], &r));
+        rw->n += rw->nw[i];
+        rw->target[i] = p->cal_step[i] - r.t_compute - r.t_codec - r.t_optim;
+        rw->exposed[i] = r.t_exposed;
     }
     return ZR_OK;
 }
 
-/*
- * The waits of references lo..hi-1, fitted with the computation already
- * calibrated in f (its length sets how much of a transfer the overlap hides):
- * a floor per synchronising wait where they waited longer than their
- * transfers say, exact over the waits recorded; a scale on the transfers
- * where they waited less, found by bisection (the overlap hides a scaled
- * transfer more than in proportion, so no one ratio is exact).
- */
-static zr_status fit_waits(const zr_train_config *cfg, int vocab, const zr_probe *p, int lo, int hi,
-                           double k_optim_replicated, double *w, calib *f)
+/* The floor per wait that makes the pooled exposure of lo..hi-1 their pooled target; 0 where
+   they waited less than priced at no floor. Sorts w (a copy: the caller's keeps its order). */
+static double pooled_floor(const ref_waits *rw, int lo, int hi, const double *w, double *sorted)
 {
-    double target, exposed;
-    int n;
+    double target = 0, exposed = 0, sync = 0;
+    for (int i = lo; i < hi; i++) {
+        target += rw->target[i], exposed += rw->exposed[i];
+    }
+    if (target < exposed) {
+        return 0;
+    }
+    for (int i = 0; i < rw->n; i++) {
+        sync += w[i];
+        sorted[i] = w[i];
+    }
+    qsort(sorted, (size_t)rw->n, sizeof *sorted, cmp_double);
+    return sync_floor(sorted, rw->n, target - (exposed - sync));
+}
+
+/*
+ * The waits of one reference (stage 0's), fitted with the computation already
+ * calibrated in f (its length sets how much of a transfer the overlap hides):
+ * a floor per synchronising wait where it waited longer than its transfers
+ * say, exact over the waits recorded; a scale on the transfers where it
+ * waited less, found by bisection (the overlap hides a scaled transfer more
+ * than in proportion, so no one ratio is exact).
+ */
+static zr_status fit_waits_one(const zr_train_config *cfg, int vocab, const zr_probe *p, int r,
+                               double k_optim_replicated, double *w, calib *f)
+{
+    ref_waits rw;
     f->k_comm = 1, f->t_sync = 0;
-    ZR_CHECK(price_refs(cfg, vocab, p, lo, hi, f, k_optim_replicated, w, &n, &target, &exposed));
-    if (target >= exposed) {
-        double sync = 0;
-        for (int i = 0; i < n; i++) {
-            sync += w[i];
-        }
-        qsort(w, (size_t)n, sizeof *w, cmp_double);
-        f->t_sync = sync_floor(w, n, target - (exposed - sync));
+    ZR_CHECK(price_refs(cfg, vocab, p, r, r + 1, f, k_optim_replicated, w, &rw));
+    if (rw.target[r] >= rw.exposed[r]) {
+        f->t_sync = pooled_floor(&rw, r, r + 1, w, w + rw.n);
         return ZR_OK;
     }
     /* exposure grows with the scale: exposed(lo_k) <= target < exposed(hi_k) */
     double lo_k = 0.1, hi_k = 1;
     f->k_comm = lo_k;
-    ZR_CHECK(price_refs(cfg, vocab, p, lo, hi, f, k_optim_replicated, w, &n, &target, &exposed));
-    if (exposed >= target) {
+    ZR_CHECK(price_refs(cfg, vocab, p, r, r + 1, f, k_optim_replicated, w, &rw));
+    if (rw.exposed[r] >= rw.target[r]) {
         return ZR_OK; /* the transfers hide ten times better than measured: no further */
     }
     for (int it = 0; it < 40 && hi_k - lo_k > 1e-12; it++) {
         f->k_comm = 0.5 * (lo_k + hi_k);
-        ZR_CHECK(
-            price_refs(cfg, vocab, p, lo, hi, f, k_optim_replicated, w, &n, &target, &exposed));
-        if (exposed > target) {
+        ZR_CHECK(price_refs(cfg, vocab, p, r, r + 1, f, k_optim_replicated, w, &rw));
+        if (rw.exposed[r] > rw.target[r]) {
             hi_k = f->k_comm;
         } else {
             lo_k = f->k_comm;
         }
     }
     return ZR_OK;
+}
+
+/* The two stage 3 references with transfers scaled by k (set in f): the floor that fits their
+   pooled exposure (set in f; 0 where they waited less than priced at no floor, *over then the
+   pooled excess) and how far ZeRO-3's exposure lands from what it measured (*r0). */
+static zr_status pair_at(const zr_train_config *cfg, int vocab, const zr_probe *p, double k,
+                         double *w, calib *f, double *r0, double *over)
+{
+    ref_waits rw;
+    f->k_comm = k, f->t_sync = 0;
+    ZR_CHECK(price_refs(cfg, vocab, p, 0, 2, f, 1, w, &rw));
+    f->t_sync = pooled_floor(&rw, 0, 2, w, w + rw.n);
+    double e = rw.exposed[0];
+    for (int j = 0; j < rw.nw[0]; j++) {
+        e += fmax(w[j], f->t_sync) - w[j];
+    }
+    *r0 = e - rw.target[0];
+    *over = rw.exposed[0] + rw.exposed[1] - rw.target[0] - rw.target[1];
+    return ZR_OK;
+}
+
+/*
+ * Stage 3's waits from its two references, with the computation already
+ * calibrated in f: a scale on the transfers (k_comm) and a floor per
+ * synchronising wait (t_sync), the pair that lands both references' steps
+ * where they measured. One figure cannot: a floor adds alike to two steps
+ * whose bytes differ by half or more, and on slow links the step that moves
+ * more also waited more than its transfers say (bench/cluster: 4x1 at
+ * 1 Gbit/s, ZeRO-3 under-priced by 9% and the rows with qwZ over-priced by
+ * 5-8% with a floor alone). For each scale the floor fits the pooled
+ * exposure, exactly up to the scale k_x at which the transfers alone reach
+ * it; within 0.1..k_x, ZeRO-3's share grows with the scale (it moves more),
+ * so bisection finds the scale that leaves it exact too, or the end of the
+ * range nearest to it.
+ */
+static zr_status fit_waits_pair(const zr_train_config *cfg, int vocab, const zr_probe *p, double *w,
+                                calib *f)
+{
+    const double k_lo = 0.1, k_hi = 10;
+    double r_lo, r_hi, over, r;
+    /* k_x: the scale where the pooled exposure at no floor is the pooled target */
+    ZR_CHECK(pair_at(cfg, vocab, p, k_lo, w, f, &r_lo, &over));
+    if (over >= 0) {
+        return ZR_OK; /* the transfers hide ten times better than measured: no further */
+    }
+    double a = k_lo, b = k_hi;
+    ZR_CHECK(pair_at(cfg, vocab, p, k_hi, w, f, &r_hi, &over));
+    if (over > 0) {
+        for (int it = 0; it < 60 && b - a > 1e-12 * b; it++) {
+            double m = 0.5 * (a + b);
+            ZR_CHECK(pair_at(cfg, vocab, p, m, w, f, &r, &over));
+            if (over > 0) {
+                b = m;
+            } else {
+                a = m;
+            }
+        }
+        ZR_CHECK(pair_at(cfg, vocab, p, a, w, f, &r_hi, &over));
+        b = a;
+    }
+    /* within k_lo..b the pooled exposure is exact; ZeRO-3's residual grows with the scale */
+    if (r_lo >= 0 || r_hi <= 0) {
+        return pair_at(cfg, vocab, p, r_lo >= 0 ? k_lo : b, w, f, &r, &over);
+    }
+    a = k_lo;
+    for (int it = 0; it < 60 && b - a > 1e-12 * b; it++) {
+        double m = 0.5 * (a + b);
+        ZR_CHECK(pair_at(cfg, vocab, p, m, w, f, &r, &over));
+        if (r > 0) {
+            b = m;
+        } else {
+            a = m;
+        }
+    }
+    return pair_at(cfg, vocab, p, 0.5 * (a + b), w, f, &r, &over);
 }
 
 /* The computation's factors from the two stage 3 references: k busy_i + c bytes_i = measured_i. */
@@ -581,13 +676,13 @@ zr_status zr_plan_calibrate(const zr_train_config *cfg, int vocab, const zr_prob
     }
     out->k_optim_replicated = kr; /* stages 1 and 2 shard the optimizer as stage 3 does */
     double *w = NULL;
-    ZR_ALLOC(w, NREF * (size_t)MAX_WAITS);
-    /* stage 3's waits on both ZeRO-3 references pooled; stages 0-2 reduce at the step what
-       stage 3 reduces during backward: theirs on stage 0's reference, where it ran */
-    zr_status st = fit_waits(cfg, vocab, p, 0, 2, kr, w, &out->stage3);
+    ZR_ALLOC(w, 2 * NREF * (size_t)MAX_WAITS); /* the waits, and a sorted copy */
+    /* stage 3's waits on both ZeRO-3 references; stages 0-2 reduce at the step what stage 3
+       reduces during backward: theirs on stage 0's reference, where it ran */
+    zr_status st = fit_waits_pair(cfg, vocab, p, w, &out->stage3);
     out->stage012 = out->stage3;
     if (st == ZR_OK && nref == 3) {
-        st = fit_waits(cfg, vocab, p, 2, 3, kr, w, &out->stage012);
+        st = fit_waits_one(cfg, vocab, p, 2, kr, w, &out->stage012);
     }
     zr_free(w);
     return st;

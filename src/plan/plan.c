@@ -43,12 +43,37 @@ void zr_plan_describe(const zr_plan_choice *ch, char *buf, size_t n)
     snprintf(buf, n, "stage %d%s, micro %d x %d%s", ch->stage, q, ch->micro_batch, ch->accum, pre);
 }
 
+/*
+ * Whether a ranks before b: faster, then smaller. A tie in both goes to the
+ * larger prefetch budget: the cost model lets a posted transfer move during
+ * computation at the probe's overlap whatever is queued behind it, and once
+ * the link is the bottleneck one unit ahead and all of them price alike; but
+ * what is posted early is handed to the kernel's socket buffers, which send
+ * it while the rank computes, and where such a tie was measured
+ * (bench/cluster, 1 Gbit/s) the larger budget was the faster, by 3-13%. The
+ * rest of the choice then orders the ties, so the pick never depends on how
+ * qsort orders equal entries.
+ */
 static int better(const zr_plan_entry *a, const zr_plan_entry *b)
 {
     if (a->cost.tokens_per_s != b->cost.tokens_per_s) {
         return a->cost.tokens_per_s > b->cost.tokens_per_s;
     }
-    return a->cost.mem.total < b->cost.mem.total; /* a tie goes to the smaller footprint */
+    if (a->cost.mem.total != b->cost.mem.total) {
+        return a->cost.mem.total < b->cost.mem.total;
+    }
+    const zr_plan_choice *x = &a->choice, *y = &b->choice;
+    if (x->prefetch_bucket != y->prefetch_bucket) {
+        return x->prefetch_bucket > y->prefetch_bucket;
+    }
+    const int u[] = {x->stage, x->qwz, x->qwz_bits, x->hpz, x->qgz, x->qgz_bits, x->micro_batch},
+              v[] = {y->stage, y->qwz, y->qwz_bits, y->hpz, y->qgz, y->qgz_bits, y->micro_batch};
+    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
+        if (u[i] != v[i]) {
+            return u[i] < v[i];
+        }
+    }
+    return 0;
 }
 
 static int cmp_entry(const void *x, const void *y)
