@@ -26,6 +26,8 @@
 # Uses K, ROUNDS, RATES, LAYOUTS, OUT, ZR, CLUSTER, MODEL, owned/cleanup and keep_results of run.sh.
 
 PLAN_MODES="zero3_bf16 qwz hpz qgz zeropp config"
+# a plan row's configuration as the rows name it (replay.sh matches on it)
+PLAN_CONFIG_JQ='def config: "stage \(.stage) qwz \(.qwz)/\(.qwz_bits) hpz \(.hpz) qgz \(.qgz)/\(.qgz_bits) prefetch \(.prefetch_bucket) micro \(.micro_batch)x\(.accum)";'
 # --max-seq-len 32: zr bench train's model (its position table is seq_len long)
 PLAN_MODEL=(--layers 4 --channels 512 --heads 8 --seq-len 32 --max-seq-len 32 --micro-batch 1 --threads 1)
 
@@ -107,6 +109,7 @@ run_plan() {
     local rows="$OUT/plan_rows.jsonl" t0=$SECONDS layout n d rate tag mode
     : >"$rows" || return 1
     : >"$OUT/plan_confirm.jsonl" || return 1
+    : >"$OUT/plan_probes.jsonl" || return 1
     for layout in $LAYOUTS; do
         n=${layout%x*}
         d=${layout#*x}
@@ -124,6 +127,10 @@ run_plan() {
                 --write-config "$OUT/pick-$tag.json" >"$OUT/plan-$tag.json" 2>"$OUT/logs/$tag-plan.log" ||
                 { echo "run.sh: zr plan failed: see $OUT/logs/$tag-plan.log" >&2; return 1; }
             echo "$tag: plan picks $(jq -r .why "$OUT/plan-$tag.json" | cut -d: -f1)" >&2
+            # the probe kept with the results: replay.sh prices the measured rows again with
+            # another version of the cost model, without the machine's noise of a new run
+            jq -c --arg cell "$layout $rate" '{cell: $cell, probe: .}' "$OUT/probe-$tag.json" \
+                >>"$OUT/plan_probes.jsonl" || return 1
             # R rounds, every mode once per round: a drift of this shared machine during the
             # cell falls on every mode alike, and the median round of each mode is kept
             local meas="$OUT/meas-$tag.jsonl" round
@@ -136,7 +143,7 @@ run_plan() {
             plan_confirm "$tag" "$n" "$d" "$meas" || return 1
             for mode in $PLAN_MODES; do
                 jq -s -c --arg layout "$layout" --arg rate "$rate" --arg mode "$mode" \
-                    --slurpfile plan "$OUT/plan-$tag.json" '
+                    --slurpfile plan "$OUT/plan-$tag.json" "$PLAN_CONFIG_JQ"'
                     map(select(.mode == $mode)) | sort_by(.m.step_ms) as $r
                     | $r[($r | length) / 2 | floor] as $med
                     | $med.m as $m | ($r | map(.m.rss_peak_bytes) | max) as $rss
@@ -150,7 +157,7 @@ run_plan() {
                        pred_compute_ms: $p.compute_ms, pred_codec_ms: $p.codec_ms,
                        pred_exposed_ms: $p.exposed_ms, pred_comm_ms: $p.comm_ms,
                        pred_memory_bytes: $p.memory_bytes, pred_inter_bytes: ($p.inter_bytes * $med.ranks),
-                       config: ($p | "stage \(.stage) qwz \(.qwz)/\(.qwz_bits) hpz \(.hpz) qgz \(.qgz)/\(.qgz_bits) prefetch \(.prefetch_bucket) micro \(.micro_batch)x\(.accum)"),
+                       config: ($p | config),
                        step_err: (($p.step_ms - $m.step_ms) / $m.step_ms),
                        mem_err: (($p.memory_bytes - $rss) / $rss)}' "$meas" \
                     >>"$rows" || { echo "run.sh: cannot summarize $meas" >&2; return 1; }
@@ -211,7 +218,7 @@ plan_report() {
         jq -r '"plan_step_time_mape = \(.plan_step_time_mape * 1000 | round / 1000) (without the reference zero3_bf16: \(.plan_step_time_mape_unreferenced * 1000 | round / 1000); median \(.plan_step_time_err_median * 1000 | round / 1000)), plan_memory_max_err = \(.plan_memory_max_err * 1000 | round / 1000), plan_pick_vs_best_min = \(.plan_pick_vs_best_min * 1000 | round / 1000), confirmed \(if .plan_pick_confirmed_min == null then "-" else (.plan_pick_confirmed_min * 1000 | round / 1000) end); benchmark time \(.seconds) s."' "$OUT/plan_summary.json"
     } >"$OUT/plan_results.md"
     keep_results "$OUT/plan_results.md" "$OUT/plan_summary.json" "$OUT/plan_rows.jsonl" \
-        "$OUT/plan_confirm.jsonl"
+        "$OUT/plan_confirm.jsonl" "$OUT/plan_probes.jsonl"
     cat "$OUT/plan_results.md" >&2
     jq -c 'del(.rows)' "$OUT/plan_summary.json"
 }
