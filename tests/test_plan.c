@@ -449,9 +449,20 @@ static void test_planner(void)
         zr_plan_describe(w, d, sizeof d);
         TEST_CHECKF(w->stage == 3 && w->qwz && w->qgz && w->hpz == 2, "slow link picked %s", d);
         TEST_CHECK(strstr(r.why, "wins") != NULL);
+        /* ties in time and memory rank the larger prefetch budget first, then a fixed order:
+           no two entries are the same choice, and the order does not depend on qsort's */
+        int ties = 0;
         for (int i = 1; i < r.n; i++) {
-            TEST_CHECK(r.entries[i].cost.tokens_per_s <= r.entries[i - 1].cost.tokens_per_s);
+            const zr_plan_entry *a = &r.entries[i - 1], *b = &r.entries[i];
+            TEST_CHECK(b->cost.tokens_per_s <= a->cost.tokens_per_s);
+            if (b->cost.tokens_per_s == a->cost.tokens_per_s &&
+                b->cost.mem.total == a->cost.mem.total) {
+                ties++;
+                TEST_CHECK(b->choice.prefetch_bucket <= a->choice.prefetch_bucket);
+                TEST_CHECK(memcmp(&a->choice, &b->choice, sizeof a->choice) != 0);
+            }
         }
+        TEST_CHECKF(ties > 0, "no entries tied in time and memory (%d entries)", r.n);
         TEST_EQ_INT(r.considered, r.n + r.over_memory);
     }
     zr_plan_result_free(&r);

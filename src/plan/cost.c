@@ -520,14 +520,9 @@ static double pooled_floor(const ref_waits *rw, int lo, int hi, const double *w,
     return sync_floor(sorted, rw->n, target - (exposed - sync));
 }
 
-/*
- * The waits of one reference (stage 0's), fitted with the computation already
- * calibrated in f (its length sets how much of a transfer the overlap hides):
- * a floor per synchronising wait where it waited longer than its transfers
- * say, exact over the waits recorded; a scale on the transfers where it
- * waited less, found by bisection (the overlap hides a scaled transfer more
- * than in proportion, so no one ratio is exact).
- */
+/* The waits of one reference (stage 0's), with the computation already calibrated in f: a floor
+   per wait where it waited longer than its transfers say; a scale on them where it waited less,
+   by bisection (the overlap hides a scaled transfer more than in proportion). */
 static zr_status fit_waits_one(const zr_train_config *cfg, int vocab, const zr_probe *p, int r,
                                double k_optim_replicated, double *w, calib *f)
 {
@@ -596,18 +591,14 @@ static zr_status pair_bisect(const zr_train_config *cfg, int vocab, const zr_pro
 
 /*
  * Stage 3's waits from its two references, with the computation already
- * calibrated in f: a scale on the transfers (k_comm) and a floor per
- * synchronising wait (t_sync), the pair that lands both references' steps
- * where they measured. One figure cannot: a floor adds alike to two steps
- * whose bytes differ by half or more, a scale in proportion to their bytes,
- * and what the references measured falls anywhere between (replayed on the
- * probes of bench/cluster's runs, the pair brought the mean error of the
- * measured rows from 0.088 to 0.083). For each scale the floor fits the
- * pooled exposure, exactly up to the scale k_x at which the transfers alone
- * reach it; within 0.1..k_x, ZeRO-3's share grows with the scale (it moves
- * more), so bisection finds the scale that leaves it exact too, or the end
- * of the range nearest to it (where ZeRO-3 waited relatively longer than the
- * other, k_x: no floor).
+ * calibrated in f: the scale on the transfers (k_comm) and floor per wait
+ * (t_sync) that land both steps where they measured. One figure cannot: a
+ * floor adds alike to steps whose bytes differ by half, a scale in proportion
+ * to their bytes (on bench/cluster's runs, replayed, the pair took the mean
+ * error from 0.088 to 0.083). Each scale's floor fits the pooled exposure,
+ * exactly up to the scale k_x where the transfers alone reach it; within
+ * 0.1..k_x ZeRO-3's share grows with the scale, and bisection finds the one
+ * that leaves it exact too, or the nearer end (k_x: no floor).
  */
 static zr_status fit_waits_pair(const zr_train_config *cfg, int vocab, const zr_probe *p, double *w,
                                 calib *f)

@@ -47,10 +47,11 @@ void zr_plan_describe(const zr_plan_choice *ch, char *buf, size_t n)
  * Whether a ranks before b: faster, then smaller. A tie in both goes to the
  * larger prefetch budget: the cost model lets a posted transfer move during
  * computation at the probe's overlap whatever is queued behind it, and once
- * the link is the bottleneck one unit ahead and all of them price alike; but
- * what is posted early is handed to the kernel's socket buffers, which send
- * it while the rank computes, and where such a tie was measured
- * (bench/cluster, 1 Gbit/s) the larger budget was the faster, by 3-13%. The
+ * the link is the bottleneck one unit ahead and all of them price alike;
+ * where such a tie was measured (bench/cluster, 1 Gbit/s) the larger budget
+ * was the faster, by 3% and 13% (why is a guess, not measured: what is posted
+ * early can sit in the kernel's socket buffers, sent while the rank
+ * computes, which the probe's overlap of one transfer does not see). The
  * rest of the choice then orders the ties, so the pick never depends on how
  * qsort orders equal entries.
  */
