@@ -18,11 +18,14 @@
 #   plan_step_time_err_median  the median of the same errors
 #   plan_memory_max_err    largest |predicted peak - measured peak RSS| / measured
 #   plan_pick_vs_best_min  smallest, over cells, of the pick's measured tokens/s over the best
-#                          measured tokens/s of the cell (the modes and the pick)
+#                          measured tokens/s of the cell (the modes and the pick; a configuration
+#                          launched under two names, the pick and a mode, is measured once: the
+#                          median of both names' rounds)
 #   plan_pick_confirmed_min  the same from fresh rounds (plan_confirm): the pick against the
 #                          fastest other mode of the first rounds, both launched again ROUNDS
 #                          times, interleaved; 1 where the pick is the faster (or the same
 #                          configuration). plan_confirm.jsonl holds those rounds per cell
+# plan_probes.jsonl keeps every cell's probe with the results, for replay.sh.
 # Uses K, ROUNDS, RATES, LAYOUTS, OUT, ZR, CLUSTER, MODEL, owned/cleanup and keep_results of run.sh.
 
 PLAN_MODES="zero3_bf16 qwz hpz qgz zeropp config"
@@ -181,11 +184,18 @@ plan_report() {
         | ($rows | map(.step_err | fabs)) as $e
         | ($rows | map(.mem_err | fabs)) as $m
         | ($rows | group_by(.layout + " " + .rate) | map(
-            (map(.tokens_per_s) | max) as $best
-            | {cell: (.[0].layout + " " + .[0].rate), pick: (map(select(.mode == "config"))[0]),
-               best: $best}
+            # a configuration launched under two names (the pick is often one of the modes) is
+            # one configuration: its rounds pooled, their median its measurement
+            (.[0].tokens_per_s * .[0].step_ms) as $tokms
+            | (group_by(.config) | map({config: .[0].config,
+                                        tokens_per_s: ($tokms / ([.[].round_step_ms[]] | median))}))
+              as $byconf
+            | (map(select(.mode == "config"))[0].config) as $pc
+            | {cell: (.[0].layout + " " + .[0].rate), pick_config: $pc,
+               pick: ($byconf | map(select(.config == $pc)))[0],
+               best: ($byconf | map(.tokens_per_s) | max)}
             | .cell as $c | ($confirm | map(select(.cell == $c)))[0] as $k
-            | {cell, pick_config: .pick.config, pick_tokens_per_s: .pick.tokens_per_s,
+            | {cell, pick_config, pick_tokens_per_s: .pick.tokens_per_s,
                best_tokens_per_s: .best, pick_vs_best: (.pick.tokens_per_s / .best),
                rival: $k.rival,
                pick_vs_rival_confirmed: (if $k == null then null elif $k.same then 1
