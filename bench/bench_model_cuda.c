@@ -188,10 +188,13 @@ static zr_status step(gstate *b, int t, int timed)
     return mark(b, timed, NPH);
 }
 
-static int cmp_float(const void *a, const void *b)
+/* Milliseconds between two recorded events, as a double for zr_median. */
+static zr_status elapsed(zr_event *from, zr_event *to, double *ms)
 {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
+    float f = 0;
+    ZR_CHECK(zr_event_elapsed_ms(from, to, &f));
+    *ms = f;
+    return ZR_OK;
 }
 
 /*
@@ -199,9 +202,9 @@ static int cmp_float(const void *a, const void *b)
  * steps timed by phases (phase[k]): the events between the phases are kept
  * out of the first figure.
  */
-static zr_status time_steps(gstate *b, int reps, float *ms, float phase[NPH], float *phased)
+static zr_status time_steps(gstate *b, int reps, double *ms, double phase[NPH], double *phased)
 {
-    float t[16], tp[NPH][16], tw[16];
+    double t[16], tp[NPH][16], tw[16];
     ZR_ASSERT(reps >= 1 && reps <= 16);
     ZR_CHECK(step(b, 1, 0));
     for (int r = 0; r < reps; r++) {
@@ -209,24 +212,21 @@ static zr_status time_steps(gstate *b, int reps, float *ms, float phase[NPH], fl
         ZR_CHECK(step(b, r + 2, 0));
         ZR_CHECK(zr_event_record(b->e1, b->s));
         ZR_CHECK(zr_event_sync(b->e1));
-        ZR_CHECK(zr_event_elapsed_ms(b->e0, b->e1, &t[r]));
+        ZR_CHECK(elapsed(b->e0, b->e1, &t[r]));
     }
     for (int r = 0; r < reps; r++) {
         ZR_CHECK(step(b, reps + r + 2, 1));
         ZR_CHECK(zr_event_sync(b->ph[NPH]));
         for (int k = 0; k < NPH; k++) {
-            ZR_CHECK(zr_event_elapsed_ms(b->ph[k], b->ph[k + 1], &tp[k][r]));
+            ZR_CHECK(elapsed(b->ph[k], b->ph[k + 1], &tp[k][r]));
         }
-        ZR_CHECK(zr_event_elapsed_ms(b->ph[0], b->ph[NPH], &tw[r]));
+        ZR_CHECK(elapsed(b->ph[0], b->ph[NPH], &tw[r]));
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_float);
-    *ms = t[reps / 2];
+    *ms = zr_median(t, reps);
     for (int k = 0; k < NPH; k++) {
-        qsort(tp[k], (size_t)reps, sizeof tp[k][0], cmp_float);
-        phase[k] = tp[k][reps / 2];
+        phase[k] = zr_median(tp[k], reps);
     }
-    qsort(tw, (size_t)reps, sizeof *tw, cmp_float);
-    *phased = tw[reps / 2];
+    *phased = zr_median(tw, reps);
     return ZR_OK;
 }
 
@@ -236,7 +236,7 @@ static zr_status gemm_rate(gstate *b, int M, int N, int K, int reps, double *tfl
     zr_blas *blas = NULL;
     void *A = NULL, *B = NULL, *C = NULL;
     zr_status st = zr_blas_create(b->s, ZR_DTYPE_BF16, &blas);
-    float t[16];
+    double t[16];
     ZR_ASSERT(reps >= 1 && reps <= 16);
     if (st != ZR_OK) {
         goto done;
@@ -254,10 +254,9 @@ static zr_status gemm_rate(gstate *b, int M, int N, int K, int reps, double *tfl
         ZR_CHECK_GOTO(zr_blas_gemm(blas, &g, A, B, C), st, done);
         ZR_CHECK_GOTO(zr_event_record(b->e1, b->s), st, done);
         ZR_CHECK_GOTO(zr_event_sync(b->e1), st, done);
-        ZR_CHECK_GOTO(zr_event_elapsed_ms(b->e0, b->e1, &t[r]), st, done);
+        ZR_CHECK_GOTO(elapsed(b->e0, b->e1, &t[r]), st, done);
     }
-    qsort(t, (size_t)reps, sizeof *t, cmp_float);
-    *tflops = 2.0 * M * N * (double)K / (t[reps / 2] * 1e-3) * 1e-12;
+    *tflops = 2.0 * M * N * (double)K / (zr_median(t, reps) * 1e-3) * 1e-12;
 done:
     if (b->s != NULL) {
         (void)zr_stream_sync(b->s);
@@ -324,7 +323,7 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
            desc, quick ? "small (--quick)" : "124M", T, reps,
            quick ? "; --quick: a smoke test, not a measurement" : "");
     int B = 0;
-    float ms = 0, phase[NPH] = {0}, phased = 0;
+    double ms = 0, phase[NPH] = {0}, phased = 0;
     double gemm = 0;
     st = zr_stream_create(&b.dev, &b.s);
     if (st == ZR_OK) {

@@ -127,16 +127,10 @@ static zr_status run_op(gbench *b, int op)
     return ZR_OK;
 }
 
-static int cmp_float(const void *a, const void *b)
-{
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median milliseconds of reps launches of op, after one warm-up. */
-static zr_status time_op(gbench *b, int op, int reps, float *ms)
+static zr_status time_op(gbench *b, int op, int reps, double *ms)
 {
-    float t[64];
+    double t[64];
     reps = reps > 64 ? 64 : reps < 1 ? 1 : reps;
     ZR_CHECK(run_op(b, op));
     for (int i = 0; i < reps; i++) {
@@ -144,10 +138,11 @@ static zr_status time_op(gbench *b, int op, int reps, float *ms)
         ZR_CHECK(run_op(b, op));
         ZR_CHECK(zr_event_record(b->e1, b->s));
         ZR_CHECK(zr_event_sync(b->e1));
-        ZR_CHECK(zr_event_elapsed_ms(b->e0, b->e1, &t[i]));
+        float f = 0;
+        ZR_CHECK(zr_event_elapsed_ms(b->e0, b->e1, &f));
+        t[i] = f;
     }
-    qsort(t, (size_t)reps, sizeof t[0], cmp_float);
-    *ms = reps % 2 ? t[reps / 2] : 0.5f * (t[reps / 2 - 1] + t[reps / 2]);
+    *ms = zr_median(t, reps);
     return ZR_OK;
 }
 
@@ -239,7 +234,7 @@ static zr_status bench_size(gbench *b, int reps, grow *rows, int *nrows, double 
         } else if (op == OP_DEC4_F32) {
             ZR_CHECK(run_op(b, OP_ENC4_F32));
         }
-        float ms, ms_copy;
+        double ms, ms_copy;
         ZR_CHECK(time_op(b, op, reps, &ms));
         size_t bytes = op_bytes(op, b->n);
         /* the copy of the same bytes, timed right after, on the same buffers */
