@@ -28,6 +28,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -70,6 +71,37 @@ static int doubled_prefix(const char *text)
 }
 
 /*
+ * Reads a command's output into r->out (the first 64 KiB; all of it is
+ * scanned: a sanitizer report or a doubled "rank R: " prefix fails the test).
+ */
+static void capture(FILE *p, const char *cmd, run_result *r)
+{
+    size_t n = 0;
+    char line[4096];
+    int report = 0;
+    while (fgets(line, sizeof line, p) != NULL) {
+        size_t k = strlen(line);
+        if (!report && sanitizer_report(line)) {
+            report = 1;
+            TEST_CHECKF(0, "sanitizer report from: %.300s\n%s", cmd, line);
+        }
+        TEST_CHECKF(!doubled_prefix(line), "doubled rank prefix from: %.300s\n%s", cmd, line);
+        if (k > sizeof r->out - 1 - n) {
+            k = sizeof r->out - 1 - n;
+        }
+        memcpy(r->out + n, line, k);
+        n += k;
+    }
+    r->out[n] = '\0';
+}
+
+/* A wait status as a shell gives it: the exit status, or 128+signal. */
+static int exit_code(int st)
+{
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/*
  * Run a shell command, capturing stdout and stderr together (the first 64
  * KiB; all of it is read and scanned for sanitizer reports and for a doubled
  * "rank R: " prefix, which fail the test that ran the command whatever its
@@ -91,26 +123,75 @@ static int sh(const char *fmt, ...)
         res.code = -1;
         return -1;
     }
-    size_t n = 0;
-    char line[4096];
-    int report = 0;
-    while (fgets(line, sizeof line, p) != NULL) {
-        size_t k = strlen(line);
-        if (!report && sanitizer_report(line)) {
-            report = 1;
-            TEST_CHECKF(0, "sanitizer report from: %.300s\n%s", cmd, line);
-        }
-        TEST_CHECKF(!doubled_prefix(line), "doubled rank prefix from: %.300s\n%s", cmd, line);
-        if (k > sizeof res.out - 1 - n) {
-            k = sizeof res.out - 1 - n;
-        }
-        memcpy(res.out + n, line, k);
-        n += k;
-    }
-    res.out[n] = '\0';
-    int st = pclose(p);
-    res.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    capture(p, cmd, &res);
+    res.code = exit_code(pclose(p));
     return res.code;
+}
+
+/*
+ * Runs n independent shell commands, PAR_RUNS at a time, each one's output and
+ * exit status into out[i] as sh() gives them. Most bad-input runs spend their
+ * second waiting on the MPI launcher, not computing: run side by side, 26 of
+ * them take half the time. The commands must not share a checkpoint folder
+ * (the lock would refuse all but one of them).
+ */
+#define PAR_RUNS 4
+
+static void sh_all(int n, char *const cmds[], run_result *out)
+{
+    pid_t pid[PAR_RUNS] = {0};
+    int slot_of[PAR_RUNS];
+    int next = 0, running = 0;
+    while (next < n || running > 0) {
+        if (next < n && running < PAR_RUNS) {
+            int s = 0;
+            while (pid[s] != 0) {
+                s++;
+            }
+            char file[4200];
+            snprintf(file, sizeof file, "%s/par_%d.out", work, next);
+            pid_t c = fork();
+            if (c == 0) {
+                int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                int in = open("/dev/null", O_RDONLY);
+                if (fd < 0 || in < 0 || dup2(fd, 1) < 0 || dup2(1, 2) < 0 || dup2(in, 0) < 0) {
+                    _exit(126);
+                }
+                execl("/bin/sh", "sh", "-c", cmds[next], (char *)NULL);
+                _exit(127);
+            }
+            TEST_CHECKF(c > 0, "fork: %s", strerror(errno));
+            if (c < 0) {
+                out[next++].code = -1;
+                continue;
+            }
+            pid[s] = c;
+            slot_of[s] = next++;
+            running++;
+            continue;
+        }
+        int st;
+        pid_t c = waitpid(-1, &st, 0);
+        for (int s = 0; s < PAR_RUNS; s++) {
+            if (c > 0 && pid[s] == c) {
+                out[slot_of[s]].code = exit_code(st);
+                pid[s] = 0;
+                running--;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        char file[4200];
+        snprintf(file, sizeof file, "%s/par_%d.out", work, i);
+        FILE *f = fopen(file, "r");
+        TEST_CHECKF(f != NULL, "%s: %s", file, strerror(errno));
+        out[i].out[0] = '\0';
+        if (f != NULL) {
+            capture(f, cmds[i], &out[i]);
+            fclose(f);
+            unlink(file);
+        }
+    }
 }
 
 /* mpirun with np ranks in nodes of rpn, running "zr train <args>". */
@@ -118,6 +199,57 @@ static int train(int np, int rpn, const char *args)
 {
     return sh("timeout -k 5 120 mpirun.openmpi -np %d -x ZR_RANKS_PER_NODE=%d %s train %s", np, rpn,
               zr_bin, args);
+}
+
+/* The bad-input cases below: each runs "zr train" with TINY, steps and the case's arguments. */
+typedef struct bad_case {
+    const char *name;
+    int np;
+    const char *args; /* %s = work dir (up to three times) */
+    const char *expect;
+    int code;
+} bad_case;
+
+/*
+ * Runs the cases side by side (sh_all) and checks each one's exit code and
+ * message: one message, printed once, never a hang or an MPI abort trace.
+ */
+static void expect_errors(const bad_case *cases, int n, int steps)
+{
+    char **cmds = calloc((size_t)n, sizeof *cmds);
+    run_result *out = calloc((size_t)n, sizeof *out);
+    TEST_CHECK(cmds != NULL && out != NULL);
+    for (int i = 0; cmds != NULL && out != NULL && i < n; i++) {
+        char args[8192];
+        snprintf(args, sizeof args, cases[i].args, work, work, work);
+        cmds[i] = malloc(9000);
+        TEST_CHECK(cmds[i] != NULL);
+        if (cmds[i] == NULL) {
+            n = i;
+            break;
+        }
+        snprintf(cmds[i], 9000,
+                 "timeout -k 5 120 mpirun.openmpi -np %d -x ZR_RANKS_PER_NODE=%d %s train " TINY
+                 " --steps %d %s",
+                 cases[i].np, cases[i].np == 3 ? 3 : 2, zr_bin, steps, args);
+    }
+    if (cmds != NULL && out != NULL) {
+        sh_all(n, cmds, out);
+    }
+    for (int i = 0; cmds != NULL && out != NULL && i < n; i++) {
+        const run_result *r = &out[i];
+        TEST_CHECKF(r->code == cases[i].code, "%s: exit %d, expected %d\n%s", cases[i].name,
+                    r->code, cases[i].code, r->out);
+        TEST_CHECKF(strstr(r->out, cases[i].expect) != NULL && strstr(r->out, "error") != NULL,
+                    "%s: output lacks \"%s\":\n%s", cases[i].name, cases[i].expect, r->out);
+        TEST_CHECKF(strstr(r->out, "MPI_ABORT") == NULL, "%s: aborted instead of exiting:\n%s",
+                    cases[i].name, r->out);
+    }
+    for (int i = 0; cmds != NULL && i < n; i++) {
+        free(cmds[i]);
+    }
+    free(cmds);
+    free(out);
 }
 
 /* The same with environment assignments (e.g. "ZR_FAULT_SAVE=3@4") for every rank. */
@@ -258,14 +390,6 @@ static void test_reshard(void)
            worst);
 }
 
-typedef struct bad_case {
-    const char *name;
-    int np;
-    const char *args; /* %s = work dir (up to three times) */
-    const char *expect;
-    int code;
-} bad_case;
-
 /* zr export and zr plot on a fresh run's checkpoint and metrics */
 static void test_export_and_plot(void)
 {
@@ -362,7 +486,7 @@ static void test_bad_input(void)
        " && printf '{\"train_batch_size\": 8' > truncated.json"
        " && printf 'ZRNOTDATA' > empty.bin && head -c 100 /dev/urandom > noise.bin"
        " && printf '\\210\\330\\064\\001\\001\\000\\000\\000' > shard.bin"
-       " && cp -r good/step_00000002 tamper && cp -r good/step_00000002 trunc"
+       " && cp -r good used && cp -r good/step_00000002 tamper && cp -r good/step_00000002 trunc"
        " && cp -r good/step_00000002 manif && mkdir -p tamperdir truncdir manifdir"
        " && mv tamper tamperdir/step_00000002 && mv trunc truncdir/step_00000002"
        " && mv manif manifdir/step_00000002"
@@ -408,42 +532,14 @@ static void test_bad_input(void)
         {"forged huge step", 2, "--ckpt-dir %s/hugestep --resume", "step 3000000000", 2},
         {"other model shape", 2, "--ckpt-dir %s/good --resume --layers 2", "another model shape",
          2},
-        {"fresh run into a used dir", 2, "--ckpt-dir %s/good --steps 2", "already holds", 2},
+        {"fresh run into a used dir", 2, "--ckpt-dir %s/used --steps 2", "already holds", 2},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
-    for (int i = 0; i < n; i++) {
-        char args[8192];
-        snprintf(args, sizeof args, cases[i].args, work, work, work);
-        char full[8400];
-        snprintf(full, sizeof full, TINY " --steps 2 %s", args);
-        int code = train(cases[i].np, cases[i].np == 3 ? 3 : 2, full);
-        TEST_CHECKF(code == cases[i].code, "%s: exit %d, expected %d\n%s", cases[i].name, code,
-                    cases[i].code, res.out);
-        TEST_CHECKF(strstr(res.out, cases[i].expect) != NULL && strstr(res.out, "error") != NULL,
-                    "%s: output lacks \"%s\":\n%s", cases[i].name, cases[i].expect, res.out);
-        /* one message, printed once, never a hang or an MPI abort trace */
-        TEST_CHECKF(strstr(res.out, "MPI_ABORT") == NULL, "%s: aborted instead of exiting:\n%s",
-                    cases[i].name, res.out);
-        TEST_CHECKF(tree_crc(p) == before, "%s: the existing checkpoint changed", cases[i].name);
-    }
+    expect_errors(cases, n, 2);
+    TEST_CHECKF(tree_crc(p) == before, "a bad run changed the existing checkpoint %s", p);
+    snprintf(p, sizeof p, "%s/used", work);
+    TEST_CHECKF(tree_crc(p) == before, "a bad run changed the existing checkpoint %s", p);
     printf("  %d bad-input cases: clear message, exit code, checkpoints untouched\n", n);
-}
-
-/* Runs "zr train" (2 ranks) for each case, expecting the exit code and text of an error. */
-static void expect_errors(const bad_case *cases, int n)
-{
-    for (int i = 0; i < n; i++) {
-        char args[8192], full[8400];
-        snprintf(args, sizeof args, cases[i].args, work, work, work);
-        snprintf(full, sizeof full, TINY " --steps 1 %s", args);
-        int code = train(cases[i].np, 2, full);
-        TEST_CHECKF(code == cases[i].code, "%s: exit %d, expected %d\n%s", cases[i].name, code,
-                    cases[i].code, res.out);
-        TEST_CHECKF(strstr(res.out, cases[i].expect) != NULL && strstr(res.out, "error") != NULL,
-                    "%s: output lacks \"%s\":\n%s", cases[i].name, cases[i].expect, res.out);
-        TEST_CHECKF(strstr(res.out, "MPI_ABORT") == NULL, "%s: aborted instead of exiting:\n%s",
-                    cases[i].name, res.out);
-    }
 }
 
 /* Writes work/name as a shard of kind with n tokens, token i = (i * mul) % mod. */
@@ -514,7 +610,7 @@ static void test_data_files(void)
         {"vocab_size too small", 2, "--data %s/small.bin --vocab-size 299", "at least 300", 2},
         {"vocab_size out of range", 2, "--vocab-size 16777217", "zr.model.vocab_size", 2},
     };
-    expect_errors(bad, (int)(sizeof bad / sizeof bad[0]));
+    expect_errors(bad, (int)(sizeof bad / sizeof bad[0]), 1);
     printf("  GPT-2 and llama-3 shards train; %d damaged, foreign or non-regular files refused\n",
            (int)(sizeof bad / sizeof bad[0]));
 }
@@ -631,7 +727,7 @@ static void test_init_from_llmc(void)
         {"resume with other positions", 2, "--ckpt-dir %s/init_a --resume --max-seq-len 512",
          "zr.model.max_seq_len is 512 here, 1024 in the checkpoint", 2},
     };
-    expect_errors(bad, (int)(sizeof bad / sizeof bad[0]));
+    expect_errors(bad, (int)(sizeof bad / sizeof bad[0]), 1);
 }
 
 /* zr export at a depth beyond the old limit of 64 layers. */
@@ -1250,10 +1346,16 @@ static void test_divergence(void)
 static void test_integer_extremes(void)
 {
     static const char *const values[] = {"2147483647", "9223372036854775807", "-1", "0"};
+    enum { MAX_RUNS = 1024 };
     const char *path, *flag;
     zr_config_kind kind;
     int runs = 0, refused = 0, runs_refused = 0, stopped = 0;
-    for (size_t i = 0; zr_config_key_info(i, &path, &flag, &kind); i++) {
+    char **cmds = calloc(MAX_RUNS, sizeof *cmds);
+    const char **key = calloc(MAX_RUNS, sizeof *key), **val = calloc(MAX_RUNS, sizeof *val);
+    TEST_CHECK(cmds != NULL && key != NULL && val != NULL);
+    for (size_t i = 0;
+         cmds != NULL && key != NULL && val != NULL && zr_config_key_info(i, &path, &flag, &kind);
+         i++) {
         if (kind != ZR_CFG_INTEGER) {
             continue;
         }
@@ -1274,29 +1376,47 @@ static void test_integer_extremes(void)
                             values[j], zr_error_message());
                 continue;
             }
-            char cmd[9000];
-            snprintf(cmd, sizeof cmd,
-                     "cd %s && timeout --preserve-status -s TERM -k 60 20 %s train --layers 1 "
-                     "--channels 32 "
-                     "--heads 2 --seq-len 32 --micro-batch 2 --steps 2 --warmup 2 "
+            TEST_CHECK(runs < MAX_RUNS);
+            if (runs == MAX_RUNS || (cmds[runs] = malloc(9000)) == NULL) {
+                continue;
+            }
+            /* a value that runs for ever is stopped by SIGTERM after 10 s */
+            snprintf(cmds[runs], 9000,
+                     "cd %s && timeout --preserve-status -s TERM -k 60 10 %s train --layers 1 "
+                     "--channels 32 --heads 2 --seq-len 32 --micro-batch 2 --steps 2 --warmup 2 "
                      "--steps_per_print 1000000000 --ckpt-dir %s/ext_%zu_%zu --%s %s",
                      work, zr_bin, work, i, j, path, values[j]);
-            int code = sh("%s", cmd);
-            runs++;
-            if (code == 2) {
-                refused++;
-                runs_refused++;
-                TEST_CHECKF(strstr(res.out, path) != NULL, "--%s %s: exit 2 without the key:\n%s",
-                            path, values[j], res.out);
-            } else {
-                TEST_CHECKF(code == 0, "--%s %s: exit %d\n%s", path, values[j], code, res.out);
-                TEST_CHECKF(strstr(res.out, "done:") != NULL ||
-                                strstr(res.out, "stop requested") != NULL,
-                            "--%s %s:\n%s", path, values[j], res.out);
-                stopped += strstr(res.out, "stop requested") != NULL;
-            }
+            key[runs] = path;
+            val[runs++] = values[j];
         }
     }
+    run_result *out = calloc((size_t)runs + 1, sizeof *out);
+    TEST_CHECK(out != NULL);
+    if (out != NULL) {
+        sh_all(runs, cmds, out);
+    }
+    for (int r = 0; out != NULL && r < runs; r++) {
+        if (out[r].code == 2) {
+            refused++;
+            runs_refused++;
+            TEST_CHECKF(strstr(out[r].out, key[r]) != NULL, "--%s %s: exit 2 without the key:\n%s",
+                        key[r], val[r], out[r].out);
+        } else {
+            TEST_CHECKF(out[r].code == 0, "--%s %s: exit %d\n%s", key[r], val[r], out[r].code,
+                        out[r].out);
+            TEST_CHECKF(strstr(out[r].out, "done:") != NULL ||
+                            strstr(out[r].out, "stop requested") != NULL,
+                        "--%s %s:\n%s", key[r], val[r], out[r].out);
+            stopped += strstr(out[r].out, "stop requested") != NULL;
+        }
+    }
+    for (int r = 0; cmds != NULL && r < runs; r++) {
+        free(cmds[r]);
+    }
+    free(cmds);
+    free(key);
+    free(val);
+    free(out);
     zr_error_clear();
     printf("  %d values refused by the configuration naming the key; %d runs: %d refused naming "
            "the key, %d ran (%d stopped by SIGTERM)\n",
