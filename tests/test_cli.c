@@ -1518,6 +1518,8 @@ static void test_plan_cli(void)
         {"--memory-limit 1e999", "--memory-limit \"1e999\""},
         {"--top 0", "--top \"0\""},
         {"--top 2.5", "--top \"2.5\""},
+        {"--channels 64", "probe.json: the probe measured another model: zr.model.channels is 32 "
+                          "there, 64 here"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         code = sh("%s plan %s --probe %s %s", zr_bin, TINY, probe, refused[i].args);

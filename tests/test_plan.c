@@ -160,6 +160,19 @@ static void test_bytes_match_engine(void)
     }
 }
 
+/* Two calibrations with the same factors. */
+static int same_calib(const zr_plan_calibration *a, const zr_plan_calibration *b)
+{
+    const zr_plan_calib *x[2] = {&a->stage3, &a->stage012}, *y[2] = {&b->stage3, &b->stage012};
+    int same = a->calibrated == b->calibrated && a->k_optim_replicated == b->k_optim_replicated;
+    for (int i = 0; i < 2; i++) {
+        same = same && x[i]->k_compute == y[i]->k_compute && x[i]->c_byte == y[i]->c_byte &&
+               x[i]->k_optim == y[i]->k_optim && x[i]->k_comm == y[i]->k_comm &&
+               x[i]->t_sync == y[i]->t_sync;
+    }
+    return same;
+}
+
 /* A probe with round numbers, for cases computed by hand. */
 static zr_probe made_up(int nodes, int D)
 {
@@ -336,6 +349,17 @@ static void test_calibration(void)
         TEST_OK(zr_plan_cost_of(&c, 256, N, D, &pr.entries[i].choice, &p, &one));
         TEST_NEAR(pr.entries[i].cost.t_step, one.t_step, 0);
     }
+    /* a deeper run on the same probe: the fit is the one at the depth the references ran (fitted
+       at the run's depth it would differ), the blocks priced one by one */
+    zr_train_config deep = c;
+    deep.layers = 3 * c.layers;
+    zr_plan_result dr;
+    zr_plan_calibration wrong;
+    TEST_OK(zr_plan_run(&deep, 256, &p, 0, &dr));
+    TEST_OK(zr_plan_calibrate(&deep, 256, &p, &wrong));
+    TEST_CHECK(same_calib(&dr.cal, &pr.cal) && !same_calib(&wrong, &pr.cal));
+    TEST_CHECK(dr.n > 0 && pr.n > 0 && dr.entries[0].cost.t_step > pr.entries[0].cost.t_step);
+    zr_plan_result_free(&dr);
     zr_plan_result_free(&pr);
 }
 
@@ -522,6 +546,26 @@ static void test_planner(void)
     p.world = 5;
     TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "not one the engine can run");
     p.world = 4;
+    /* a probe of another model (but for its depth) prices nothing of this one */
+    static const char *const key[] = {"zr.model.channels is 64 there, 128 here",
+                                      "zr.model.heads is 4 there, 8 here",
+                                      "zr.model.seq_len is 16 there, 8 here",
+                                      "zr.model.max_seq_len is 16 there, 32 here",
+                                      "zr.model.vocab_size",
+                                      "zr.model.activation_checkpointing",
+                                      "zr.train.threads is 1 there, 2 here"};
+    for (int i = 0; i < 7; i++) {
+        zr_train_config o = c;
+        int v = 256;
+        o.channels = i == 0 ? 128 : o.channels;
+        o.heads = i == 1 ? 8 : o.heads;
+        o.seq_len = i == 2 ? 8 : o.seq_len;
+        o.max_seq_len = i == 3 ? 32 : o.max_seq_len;
+        v = i == 4 ? 300 : v;
+        o.activation_checkpointing = i == 5;
+        o.threads = i == 6 ? 2 : o.threads;
+        TEST_FAILS(zr_plan_run(&o, v, &p, 0, &r), ZR_ERR_INVALID, key[i]);
+    }
     zr_plan_choice bad = {2, 1, 8, 1, 0, 0, 0, 1, 1};
     zr_plan_cost k;
     TEST_FAILS(zr_plan_cost_of(&c, 256, 2, 2, &bad, &p, &k), ZR_ERR_INVALID, "need stage 3");

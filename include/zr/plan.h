@@ -160,9 +160,10 @@ typedef struct zr_plan_calibration {
     int calibrated; /* 0: neutral (no reference steps, or a GPU probe) */
     zr_plan_calib stage3, stage012;
     double k_optim_replicated; /* stage 0's optimizer (every rank updates the whole model) */
+    int layers;                /* zr_plan_run: the depth the references ran (the probe's) */
 } zr_plan_calibration;
 
-/* Fit the calibration to probe's reference steps for cfg's model (probe may be NULL). */
+/* Fit the calibration to probe's reference steps; cfg: the model they ran (probe may be NULL). */
 zr_status zr_plan_calibrate(const zr_train_config *cfg, int vocab, const zr_probe *probe,
                             zr_plan_calibration *out);
 /* zr_plan_cost_of with a calibration already fitted (the planner fits it once). */
@@ -192,10 +193,17 @@ typedef struct zr_plan_result {
  * cfg's zr.quant.qwz_bits and qgz_bits (INT8 weights, INT4 gradients by
  * default: ZeRO++'s validated pre-training setting). Impossible requests (no micro-batch
  * divides the batch, nothing fits the limit, a layout the engine cannot
- * run) are ZR_ERR_INVALID with the reason.
+ * run, a probe of another model) are ZR_ERR_INVALID with the reason.
  */
 zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
                       double mem_limit, zr_plan_result *out);
+/*
+ * Whether probe's figures price cfg's run (zr_plan_run asks first): the same
+ * device and compute type, and the same model but for the depth (width,
+ * heads, sequence, positions, vocabulary, recomputation and, on the CPU,
+ * threads); ZR_ERR_INVALID naming the key that differs.
+ */
+zr_status zr_plan_check_probe(const zr_train_config *cfg, int vocab, const zr_probe *probe);
 void zr_plan_result_free(zr_plan_result *r);
 
 /* "stage 3 + qwZ(8) + hpZ(2) + qgZ(4), micro 2 x 4, prefetch 5e7" */

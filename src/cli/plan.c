@@ -218,7 +218,7 @@ int zr_cli_probe(int argc, char **argv)
 /* ---- zr plan ------------------------------------------------------------------- */
 
 /* The calibration in one line (line), and a warning where the probe's transfers look far off. */
-static void print_calibration(const zr_plan_result *r, int line)
+static void print_calibration(const zr_plan_result *r, int line, int layers)
 {
     const zr_plan_calibration *k = &r->cal;
     if (!k->calibrated) {
@@ -234,6 +234,11 @@ static void print_calibration(const zr_plan_result *r, int line)
             "%.2f ms at stage 3, x%.2f and %.2f ms at stages 0-2)\n",
             k->stage3.k_compute, 1e9 * k->stage3.c_byte, k->stage3.k_optim, k->k_optim_replicated,
             k->stage3.k_comm, 1e3 * k->stage3.t_sync, k->stage012.k_comm, 1e3 * k->stage012.t_sync);
+        if (k->layers != layers) {
+            printf("(the probe ran %d layers, this run has %d: the factors are those of the "
+                   "probe's depth, the blocks priced one by one)\n",
+                   k->layers, layers);
+        }
     }
     /* a scale under 1 with no floor: the references waited less than the transfers say (with
        a floor, stage 3's scale only splits their waiting between bytes and waits) */
@@ -273,7 +278,7 @@ static void print_table(const zr_plan_result *r, int top, const zr_train_config 
            "fewer than %d bits, gradients %d: zr.quant.qwz_bits / qgz_bits)\n",
            r->considered, r->over_memory, r->n < top ? r->n : top, c->qwz_bits, c->qgz_bits);
     printf("%s\n", r->why);
-    print_calibration(r, 1);
+    print_calibration(r, 1, c->layers);
 }
 
 static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
@@ -288,8 +293,8 @@ static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
         putchar(*s);
     }
     const zr_plan_calib *f[2] = {&r->cal.stage3, &r->cal.stage012};
-    printf("\", \"calibrated\": %s, \"k_optim_replicated\": %.6g",
-           r->cal.calibrated ? "true" : "false", r->cal.k_optim_replicated);
+    printf("\", \"calibrated\": %s, \"k_optim_replicated\": %.6g, \"cal_layers\": %d",
+           r->cal.calibrated ? "true" : "false", r->cal.k_optim_replicated, r->cal.layers);
     for (int i = 0; i < 2; i++) {
         printf(", \"%s\": {\"k_compute\": %.6g, \"c_byte\": %.6g, \"k_optim\": %.6g, "
                "\"k_comm\": %.6g, \"t_sync\": %.6g}",
@@ -314,7 +319,7 @@ static void print_json(const zr_plan_result *r, const zr_probe *p, double limit)
     }
     printf("\n]}\n");
     fflush(stdout);
-    print_calibration(r, 0); /* the warning, on stderr */
+    print_calibration(r, 0, r->cal.layers); /* the warning, on stderr */
 }
 
 /* Write cfg with the winner applied as a config file `zr train --config` reads. */
@@ -419,6 +424,11 @@ int zr_cli_plan(int argc, char **argv)
     if (st == ZR_OK) {
         st = vocab_of(&cfg, &vocab);
     }
+    if (st == ZR_OK && (st = zr_plan_check_probe(&cfg, vocab, &p)) != ZR_OK) {
+        char msg[1400];
+        snprintf(msg, sizeof msg, "%s: %s", probe_path, zr_error_message());
+        zr_error_set_message(msg);
+    }
     if (st == ZR_OK) {
         limit = limit >= 0 ? limit : p.mem_per_rank;
         st = zr_plan_run(&cfg, vocab, &p, limit, &r);
@@ -475,7 +485,7 @@ zr_status zr_cli_auto(MPI_Comm world, zr_train_config *cfg, int rank)
     if (rank == 0) {
         printf("zr train --auto: probed %d nodes x %d ranks; %s\n", p.nodes, p.ranks_per_node,
                r.why);
-        print_calibration(&r, 1);
+        print_calibration(&r, 1, cfg->layers);
         fflush(stdout);
     }
     zr_plan_result_free(&r);

@@ -168,6 +168,44 @@ static zr_status check_device(const zr_train_config *cfg, const zr_probe *probe)
     return ZR_OK;
 }
 
+/*
+ * The probe's figures are of the model it ran: a unit's time depends on the
+ * width, the heads, the sequence, the vocabulary, the threads and the
+ * recomputation. The depth alone may differ (a probe of a shallower model costs
+ * less): the blocks are priced one by one, and the calibration prices the
+ * probe's reference steps at the depth they ran.
+ */
+static zr_status check_model(const zr_train_config *cfg, int vocab, const zr_probe *p)
+{
+    const struct {
+        const char *key;
+        int probe, run;
+    } k[] = {
+        {"zr.model.channels", p->channels, cfg->channels},
+        {"zr.model.heads", p->heads, cfg->heads},
+        {"zr.model.seq_len", p->seq_len, cfg->seq_len},
+        {"zr.model.max_seq_len", p->max_seq_len, cfg->max_seq_len},
+        {"zr.model.vocab_size (or the data's)", p->vocab, vocab},
+        {"zr.model.activation_checkpointing", p->recompute, cfg->activation_checkpointing != 0},
+        {"zr.train.threads", p->gpu ? cfg->threads : p->threads, cfg->threads},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        if (k[i].probe != k[i].run) {
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "the probe measured another model: %s is %d there, %d here; probe again "
+                    "with this run's model",
+                    k[i].key, k[i].probe, k[i].run);
+        }
+    }
+    return ZR_OK;
+}
+
+zr_status zr_plan_check_probe(const zr_train_config *cfg, int vocab, const zr_probe *probe)
+{
+    ZR_CHECK(check_device(cfg, probe));
+    return check_model(cfg, vocab, probe);
+}
+
 zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
                       double mem_limit, zr_plan_result *out)
 {
@@ -179,8 +217,16 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
                 "engine can run",
                 N, D, probe->world);
     }
-    ZR_CHECK(check_device(cfg, probe));
-    ZR_CHECK(zr_plan_calibrate(cfg, vocab, probe, &out->cal));
+    ZR_CHECK(zr_plan_check_probe(cfg, vocab, probe));
+    /* the reference steps ran the probe's own depth */
+    zr_train_config *at = NULL;
+    ZR_ALLOC(at, 1);
+    *at = *cfg;
+    at->layers = probe->layers;
+    zr_status cst = zr_plan_calibrate(at, vocab, probe, &out->cal);
+    zr_free(at);
+    ZR_CHECK(cst);
+    out->cal.layers = probe->layers;
     long long G = cfg->train_batch_size;
     if (G < 1 || G % W != 0) {
         ZR_FAIL(ZR_ERR_INVALID,
