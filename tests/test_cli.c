@@ -157,6 +157,8 @@ static void sh_all(int n, char *const cmds[], run_result *out)
                 if (fd < 0 || in < 0 || dup2(fd, 1) < 0 || dup2(1, 2) < 0 || dup2(in, 0) < 0) {
                     _exit(126);
                 }
+                close(fd);
+                close(in);
                 execl("/bin/sh", "sh", "-c", cmds[next], (char *)NULL);
                 _exit(127);
             }
@@ -172,6 +174,10 @@ static void sh_all(int n, char *const cmds[], run_result *out)
         }
         int st;
         pid_t c = waitpid(-1, &st, 0);
+        if (c < 0 && errno != EINTR) {
+            TEST_CHECKF(0, "waitpid: %s", strerror(errno));
+            break;
+        }
         for (int s = 0; s < PAR_RUNS; s++) {
             if (c > 0 && pid[s] == c) {
                 out[slot_of[s]].code = exit_code(st);
