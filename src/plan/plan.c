@@ -206,6 +206,20 @@ zr_status zr_plan_check_probe(const zr_train_config *cfg, int vocab, const zr_pr
     return check_model(cfg, vocab, probe);
 }
 
+/* The calibration on the probe's reference steps, which ran the probe's own depth. */
+static zr_status calibrate(const zr_train_config *cfg, int vocab, const zr_probe *probe,
+                           zr_plan_calibration *out)
+{
+    zr_train_config *at = NULL;
+    ZR_ALLOC(at, 1);
+    *at = *cfg;
+    at->layers = probe->layers;
+    zr_status st = zr_plan_calibrate(at, vocab, probe, out);
+    zr_free(at);
+    out->layers = probe->layers;
+    return st;
+}
+
 zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
                       double mem_limit, zr_plan_result *out)
 {
@@ -218,15 +232,7 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
                 N, D, probe->world);
     }
     ZR_CHECK(zr_plan_check_probe(cfg, vocab, probe));
-    /* the reference steps ran the probe's own depth */
-    zr_train_config *at = NULL;
-    ZR_ALLOC(at, 1);
-    *at = *cfg;
-    at->layers = probe->layers;
-    zr_status cst = zr_plan_calibrate(at, vocab, probe, &out->cal);
-    zr_free(at);
-    ZR_CHECK(cst);
-    out->cal.layers = probe->layers;
+    ZR_CHECK(calibrate(cfg, vocab, probe, &out->cal));
     long long G = cfg->train_batch_size;
     if (G < 1 || G % W != 0) {
         ZR_FAIL(ZR_ERR_INVALID,
