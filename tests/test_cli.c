@@ -207,6 +207,62 @@ static int train(int np, int rpn, const char *args)
               zr_bin, args);
 }
 
+/* The command train() runs, with an environment assignment (e.g. "ZR_FAULT_SAVE=3@4") for
+   every rank where env is not NULL, in a new string (NULL, a failed check, without memory). */
+static char *train_cmd(int np, int rpn, const char *env, const char *args)
+{
+    char *cmd = malloc(9000);
+    TEST_CHECK(cmd != NULL);
+    if (cmd != NULL) {
+        snprintf(cmd, 9000,
+                 "timeout -k 5 120 mpirun.openmpi -np %d -x ZR_RANKS_PER_NODE=%d%s%s %s train %s",
+                 np, rpn, env != NULL ? " -x " : "", env != NULL ? env : "", zr_bin, args);
+    }
+    return cmd;
+}
+
+/* Commands for sh_all (room for max, every one NULL until set) and, once run, their results. */
+typedef struct runs {
+    int max;
+    char **cmd;
+    run_result *out;
+} runs;
+
+static int runs_init(runs *r, int max)
+{
+    r->max = max;
+    r->cmd = calloc((size_t)max, sizeof *r->cmd);
+    r->out = NULL;
+    TEST_CHECK(r->cmd != NULL);
+    return r->cmd != NULL;
+}
+
+/* Runs the first n (sh_all) if each was made; 0 (a failed check) if one was not. */
+static int runs_go(runs *r, int n)
+{
+    r->out = calloc((size_t)n + 1, sizeof *r->out);
+    TEST_CHECK(r->out != NULL);
+    for (int i = 0; i < n; i++) {
+        if (r->cmd[i] == NULL) {
+            return 0;
+        }
+    }
+    if (r->out != NULL) {
+        sh_all(n, r->cmd, r->out);
+    }
+    return r->out != NULL;
+}
+
+static void runs_free(runs *r)
+{
+    for (int i = 0; r->cmd != NULL && i < r->max; i++) {
+        free(r->cmd[i]);
+    }
+    free(r->cmd);
+    free(r->out);
+    memset(r, 0, sizeof *r);
+}
+
 /* The bad-input cases below: each runs "zr train" with TINY, steps and the case's arguments. */
 typedef struct bad_case {
     const char *name;
@@ -222,47 +278,28 @@ typedef struct bad_case {
  */
 static void expect_errors(const bad_case *cases, int n, int steps)
 {
-    char **cmds = calloc((size_t)n, sizeof *cmds);
-    run_result *out = calloc((size_t)n, sizeof *out);
-    TEST_CHECK(cmds != NULL && out != NULL);
-    for (int i = 0; cmds != NULL && out != NULL && i < n; i++) {
-        char args[8192];
+    runs r;
+    if (!runs_init(&r, n)) {
+        runs_free(&r);
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        char args[8192], full[8400];
         snprintf(args, sizeof args, cases[i].args, work, work, work);
-        cmds[i] = malloc(9000);
-        TEST_CHECK(cmds[i] != NULL);
-        if (cmds[i] == NULL) {
-            n = i;
-            break;
-        }
-        snprintf(cmds[i], 9000,
-                 "timeout -k 5 120 mpirun.openmpi -np %d -x ZR_RANKS_PER_NODE=%d %s train " TINY
-                 " --steps %d %s",
-                 cases[i].np, cases[i].np == 3 ? 3 : 2, zr_bin, steps, args);
+        snprintf(full, sizeof full, TINY " --steps %d %s", steps, args);
+        r.cmd[i] = train_cmd(cases[i].np, cases[i].np == 3 ? 3 : 2, NULL, full);
     }
-    if (cmds != NULL && out != NULL) {
-        sh_all(n, cmds, out);
+    int ran = runs_go(&r, n);
+    for (int i = 0; ran && i < n; i++) {
+        const run_result *o = &r.out[i];
+        TEST_CHECKF(o->code == cases[i].code, "%s: exit %d, expected %d\n%s", cases[i].name,
+                    o->code, cases[i].code, o->out);
+        TEST_CHECKF(strstr(o->out, cases[i].expect) != NULL && strstr(o->out, "error") != NULL,
+                    "%s: output lacks \"%s\":\n%s", cases[i].name, cases[i].expect, o->out);
+        TEST_CHECKF(strstr(o->out, "MPI_ABORT") == NULL, "%s: aborted instead of exiting:\n%s",
+                    cases[i].name, o->out);
     }
-    for (int i = 0; cmds != NULL && out != NULL && i < n; i++) {
-        const run_result *r = &out[i];
-        TEST_CHECKF(r->code == cases[i].code, "%s: exit %d, expected %d\n%s", cases[i].name,
-                    r->code, cases[i].code, r->out);
-        TEST_CHECKF(strstr(r->out, cases[i].expect) != NULL && strstr(r->out, "error") != NULL,
-                    "%s: output lacks \"%s\":\n%s", cases[i].name, cases[i].expect, r->out);
-        TEST_CHECKF(strstr(r->out, "MPI_ABORT") == NULL, "%s: aborted instead of exiting:\n%s",
-                    cases[i].name, r->out);
-    }
-    for (int i = 0; cmds != NULL && i < n; i++) {
-        free(cmds[i]);
-    }
-    free(cmds);
-    free(out);
-}
-
-/* The same with environment assignments (e.g. "ZR_FAULT_SAVE=3@4") for every rank. */
-static int train_env(int np, int rpn, const char *env, const char *args)
-{
-    return sh("timeout -k 5 120 mpirun.openmpi -np %d -x ZR_RANKS_PER_NODE=%d -x %s %s train %s",
-              np, rpn, env, zr_bin, args);
+    runs_free(&r);
 }
 
 /* Checksum of every file under a directory tree, names included. */
@@ -938,45 +975,63 @@ static void test_save_fault_every_stage(void)
 {
     const char *common = TINY " --scheduler.params.total_num_steps 8 --ckpt-every 2"
                               " --zr.checkpoint.keep 1 --steps 8";
-    char a[8192], dir[4400];
+    char a[8192], dir[4400], env[64];
     snprintf(a, sizeof a, "%s --ckpt-dir %s/fault_ref", common, work);
     TEST_EQ_INT(train(2, 2, a), 0);
-    const int stages = 9;
-    for (int k = 1; k <= stages + 1; k++) {
-        char name[64], env[64];
-        snprintf(name, sizeof name, "fault%d", k);
-        snprintf(dir, sizeof dir, "%s/%s", work, name);
-        snprintf(a, sizeof a, "%s --ckpt-dir %s", common, dir);
-        if (k <= stages) {
-            snprintf(env, sizeof env, "ZR_FAULT_SAVE=%d@4", k);
-            int code = train_env(2, 2, env, a);
-            TEST_CHECKF(code != 0 && strstr(res.out, "ZR_FAULT_SAVE") != NULL,
-                        "stage %d: the fault did not fire (exit %d)\n%s", k, code, res.out);
-        } else {
-            /* what an older zr left when killed between its rename and COMPLETE */
+    enum { STAGES = 9, N = STAGES + 1 };
+    /* the runs killed at each stage (and one of an older zr's leftover), side by side, each in
+       its own folder; then their resumes */
+    runs kill, resume;
+    if (!runs_init(&kill, N) || !runs_init(&resume, N)) {
+        runs_free(&kill);
+        runs_free(&resume);
+        return;
+    }
+    for (int k = 1; k <= N; k++) {
+        snprintf(a, sizeof a, "%s --ckpt-dir %s/fault%d", common, work, k);
+        snprintf(env, sizeof env, "ZR_FAULT_SAVE=%d@4", k);
+        if (k > STAGES) {
             snprintf(a, sizeof a,
                      TINY " --scheduler.params.total_num_steps 8 --ckpt-every 2"
-                          " --zr.checkpoint.keep 0 --steps 4 --ckpt-dir %s",
-                     dir);
-            TEST_EQ_INT(train(2, 2, a), 0);
+                          " --zr.checkpoint.keep 0 --steps 4 --ckpt-dir %s/fault%d",
+                     work, k);
+        }
+        kill.cmd[k - 1] = train_cmd(2, 2, k <= STAGES ? env : NULL, a);
+        snprintf(a, sizeof a, "%s --ckpt-dir %s/fault%d --resume", common, work, k);
+        resume.cmd[k - 1] = train_cmd(2, 2, NULL, a);
+    }
+    int ran = runs_go(&kill, N);
+    for (int k = 1; ran && k <= N; k++) {
+        const run_result *o = &kill.out[k - 1];
+        snprintf(dir, sizeof dir, "%s/fault%d", work, k);
+        if (k <= STAGES) {
+            TEST_CHECKF(o->code != 0 && strstr(o->out, "ZR_FAULT_SAVE") != NULL,
+                        "stage %d: the fault did not fire (exit %d)\n%s", k, o->code, o->out);
+        } else {
+            /* what an older zr left when killed between its rename and COMPLETE */
+            TEST_CHECKF(o->code == 0, "older zr's leftover: exit %d\n%s", o->code, o->out);
             TEST_EQ_INT(sh("cd %s/step_00000004 && rm -f COMPLETE manifest.json rank_* && "
                            "echo x > COMPLETE.tmp",
                            dir),
                         0);
-            snprintf(a, sizeof a, "%s --ckpt-dir %s", common, dir);
         }
         /* the new save order never leaves one; the planted old leftover is one */
-        TEST_CHECKF(incomplete_finals(dir) == (k > stages),
+        TEST_CHECKF(incomplete_finals(dir) == (k > STAGES),
                     "stage %d: %d incomplete checkpoints under a final name", k,
                     incomplete_finals(dir));
-        char resume[8300];
-        snprintf(resume, sizeof resume, "%s --resume", a);
-        TEST_EQ_INT(train(2, 2, resume), 0);
-        TEST_CHECKF(strstr(res.out, "resumed from") != NULL, "stage %d:\n%s", k, res.out);
-        if (k <= 5 || k == 7 || k == 8 || k > stages) {
+    }
+    ran = ran && runs_go(&resume, N);
+    for (int k = 1; ran && k <= N; k++) {
+        const run_result *o = &resume.out[k - 1];
+        snprintf(dir, sizeof dir, "%s/fault%d", work, k);
+        TEST_CHECKF(o->code == 0 && strstr(o->out, "resumed from") != NULL, "stage %d: exit %d\n%s",
+                    k, o->code, o->out);
+        if (k <= 5 || k == 7 || k == 8 || k > STAGES) {
             /* something was left: it is named in a warning */
-            TEST_CHECKF(strstr(res.out, "warning") != NULL, "stage %d: no warning\n%s", k, res.out);
+            TEST_CHECKF(strstr(o->out, "warning") != NULL, "stage %d: no warning\n%s", k, o->out);
         }
+        char name[64];
+        snprintf(name, sizeof name, "fault%d", k);
         double worst;
         int same = compare_runs("fault_ref", name, 8, &worst);
         TEST_CHECKF(same, "stage %d: resumed run differs from the uninterrupted one (%.3g)", k,
@@ -987,10 +1042,13 @@ static void test_save_fault_every_stage(void)
         snprintf(a, sizeof a, "%s/step_00000008/COMPLETE", dir);
         TEST_CHECKF(access(a, F_OK) == 0, "stage %d: no final checkpoint", k);
     }
+    snprintf(dir, sizeof dir, "%s/fault%d", work, N);
     TEST_CHECK(count_entries(dir, "step_00000004.incomplete") == 1);
+    runs_free(&kill);
+    runs_free(&resume);
     printf("  killed at each of %d save stages (and an older zr's leftover): every resume "
            "reached step 8 equal to the uninterrupted run\n",
-           stages);
+           STAGES);
 }
 
 /* Issue 11 item 6: a second run on a checkpoint dir in use is refused, naming the holder. */
@@ -1353,15 +1411,15 @@ static void test_integer_extremes(void)
 {
     static const char *const values[] = {"2147483647", "9223372036854775807", "-1", "0"};
     enum { MAX_RUNS = 1024 };
-    const char *path, *flag;
+    const char *path, *flag, *key[MAX_RUNS], *val[MAX_RUNS];
     zr_config_kind kind;
-    int runs = 0, refused = 0, runs_refused = 0, stopped = 0;
-    char **cmds = calloc(MAX_RUNS, sizeof *cmds);
-    const char **key = calloc(MAX_RUNS, sizeof *key), **val = calloc(MAX_RUNS, sizeof *val);
-    TEST_CHECK(cmds != NULL && key != NULL && val != NULL);
-    for (size_t i = 0;
-         cmds != NULL && key != NULL && val != NULL && zr_config_key_info(i, &path, &flag, &kind);
-         i++) {
+    int n = 0, refused = 0, runs_refused = 0, stopped = 0;
+    runs r;
+    if (!runs_init(&r, MAX_RUNS)) {
+        runs_free(&r);
+        return;
+    }
+    for (size_t i = 0; zr_config_key_info(i, &path, &flag, &kind); i++) {
         if (kind != ZR_CFG_INTEGER) {
             continue;
         }
@@ -1382,51 +1440,40 @@ static void test_integer_extremes(void)
                             values[j], zr_error_message());
                 continue;
             }
-            TEST_CHECK(runs < MAX_RUNS);
-            if (runs == MAX_RUNS || (cmds[runs] = malloc(9000)) == NULL) {
+            TEST_CHECK(n < MAX_RUNS);
+            if (n == MAX_RUNS || (r.cmd[n] = malloc(9000)) == NULL) {
                 continue;
             }
             /* a value that runs for ever is stopped by SIGTERM after 10 s */
-            snprintf(cmds[runs], 9000,
+            snprintf(r.cmd[n], 9000,
                      "cd %s && timeout --preserve-status -s TERM -k 60 10 %s train --layers 1 "
                      "--channels 32 --heads 2 --seq-len 32 --micro-batch 2 --steps 2 --warmup 2 "
                      "--steps_per_print 1000000000 --ckpt-dir %s/ext_%zu_%zu --%s %s",
                      work, zr_bin, work, i, j, path, values[j]);
-            key[runs] = path;
-            val[runs++] = values[j];
+            key[n] = path;
+            val[n++] = values[j];
         }
     }
-    run_result *out = calloc((size_t)runs + 1, sizeof *out);
-    TEST_CHECK(out != NULL);
-    if (out != NULL) {
-        sh_all(runs, cmds, out);
-    }
-    for (int r = 0; out != NULL && r < runs; r++) {
-        if (out[r].code == 2) {
+    int ran = runs_go(&r, n);
+    for (int k = 0; ran && k < n; k++) {
+        const run_result *o = &r.out[k];
+        if (o->code == 2) {
             refused++;
             runs_refused++;
-            TEST_CHECKF(strstr(out[r].out, key[r]) != NULL, "--%s %s: exit 2 without the key:\n%s",
-                        key[r], val[r], out[r].out);
+            TEST_CHECKF(strstr(o->out, key[k]) != NULL, "--%s %s: exit 2 without the key:\n%s",
+                        key[k], val[k], o->out);
         } else {
-            TEST_CHECKF(out[r].code == 0, "--%s %s: exit %d\n%s", key[r], val[r], out[r].code,
-                        out[r].out);
-            TEST_CHECKF(strstr(out[r].out, "done:") != NULL ||
-                            strstr(out[r].out, "stop requested") != NULL,
-                        "--%s %s:\n%s", key[r], val[r], out[r].out);
-            stopped += strstr(out[r].out, "stop requested") != NULL;
+            TEST_CHECKF(o->code == 0, "--%s %s: exit %d\n%s", key[k], val[k], o->code, o->out);
+            TEST_CHECKF(strstr(o->out, "done:") != NULL || strstr(o->out, "stop requested") != NULL,
+                        "--%s %s:\n%s", key[k], val[k], o->out);
+            stopped += strstr(o->out, "stop requested") != NULL;
         }
     }
-    for (int r = 0; cmds != NULL && r < runs; r++) {
-        free(cmds[r]);
-    }
-    free(cmds);
-    free(key);
-    free(val);
-    free(out);
+    runs_free(&r);
     zr_error_clear();
     printf("  %d values refused by the configuration naming the key; %d runs: %d refused naming "
            "the key, %d ran (%d stopped by SIGTERM)\n",
-           refused - runs_refused, runs, runs_refused, runs - runs_refused, stopped);
+           refused - runs_refused, n, runs_refused, n - runs_refused, stopped);
 }
 
 /* Item 12: a positional argument, a --no- flag with a value, a bad number, end to end. */
