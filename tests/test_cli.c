@@ -157,8 +157,12 @@ static void sh_all(int n, char *const cmds[], run_result *out)
                 if (fd < 0 || in < 0 || dup2(fd, 1) < 0 || dup2(1, 2) < 0 || dup2(in, 0) < 0) {
                     _exit(126);
                 }
-                close(fd);
-                close(in);
+                if (fd > 2) {
+                    close(fd);
+                }
+                if (in > 2) {
+                    close(in);
+                }
                 execl("/bin/sh", "sh", "-c", cmds[next], (char *)NULL);
                 _exit(127);
             }
