@@ -150,11 +150,21 @@ static void sh_all(int n, char *const cmds[], run_result *out)
             }
             char file[4200];
             snprintf(file, sizeof file, "%s/par_%d.out", work, next);
+            static int launches; /* over every call: a folder per launch */
+            int launch = launches++;
             pid_t c = fork();
             if (c == 0) {
                 int fd = open(file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
                 int in = open("/dev/null", O_RDONLY);
                 if (fd < 0 || in < 0 || dup2(fd, 1) < 0 || dup2(1, 2) < 0 || dup2(in, 0) < 0) {
+                    _exit(126);
+                }
+                /* Open MPI's launchers share one session folder per user and host, which one
+                   that ends removes while another creates it ("mkdir ... File exists", 1 in
+                   about 200 launches side by side): each launch gets its own */
+                char tmp[4200];
+                snprintf(tmp, sizeof tmp, "%s/ompi_%d", work, launch);
+                if (mkdir(tmp, 0700) != 0 || setenv("OMPI_MCA_orte_tmpdir_base", tmp, 1) != 0) {
                     _exit(126);
                 }
                 if (fd > 2) {
