@@ -292,7 +292,7 @@ typedef struct bad_case {
  */
 static void expect_errors(const bad_case *cases, int n, int steps)
 {
-    runs r;
+    runs r = {0};
     if (!runs_init(&r, n)) {
         runs_free(&r);
         return;
@@ -995,7 +995,7 @@ static void test_save_fault_every_stage(void)
     enum { STAGES = 9, N = STAGES + 1 };
     /* the runs killed at each stage (and one of an older zr's leftover), side by side, each in
        its own folder; then their resumes */
-    runs kill, resume;
+    runs kill = {0}, resume = {0};
     if (!runs_init(&kill, N) || !runs_init(&resume, N)) {
         runs_free(&kill);
         runs_free(&resume);
@@ -1428,7 +1428,7 @@ static void test_integer_extremes(void)
     const char *path, *flag, *key[MAX_RUNS], *val[MAX_RUNS];
     zr_config_kind kind;
     int n = 0, refused = 0, runs_refused = 0, stopped = 0;
-    runs r;
+    runs r = {0};
     if (!runs_init(&r, MAX_RUNS)) {
         runs_free(&r);
         return;
