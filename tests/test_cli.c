@@ -214,15 +214,9 @@ static void sh_all(int n, char *const cmds[], run_result *out)
     }
 }
 
-/* mpirun with np ranks in nodes of rpn, running "zr train <args>". */
-static int train(int np, int rpn, const char *args)
-{
-    return sh("timeout -k 5 120 mpirun.openmpi -np %d -x ZR_RANKS_PER_NODE=%d %s train %s", np, rpn,
-              zr_bin, args);
-}
-
-/* The command train() runs, with an environment assignment (e.g. "ZR_FAULT_SAVE=3@4") for
-   every rank where env is not NULL, in a new string (NULL, a failed check, without memory). */
+/* mpirun with np ranks in nodes of rpn running "zr train <args>", with an environment
+   assignment (e.g. "ZR_FAULT_SAVE=3@4") for every rank where env is not NULL, as a new string
+   (NULL, a failed check, without memory). */
 static char *train_cmd(int np, int rpn, const char *env, const char *args)
 {
     char *cmd = malloc(9000);
@@ -233,6 +227,15 @@ static char *train_cmd(int np, int rpn, const char *env, const char *args)
                  np, rpn, env != NULL ? " -x " : "", env != NULL ? env : "", zr_bin, args);
     }
     return cmd;
+}
+
+/* Runs train_cmd's command (no environment). */
+static int train(int np, int rpn, const char *args)
+{
+    char *cmd = train_cmd(np, rpn, NULL, args);
+    int code = cmd != NULL ? sh("%s", cmd) : -1;
+    free(cmd);
+    return code;
 }
 
 /* Commands for sh_all (room for max, every one NULL until set) and, once run, their results. */
