@@ -5,7 +5,7 @@
 # goes to $OUT/log.txt too; the test logs, sanitizer reports and bench tables
 # to $OUT (at most 7 files: a lease returns 8).
 #
-#   scripts/gpu_remote.sh DIR [suite] [memcheck] [bench] [cpu]   (default: suite bench)
+#   scripts/gpu_remote.sh DIR [suite] [memcheck] [bench] [plan] [cpu]   (default: suite bench)
 #   BUDGET=seconds (default 420): stop starting stages past it
 #
 #   suite     tests/run.sh --suite gpu (make gpu-test's first pass)
@@ -14,6 +14,9 @@
 #             tools on the whole suite: longer than a lease; racecheck alone took over 90 s
 #             on test_gpu_model on an H200)
 #   bench     zr bench model / quant --device cuda, zr bench train --device cuda on 1 rank
+#   plan      zr probe and zr plan on the GPU for GPT-2 124M (B 4, T 1024), then zr bench train
+#             of the plan's pick and of ZeRO-3 and ZeRO++: predicted against measured step
+#             times, with 1 rank and with 2 ranks sharing the GPU as 2 emulated nodes (staged)
 #   cpu       zr bench model --quick --threads 1,2,8 on the machine's CPU (another kind)
 #
 # Runs as root on a throw-away machine: the carried packages are unpacked into
@@ -22,7 +25,7 @@
 # PMIx crashed mpirun in libpmix), elsewhere into /opt/zrdeps.
 set -u
 cd "$(dirname "$0")/.." || exit 2
-dir=${1:?usage: gpu_remote.sh DIR [suite] [memcheck] [bench] [cpu]}
+dir=${1:?usage: gpu_remote.sh DIR [suite] [memcheck] [bench] [plan] [cpu]}
 shift
 stages=${*:-suite bench}
 T0=$SECONDS
@@ -106,6 +109,22 @@ for stage in $stages; do
                 timeout 60 $B bench quant --device cuda --json
                 timeout 60 mpirun.openmpi -np 1 $B bench train --device cuda --json
             } 2>&1 | tee "$O/bench-gpu.txt"
+            ;;
+        plan)
+            m=(--layers 12 --channels 768 --heads 12 --micro-batch 4 --device cuda)
+            for np in 1 2; do
+                echo "-- $np rank(s), each its own emulated node"
+                ZR_RANKS_PER_NODE=1 timeout 200 mpirun.openmpi -np $np $B probe "${m[@]}" \
+                    --seq-len 1024 --max-seq-len 1024 -o /tmp/zr-probe-$np.json &&
+                    $B plan "${m[@]}" --seq-len 1024 --max-seq-len 1024 --train_batch_size \
+                        $((4 * np)) --probe /tmp/zr-probe-$np.json \
+                        --write-config /tmp/zr-pick-$np.json >/tmp/zr-plan-$np.txt &&
+                    head -n 12 /tmp/zr-plan-$np.txt &&
+                    ZR_RANKS_PER_NODE=1 timeout 200 mpirun.openmpi -np $np $B bench train \
+                        "${m[@]}" --seq 1024 --steps 8 --modes zero3_bf16,zeropp,config \
+                        --config /tmp/zr-pick-$np.json
+                cat /tmp/zr-probe-$np.json
+            done 2>&1 | tee "$O/plan-gpu.txt"
             ;;
         cpu)
             timeout $(($(left) - 10)) $B bench model --quick --threads 1,2,8 --json 2>&1 |

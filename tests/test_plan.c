@@ -15,7 +15,8 @@
  *   planner    a slow link picks quantized ZeRO++, a free link and costly
  *              codecs pick none; impossible requests are refused clearly
  *   --gpu      (the emulated GPU, or a real one) the probe on GPUs: its
- *              figures, the GPU's memory, the device model's bytes in the
+ *              figures and reference steps, the GPU's memory, the plan
+ *              calibrated on them, the device model's bytes in the
  *              plan's memory; a GPU run's counters and memory equal the
  *              plan's, in fp32 and in bf16 compute (the engine's bf16
  *              working buffers); a plan for the other device or compute
@@ -361,6 +362,73 @@ static void test_calibration(void)
     TEST_CHECK(dr.n > 0 && pr.n > 0 && dr.entries[0].cost.t_step > pr.entries[0].cost.t_step);
     zr_plan_result_free(&dr);
     zr_plan_result_free(&pr);
+    /* one rank sends nothing: no scale or floor on transfers (a fit there found x0.1 from the
+       steps' noise, and zr plan warned that the link figures were off) */
+    zr_probe one = made_up(1, 1);
+    zr_plan_choice r1 = zr_probe_reference(0, 1, 50000000);
+    TEST_OK(zr_plan_cost_of(&c, 256, 1, 1, &r1, &one, &raw1));
+    TEST_CHECK(raw1.t_comm == 0);
+    one.cal_batch = 1, one.cal_prefetch = 50000000;
+    for (int i = 0; i < 3; i++) {
+        one.cal_compute[i] = 1.2 * (raw1.t_compute + raw1.t_codec);
+        one.cal_optim[i] = raw1.t_optim;
+        one.cal_step[i] = 0.9 * (one.cal_compute[i] + one.cal_optim[i]); /* timer noise */
+    }
+    zr_plan_calibration k1;
+    TEST_OK(zr_plan_calibrate(&c, 256, &one, &k1));
+    TEST_CHECK(k1.calibrated && k1.stage3.k_comm == 1 && k1.stage3.t_sync == 0 &&
+               k1.stage012.k_comm == 1 && k1.stage012.t_sync == 0);
+}
+
+/* A GPU probe's references: the same fit, but no cost per byte (a GPU's codecs are transfers,
+   priced by the scale on them), and the fit still reproduces both ZeRO-3 steps. */
+static void test_calibration_gpu(void)
+{
+    zr_train_config c;
+    tiny(&c);
+    snprintf(c.device, sizeof c.device, "cuda");
+    c.bf16_enabled = 0;
+    int N = 2, D = 2;
+    zr_probe p = made_up(N, D);
+    p.gpu = 1;
+    p.bf16_enc = p.bf16_dec = p.f32_add = 1e-9;
+    p.q_enc[0] = p.q_enc[1] = p.q_dec[0] = p.q_dec[1] = 2e-9;
+    p.adamw = 3e-9, p.sumsq = 1e-9;
+    zr_plan_cost raw[2], cal[2];
+    zr_plan_choice ref[2];
+    double measured = 0, predicted = 0;
+    for (int i = 0; i < 2; i++) {
+        ref[i] = zr_probe_reference(i, 1, 50000000);
+        TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[i], &p, &raw[i]));
+        zr_probe host = p;
+        host.gpu = 0;
+        zr_plan_cost h;
+        TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[i], &host, &h));
+        /* the codecs in the transfers: only the engine's own work is left on the step */
+        TEST_CHECK(raw[i].t_codec < h.t_codec && raw[i].t_exposed > 0);
+    }
+    /* computation 2.5x and 1.5x the units (on a CPU the byte cost would explain the difference;
+       on a GPU it is one factor), the optimizer 2x, waits 1.3x and 1.7x the transfers */
+    p.cal_batch = 1, p.cal_prefetch = 50000000;
+    for (int i = 0; i < 2; i++) {
+        p.cal_compute[i] = (i ? 1.5 : 2.5) * (raw[i].t_compute + raw[i].t_codec);
+        p.cal_optim[i] = 2 * raw[i].t_optim;
+        p.cal_step[i] = p.cal_compute[i] + p.cal_optim[i] + (i ? 1.7 : 1.3) * raw[i].t_exposed;
+        measured += p.cal_step[i];
+    }
+    zr_plan_calibration k;
+    TEST_OK(zr_plan_calibrate(&c, 256, &p, &k));
+    TEST_CHECK(k.calibrated && k.stage3.c_byte == 0 && k.stage3.k_optim == 2);
+    TEST_NEAR(k.stage3.k_compute,
+              (p.cal_compute[0] + p.cal_compute[1]) /
+                  (raw[0].t_compute + raw[0].t_codec + raw[1].t_compute + raw[1].t_codec),
+              1e-12);
+    for (int i = 0; i < 2; i++) {
+        TEST_OK(zr_plan_cost_of(&c, 256, N, D, &ref[i], &p, &cal[i]));
+        TEST_CHECK(cal[i].t_exposed > raw[i].t_exposed);
+        predicted += cal[i].t_step;
+    }
+    TEST_NEAR(predicted, measured, 1e-9 * measured);
 }
 
 static void test_probe_file(void)
@@ -597,11 +665,20 @@ static void test_gpu_probe(void)
     TEST_CHECK(p.overlap >= 0 && p.overlap <= 1);
     TEST_CHECKF(p.base_rss == 0 && p.mem_per_rank > 1e6, "base %g, memory per rank %g", p.base_rss,
                 p.mem_per_rank);
+    /* the reference steps ran on the GPUs (the device model and engine; the probe's stream
+       followed again after them, or the measurements above would have failed) */
+    TEST_EQ_INT(p.cal_batch, c.train_micro_batch_size_per_gpu);
+    for (int i = 0; i < 3; i++) {
+        TEST_CHECKF(p.cal_step[i] > 0 && p.cal_compute[i] > 0 && p.cal_comm[i] >= 0 &&
+                        p.cal_optim[i] > 0,
+                    "reference %d: step %g, compute %g, comm %g, optim %g", i, p.cal_step[i],
+                    p.cal_compute[i], p.cal_comm[i], p.cal_optim[i]);
+    }
     /* a plan: the device model's bytes stand for the activations */
     c.train_batch_size = 2 * W;
     zr_plan_result r;
     TEST_OK(zr_plan_run(&c, 256, &p, p.mem_per_rank, &r));
-    TEST_CHECK(r.n > 0);
+    TEST_CHECK(r.n > 0 && r.cal.calibrated && r.cal.stage3.c_byte == 0);
     if (r.n > 0) {
         const zr_plan_entry *best = &r.entries[0];
         zr_gpt_config m = {c.max_seq_len, 256, 256, c.layers, c.heads, c.channels};
@@ -660,6 +737,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_bytes_match_engine);
     TEST_RUN(test_by_hand);
     TEST_RUN(test_calibration);
+    TEST_RUN(test_calibration_gpu);
     TEST_RUN(test_probe_file);
     TEST_RUN(test_planner);
     return zr_test_finish();

@@ -79,8 +79,8 @@ typedef struct zr_probe {
     /* The references: a few steps of three configurations at the configuration's micro-batch and
        prefetch bucket (zr_probe_reference: [0] ZeRO-3, [1] ZeRO-3 + qwZ + qgZ, [2] stage 0), run
        through the real engine and model on every rank at once; the cost model is calibrated on
-       them (cost.c). cal_batch 0: none ran (a GPU probe, or ZeRO-3 did not fit); cal_step[2] 0:
-       stage 0 did not fit. */
+       them (cost.c). cal_batch 0: none ran (ZeRO-3 did not fit); cal_step[2] 0: stage 0 did not
+       fit. */
     int cal_batch;
     double cal_prefetch;   /* their stage3_prefetch_bucket_size */
     double cal_step[3];    /* seconds per step: the slowest rank's, median over the steps */
@@ -145,19 +145,19 @@ zr_status zr_plan_cost_of(const zr_train_config *cfg, int vocab, int nodes, int 
                           const zr_plan_choice *ch, const zr_probe *probe, zr_plan_cost *out);
 
 /*
- * The cost model's calibration on a CPU probe's reference steps (cost.c):
- * one set for stage 3, one for stages 0-2. Neutral ({1, 0, 1, 1, 0}) without
- * reference steps or on a GPU probe.
+ * The cost model's calibration on the probe's reference steps (cost.c): one
+ * set for stage 3, one for stages 0-2. Neutral ({1, 0, 1, 1, 0}) without
+ * reference steps.
  */
 typedef struct zr_plan_calib {
     double k_compute; /* measured over priced computation */
-    double c_byte;    /* seconds of CPU per inter-node byte */
+    double c_byte;    /* seconds of CPU per inter-node byte (0 on GPUs) */
     double k_optim;   /* measured over priced optimizer */
     double k_comm;    /* scale on transfer times (< 1: they hid more than the overlap says) */
     double t_sync;    /* the least a synchronising wait exposes, seconds */
 } zr_plan_calib;
 typedef struct zr_plan_calibration {
-    int calibrated; /* 0: neutral (no reference steps, or a GPU probe) */
+    int calibrated; /* 0: neutral (the probe ran no reference steps) */
     zr_plan_calib stage3, stage012;
     double k_optim_replicated; /* stage 0's optimizer (every rank updates the whole model) */
     int layers;                /* zr_plan_run: the depth the references ran (the probe's) */

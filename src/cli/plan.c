@@ -174,9 +174,10 @@ int zr_cli_probe(int argc, char **argv)
                    "threads, data] [-o probe.json] [--max-micro-batch B]\n"
                    "Measures compute (the model's own units at micro-batch 1, 2, 4, ... up to B, "
                    "default the configuration's micro-batch), codecs, AdamW, and bandwidth and "
-                   "latency inside and between nodes, with every rank busy, and (on CPUs) a few "
-                   "steps of ZeRO-3, ZeRO-3 + qwZ + qgZ and stage 0 through the engine, which "
-                   "zr plan calibrates on; writes JSON for zr plan.\n");
+                   "latency inside and between nodes, with every rank busy, and a few steps of "
+                   "ZeRO-3, ZeRO-3 + qwZ + qgZ and stage 0 through the engine (on the CPU or "
+                   "the GPUs, as zr.device says), which zr plan calibrates on; writes JSON for "
+                   "zr plan.\n");
         }
         MPI_Finalize();
         free(rest);

@@ -31,7 +31,7 @@
  * posted (one link per rank), so a wait also exposes what was posted before
  * it.
  *
- * Calibration (a CPU probe's reference steps, probe_ref.c): the rates above
+ * Calibration (the probe's reference steps, probe_ref.c): the rates above
  * are measured on warm caches with every rank doing the same thing, and a
  * training step is neither. The probe ran ZeRO-3 without and with qwZ and
  * qgZ (the most and the fewest bytes) and stage 0 on the real engine; they
@@ -63,14 +63,14 @@
  * reproduces the references; every other configuration is predicted from it
  * (bench/cluster/run.sh --plan measures how well).
  *
- * A GPU probe (zr.device): the same schedule priced with the GPU's figures,
- * with one difference. A collective's conversions and (de)quantization are
- * kernels on its own codec stream, between its hops, not work of the
- * stream that computes: they lengthen the transfer (and hide behind
- * computation with it) instead of adding to the step. The engine's own
- * work (zeroing, folding, the hpZ cut, the optimizer) is on the computing
- * stream, as on the CPU. Memory is the GPU's: the device model's bytes in
- * place of the CPU's activations, against the GPU's free memory.
+ * A GPU probe (zr.device): the same schedule and calibration with the GPU's
+ * figures, but a collective's conversions and (de)quantization are kernels
+ * on its own codec stream, between its hops: they lengthen the transfer (and
+ * hide behind computation with it) instead of adding to the step, and no
+ * c_byte is fitted (k_comm prices what bytes cost). The engine's own work
+ * (zeroing, folding, the hpZ cut, the optimizer) is on the computing stream,
+ * as on the CPU. Memory is the GPU's: the device model's bytes in place of
+ * the CPU's activations, against the GPU's free memory.
  */
 #include "zr/plan.h"
 
@@ -630,7 +630,7 @@ static void fit_compute(const zr_probe *p, const zr_plan_cost *r, calib *f)
     double y0 = r[0].bytes_inter, y1 = r[1].bytes_inter;
     double m0 = p->cal_compute[0], m1 = p->cal_compute[1];
     double det = b0 * y1 - b1 * y0, k = 0, c = -1;
-    if (fabs(det) > 1e-9 * (b0 * y1 + b1 * y0)) {
+    if (!p->gpu && fabs(det) > 1e-9 * (b0 * y1 + b1 * y0)) {
         k = (m0 * y1 - m1 * y0) / det;
         c = (b0 * m1 - b1 * m0) / det;
     }
@@ -649,7 +649,7 @@ zr_status zr_plan_calibrate(const zr_train_config *cfg, int vocab, const zr_prob
 {
     out->stage3 = out->stage012 = no_calib;
     out->k_optim_replicated = 1;
-    out->calibrated = p != NULL && !p->gpu && p->cal_batch > 0;
+    out->calibrated = p != NULL && p->cal_batch > 0;
     if (!out->calibrated) {
         return ZR_OK;
     }
@@ -669,10 +669,11 @@ zr_status zr_plan_calibrate(const zr_train_config *cfg, int vocab, const zr_prob
     double *w = NULL;
     ZR_ALLOC(w, 2 * NREF * (size_t)MAX_WAITS); /* the waits, and a sorted copy */
     /* stage 3's waits on both ZeRO-3 references; stages 0-2 reduce at the step what stage 3
-       reduces during backward: theirs on stage 0's reference, where it ran */
-    zr_status st = fit_waits_pair(cfg, vocab, p, w, &out->stage3);
+       reduces during backward: theirs on stage 0's reference, where it ran; none where nothing
+       is sent (one rank) */
+    zr_status st = r[0].t_comm > 0 ? fit_waits_pair(cfg, vocab, p, w, &out->stage3) : ZR_OK;
     out->stage012 = out->stage3;
-    if (st == ZR_OK && nref == 3) {
+    if (st == ZR_OK && nref == 3 && r[2].t_comm > 0) {
         st = fit_waits_one(cfg, vocab, p, 2, kr, w, &out->stage012);
     }
     zr_free(w);

@@ -491,14 +491,12 @@ static zr_status probe_all(zr_comm *c, const zr_train_config *cfg, int vocab, in
     zr_gpt_set_threads(cfg->threads);
     zr_gpt_config g = {cfg->max_seq_len, vocab, out->padded_vocab, 1, cfg->heads, cfg->channels};
     ZR_CHECK(zr_gpt_config_check(&g));
-    if (s == NULL) {
-        /* first, in a process as fresh as a training run's: after the rest of the probe, ZeRO-3's
-           steps measured 290-310 ms where zr bench train's launches measured 211-287 (emulated
-           2x2 at 10 Gbit/s, three of each). A GPU probe runs none. */
-        zr_gpt_config whole = g;
-        whole.layers = cfg->layers;
-        zr_probe_reference_steps(c, cfg, &whole, out);
-    }
+    /* first, in a process as fresh as a training run's: after the rest of the probe, ZeRO-3's
+       steps measured 290-310 ms where zr bench train's launches measured 211-287 (emulated 2x2
+       at 10 Gbit/s on the CPU, three of each) */
+    zr_gpt_config whole = g;
+    whole.layers = cfg->layers;
+    zr_probe_reference_steps(c, cfg, &whole, s, out);
     /* the device model indexes B T Vp with 32-bit integers: a larger micro-batch cannot run
        there, so the plan must not be offered one (where not even B = 1 can, the measurement at 1
        says why) */

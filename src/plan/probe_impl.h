@@ -12,12 +12,13 @@
 zr_status zr_probe_slowest(zr_comm *c, double *v, int n);
 
 /*
- * The reference steps on the CPU (collective; g: the whole model): out's
- * cal_* fields, or cal_batch 0 where ZeRO-3's could not run (rank 0 says why
- * on stderr). Needs out->mem_per_rank.
+ * The reference steps (collective; g: the whole model) on the CPU, or on s's
+ * GPU (s non-NULL: the stream c's device transport follows, followed again
+ * after): out's cal_* fields, or cal_batch 0 where ZeRO-3's could not run
+ * (rank 0 says why on stderr). Needs out->mem_per_rank.
  */
 void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
-                              zr_probe *out);
+                              zr_stream *s, zr_probe *out);
 
 /* Forward and backward of each unit kind at micro-batch b on s's GPU, in type (collective). */
 zr_status zr_probe_gpu_compute(zr_comm *c, const zr_gpt_config *g, int T, int b, zr_dtype type,

@@ -7,6 +7,8 @@
 
 #include "probe_impl.h"
 
+#include "zr/model_cuda.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +31,12 @@
  * 265-287 ms; one probe's figures can be 20-35% off another launch's). This
  * adds 60 steps of the model to the probe, fewer rounds where they would take
  * over CAL_BUDGET_S (GPT-2 124M on a CPU: a step takes seconds).
+ *
+ * A GPU probe runs them too, on the GPUs, with the device model and engine
+ * the trainer builds there: a step there launches hundreds of kernels the
+ * probe timed one unit at a time, waits for the host once per step, and
+ * its collectives (NCCL's kernels, or the staged transport's copies) share
+ * the GPU with the computation; none of that is in the unit timings.
  */
 /* the second step of a fresh engine still grows its pool (cost.c): two steps warm up */
 enum { CAL_WARM = 2, CAL_STEPS = 3, CAL_BLOCKS = 4, CAL_N = CAL_STEPS * CAL_BLOCKS };
@@ -43,59 +51,76 @@ zr_plan_choice zr_probe_reference(int r, int b, long long prefetch_bucket)
 }
 
 /* The engine settings of reference r: cfg with the reference's choice applied, as the trainer
- * derives them. */
-static zr_engine_config reference_engine(const zr_train_config *cfg, int r)
+ * derives them (gpu: for a device engine). */
+static zr_engine_config reference_engine(const zr_train_config *cfg, int r, int gpu)
 {
     zr_train_config rc = *cfg;
     zr_plan_choice ref = zr_probe_reference(r, cfg->train_micro_batch_size_per_gpu,
                                             cfg->stage3_prefetch_bucket_size);
     zr_plan_apply(&rc, &ref);
-    return zr_config_engine(&rc, 0);
+    return zr_config_engine(&rc, gpu);
+}
+
+static zr_dtype compute_type(const zr_train_config *cfg)
+{
+    return cfg->bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
 }
 
 /* A step's figures: the slowest rank's step, and the ranks' mean compute, comm and optimizer. */
 typedef double cal_rec[4];
 
-/* One block of reference r: an engine and a model built, CAL_WARM steps, CAL_STEPS measured. */
-static zr_status reference_block(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
-                                 int r, cal_rec *rec)
-{
-    int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
-    zr_engine_config ecfg = reference_engine(cfg, r);
+/*
+ * A reference's model, built as the trainer builds it: on the CPU, m; on a
+ * GPU (s, the probe's stream), the device model, its parameters drawn from m
+ * (a host model of no batch), and the communicator following its stream
+ * while it runs (the engine's kernels and collectives start after the
+ * model's work there), the probe's stream again after.
+ */
+typedef struct ref_model {
     zr_gpt m;
-    zr_engine e;
-    zr_gpt_specs sp;
-    memset(&m, 0, sizeof m);
-    memset(&sp, 0, sizeof sp);
-    int *tok = NULL, engine_up = 0, W = c->size[ZR_GROUP_WORLD];
-    zr_status st = zr_gpt_init_ex(&m, g, B, T, cfg->activation_checkpointing);
-    if (st == ZR_OK) {
-        st = zr_gpt_specs_init(&sp, g);
+    zr_gpt_gpu gpu;
+    zr_stream *probe; /* NULL: the CPU */
+} ref_model;
+
+static zr_status ref_model_init(ref_model *rm, zr_comm *c, const zr_train_config *cfg,
+                                const zr_gpt_config *g, const zr_engine_config *ecfg, zr_stream *s)
+{
+    memset(rm, 0, sizeof *rm);
+    int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
+    if (s == NULL) {
+        return zr_gpt_init_ex(&rm->m, g, B, T, cfg->activation_checkpointing);
     }
-    if (st == ZR_OK) {
-        st = ZR_ALLOC_STATUS(tok, (size_t)B * (size_t)T + 1);
-    }
-    for (size_t i = 0; st == ZR_OK && i < (size_t)B * (size_t)T + 1; i++) {
-        tok[i] = (int)((i * 2654435761u + (size_t)c->rank[ZR_GROUP_WORLD]) % (size_t)g->vocab);
-    }
-    st = zr_comm_agree(c, st);
-    if (st == ZR_OK) {
-        st = zr_engine_init(&e, c, &ecfg, sp.nunits, sp.units);
-        engine_up = st == ZR_OK;
-    }
-    if (st == ZR_OK) {
-        st = zr_gpt_engine_init_params(&e, &m, 1);
-    }
-    st = zr_comm_agree(c, st);
+    rm->probe = s;
+    ZR_CHECK(zr_gpt_init_ex(&rm->m, g, 1, 1, 0));
+    ZR_CHECK(zr_gpt_gpu_init(&rm->gpu, zr_stream_device(s), g, B, T, compute_type(cfg), ecfg));
+    return zr_comm_device_follow(c, rm->gpu.stream);
+}
+
+/* After the engine is gone; safe after a failed init. */
+static zr_status ref_model_free(ref_model *rm, zr_comm *c)
+{
+    zr_status st = rm->probe != NULL ? zr_comm_device_follow(c, rm->probe) : ZR_OK;
+    zr_gpt_gpu_free(&rm->gpu);
+    zr_gpt_free(&rm->m);
+    return st;
+}
+
+/* CAL_WARM steps of the reference, then CAL_STEPS measured into rec (collective). */
+static zr_status reference_run(zr_comm *c, ref_model *rm, zr_engine *e, const int *tok,
+                               cal_rec *rec)
+{
+    int W = c->size[ZR_GROUP_WORLD];
+    zr_status st = ZR_OK;
     for (int k = -CAL_WARM; k < CAL_STEPS && st == ZR_OK; k++) {
         zr_step_stats stats;
         float loss = 0;
         st = zr_comm_barrier(c);
         if (st == ZR_OK) {
-            st = zr_gpt_engine_micro(&m, &e, tok, tok + 1, &loss);
+            st = rm->probe != NULL ? zr_gpt_engine_micro_gpu(&rm->gpu, e, tok, tok + 1, &loss)
+                                   : zr_gpt_engine_micro(&rm->m, e, tok, tok + 1, &loss);
         }
         if (st == ZR_OK) {
-            st = zr_engine_step(&e, 1e-4f, &stats);
+            st = zr_engine_step(e, 1e-4f, &stats);
         }
         st = zr_comm_agree(c, st);
         if (st == ZR_OK && k >= 0) {
@@ -113,28 +138,82 @@ static zr_status reference_block(zr_comm *c, const zr_train_config *cfg, const z
             }
         }
     }
-    if (engine_up) {
-        zr_engine_free(&e);
-    }
-    zr_gpt_specs_free(&sp);
-    zr_gpt_free(&m);
-    zr_free(tok);
     return st;
 }
 
-/* Whether reference r fits the node: the kernel would kill the job, not fail an allocation. */
-static zr_status reference_fits(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
-                                int r, const zr_probe *p)
+/* One block of reference r: a model and an engine built, CAL_WARM steps, CAL_STEPS measured. */
+static zr_status reference_block(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
+                                 zr_stream *s, int r, cal_rec *rec)
 {
-    int B = cfg->train_micro_batch_size_per_gpu;
-    zr_engine_config ecfg = reference_engine(cfg, r);
+    int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
+    zr_engine_config ecfg = reference_engine(cfg, r, s != NULL);
+    ref_model rm;
+    zr_engine e;
+    zr_gpt_specs sp;
+    memset(&sp, 0, sizeof sp);
+    int *tok = NULL, engine_up = 0;
+    zr_status st = ref_model_init(&rm, c, cfg, g, &ecfg, s);
+    if (st == ZR_OK) {
+        st = zr_gpt_specs_init(&sp, g);
+    }
+    if (st == ZR_OK) {
+        st = ZR_ALLOC_STATUS(tok, (size_t)B * (size_t)T + 1);
+    }
+    for (size_t i = 0; st == ZR_OK && i < (size_t)B * (size_t)T + 1; i++) {
+        tok[i] = (int)((i * 2654435761u + (size_t)c->rank[ZR_GROUP_WORLD]) % (size_t)g->vocab);
+    }
+    st = zr_comm_agree(c, st);
+    if (st == ZR_OK) {
+        st = zr_engine_init(&e, c, &ecfg, sp.nunits, sp.units);
+        engine_up = st == ZR_OK;
+    }
+    if (st == ZR_OK) {
+        st = zr_gpt_engine_init_params(&e, &rm.m, 1);
+    }
+    st = zr_comm_agree(c, st);
+    if (st == ZR_OK) {
+        st = reference_run(c, &rm, &e, tok, rec);
+    }
+    if (engine_up) {
+        zr_engine_free(&e);
+    }
+    zr_status back = ref_model_free(&rm, c);
+    zr_gpt_specs_free(&sp);
+    zr_free(tok);
+    /* the probe goes on with the communicator on its own stream, every rank's */
+    back = zr_comm_agree(c, back);
+    return st != ZR_OK ? st : back;
+}
+
+/*
+ * Whether reference r fits the node (the kernel would kill the job, not fail
+ * an allocation) or its GPU (s non-NULL: the device model's bytes in place
+ * of the CPU's activations, as the trainer checks them).
+ */
+static zr_status reference_fits(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
+                                zr_stream *s, int r, const zr_probe *p)
+{
+    int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
+    int gpu = s != NULL, recompute = gpu ? 0 : cfg->activation_checkpointing;
+    zr_engine_config ecfg = reference_engine(cfg, r, gpu);
     zr_gpt_memory_prediction need;
-    ZR_CHECK(
-        zr_gpt_engine_predict(g, B, cfg->seq_len, cfg->activation_checkpointing, &ecfg, c, &need));
-    if ((double)need.total > 0.8 * p->mem_per_rank) {
+    ZR_CHECK(zr_gpt_engine_predict(g, B, T, recompute, &ecfg, c, &need));
+    double total = (double)need.total;
+    if (gpu) {
+        int cap = zr_gpt_cuda_max_batch(g, T);
+        if (B > cap) {
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "train_micro_batch_size_per_gpu %d is more than the GPU model takes at "
+                    "zr.model.seq_len %d (%d)",
+                    B, T, cap);
+        }
+        total = (double)zr_gpt_gpu_device_bytes(g, B, T, compute_type(cfg), &ecfg) +
+                (double)need.state + (double)need.pool;
+    }
+    if (total > 0.8 * p->mem_per_rank) {
         ZR_FAIL(ZR_ERR_NOMEM,
-                "it needs %.2f GB per rank, 0.8 of the %.2f GB available is the limit",
-                (double)need.total / 1e9, p->mem_per_rank / 1e9);
+                "it needs %.2f GB per rank%s, 0.8 of the %.2f GB available is the limit",
+                total / 1e9, gpu ? " on the GPU" : "", p->mem_per_rank / 1e9);
     }
     return ZR_OK;
 }
@@ -147,13 +226,13 @@ static zr_status reference_fits(zr_comm *c, const zr_train_config *cfg, const zr
  * calibrated on ZeRO-3's; without a ZeRO-3 one, no calibration.
  */
 void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
-                              zr_probe *out)
+                              zr_stream *s, zr_probe *out)
 {
     static const char *const name[3] = {"ZeRO-3", "ZeRO-3 + qwZ + qgZ", "stage 0"};
     cal_rec rec[3][CAL_N];
     int ok[3];
     for (int r = 0; r < 3; r++) {
-        ok[r] = reference_fits(c, cfg, g, r, out) == ZR_OK;
+        ok[r] = reference_fits(c, cfg, g, s, r, out) == ZR_OK;
         if (!ok[r] && c->rank[ZR_GROUP_WORLD] == 0) {
             fprintf(stderr, "zr probe: no reference steps of %s: %s\n", name[r],
                     zr_error_message());
@@ -166,7 +245,7 @@ void zr_probe_reference_steps(zr_comm *c, const zr_train_config *cfg, const zr_g
             if (!ok[r] || (r < 2 && !(ok[0] && ok[1]))) {
                 continue;
             }
-            if (reference_block(c, cfg, g, r, rec[r] + b * CAL_STEPS) != ZR_OK) {
+            if (reference_block(c, cfg, g, s, r, rec[r] + b * CAL_STEPS) != ZR_OK) {
                 ok[r] = 0; /* agreed: every rank leaves it out */
                 if (c->rank[ZR_GROUP_WORLD] == 0) {
                     fprintf(stderr, "zr probe: the reference steps of %s failed: %s\n", name[r],
