@@ -579,6 +579,37 @@ static void test_messages(void)
                 "exit %d\n%s", code, res.out);
 }
 
+/* zr bench noise: its JSON line holds what the table says; bad arguments refused. */
+static void test_bench_noise(void)
+{
+    int code = sh("%s bench noise --seconds 1 --threads 2 --json", zr_bin);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    const char *j = strstr(res.out, "{\"bench\": \"noise\"");
+    int threads = 0, pieces = 0;
+    double fast = 0, mean = 0, slow = -1, best = 0, worst = 0;
+    TEST_CHECKF(j != NULL && sscanf(j,
+                                    "{\"bench\": \"noise\", \"threads\": %d, \"seconds\": 1, "
+                                    "\"fast_piece_ms\": %lf, \"all\": {\"who\": \"all\", "
+                                    "\"pieces\": %d, \"mean_over_fast\": %lf, \"slow_share\": "
+                                    "%lf, \"best_window\": %lf, \"worst_window\": %lf}}",
+                                    &threads, &fast, &pieces, &mean, &slow, &best, &worst) == 7,
+                "%s", res.out);
+    /* at least 95% of the pieces take the fast piece's time or more */
+    TEST_CHECKF(threads == 2 && fast > 0 && pieces > 2 && mean > 0.9 && slow >= 0 && slow <= 1 &&
+                    best > 0.9 && worst >= best,
+                "%s", res.out);
+    OUT_HAS("thread    pieces");
+    const char *bad[] = {"--seconds 0", "--threads 0", "--seconds x", "--threads 100000"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        code = sh("%s bench noise %s", zr_bin, bad[i]);
+        TEST_CHECKF(code == 2 && strstr(res.out, "--seconds is 1-3600, --threads 1-256") != NULL,
+                    "%s: exit %d\n%s", bad[i], code, res.out);
+    }
+    code = sh("%s bench noise --fast", zr_bin);
+    TEST_CHECKF(code == 2 && strstr(res.out, "usage: zr bench noise") != NULL, "exit %d\n%s", code,
+                res.out);
+}
+
 static int n_names;
 static char **names;
 
@@ -632,6 +663,7 @@ int main(int argc, char **argv)
     RUN(test_identity_end_to_end);
     RUN(test_resume_changes);
     RUN(test_messages);
+    RUN(test_bench_noise);
     RUN(test_stop_during_save);
     if (zr_test_failed == 0) {
         sh("rm -rf %s", work);

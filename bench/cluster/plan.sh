@@ -67,6 +67,15 @@ plan_launch() {
         >>"$file" || { echo "run.sh: no JSON in $log" >&2; return 1; }
 }
 
+# plan_noise CELL: the machine's own steadiness just before the cell's launches (zr bench noise:
+# a fixed loop per core, no zr, no MPI), one line of plan_noise.jsonl
+plan_noise() {
+    local line
+    line=$("$ZR" bench noise --seconds 10 --json 2>/dev/null | tail -n 1) &&
+        jq -c --arg cell "$1" '{cell: $cell} + .all' <<<"$line" >>"$OUT/plan_noise.jsonl" ||
+        { echo "run.sh: zr bench noise failed" >&2; return 1; }
+}
+
 # plan_confirm TAG N D MEAS: the pick against the fastest other mode of the rounds, measured
 # again in ROUNDS fresh rounds of the two, interleaved. The fastest of six modes measured
 # once each is also the one whose noise ran luckiest (on this machine a launch varies by
@@ -113,6 +122,7 @@ run_plan() {
     : >"$rows" || return 1
     : >"$OUT/plan_confirm.jsonl" || return 1
     : >"$OUT/plan_probes.jsonl" || return 1
+    : >"$OUT/plan_noise.jsonl" || return 1
     for layout in $LAYOUTS; do
         n=${layout%x*}
         d=${layout#*x}
@@ -138,6 +148,7 @@ run_plan() {
             # cell falls on every mode alike, and the median round of each mode is kept
             local meas="$OUT/meas-$tag.jsonl" round
             : >"$meas" || return 1
+            plan_noise "$layout $rate" || return 1
             for round in $(seq "$ROUNDS"); do
                 for mode in $PLAN_MODES; do
                     plan_launch "$tag" "$n" "$d" "$mode" "r$round" "$round" "$meas" || return 1
@@ -176,7 +187,7 @@ run_plan() {
 plan_report() {
     local rows=$1 secs=$2
     jq -s --argjson secs "$secs" --arg model "${MODEL[*]}" \
-        --slurpfile confirm "$OUT/plan_confirm.jsonl" '
+        --slurpfile confirm "$OUT/plan_confirm.jsonl" --slurpfile noise "$OUT/plan_noise.jsonl" '
         def mean: if length == 0 then null else add / length end;
         def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
             else (.[length / 2 - 1] + .[length / 2]) / 2 end;
@@ -195,12 +206,13 @@ plan_report() {
                pick: ($byconf | map(select(.config == $pc)))[0],
                best: ($byconf | map(.tokens_per_s) | max)}
             | .cell as $c | ($confirm | map(select(.cell == $c)))[0] as $k
+            | ($noise | map(select(.cell == $c)))[0] as $z
             | {cell, pick_config, pick_tokens_per_s: .pick.tokens_per_s,
                best_tokens_per_s: .best, pick_vs_best: (.pick.tokens_per_s / .best),
                rival: $k.rival,
                pick_vs_rival_confirmed: (if $k == null then null elif $k.same then 1
                    else ([$k.pick_tokens_per_s / $k.rival_tokens_per_s, 1] | min) end),
-               confirm: $k})) as $cells
+               confirm: $k, noise: ($z // null | if . then del(.cell) else . end)})) as $cells
         | {bench: "cluster_plan", model: $model, seconds: $secs,
            plan_step_time_mape: ($e | mean),
            plan_step_time_mape_unreferenced: ($rows | map(select(.mode != "zero3_bf16")
@@ -210,6 +222,8 @@ plan_report() {
            plan_pick_vs_best_min: ($cells | map(.pick_vs_best) | min),
            plan_pick_confirmed_min: ($cells | map(.pick_vs_rival_confirmed)
                                      | if any(. == null) then null else min end),
+           machine_noise_mean_over_fast: ($cells | map(.noise.mean_over_fast // empty) | mean),
+           machine_noise_worst_window: ($cells | map(.noise.worst_window // empty) | max),
            cells: $cells, rows: $rows}' "$rows" >"$OUT/plan_summary.json" || return 1
     {
         echo "# zr plan: predicted vs measured on the emulated cluster"
@@ -223,9 +237,9 @@ plan_report() {
         echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
         jq -r '"| \(.layout) | \(.rate) | \(.mode) | \(.config) | \(.step_ms * 10 | round / 10) | \(.pred_step_ms * 10 | round / 10) | \(.step_err * 1000 | round / 10)% | \(.tokens_per_s | round) | \(.rss_bytes / 1e5 | round / 10) | \(.pred_memory_bytes / 1e5 | round / 10) | \(.mem_err * 1000 | round / 10)% |"' "$rows"
         echo
-        jq -r '.cells[] | "- \(.cell): pick = \(.pick_config), measured \(.pick_tokens_per_s | round) tokens/s = \(.pick_vs_best * 1000 | round / 1000) of the best measured (\(.best_tokens_per_s | round)); " + (if .confirm == null then "not confirmed" elif .confirm.same then "the fastest other mode, \(.rival), is the same configuration" else "confirmed against \(.rival) in fresh rounds: \(.confirm.pick_tokens_per_s | round) vs \(.confirm.rival_tokens_per_s | round) tokens/s = \(.pick_vs_rival_confirmed * 1000 | round / 1000)" end)' "$OUT/plan_summary.json"
+        jq -r '.cells[] | "- \(.cell): pick = \(.pick_config), measured \(.pick_tokens_per_s | round) tokens/s = \(.pick_vs_best * 1000 | round / 1000) of the best measured (\(.best_tokens_per_s | round)); " + (if .confirm == null then "not confirmed" elif .confirm.same then "the fastest other mode, \(.rival), is the same configuration" else "confirmed against \(.rival) in fresh rounds: \(.confirm.pick_tokens_per_s | round) vs \(.confirm.rival_tokens_per_s | round) tokens/s = \(.pick_vs_rival_confirmed * 1000 | round / 1000)" end) + (if .noise == null then "" else "; the machine just before (zr bench noise, 10 s): a fixed loop at \(.noise.mean_over_fast * 100 | round / 100)x its fast time on average, \(.noise.slow_share * 100 | round)% of its time 1.2x or slower, worst second \(.noise.worst_window * 100 | round / 100)x" end)' "$OUT/plan_summary.json"
         echo
-        jq -r '"plan_step_time_mape = \(.plan_step_time_mape * 1000 | round / 1000) (without the reference zero3_bf16: \(.plan_step_time_mape_unreferenced * 1000 | round / 1000); median \(.plan_step_time_err_median * 1000 | round / 1000)), plan_memory_max_err = \(.plan_memory_max_err * 1000 | round / 1000), plan_pick_vs_best_min = \(.plan_pick_vs_best_min * 1000 | round / 1000), confirmed \(if .plan_pick_confirmed_min == null then "-" else (.plan_pick_confirmed_min * 1000 | round / 1000) end); benchmark time \(.seconds) s."' "$OUT/plan_summary.json"
+        jq -r '"plan_step_time_mape = \(.plan_step_time_mape * 1000 | round / 1000) (without the reference zero3_bf16: \(.plan_step_time_mape_unreferenced * 1000 | round / 1000); median \(.plan_step_time_err_median * 1000 | round / 1000)), plan_memory_max_err = \(.plan_memory_max_err * 1000 | round / 1000), plan_pick_vs_best_min = \(.plan_pick_vs_best_min * 1000 | round / 1000), confirmed \(if .plan_pick_confirmed_min == null then "-" else (.plan_pick_confirmed_min * 1000 | round / 1000) end); benchmark time \(.seconds) s." + (if .machine_noise_worst_window == null then "" else " The machine itself (zr bench noise before each cell): a fixed loop at \(.machine_noise_mean_over_fast * 100 | round / 100)x its fast time on average, worst second \(.machine_noise_worst_window * 100 | round / 100)x." end)' "$OUT/plan_summary.json"
     } >"$OUT/plan_results.md"
     keep_results "$OUT/plan_results.md" "$OUT/plan_summary.json" "$OUT/plan_rows.jsonl" \
         "$OUT/plan_confirm.jsonl" "$OUT/plan_probes.jsonl"

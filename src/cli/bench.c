@@ -23,6 +23,7 @@ static const bench_entry benches[] = {
      "peak RSS per rank (from the OS) against the engine's memory formula"},
     {"comm", zr_bench_comm,
      "collectives: time, algbw/busbw, intra/inter-node bytes; ZeRO-3 vs ZeRO++"},
+    {"noise", zr_bench_noise, "how steady this machine is: a fixed loop per core, timed"},
     {NULL, NULL, NULL},
 };
 

@@ -2,7 +2,7 @@
  * main.c - the zr program: one binary, one subcommand per job.
  *
  *   zr selfcheck         communicator self-check (layout, groups, traffic)
- *   zr bench <name>      benchmarks from bench/ (quant, comm, model, train)
+ *   zr bench <name>      benchmarks from bench/ (quant, comm, model, train, memory, noise)
  *   zr train             sharded training from a DeepSpeed-style config and flags
  *   zr probe / zr plan   measure an allocation, then rank the configurations for it
  *   zr export            llm.c and safetensors files from a checkpoint
