@@ -705,6 +705,14 @@ static void test_gpu_probe(void)
         zr_plan_choice s2 = {2, 0, 0, 1, 0, 0, 0, 1, 1};
         check_choice(&c, &s2, &pb);
     }
+    /* a bf16 probe: its reference steps ran too, with the bf16 device model and engine */
+    zr_probe q;
+    TEST_OK(zr_comm_init(&comm, MPI_COMM_WORLD, NULL));
+    TEST_OK(zr_probe_run(&comm, &c, 256, 1, &q));
+    zr_comm_free(&comm);
+    TEST_CHECKF(q.gpu == 1 && q.bf16 == 1 && q.cal_batch == 1 && q.cal_step[0] > 0 &&
+                    q.cal_step[1] > 0 && q.cal_step[2] > 0,
+                "bf16 probe: gpu %d bf16 %d cal_batch %d", q.gpu, q.bf16, q.cal_batch);
     /* a probe of one device plans only for it */
     c.bf16_enabled = 0;
     snprintf(c.device, sizeof c.device, "cpu");

@@ -61,11 +61,6 @@ static zr_engine_config reference_engine(const zr_train_config *cfg, int r, int 
     return zr_config_engine(&rc, gpu);
 }
 
-static zr_dtype compute_type(const zr_train_config *cfg)
-{
-    return cfg->bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
-}
-
 /* A step's figures: the slowest rank's step, and the ranks' mean compute, comm and optimizer. */
 typedef double cal_rec[4];
 
@@ -92,7 +87,8 @@ static zr_status ref_model_init(ref_model *rm, zr_comm *c, const zr_train_config
     }
     rm->probe = s;
     ZR_CHECK(zr_gpt_init_ex(&rm->m, g, 1, 1, 0));
-    ZR_CHECK(zr_gpt_gpu_init(&rm->gpu, zr_stream_device(s), g, B, T, compute_type(cfg), ecfg));
+    /* the GPU computes in the engine's working type (bf16.enabled: bf16) */
+    ZR_CHECK(zr_gpt_gpu_init(&rm->gpu, zr_stream_device(s), g, B, T, ecfg->work_type, ecfg));
     return zr_comm_device_follow(c, rm->gpu.stream);
 }
 
@@ -207,7 +203,7 @@ static zr_status reference_fits(zr_comm *c, const zr_train_config *cfg, const zr
                     "zr.model.seq_len %d (%d)",
                     B, T, cap);
         }
-        total = (double)zr_gpt_gpu_device_bytes(g, B, T, compute_type(cfg), &ecfg) +
+        total = (double)zr_gpt_gpu_device_bytes(g, B, T, ecfg.work_type, &ecfg) +
                 (double)need.state + (double)need.pool;
     }
     if (total > 0.8 * p->mem_per_rank) {
