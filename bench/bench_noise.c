@@ -9,12 +9,14 @@
  * varied 10-15% from the next; this says how much of that is the machine:
  * one thread per core (or --threads N) repeats a fixed piece of arithmetic
  * (an update of a 64 KB array, about 2 ms, the same work every time) for
- * --seconds, timing each piece. Any piece slower than the fastest ones is
- * time the core was not the thread's (another tenant of the host, the
- * hypervisor, an interrupt), since the work never changes. It reports per
- * thread and over all: the median piece, the 90th percentile over the
- * median, the share of the time spent in pieces at least 1.2x the median,
- * and the worst one-second window's mean piece over the median (a burst
+ * --seconds, timing each piece. Any piece slower than the fast ones is time
+ * the core was not the thread's at full speed (another tenant of the host,
+ * the hypervisor, the clock, an interrupt), since the work never changes. It
+ * reports the fast piece (the 5th percentile over every thread, or the
+ * calibration's fastest try where faster) in ms, which compares runs on one
+ * machine, and per thread and over all: the mean piece over the fast one,
+ * the share of the time spent in pieces at least 1.2x the fast one, and the
+ * best and worst one-second windows' mean piece over the fast one (a burst
  * that would slow a whole training step). Benchmarks never assert.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -28,7 +30,16 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { NOISE_N = 1 << 14, NOISE_MAX_THREADS = 256 };
+enum { NOISE_N = 1 << 14, NOISE_MAX_THREADS = 256, NOISE_MAX_SECONDS = 3600 };
+
+/*
+ * A thread keeps no list of its pieces (an hour on 256 cores would be 460
+ * million of them): their times go into bins 1% apart from 10 us to 1.5 s,
+ * count and seconds per bin, and into one-second windows.
+ */
+enum { NOISE_BINS = 1200 };
+#define NOISE_BIN0 1e-5
+#define NOISE_STEP 1.01
 
 /* where the calibration's results go, so that its pieces are computed */
 static volatile float noise_sink;
@@ -37,8 +48,10 @@ typedef struct worker {
     pthread_t th;
     double seconds, t0; /* run until t0 + seconds (zr_now) */
     long reps;          /* passes over the array per piece */
-    double *start, *dur;
-    int n, cap;
+    long count[NOISE_BINS];
+    double time[NOISE_BINS]; /* seconds of the pieces in each bin */
+    double *wsum;            /* per one-second window: seconds of its pieces, and how many */
+    long *wn;
     zr_status st;
     float sink;
 } worker;
@@ -54,6 +67,18 @@ __attribute__((noinline)) static float piece(float *a, long reps)
     return a[NOISE_N / 3];
 }
 
+static int bin_of(double d)
+{
+    double b = d > NOISE_BIN0 ? floor(log(d / NOISE_BIN0) / log(NOISE_STEP)) : 0;
+    return b < NOISE_BINS - 1 ? (int)b : NOISE_BINS - 1;
+}
+
+/* the lower edge of bin b, seconds */
+static double bin_low(int b)
+{
+    return NOISE_BIN0 * pow(NOISE_STEP, b);
+}
+
 static void *run(void *arg)
 {
     worker *w = arg;
@@ -62,23 +87,16 @@ static void *run(void *arg)
     for (int i = 0; w->st == ZR_OK && i < NOISE_N; i++) {
         a[i] = (float)i * 1e-6f;
     }
-    while (w->st == ZR_OK && zr_now() - w->t0 < w->seconds) {
-        if (w->n == w->cap) {
-            int cap = w->cap ? 2 * w->cap : 1024;
-            double *s = realloc(w->start, (size_t)cap * sizeof *s);
-            double *d = s != NULL ? realloc(w->dur, (size_t)cap * sizeof *d) : NULL;
-            w->start = s != NULL ? s : w->start;
-            w->dur = d != NULL ? d : w->dur;
-            if (s == NULL || d == NULL) {
-                w->st = zr_error_at(ZR_ERR_NOMEM, __FILE__, __LINE__, "zr bench noise: no memory");
-                break;
-            }
-            w->cap = cap;
-        }
+    double t;
+    while (w->st == ZR_OK && (t = zr_now() - w->t0) < w->seconds) {
         double s = zr_now();
         w->sink += piece(a, w->reps);
-        w->start[w->n] = s - w->t0;
-        w->dur[w->n++] = zr_now() - s;
+        double d = zr_now() - s;
+        int b = bin_of(d), k = (int)t;
+        w->count[b]++;
+        w->time[b] += d;
+        w->wsum[k] += d;
+        w->wn[k]++;
     }
     zr_free(a);
     return NULL;
@@ -86,67 +104,54 @@ static void *run(void *arg)
 
 /* What one thread (or all) measured, against the machine's fast piece. */
 typedef struct noise_stats {
-    int pieces;
+    long pieces;
     double mean, slow_share, worst_window, best_window; /* over fast */
 } noise_stats;
 
-static int cmp_double(const void *a, const void *b)
+/* The fast piece: the 5th percentile of every thread's pieces, to the bins' 1% (the work is the
+   same on every core, and a core runs it that fast when nothing else takes it). */
+static double fast_piece(const worker *w, int k)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The fast piece: the 5th percentile of every thread's pieces (the work is the same on every
-   core, and a core runs it that fast when nothing else takes it). */
-static zr_status fast_piece(const worker *w, int k, double *fast)
-{
-    int n = 0;
+    long n = 0, seen = 0;
     for (int t = 0; t < k; t++) {
-        n += w[t].n;
+        for (int b = 0; b < NOISE_BINS; b++) {
+            n += w[t].count[b];
+        }
     }
-    double *v = NULL;
-    ZR_ALLOC(v, n > 0 ? (size_t)n : 1);
-    for (int t = 0, m = 0; t < k; t++) {
-        memcpy(v + m, w[t].dur, (size_t)w[t].n * sizeof *v);
-        m += w[t].n;
+    for (int b = 0; b < NOISE_BINS; b++) {
+        for (int t = 0; t < k; t++) {
+            seen += w[t].count[b];
+        }
+        if (n > 0 && seen > n / 20) {
+            return bin_low(b);
+        }
     }
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    *fast = n > 0 ? v[n / 20] : 0;
-    zr_free(v);
-    return ZR_OK;
+    return 0;
 }
 
-/* Workers w[0..k) against the fast piece; windows of one second, per thread. */
+/* Workers w[0..k) against the fast piece; the one-second windows the run covered (9/10 of the
+   last at least), per thread. */
 static void stats_of(const worker *w, int k, double fast, noise_stats *o)
 {
     memset(o, 0, sizeof *o);
     o->best_window = INFINITY;
     double total = 0, slow = 0;
+    int slow_bin = bin_of(1.2 * fast);
     for (int t = 0; t < k && fast > 0; t++) {
-        double wsum = 0;
-        int wn = 0, win = 0;
-        for (int i = 0; i <= w[t].n; i++) {
-            /* a window closes at the next second's first piece, or at the end (if it ran a
-               whole second: the last one is cut short by the end of the run) */
-            int next = i < w[t].n ? (int)w[t].start[i] : -1;
-            if (next != win && wn > 0) {
-                if (next >= 0 || w[t].start[i - 1] - win > 0.9) {
-                    o->worst_window = fmax(o->worst_window, wsum / wn / fast);
-                    o->best_window = fmin(o->best_window, wsum / wn / fast);
-                }
-                win = next, wsum = 0, wn = 0;
+        for (int b = 0; b < NOISE_BINS; b++) {
+            o->pieces += w[t].count[b];
+            total += w[t].time[b];
+            slow += b >= slow_bin ? w[t].time[b] : 0;
+        }
+        for (int i = 0; i + 0.9 <= w[t].seconds; i++) {
+            if (w[t].wn[i] > 0) {
+                double m = w[t].wsum[i] / (double)w[t].wn[i] / fast;
+                o->worst_window = fmax(o->worst_window, m);
+                o->best_window = fmin(o->best_window, m);
             }
-            if (i == w[t].n) {
-                break;
-            }
-            double x = w[t].dur[i];
-            total += x;
-            slow += x >= 1.2 * fast ? x : 0;
-            wsum += x, wn++;
-            o->pieces++;
         }
     }
-    o->mean = o->pieces > 0 ? total / o->pieces / fast : 0;
+    o->mean = o->pieces > 0 ? total / (double)o->pieces / fast : 0;
     o->slow_share = total > 0 ? slow / total : 0;
     o->best_window = isfinite(o->best_window) ? o->best_window : 0;
 }
@@ -167,8 +172,12 @@ static long calibrate_reps(double *fast)
         return 1;
     }
     memset(a, 0, NOISE_N * sizeof *a);
+    /* a tenth of a second first: a core that was idle runs slower until its clock is up */
+    for (double t0 = zr_now(); zr_now() - t0 < 0.1;) {
+        noise_sink += piece(a, 10);
+    }
     double best = INFINITY;
-    for (int i = 0; i < 20; i++) {
+    for (int i = 0; i < 50; i++) {
         double s = zr_now();
         noise_sink += piece(a, 10);
         best = fmin(best, zr_now() - s);
@@ -183,12 +192,70 @@ static long calibrate_reps(double *fast)
 static void print(const noise_stats *s, const char *who, int json)
 {
     if (json) {
-        printf("{\"who\": \"%s\", \"pieces\": %d, \"mean_over_fast\": %.3f, \"slow_share\": "
+        printf("{\"who\": \"%s\", \"pieces\": %ld, \"mean_over_fast\": %.3f, \"slow_share\": "
                "%.3f, \"best_window\": %.3f, \"worst_window\": %.3f}",
                who, s->pieces, s->mean, s->slow_share, s->best_window, s->worst_window);
     } else {
-        printf("%-8s %7d %10.2f %11.1f%% %12.2f %12.2f\n", who, s->pieces, s->mean,
+        printf("%-8s %7ld %10.2f %11.1f%% %12.2f %12.2f\n", who, s->pieces, s->mean,
                100 * s->slow_share, s->best_window, s->worst_window);
+    }
+}
+
+/* Runs threads workers for seconds (each with its windows); *started: how many ran. */
+static int run_workers(worker *w, int threads, double seconds, long reps, int *started)
+{
+    int rc = 0, nwin = (int)seconds + 1;
+    for (int t = 0; t < threads; t++) {
+        w[t].wsum = calloc((size_t)nwin, sizeof *w[t].wsum);
+        w[t].wn = calloc((size_t)nwin, sizeof *w[t].wn);
+        if (w[t].wsum == NULL || w[t].wn == NULL) {
+            fprintf(stderr, "zr bench noise: no memory\n");
+            return 1;
+        }
+    }
+    double t0 = zr_now();
+    for (*started = 0; *started < threads; (*started)++) {
+        worker *x = &w[*started];
+        x->seconds = seconds, x->t0 = t0, x->reps = reps;
+        if (pthread_create(&x->th, NULL, run, x) != 0) {
+            fprintf(stderr, "zr bench noise: cannot start thread %d\n", *started);
+            rc = 1;
+            break;
+        }
+    }
+    for (int t = 0; t < *started; t++) {
+        pthread_join(w[t].th, NULL);
+        if (w[t].st != ZR_OK && rc == 0) {
+            fprintf(stderr, "%s\n", zr_error_message());
+            rc = 1;
+        }
+    }
+    return rc;
+}
+
+static void report(const worker *w, int started, double seconds, double fast, int json)
+{
+    noise_stats s;
+    printf("zr bench noise: %d thread%s, %g s, each repeating the same arithmetic on its core's "
+           "cache (no zr, no MPI), %.2f ms a piece when fast (the 5th percentile, or the "
+           "calibration's fastest try where faster): a slower piece is time the core was not the "
+           "thread's\n\n",
+           started, started == 1 ? "" : "s", seconds, 1e3 * fast);
+    printf("thread    pieces  mean/fast  time >=1.2x  best 1-s/fast  worst 1-s/fast\n");
+    for (int t = 0; t < started; t++) {
+        char who[16];
+        snprintf(who, sizeof who, "%d", t);
+        stats_of(&w[t], 1, fast, &s);
+        print(&s, who, 0);
+    }
+    stats_of(w, started, fast, &s);
+    print(&s, "all", 0);
+    if (json) {
+        printf("{\"bench\": \"noise\", \"threads\": %d, \"seconds\": %g, \"fast_piece_ms\": %.4f, "
+               "\"all\": ",
+               started, seconds, 1e3 * fast);
+        print(&s, "all", 1);
+        printf("}\n");
     }
 }
 
@@ -207,8 +274,10 @@ int zr_bench_noise(int argc, char **argv)
             return usage();
         }
     }
-    if (!(seconds >= 1 && seconds <= 3600) || threads < 1 || threads > NOISE_MAX_THREADS) {
-        fprintf(stderr, "zr bench noise: --seconds is 1-3600, --threads 1-%d\n", NOISE_MAX_THREADS);
+    if (!(seconds >= 1 && seconds <= NOISE_MAX_SECONDS) || threads < 1 ||
+        threads > NOISE_MAX_THREADS) {
+        fprintf(stderr, "zr bench noise: --seconds is 1-%d, --threads 1-%d\n", NOISE_MAX_SECONDS,
+                NOISE_MAX_THREADS);
         return 2;
     }
     worker *w = calloc((size_t)threads, sizeof *w);
@@ -218,57 +287,16 @@ int zr_bench_noise(int argc, char **argv)
     }
     double fast_cal = 0;
     long reps = calibrate_reps(&fast_cal);
-    double t0 = zr_now();
-    int started = 0, rc = 0;
-    for (; started < threads; started++) {
-        w[started] = (worker){.seconds = seconds, .t0 = t0, .reps = reps};
-        if (pthread_create(&w[started].th, NULL, run, &w[started]) != 0) {
-            fprintf(stderr, "zr bench noise: cannot start thread %d\n", started);
-            rc = 1;
-            break;
-        }
-    }
-    for (int t = 0; t < started; t++) {
-        pthread_join(w[t].th, NULL);
-        if (w[t].st != ZR_OK && rc == 0) {
-            fprintf(stderr, "%s\n", zr_error_message());
-            rc = 1;
-        }
-    }
-    double fast = 0;
-    if (rc == 0 && fast_piece(w, started, &fast) != ZR_OK) {
-        fprintf(stderr, "%s\n", zr_error_message());
-        rc = 1;
-    }
-    /* where every core ran slow all along, the calibration's tries may have been faster */
-    fast = fast_cal > 0 && fast_cal < fast ? fast_cal : fast;
+    int started = 0;
+    int rc = run_workers(w, threads, seconds, reps, &started);
     if (rc == 0) {
-        noise_stats s;
-        printf("zr bench noise: %d thread%s, %.0f s, each repeating the same arithmetic on its "
-               "core's cache (no zr, no MPI), %.2f ms a piece when fast (the 5th percentile, or "
-               "the calibration's fastest try where faster): a "
-               "slower piece is time the core was not the thread's\n\n",
-               started, started == 1 ? "" : "s", seconds, 1e3 * fast);
-        printf("thread    pieces  mean/fast  time >=1.2x  best 1-s/fast  worst 1-s/fast\n");
-        for (int t = 0; t < started; t++) {
-            char who[16];
-            snprintf(who, sizeof who, "%d", t);
-            stats_of(&w[t], 1, fast, &s);
-            print(&s, who, 0);
-        }
-        stats_of(w, started, fast, &s);
-        print(&s, "all", 0);
-        if (json) {
-            printf("{\"bench\": \"noise\", \"threads\": %d, \"seconds\": %.0f, \"fast_piece_ms\": "
-                   "%.4f, \"all\": ",
-                   started, seconds, 1e3 * fast);
-            print(&s, "all", 1);
-            printf("}\n");
-        }
+        /* where every core ran slow all along, the calibration's tries may have been faster */
+        double fast = fast_piece(w, started);
+        report(w, started, seconds, fast_cal > 0 && fast_cal < fast ? fast_cal : fast, json);
     }
     for (int t = 0; t < threads; t++) {
-        free(w[t].start);
-        free(w[t].dur);
+        free(w[t].wsum);
+        free(w[t].wn);
     }
     free(w);
     return rc;

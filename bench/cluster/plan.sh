@@ -72,7 +72,8 @@ plan_launch() {
 plan_noise() {
     local line
     line=$("$ZR" bench noise --seconds 10 --json 2>/dev/null | tail -n 1) &&
-        jq -c --arg cell "$1" '{cell: $cell} + .all' <<<"$line" >>"$OUT/plan_noise.jsonl" ||
+        jq -c --arg cell "$1" '{cell: $cell, fast_piece_ms} + .all' <<<"$line" \
+            >>"$OUT/plan_noise.jsonl" ||
         { echo "run.sh: zr bench noise failed" >&2; return 1; }
 }
 
@@ -237,7 +238,7 @@ plan_report() {
         echo "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"
         jq -r '"| \(.layout) | \(.rate) | \(.mode) | \(.config) | \(.step_ms * 10 | round / 10) | \(.pred_step_ms * 10 | round / 10) | \(.step_err * 1000 | round / 10)% | \(.tokens_per_s | round) | \(.rss_bytes / 1e5 | round / 10) | \(.pred_memory_bytes / 1e5 | round / 10) | \(.mem_err * 1000 | round / 10)% |"' "$rows"
         echo
-        jq -r '.cells[] | "- \(.cell): pick = \(.pick_config), measured \(.pick_tokens_per_s | round) tokens/s = \(.pick_vs_best * 1000 | round / 1000) of the best measured (\(.best_tokens_per_s | round)); " + (if .confirm == null then "not confirmed" elif .confirm.same then "the fastest other mode, \(.rival), is the same configuration" else "confirmed against \(.rival) in fresh rounds: \(.confirm.pick_tokens_per_s | round) vs \(.confirm.rival_tokens_per_s | round) tokens/s = \(.pick_vs_rival_confirmed * 1000 | round / 1000)" end) + (if .noise == null then "" else "; the machine just before (zr bench noise, 10 s): a fixed loop at \(.noise.mean_over_fast * 100 | round / 100)x its fast time on average, \(.noise.slow_share * 100 | round)% of its time 1.2x or slower, worst second \(.noise.worst_window * 100 | round / 100)x" end)' "$OUT/plan_summary.json"
+        jq -r '.cells[] | "- \(.cell): pick = \(.pick_config), measured \(.pick_tokens_per_s | round) tokens/s = \(.pick_vs_best * 1000 | round / 1000) of the best measured (\(.best_tokens_per_s | round)); " + (if .confirm == null then "not confirmed" elif .confirm.same then "the fastest other mode, \(.rival), is the same configuration" else "confirmed against \(.rival) in fresh rounds: \(.confirm.pick_tokens_per_s | round) vs \(.confirm.rival_tokens_per_s | round) tokens/s = \(.pick_vs_rival_confirmed * 1000 | round / 1000)" end) + (if .noise == null then "" else "; the machine just before (zr bench noise, 10 s): a fixed loop at \(.noise.mean_over_fast * 100 | round / 100)x its fast time (\(.noise.fast_piece_ms * 1000 | round / 1000) ms) on average, \(.noise.slow_share * 100 | round)% of its time 1.2x or slower, worst second \(.noise.worst_window * 100 | round / 100)x" end)' "$OUT/plan_summary.json"
         echo
         jq -r '"plan_step_time_mape = \(.plan_step_time_mape * 1000 | round / 1000) (without the reference zero3_bf16: \(.plan_step_time_mape_unreferenced * 1000 | round / 1000); median \(.plan_step_time_err_median * 1000 | round / 1000)), plan_memory_max_err = \(.plan_memory_max_err * 1000 | round / 1000), plan_pick_vs_best_min = \(.plan_pick_vs_best_min * 1000 | round / 1000), confirmed \(if .plan_pick_confirmed_min == null then "-" else (.plan_pick_confirmed_min * 1000 | round / 1000) end); benchmark time \(.seconds) s." + (if .machine_noise_worst_window == null then "" else " The machine itself (zr bench noise before each cell): a fixed loop at \(.machine_noise_mean_over_fast * 100 | round / 100)x its fast time on average, worst second \(.machine_noise_worst_window * 100 | round / 100)x." end)' "$OUT/plan_summary.json"
     } >"$OUT/plan_results.md"
