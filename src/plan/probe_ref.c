@@ -24,13 +24,19 @@
  * rank), on the real engine and model, CAL_BLOCKS rounds of CAL_STEPS steps
  * each (after CAL_WARM that warm up), and records their split as the trainer
  * reports it; cost.c calibrates the cost model on them. Each figure is the
- * median of its twelve steps, the rounds spreading them over the probe: a
+ * median of its 24 steps, the rounds spreading them over the probe: a
  * shared machine's speed drifts, and the training the plan is for runs
  * longer than the probe (on the 2-core VM of bench/cluster/README.md, two
  * rounds of one probe, seconds apart, measured ZeRO-3 at 330-360 and
- * 265-287 ms; one probe's figures can be 20-35% off another launch's). This
- * adds 60 steps of the model to the probe, fewer rounds where they would take
- * over CAL_BUDGET_S (GPT-2 124M on a CPU: a step takes seconds).
+ * 265-287 ms; one probe's figures can be 20-35% off another launch's). Eight
+ * rounds rather than four: on that VM (2x2 at 10 Gbit/s, six probes each)
+ * stage 0's step over ZeRO-3 + qwZ + qgZ's, which decides between stages
+ * 0-2 and 3, spread with a standard deviation of 0.027 over probes of eight
+ * rounds and 0.072 over the first four rounds of the same probes (one probe
+ * of four had put stage 0 first on a link where it measured 0.86 of ZeRO++).
+ * This adds 120 steps of the model to the probe (about 20 s more there),
+ * fewer rounds where they would take over CAL_BUDGET_S (GPT-2 124M on a CPU:
+ * a step takes seconds).
  *
  * A GPU probe runs them too, on the GPUs, with the device model and engine
  * the trainer builds there: a step there launches hundreds of kernels the
@@ -39,7 +45,7 @@
  * the GPU with the computation; none of that is in the unit timings.
  */
 /* the second step of a fresh engine still grows its pool (cost.c): two steps warm up */
-enum { CAL_WARM = 2, CAL_STEPS = 3, CAL_BLOCKS = 4, CAL_N = CAL_STEPS * CAL_BLOCKS };
+enum { CAL_WARM = 2, CAL_STEPS = 3, CAL_BLOCKS = 8, CAL_N = CAL_STEPS * CAL_BLOCKS };
 _Static_assert(CAL_STEPS == 3, "the info line prints three steps");
 #define CAL_BUDGET_S 60.0 /* no round starts that would end the rounds past this, but the first */
 
