@@ -157,8 +157,10 @@ static void stats_of(const worker *w, int k, double fast, noise_stats *o)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: zr bench noise [--json] [--seconds S (default 10)] [--threads N "
-                    "(default: one per online core)]\n");
+    fprintf(stderr,
+            "usage: zr bench noise [--json] [--seconds S (default 10)] [--threads N "
+            "(default: one per online core, at most %d)]\n",
+            NOISE_MAX_THREADS);
     return 2;
 }
 
@@ -257,7 +259,10 @@ static void report(const worker *w, int started, double seconds, double fast, in
 
 int zr_bench_noise(int argc, char **argv)
 {
-    int json = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int json = 0, threads = cores < 1                   ? 1
+                            : cores > NOISE_MAX_THREADS ? NOISE_MAX_THREADS
+                                                        : (int)cores;
     double seconds = 10;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
