@@ -378,6 +378,17 @@ static void test_calibration(void)
     TEST_OK(zr_plan_calibrate(&c, 256, &one, &k1));
     TEST_CHECK(k1.calibrated && k1.stage3.k_comm == 1 && k1.stage3.t_sync == 0 &&
                k1.stage012.k_comm == 1 && k1.stage012.t_sync == 0);
+    /* and plans stage 0 only, even where the references price quantized steps faster (one
+       probe's noise ranked stage 2 + qgZ first on one rank) */
+    one.cal_compute[2] = 2 * one.cal_compute[1], one.cal_step[2] = 2 * one.cal_step[1];
+    c.train_batch_size = 4;
+    TEST_OK(zr_plan_run(&c, 256, &one, 0, &pr));
+    TEST_CHECK(pr.n >= 1 && strstr(pr.why, "one rank: stage 0 only") != NULL);
+    for (int i = 0; i < pr.n; i++) {
+        const zr_plan_choice *e = &pr.entries[i].choice;
+        TEST_CHECKF(e->stage == 0 && !e->qwz && !e->qgz, "one rank planned stage %d", e->stage);
+    }
+    zr_plan_result_free(&pr);
 }
 
 /* A GPU probe's references: the same fit, but no cost per byte (a GPU's codecs are transfers,

@@ -89,14 +89,18 @@ static int cmp_entry(const void *x, const void *y)
  * is no gain if the model trains worse, and ZeRO++'s pre-training results
  * hold for INT8 weights and INT4 gradients (zr's defaults), while 4-bit
  * weights were shown for fine-tuning only. zr.quant.qwz_bits 4 opts in.
+ * One rank (W 1) gets stage 0 only: its shard is the whole model, so stages
+ * 1-3 hold the same state with more copies, and qwZ / qgZ only round what is
+ * never sent. Priced, they came within the probe's noise of stage 0 and one
+ * probe ranked stage 2 + qgZ first, a lossy pick for nothing.
  */
-static int enumerate(const zr_train_config *cfg, int D, size_t big_unit, int b, int a,
+static int enumerate(const zr_train_config *cfg, int W, int D, size_t big_unit, int b, int a,
                      zr_plan_choice *list)
 {
     static const int qbits[] = {0, 8, 4};
     long long pre[3] = {0, (long long)big_unit, cfg->stage3_prefetch_bucket_size};
     int n = 0;
-    for (int stage = 0; stage <= 3; stage++) {
+    for (int stage = 0; stage <= (W == 1 ? 0 : 3); stage++) {
         for (int wq = 0; wq < 3; wq++) {
             for (int h = D == 1 ? 0 : 1; h <= D; h++) {
                 for (int gq = 0; gq < 3; gq++) {
@@ -147,7 +151,12 @@ static void explain(zr_plan_result *r, int W)
         snprintf(r->why + n, sizeof r->why - n, "; next best %s is %.1f%% slower", d,
                  100.0 * (1.0 - next->cost.tokens_per_s / k->tokens_per_s));
     }
-    (void)W;
+    n = strlen(r->why);
+    if (W == 1 && n < sizeof r->why) {
+        snprintf(r->why + n, sizeof r->why - n,
+                 "; one rank: stage 0 only (nothing to shard or send, quantizing would only "
+                 "round the model)");
+    }
 }
 
 /* The probe's figures are one device's: the run must compute where they were measured. */
@@ -265,7 +274,7 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
     int n = 0;
     for (long long b = 1; b <= per && b <= bmax; b++) {
         if (per % b == 0) {
-            n += enumerate(cfg, D, big, (int)b, (int)(per / b), list + n);
+            n += enumerate(cfg, W, D, big, (int)b, (int)(per / b), list + n);
         }
     }
     ZR_ASSERT(n <= cap);
