@@ -389,6 +389,19 @@ static void test_calibration(void)
         TEST_CHECKF(e->stage == 0 && !e->qwz && !e->qgz, "one rank planned stage %d", e->stage);
     }
     zr_plan_result_free(&pr);
+    /* zr plan's off-link warning: a scale under 1 counts only where no wait floor was fitted
+       beside it (with one, the scale splits the waiting between bytes and waits), and not
+       without references */
+    zr_plan_calibration w = k1;
+    TEST_NEAR(zr_plan_link_shrink(&w), 1, 0);
+    w.stage3.k_comm = 0.1, w.stage3.t_sync = 2e-3;
+    TEST_NEAR(zr_plan_link_shrink(&w), 1, 0);
+    w.stage012.k_comm = 0.3;
+    TEST_NEAR(zr_plan_link_shrink(&w), 0.3, 0);
+    w.stage3.t_sync = 0;
+    TEST_NEAR(zr_plan_link_shrink(&w), 0.1, 0);
+    w.calibrated = 0;
+    TEST_NEAR(zr_plan_link_shrink(&w), 1, 0);
 }
 
 /* A GPU probe's references: the same fit, but no cost per byte (a GPU's codecs are transfers,

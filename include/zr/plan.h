@@ -166,6 +166,14 @@ typedef struct zr_plan_calibration {
 /* Fit the calibration to probe's reference steps; cfg: the model they ran (probe may be NULL). */
 zr_status zr_plan_calibrate(const zr_train_config *cfg, int vocab, const zr_probe *probe,
                             zr_plan_calibration *out);
+/*
+ * Whether the probe's link figures look off: the smallest transfer scale
+ * fitted without a wait floor, 1 where none is under 1 or nothing was fitted.
+ * Under 0.5 the reference steps waited less than half of what the measured
+ * links predict (zr plan warns). With a floor, stage 3's scale only splits
+ * the references' waiting between bytes and waits: not counted.
+ */
+double zr_plan_link_shrink(const zr_plan_calibration *cal);
 /* zr_plan_cost_of with a calibration already fitted (the planner fits it once). */
 zr_status zr_plan_cost_calibrated(const zr_train_config *cfg, int vocab, int nodes, int D,
                                   const zr_plan_choice *ch, const zr_probe *probe,

@@ -241,15 +241,7 @@ static void print_calibration(const zr_plan_result *r, int line, int layers)
                    k->layers, layers);
         }
     }
-    /* a scale under 1 with no floor: the references waited less than the transfers say (with
-       a floor, stage 3's scale only splits their waiting between bytes and waits) */
-    double shrink = 1;
-    const zr_plan_calib *f[2] = {&k->stage3, &k->stage012};
-    for (int i = 0; i < 2; i++) {
-        if (f[i]->t_sync == 0 && f[i]->k_comm < shrink) {
-            shrink = f[i]->k_comm;
-        }
-    }
+    double shrink = zr_plan_link_shrink(k);
     if (shrink < 0.5) {
         char msg[320];
         snprintf(msg, sizeof msg,

@@ -309,6 +309,18 @@ fail:
     return st;
 }
 
+double zr_plan_link_shrink(const zr_plan_calibration *cal)
+{
+    double shrink = 1;
+    const zr_plan_calib *f[2] = {&cal->stage3, &cal->stage012};
+    for (int i = 0; i < 2 && cal->calibrated; i++) {
+        if (f[i]->t_sync == 0 && f[i]->k_comm < shrink) {
+            shrink = f[i]->k_comm;
+        }
+    }
+    return shrink;
+}
+
 void zr_plan_result_free(zr_plan_result *r)
 {
     zr_free(r->entries);
