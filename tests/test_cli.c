@@ -1271,12 +1271,12 @@ static void test_hostile_paths(void)
     sh("rm -rf %s", cwd);
 }
 
-/* Item 3: no system() or popen() in zr's sources (the tests may use them to drive zr). */
-static void test_no_shell_in_sources(void)
+/* The repository's root from zr's path (<root>/build/<variant>/zr), or "." where BUILD is
+   elsewhere (tests/run.sh runs from the root); 0 where no sources are found there. */
+static int find_root(char *root, size_t n)
 {
-    char root[4096];
-    snprintf(root, sizeof root, "%s", zr_bin);
-    for (int up = 0; up < 3; up++) { /* <root>/build/<variant>/zr -> <root> */
+    snprintf(root, n, "%s", zr_bin);
+    for (int up = 0; up < 3; up++) {
         char *slash = strrchr(root, '/');
         if (slash != NULL) {
             *slash = '\0';
@@ -1285,10 +1285,17 @@ static void test_no_shell_in_sources(void)
     char probe[4200];
     snprintf(probe, sizeof probe, "%s/src/cli/train.c", root);
     if (!is_file(probe)) {
-        snprintf(root, sizeof root, "."); /* BUILD elsewhere: tests/run.sh runs from the root */
+        snprintf(root, n, ".");
         snprintf(probe, sizeof probe, "./src/cli/train.c");
     }
-    TEST_CHECKF(is_file(probe), "cannot find zr's sources from %s", zr_bin);
+    return is_file(probe);
+}
+
+/* Item 3: no system() or popen() in zr's sources (the tests may use them to drive zr). */
+static void test_no_shell_in_sources(void)
+{
+    char root[4096];
+    TEST_CHECKF(find_root(root, sizeof root), "cannot find zr's sources from %s", zr_bin);
     int rc = sh("grep -rnE '(^|[^A-Za-z0-9_])(system|popen)[[:space:]]*\\(' %s/src %s/bench "
                 "--include='*.c' --include='*.h'",
                 root, root);
@@ -1612,6 +1619,20 @@ static void test_plan_cli(void)
                 "zr probe --max-micro-batch 0: exit %d\n%s", code, res.out);
 }
 
+/*
+ * bench/cluster/replay.sh, the planner benchmark's re-pricing of stored runs, on the
+ * stored quick run and on a run made from it whose MAPE and pick ratio are known
+ * (tests/replay_check.sh says what it checks).
+ */
+static void test_replay(void)
+{
+    char root[4096];
+    TEST_CHECKF(find_root(root, sizeof root), "cannot find zr's sources from %s", zr_bin);
+    int code = sh("ZR_BIN='%s' '%s/tests/replay_check.sh' '%s'", zr_bin, root, work);
+    TEST_CHECKF(code == 0 && strstr(res.out, "the pick at 0.9") != NULL,
+                "replay_check.sh: exit %d\n%s", code, res.out);
+}
+
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
         if (selected(#fn)) {                                                                       \
@@ -1658,6 +1679,7 @@ int main(int argc, char **argv)
     RUN(test_sigterm);
     RUN(test_save_fault_every_stage);
     RUN(test_lock);
+    RUN(test_replay);
     RUN(test_damaged_newest);
     RUN(test_hostile_paths);
     RUN(test_no_shell_in_sources);

@@ -3,7 +3,7 @@
 # cell's probe (kept by run.sh --plan in plan_probes*.jsonl) planned again with
 # `zr plan`, and the run's measured rows (plan_rows*.jsonl) priced by it.
 #
-# usage: bench/cluster/replay.sh [--zr PATH] [--json] [SUFFIX...]
+# usage: bench/cluster/replay.sh [--zr PATH] [--json | --rows] [SUFFIX...]
 #        SUFFIX: "" (plan_rows.jsonl + plan_probes.jsonl), -repeat, -quick, ... in
 #        bench/cluster/results/; a directory (run.sh --plan --out DIR) instead
 #        reads DIR/plan_rows.jsonl and DIR/plan_probes.jsonl
@@ -14,7 +14,9 @@
 # versions differ only by the model. Prints per cell the mean |error| and the
 # mean error of the replayed prices, per run the MAPE over its rows, and
 # whether the replayed pick is a configuration the run measured (its tokens/s
-# over the cell's best, else "-"); --json: one summary line per run.
+# over the cell's best, else "-"); --json: one summary line per run; --rows: the
+# priced rows instead, one JSON line each (cell, mode, config, step_ms,
+# tokens_per_s, old_pred_ms as run, pred_ms replayed, err).
 # Needs jq and a built zr (default build/release/zr).
 set -euo pipefail
 
@@ -27,7 +29,8 @@ while [ $# -gt 0 ]; do
     case $1 in
         --zr) ZR=$2; shift 2 ;;
         --json) JSON=1; shift ;;
-        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        --rows) JSON=2; shift ;;
+        -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) runs+=("$1"); shift ;;
     esac
 done
@@ -87,6 +90,8 @@ for run in "${runs[@]}"; do
         "$TMP/priced.jsonl" >"$TMP/summary.json"
     if [ $JSON = 1 ]; then
         cat "$TMP/summary.json"
+    elif [ $JSON = 2 ]; then
+        cat "$TMP/priced.jsonl"
     else
         jq -r '"\(.run): MAPE \(.mape * 1000 | round / 1000) over \(.rows) rows (as run: \(.old_mape * 1000 | round / 1000))",
                (.cells[] | "  \(.cell): mean |error| \(.mape * 1000 | round / 1000), mean error \(.bias * 1000 | round / 1000), pick \(.pick): \(if .pick_vs_best == null then "not measured" else "\(.pick_vs_best * 1000 | round / 1000) of the best measured" end)")' \
