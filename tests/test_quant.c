@@ -5,12 +5,14 @@
  * bound of quant.h, exact round trips of representable values, every vector
  * implementation equal to the scalar oracle bit for bit (blocks, residuals,
  * decoded fp32/bf16, decode_add, sum_requant), bf16 conversion, non-finite
- * groups, and rejection of bad headers field by field.
+ * groups, rejection of bad headers field by field, and the same bits at 1, 2
+ * and 3 threads (run under ThreadSanitizer too: the emu-tsan suite).
  *
  * The full sweep runs in every build (about 2 s under ASan), so nothing is
  * thinned for the sanitizers.
  */
 #include "test.h"
+#include "zr/pool.h"
 #include "zr/quant.h"
 
 #include <float.h>
@@ -831,6 +833,111 @@ static void test_asym_vs_sym(void)
     free(y);
 }
 
+/* What every codec call gives on one input, for comparing thread counts. */
+typedef struct codec_out {
+    uint8_t *block, *block_bf16, *sum_block;
+    float *residual, *dec, *acc, *sum_residual, *widened;
+    zr_bf16 *dec_bf16, *narrowed;
+    size_t nf, nf_sum;
+} codec_out;
+
+static void codec_run(const zr_quant_params *p, const float *x, const zr_bf16 *xh, size_t n,
+                      const float *r0, codec_out *o)
+{
+    size_t bytes = zr_quant_block_bytes(p, n);
+    memcpy(o->residual, r0, n * 4);
+    memset(o->block, 0x5a, bytes);
+    TEST_OK(zr_quant_encode(p, ZR_DTYPE_F32, x, n, 0.5f, o->residual, o->block, &o->nf));
+    TEST_OK(zr_quant_encode(p, ZR_DTYPE_BF16, xh, n, 1.0f, NULL, o->block_bf16, NULL));
+    TEST_OK(zr_quant_decode(o->block, ZR_DTYPE_F32, o->dec, n));
+    TEST_OK(zr_quant_decode(o->block, ZR_DTYPE_BF16, o->dec_bf16, n));
+    memcpy(o->acc, r0, n * 4);
+    TEST_OK(zr_quant_decode_add(o->block_bf16, o->acc, n));
+    const void *three[3] = {o->block, o->block_bf16, o->block};
+    memcpy(o->sum_residual, r0, n * 4);
+    TEST_OK(
+        zr_quant_sum_requant(three, 3, n, 1.0f / 3, p, o->sum_residual, o->sum_block, &o->nf_sum));
+    zr_bf16_from_f32_n(o->narrowed, x, n);
+    zr_bf16_to_f32_n(o->widened, o->narrowed, n);
+}
+
+/*
+ * The codecs split a block's groups, and the bf16 casts their elements, over
+ * the process's threads (zr_threads_set): every output at 2 and 3 threads is
+ * the 1-thread output bit for bit, for blocks of several pool tasks with a
+ * short last group, small groups and large, both widths and schemes, error
+ * feedback, and non-finite groups counted once each.
+ */
+static void test_threads(void)
+{
+    zr_test_rng rng = {777};
+    size_t n = 5 * 65536 + 1027; /* several tasks at every group size below, a short tail */
+    float *x = malloc(n * 4), *r0 = malloc(n * 4);
+    zr_bf16 *xh = malloc(n * 2);
+    fill(D_GAUSS, &rng, x, n, 1024);
+    for (size_t i = 0; i < n; i++) {
+        r0[i] = zr_test_rng_uniform(&rng) * 0.01f;
+    }
+    x[3 * 1024 + 5] = NAN; /* non-finite groups in the first and the last task */
+    x[n - 2] = INFINITY;
+    zr_bf16_from_f32_n(xh, x, n);
+    static const zr_quant_params ps[] = {{8, 1024, ZR_QUANT_SYM},
+                                         {4, 1024, ZR_QUANT_SYM},
+                                         {4, 32, ZR_QUANT_ASYM},
+                                         {8, 4096, ZR_QUANT_ASYM}};
+    for (size_t c = 0; c < sizeof ps / sizeof ps[0]; c++) {
+        size_t bytes = zr_quant_block_bytes(&ps[c], n);
+        codec_out o[3];
+        for (int t = 0; t < 3; t++) {
+            o[t] = (codec_out){malloc(bytes),
+                               malloc(bytes),
+                               malloc(bytes),
+                               malloc(n * 4),
+                               malloc(n * 4),
+                               malloc(n * 4),
+                               malloc(n * 4),
+                               malloc(n * 4),
+                               malloc(n * 2),
+                               malloc(n * 2),
+                               0,
+                               0};
+            TEST_OK(zr_threads_set(t + 1));
+            TEST_EQ_INT(zr_threads_get(), t + 1);
+            codec_run(&ps[c], x, xh, n, r0, &o[t]);
+        }
+        TEST_OK(zr_threads_set(1));
+        TEST_CHECKF(o[0].nf >= 2 && o[0].nf_sum >= 2, "%zu, %zu non-finite groups", o[0].nf,
+                    o[0].nf_sum);
+        for (int t = 1; t < 3; t++) {
+            const char *what = NULL;
+            what = memcmp(o[t].block, o[0].block, bytes) ? "block" : what;
+            what = memcmp(o[t].block_bf16, o[0].block_bf16, bytes) ? "block of bf16" : what;
+            what = memcmp(o[t].sum_block, o[0].sum_block, bytes) ? "sum_requant block" : what;
+            what = memcmp(o[t].residual, o[0].residual, n * 4) ? "residual" : what;
+            what = memcmp(o[t].sum_residual, o[0].sum_residual, n * 4) ? "sum residual" : what;
+            what = memcmp(o[t].dec, o[0].dec, n * 4) ? "decode" : what;
+            what = memcmp(o[t].dec_bf16, o[0].dec_bf16, n * 2) ? "decode to bf16" : what;
+            what = memcmp(o[t].acc, o[0].acc, n * 4) ? "decode_add" : what;
+            what = memcmp(o[t].narrowed, o[0].narrowed, n * 2) ? "bf16 cast" : what;
+            what = memcmp(o[t].widened, o[0].widened, n * 4) ? "fp32 cast" : what;
+            what = o[t].nf != o[0].nf || o[t].nf_sum != o[0].nf_sum ? "non-finite count" : what;
+            TEST_CHECKF(what == NULL, "%d-bit group %d: %s differs at %d threads", ps[c].bits,
+                        ps[c].group, what, t + 1);
+        }
+        for (int t = 0; t < 3; t++) {
+            void *f[] = {o[t].block,    o[t].block_bf16, o[t].sum_block,    o[t].residual,
+                         o[t].dec,      o[t].acc,        o[t].sum_residual, o[t].widened,
+                         o[t].dec_bf16, o[t].narrowed};
+            for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+                free(f[i]);
+            }
+        }
+    }
+    free(x);
+    free(r0);
+    free(xh);
+}
+
 int main(void)
 {
     TEST_RUN(test_params_and_sizes);
@@ -845,5 +952,6 @@ int main(void)
     TEST_RUN(test_sum_requant);
     TEST_RUN(test_validate);
     TEST_RUN(test_asym_vs_sym);
+    TEST_RUN(test_threads);
     return zr_test_finish();
 }

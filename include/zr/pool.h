@@ -46,7 +46,7 @@ int zr_pool_threads(const zr_pool *pool);
 void zr_pool_run(zr_pool *pool, size_t n, size_t grain, zr_pool_fn fn, void *arg);
 
 /*
- * The process's pool, which the model and AdamW use. zr_threads_set(n)
+ * The process's pool, which the model, AdamW and the codecs (zr/quant.h) use. zr_threads_set(n)
  * replaces it by one of n threads (1: no workers); it holds no memory that
  * zr_mem_current counts. When workers cannot be started it keeps the ones
  * that did, warns and returns ZR_OK: results never depend on the count.

@@ -55,7 +55,10 @@
  *
  * Implementations: a scalar reference (the oracle) and vector paths chosen at
  * run time from the CPU (AVX2, AVX-512); all produce bit-identical blocks.
- * Every call is single-threaded.
+ * Threads: encode, decode, decode_add, sum_requant and the array casts split
+ * long arrays over the process's pool (zr/pool.h, zr.train.threads), whole
+ * groups per thread, so the output is the same bits at any thread count.
+ * Call them from the rank's main thread (sum_requant allocates its scratch).
  */
 #ifndef ZR_QUANT_H
 #define ZR_QUANT_H

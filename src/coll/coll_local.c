@@ -5,7 +5,8 @@
  * schedule for both.
  *
  *   zr_coll_local_cpu   host buffers (the MPI transport): the codec and
- *                       bf16 functions of zr/quant.h, done at once.
+ *                       bf16 functions of zr/quant.h, done at once, on the
+ *                       rank's threads (zr/pool.h) as they and the mean are.
  *   zr_coll_local_cuda  device buffers (a device transport): the same steps
  *                       as kernels of zr/quant_cuda.h, queued on the op's
  *                       codec stream; nothing waits on the host.
@@ -42,6 +43,7 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "coll_impl.h"
 
+#include "zr/pool.h"
 #include "zr/quant_cuda.h"
 
 #include <stdio.h>
@@ -50,6 +52,8 @@
 
 /* Elements summed per pass of the CPU mean: the partial sums stay in L1 while the terms stream. */
 #define TILE 2048
+/* Tiles per task of the mean on the pool: 64K elements, far over the pool's hand-off. */
+#define MEAN_GRAIN 32
 
 /* ---- the CPU ----------------------------------------------------------------------------- */
 
@@ -111,20 +115,29 @@ static zr_status cpu_sum_requant(void *x, const void *const *blocks, int k, size
     return zr_quant_sum_requant(blocks, k, n, mul, p, residual, out_block, NULL);
 }
 
-static zr_status cpu_mean(void *x, float *out, const void *in, zr_dtype in_type, int k,
-                          size_t stride, size_t count)
+typedef struct mean_job {
+    float *out;
+    const void *in;
+    zr_dtype in_type;
+    int k;
+    size_t stride, count;
+} mean_job;
+
+/* Tiles [t0, t1) of the mean: each element's sum in rank order, whichever thread runs it. */
+static void mean_task(void *arg, size_t t0, size_t t1, int thread)
 {
-    (void)x;
+    (void)thread;
+    const mean_job *j = arg;
     float tmp[TILE];
-    for (size_t t0 = 0; t0 < count; t0 += TILE) {
-        size_t m = count - t0 < TILE ? count - t0 : TILE;
-        float *o = out + t0;
-        for (int p = 0; p < k; p++) {
+    for (size_t t = t0; t < t1; t++) {
+        size_t e0 = t * TILE, m = j->count - e0 < TILE ? j->count - e0 : TILE;
+        float *o = j->out + e0;
+        for (int p = 0; p < j->k; p++) {
             const float *term = tmp;
-            if (in_type == ZR_DTYPE_BF16) {
-                zr_bf16_to_f32_n(tmp, (const zr_bf16 *)in + (size_t)p * stride + t0, m);
+            if (j->in_type == ZR_DTYPE_BF16) {
+                zr_bf16_to_f32_n(tmp, (const zr_bf16 *)j->in + (size_t)p * j->stride + e0, m);
             } else {
-                term = (const float *)in + (size_t)p * stride + t0;
+                term = (const float *)j->in + (size_t)p * j->stride + e0;
             }
             if (p == 0) {
                 for (size_t i = 0; i < m; i++) {
@@ -137,11 +150,20 @@ static zr_status cpu_mean(void *x, float *out, const void *in, zr_dtype in_type,
             }
         }
         /* a true division: the correctly rounded mean of the fp32 sum */
-        float fn = (float)k;
+        float fn = (float)j->k;
         for (size_t i = 0; i < m; i++) {
             o[i] /= fn;
         }
     }
+}
+
+/* The exact reduce-scatter's mean, tiles split over the process's pool (same bits at any count). */
+static zr_status cpu_mean(void *x, float *out, const void *in, zr_dtype in_type, int k,
+                          size_t stride, size_t count)
+{
+    (void)x;
+    mean_job j = {out, in, in_type, k, stride, count};
+    zr_parallel_for(zr_div_up(count, TILE), MEAN_GRAIN, mean_task, &j);
     return ZR_OK;
 }
 

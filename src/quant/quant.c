@@ -6,10 +6,21 @@
  * Everything decided once per group (scale, zero point, whether the group is
  * non-finite) is computed here in scalar C for every implementation, so the
  * vector kernels cannot disagree on it; they only run element loops.
+ *
+ * Threads: a block's groups are independent (each its own scale, its own
+ * bytes of payload, its own residuals), so encode, decode and the qgZ sum
+ * split a block's groups over the process's pool (zr/pool.h), whole groups
+ * per thread: the bytes and floats written are the same at any thread count.
+ * A collective's codec work runs between the model's operators on the rank's
+ * main thread, where it delays the step unless the rank's other threads take
+ * their share (issue 26).
  */
 #include "quant_impl.h"
 
+#include "zr/pool.h"
+
 #include <float.h>
+#include <stdatomic.h>
 
 #define HEADER_BYTES ((size_t)sizeof(zr_quant_header))
 
@@ -356,6 +367,37 @@ static int encode_group(const zr_quant_kernels *k, int bits, int asym, zr_dtype 
     return 0;
 }
 
+/*
+ * Groups per task: at least GRAIN_ELEMS elements (64 groups of the default
+ * 1024), tens of microseconds of codec work against the pool's few to hand a
+ * job over; smaller blocks stay on the caller's thread.
+ */
+#define GRAIN_ELEMS 65536
+
+static size_t grain_groups(size_t group)
+{
+    return GRAIN_ELEMS / group > 0 ? GRAIN_ELEMS / group : 1;
+}
+
+/* What one encode (or the requantization of zr_quant_sum_requant) shares with its tasks. */
+typedef struct encode_job {
+    const zr_quant_kernels *k;
+    const zr_quant_params *p;
+    zr_dtype t;
+    const uint8_t *x;          /* encode: the input */
+    float *residual;           /* NULL: no error feedback */
+    size_t count;              /* elements */
+    float mul;                 /* applied before quantizing */
+    uint8_t *block;            /* the output block (scales) */
+    uint8_t *payload;          /* its payload */
+    const void *const *blocks; /* sum_requant: the k input blocks and their headers */
+    const zr_quant_header *hs;
+    int nblocks;
+    float *scratch; /* sum_requant: stride fp32 per task, tasks of them */
+    size_t stride, tasks;
+    atomic_size_t nonfinite;
+} encode_job;
+
 static zr_status encode_args_check(const zr_quant_params *p, zr_dtype t, const void *x,
                                    size_t count, const void *block)
 {
@@ -393,20 +435,39 @@ static void block_finish(void *block, size_t nonfinite)
     memcpy((uint8_t *)block + offsetof(zr_quant_header, nonfinite_groups), &nf, sizeof nf);
 }
 
+static void encode_task(void *arg, size_t g0, size_t g1, int thread)
+{
+    (void)thread;
+    encode_job *j = arg;
+    size_t group = (size_t)j->p->group, esize = zr_dtype_size(j->t), nf = 0;
+    int asym = j->p->scheme == ZR_QUANT_ASYM;
+    for (size_t gi = g0; gi < g1; gi++) {
+        size_t start = gi * group, n = j->count - start < group ? j->count - start : group;
+        nf +=
+            (size_t)encode_group(j->k, j->p->bits, asym, j->t, j->x + start * esize,
+                                 j->residual != NULL ? j->residual + start : NULL, n, j->mul,
+                                 j->block, gi, j->payload + (j->p->bits == 8 ? start : start / 2));
+    }
+    atomic_fetch_add(&j->nonfinite, nf);
+}
+
 zr_status zr_quant_encode(const zr_quant_params *p, zr_dtype in_type, const void *x, size_t count,
                           float mul, float *residual, void *block, size_t *nonfinite)
 {
     ZR_CHECK(encode_args_check(p, in_type, x, count, block));
-    const zr_quant_kernels *k = kernels();
-    uint8_t *payload = block_start(p, count, block);
-    size_t group = (size_t)p->group, esize = zr_dtype_size(in_type), nf = 0;
-    int asym = p->scheme == ZR_QUANT_ASYM;
-    for (size_t start = 0, gi = 0; start < count; start += group, gi++) {
-        size_t n = count - start < group ? count - start : group;
-        nf += (size_t)encode_group(k, p->bits, asym, in_type, (const uint8_t *)x + start * esize,
-                                   residual != NULL ? residual + start : NULL, n, mul, block, gi,
-                                   payload + (p->bits == 8 ? start : start / 2));
-    }
+    encode_job j = {.k = kernels(),
+                    .p = p,
+                    .t = in_type,
+                    .x = x,
+                    .residual = residual,
+                    .count = count,
+                    .mul = mul,
+                    .block = block,
+                    .payload = block_start(p, count, block)};
+    atomic_init(&j.nonfinite, 0);
+    size_t group = (size_t)p->group;
+    zr_parallel_for(zr_div_up(count, group), grain_groups(group), encode_task, &j);
+    size_t nf = atomic_load(&j.nonfinite);
     block_finish(block, nf);
     if (nonfinite != NULL) {
         *nonfinite = nf;
@@ -443,6 +504,33 @@ static void decode_range(const zr_quant_kernels *k, const zr_quant_header *h, co
     }
 }
 
+/* What one decode shares with its tasks. */
+typedef struct decode_job {
+    const zr_quant_kernels *k;
+    const zr_quant_header *h;
+    const uint8_t *block;
+    size_t count;
+    zr_quant_out mode;
+    uint8_t *out;
+} decode_job;
+
+static void decode_task(void *arg, size_t g0, size_t g1, int thread)
+{
+    (void)thread;
+    const decode_job *j = arg;
+    size_t group = j->h->group, osize = j->mode == ZR_QUANT_OUT_BF16 ? 2 : 4;
+    size_t start = g0 * group, end = g1 * group < j->count ? g1 * group : j->count;
+    decode_range(j->k, j->h, j->block, start, end - start, j->mode, j->out + start * osize);
+}
+
+/* Decode a sane block's count elements into out, its groups split over the pool. */
+static void decode_all(const zr_quant_header *h, const void *block, size_t count, zr_quant_out mode,
+                       void *out)
+{
+    decode_job j = {kernels(), h, block, count, mode, out};
+    zr_parallel_for(zr_div_up(count, h->group), grain_groups(h->group), decode_task, &j);
+}
+
 zr_status zr_quant_decode(const void *block, zr_dtype out_type, void *out, size_t count)
 {
     zr_quant_header h;
@@ -453,8 +541,8 @@ zr_status zr_quant_decode(const void *block, zr_dtype out_type, void *out, size_
     if (out == NULL && count > 0) {
         ZR_FAIL(ZR_ERR_INVALID, "quant decode: NULL output");
     }
-    decode_range(kernels(), &h, block, 0, count,
-                 out_type == ZR_DTYPE_BF16 ? ZR_QUANT_OUT_BF16 : ZR_QUANT_OUT_F32, out);
+    decode_all(&h, block, count, out_type == ZR_DTYPE_BF16 ? ZR_QUANT_OUT_BF16 : ZR_QUANT_OUT_F32,
+               out);
     return ZR_OK;
 }
 
@@ -465,8 +553,32 @@ zr_status zr_quant_decode_add(const void *block, float *acc, size_t count)
     if (acc == NULL && count > 0) {
         ZR_FAIL(ZR_ERR_INVALID, "quant decode_add: NULL accumulator");
     }
-    decode_range(kernels(), &h, block, 0, count, ZR_QUANT_OUT_ADD, acc);
+    decode_all(&h, block, count, ZR_QUANT_OUT_ADD, acc);
     return ZR_OK;
+}
+
+/*
+ * One output group at a time: the k decodes in rank order into the thread's
+ * scratch, which stays in L1/L2, then its requantization.
+ */
+static void sum_requant_task(void *arg, size_t g0, size_t g1, int thread)
+{
+    encode_job *j = arg;
+    size_t group = (size_t)j->p->group, nf = 0;
+    ZR_ASSERT(thread >= 0 && (size_t)thread < j->tasks);
+    float *sum = j->scratch + (size_t)thread * j->stride;
+    for (size_t gi = g0; gi < g1; gi++) {
+        size_t start = gi * group, n = j->count - start < group ? j->count - start : group;
+        for (int b = 0; b < j->nblocks; b++) {
+            decode_range(j->k, &j->hs[b], j->blocks[b], start, n,
+                         b == 0 ? ZR_QUANT_OUT_F32 : ZR_QUANT_OUT_ADD, sum);
+        }
+        nf +=
+            (size_t)encode_group(j->k, j->p->bits, j->p->scheme == ZR_QUANT_ASYM, ZR_DTYPE_F32, sum,
+                                 j->residual != NULL ? j->residual + start : NULL, n, j->mul,
+                                 j->block, gi, j->payload + (j->p->bits == 8 ? start : start / 2));
+    }
+    atomic_fetch_add(&j->nonfinite, nf);
 }
 
 zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, float mul,
@@ -483,29 +595,33 @@ zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, f
     for (int j = 0; j < k; j++) {
         ZR_CHECK_GOTO(header_sane(blocks[j], count, &hs[j]), st, done);
     }
-    const zr_quant_kernels *kern = kernels();
-    size_t group = (size_t)p->group, nf = 0;
-    size_t cap = count < group ? count : group;
-    float *sum = NULL;
-    ZR_ALLOC_GOTO(sum, cap > 0 ? cap : 1, st, done);
-    uint8_t *payload = block_start(p, count, out_block);
-    for (size_t start = 0, gi = 0; start < count; start += group, gi++) {
-        size_t n = count - start < group ? count - start : group;
-        /* one output group at a time: the sum stays in L1/L2 between the
-         * decodes and the requantization */
-        for (int j = 0; j < k; j++) {
-            decode_range(kern, &hs[j], blocks[j], start, n,
-                         j == 0 ? ZR_QUANT_OUT_F32 : ZR_QUANT_OUT_ADD, sum);
-        }
-        nf += (size_t)encode_group(kern, p->bits, p->scheme == ZR_QUANT_ASYM, ZR_DTYPE_F32, sum,
-                                   residual != NULL ? residual + start : NULL, n, mul, out_block,
-                                   gi, payload + (p->bits == 8 ? start : start / 2));
-    }
+    /* a group of scratch for every task the pool may run (tasks may not allocate): as
+       zr_pool_run splits, at most the threads and one task per grain */
+    size_t group = (size_t)p->group, ngroups = zr_div_up(count, group);
+    size_t tasks = ngroups / grain_groups(group), threads = (size_t)zr_threads_get();
+    tasks = tasks < 1 ? 1 : tasks > threads ? threads : tasks;
+    size_t stride = count < group ? (count > 0 ? count : 1) : group;
+    encode_job j = {.k = kernels(),
+                    .p = p,
+                    .t = ZR_DTYPE_F32,
+                    .residual = residual,
+                    .count = count,
+                    .mul = mul,
+                    .block = out_block,
+                    .blocks = blocks,
+                    .hs = hs,
+                    .nblocks = k};
+    atomic_init(&j.nonfinite, 0);
+    j.stride = stride, j.tasks = tasks;
+    ZR_ALLOC_GOTO(j.scratch, tasks * stride, st, done);
+    j.payload = block_start(p, count, out_block);
+    zr_parallel_for(ngroups, grain_groups(group), sum_requant_task, &j);
+    size_t nf = atomic_load(&j.nonfinite);
     block_finish(out_block, nf);
     if (nonfinite != NULL) {
         *nonfinite = nf;
     }
-    zr_free(sum);
+    zr_free(j.scratch);
 done:
     zr_free(hs);
     return st;

@@ -49,10 +49,10 @@ FLAGS_ID += EMU $(EMU_CXX) $(EMU_CUFLAGS) $(EMU_LIBFLAGS)
 build: $(EMU_LIB) $(EMU_TEST_BIN)
 # what the emulator suite runs (make test builds only this under TSan): the .cu tests, and
 # the C programs of the emu-tsan lines whose host threads meet the emulator's (the transports),
-# and zr's own threads: the model's worker pool (test_model) and zr bench noise (zr with
-# test_cli_rules)
+# and zr's own threads: the model's worker pool (test_model), the codecs on it (test_quant)
+# and zr bench noise (zr with test_cli_rules)
 EMU_TSAN_C_TESTS := $(BUILD)/tests/test_transport $(BUILD)/tests/test_model \
-                    $(BUILD)/tests/test_cli_rules $(BUILD)/zr
+                    $(BUILD)/tests/test_quant $(BUILD)/tests/test_cli_rules $(BUILD)/zr
 emu-tests: $(EMU_LIB) $(EMU_TEST_BIN) $(EMU_TSAN_C_TESTS)
 $(BUILD)/libzr.a: $(EMU_CU_OBJ)
 $(BUILD)/zr $(TEST_BIN): $(EMU_LIB)
