@@ -51,29 +51,6 @@ typedef struct bench {
     int chunks;
 } bench;
 
-static size_t parse_size(const char *s)
-{
-    char *end = NULL;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'k':
-    case 'K':
-        v *= 1024;
-        break;
-    case 'm':
-    case 'M':
-        v *= 1024 * 1024;
-        break;
-    case 'g':
-    case 'G':
-        v *= 1024.0 * 1024 * 1024;
-        break;
-    default:
-        break;
-    }
-    return v > 0 ? (size_t)v : 0;
-}
-
 /* One call of collective k on a full buffer of count*W elements. */
 static zr_status run_one(bench *b, int k, size_t count)
 {
@@ -209,14 +186,23 @@ int zr_bench_comm(int argc, char **argv)
             transport = argv[++i];
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
-        } else if (strcmp(argv[i], "--min") == 0 && i + 1 < argc) {
-            min = parse_size(argv[++i]);
-        } else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc) {
-            max = parse_size(argv[++i]);
-        } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-            iters = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--chunks") == 0 && i + 1 < argc) {
-            chunks = atoi(argv[++i]);
+        } else if ((strcmp(argv[i], "--min") == 0 || strcmp(argv[i], "--max") == 0) &&
+                   i + 1 < argc) {
+            /* bytes, K/M/G allowed; anything else is refused by name (strtod read "1x" as 1) */
+            if (!zr_cli_size("comm", argv[i], argv[i + 1], 1, (double)(1ull << 40),
+                             argv[i][3] == 'n' ? &min : &max)) {
+                return usage(2);
+            }
+            i++;
+        } else if ((strcmp(argv[i], "--iters") == 0 || strcmp(argv[i], "--chunks") == 0) &&
+                   i + 1 < argc) {
+            long long v;
+            int it = argv[i][2] == 'i';
+            if (!zr_cli_int("comm", argv[i], argv[i + 1], it ? 0 : 1, it ? 1e6 : 1 << 16, &v)) {
+                return usage(2);
+            }
+            *(it ? &iters : &chunks) = (int)v;
+            i++;
         } else {
             return usage(strcmp(argv[i], "--help") == 0 ? 0 : 2);
         }

@@ -139,6 +139,49 @@ done:
     return st;
 }
 
+/*
+ * A whole-number flag into its field: 1 when flag is one and text a number in
+ * its range; 0 otherwise, after saying why where the flag is known (atoi read
+ * "8x" as 8 and "x" as 0).
+ */
+static int int_flag(const char *flag, const char *text, opts *o)
+{
+    const struct {
+        const char *flag;
+        int *i;
+        long long *ll;
+        double lo, hi;
+    } f[] = {
+        {"--steps", &o->steps, NULL, 1, 1e6},
+        {"--layers", &o->layers, NULL, 1, 1 << 16},
+        {"--channels", &o->channels, NULL, 1, 1 << 20},
+        {"--heads", &o->heads, NULL, 1, 1 << 16},
+        {"--seq", &o->T, NULL, 1, 1 << 24},
+        {"--micro-batch", &o->B, NULL, 1, 1 << 20},
+        {"--stage", &o->stage, NULL, 0, 3},
+        {"--sites", &o->sites, NULL, 0, 64},
+        {"--max-live", NULL, &o->max_live, 1, 1e15},
+        {"--prefetch-bucket", NULL, &o->prefetch, 0, 1e15},
+        {"--reduce-bucket", NULL, &o->reduce_bucket, 1, 1e15},
+    };
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
+        long long v;
+        if (strcmp(flag, f[k].flag) != 0) {
+            continue;
+        }
+        if (!zr_cli_int("memory", flag, text, f[k].lo, f[k].hi, &v)) {
+            return 0;
+        }
+        if (f[k].i != NULL) {
+            *f[k].i = (int)v;
+        } else {
+            *f[k].ll = v;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 static int parse(int argc, char **argv, opts *o)
 {
     *o = (opts){0, 1, 12, 768, 12, 64, 1, 3, 0, 0, 0, 1, 0, 8, 0, 0, 0};
@@ -161,28 +204,8 @@ static int parse(int argc, char **argv, opts *o)
             o->overlap = 0;
         } else if (strcmp(a, "--checkpoint") == 0) {
             o->recompute = 1;
-        } else if (has && strcmp(a, "--steps") == 0) {
-            o->steps = atoi(argv[++i]);
-        } else if (has && strcmp(a, "--layers") == 0) {
-            o->layers = atoi(argv[++i]);
-        } else if (has && strcmp(a, "--channels") == 0) {
-            o->channels = atoi(argv[++i]);
-        } else if (has && strcmp(a, "--heads") == 0) {
-            o->heads = atoi(argv[++i]);
-        } else if (has && strcmp(a, "--seq") == 0) {
-            o->T = atoi(argv[++i]);
-        } else if (has && strcmp(a, "--micro-batch") == 0) {
-            o->B = atoi(argv[++i]);
-        } else if (has && strcmp(a, "--stage") == 0) {
-            o->stage = atoi(argv[++i]);
-        } else if (has && strcmp(a, "--sites") == 0) {
-            o->sites = atoi(argv[++i]);
-        } else if (has && strcmp(a, "--max-live") == 0) {
-            o->max_live = atoll(argv[++i]);
-        } else if (has && strcmp(a, "--prefetch-bucket") == 0) {
-            o->prefetch = atoll(argv[++i]);
-        } else if (has && strcmp(a, "--reduce-bucket") == 0) {
-            o->reduce_bucket = atoll(argv[++i]);
+        } else if (has && int_flag(a, argv[i + 1], o)) {
+            i++;
         } else {
             return usage();
         }

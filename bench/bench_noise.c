@@ -268,9 +268,14 @@ int zr_bench_noise(int argc, char **argv)
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (i + 1 < argc && strcmp(argv[i], "--seconds") == 0) {
-            seconds = atof(argv[++i]);
+            /* text that is not all a number is out of range (atof read "5x" as 5) */
+            if (zr_cli_number("--seconds", argv[++i], 1, NOISE_MAX_SECONDS, 0, &seconds) != ZR_OK) {
+                seconds = -1;
+            }
         } else if (i + 1 < argc && strcmp(argv[i], "--threads") == 0) {
-            threads = atoi(argv[++i]);
+            double v;
+            zr_status st = zr_cli_number("--threads", argv[++i], 1, NOISE_MAX_THREADS, 1, &v);
+            threads = st == ZR_OK ? (int)v : -1;
         } else {
             return usage();
         }

@@ -3,7 +3,7 @@
  * memcpy, and their error by group size.
  *
  *   zr bench quant [--json] [--sizes 1M,16M,64M] [--impl auto|scalar|avx2|avx512]
- *                  [--group G] [--reps N] [--device cpu|cuda|cuda:N]
+ *                  [--group G] [--reps N] [--threads N] [--device cpu|cuda|cuda:N]
  *
  * --device cuda runs the GPU kernels instead (bench_quant_cuda.c: against a
  * device-to-device copy, 64M elements = 256 MiB of fp32 by default).
@@ -19,10 +19,16 @@
  * to the RMS of the data, the int8 quantize throughput and the wire overhead
  * of the scales; it is the measurement behind ZR_QUANT_DEFAULT_GROUP.
  *
+ * --threads N (default 1): the codecs on N threads of the process's pool, as
+ * a rank with zr.train.threads N runs them; each row is then also timed on
+ * one thread in the same run ("x 1 thread"), and memcpy stays one thread.
+ *
  * --json prints one JSON object on the last line; quant_int8_vs_memcpy is
- * int8 quantize of fp32 at the largest size, input bytes/s over memcpy bytes/s.
+ * int8 quantize of fp32 at the largest size, input bytes/s over memcpy bytes/s
+ * (at --threads), quant_int8_vs_1thread the same codec at --threads over 1.
  */
 #include "../src/cli/cli.h"
+#include "zr/pool.h"
 #include "zr/quant.h"
 
 #include <math.h>
@@ -38,7 +44,7 @@ typedef struct bench_row {
     int bits;
     zr_dtype dtype;
     size_t n;
-    double gbps, memcpy_gbps;
+    double gbps, memcpy_gbps, gbps_1thread;
 } bench_row;
 
 /* Cheap deterministic data: uniform-ish noise (throughput does not depend on it). */
@@ -107,20 +113,6 @@ static double time_op(const bench_ctx *c, int op, const zr_quant_params *p, zr_d
     return zr_median(ts, reps);
 }
 
-static size_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    if (*end == 'M' || *end == 'm') {
-        v *= 1 << 20;
-    } else if (*end == 'K' || *end == 'k') {
-        v *= 1 << 10;
-    } else if (*end == 'G' || *end == 'g') {
-        v *= 1 << 30;
-    }
-    return v > 0 ? (size_t)v : 0;
-}
-
 static double rms_rel_error(const zr_quant_params *p, const float *x, size_t n, float *y,
                             void *block)
 {
@@ -138,14 +130,14 @@ static double rms_rel_error(const zr_quant_params *p, const float *x, size_t n, 
 static int usage(void)
 {
     fprintf(stderr, "usage: zr bench quant [--json] [--sizes 1M,16M,64M] "
-                    "[--impl auto|scalar|avx2|avx512] [--group G] [--reps N] "
-                    "[--device cpu|cuda|cuda:N]\n");
+                    "[--impl auto|scalar|avx2|avx512] [--group G] [--reps 1-64] "
+                    "[--threads N] [--device cpu|cuda|cuda:N]\n");
     return 2;
 }
 
 int zr_bench_quant(int argc, char **argv)
 {
-    int json = 0, group = ZR_QUANT_DEFAULT_GROUP, reps_arg = 0;
+    int json = 0, group = ZR_QUANT_DEFAULT_GROUP, reps_arg = 0, threads = 1;
     size_t sizes[MAX_SIZES] = {1u << 20, 16u << 20, 64u << 20};
     int nsizes = 3;
     zr_quant_impl impl = ZR_QUANT_IMPL_AUTO;
@@ -159,23 +151,43 @@ int zr_bench_quant(int argc, char **argv)
             snprintf(buf, sizeof buf, "%s", argv[++i]);
             nsizes = 0;
             sizes_given = 1;
-            for (char *tok = strtok(buf, ","); tok && nsizes < MAX_SIZES; tok = strtok(NULL, ",")) {
-                sizes[nsizes] = parse_size(tok);
-                if (sizes[nsizes] == 0) {
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                if (nsizes == MAX_SIZES || strlen(argv[i]) >= sizeof buf ||
+                    !zr_cli_size("quant", "--sizes", tok, 1, (double)(1ull << 32),
+                                 &sizes[nsizes])) {
                     return usage();
                 }
                 nsizes++;
+            }
+            if (nsizes == 0) {
+                return usage();
             }
         } else if (strcmp(argv[i], "--impl") == 0 && i + 1 < argc) {
             const char *s = argv[++i];
             impl = strcmp(s, "scalar") == 0   ? ZR_QUANT_IMPL_SCALAR
                    : strcmp(s, "avx2") == 0   ? ZR_QUANT_IMPL_AVX2
                    : strcmp(s, "avx512") == 0 ? ZR_QUANT_IMPL_AVX512
-                                              : ZR_QUANT_IMPL_AUTO;
-        } else if (strcmp(argv[i], "--group") == 0 && i + 1 < argc) {
-            group = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps_arg = atoi(argv[++i]);
+                   : strcmp(s, "auto") == 0   ? ZR_QUANT_IMPL_AUTO
+                                              : (zr_quant_impl)-1;
+            if ((int)impl < 0) {
+                fprintf(stderr,
+                        "zr bench quant: --impl \"%.40s\" is not auto, scalar, avx2 or "
+                        "avx512\n",
+                        s);
+                return usage();
+            }
+        } else if (i + 1 < argc &&
+                   (strcmp(argv[i], "--group") == 0 || strcmp(argv[i], "--reps") == 0 ||
+                    strcmp(argv[i], "--threads") == 0)) {
+            /* whole numbers in range, or the flag is named (atoi took "8x" for 8) */
+            int which = argv[i][2] == 'g' ? 0 : argv[i][2] == 'r' ? 1 : 2;
+            static const double lo[] = {32, 1, 1}, hi[] = {65536, 64, ZR_POOL_MAX_THREADS};
+            long long v;
+            if (!zr_cli_int("quant", argv[i], argv[i + 1], lo[which], hi[which], &v)) {
+                return usage();
+            }
+            *(which == 0 ? &group : which == 1 ? &reps_arg : &threads) = (int)v;
+            i++;
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             device = argv[++i];
         } else {
@@ -187,9 +199,12 @@ int zr_bench_quant(int argc, char **argv)
         return zr_bench_quant_cuda(device, json, sizes_given ? sizes : &gpu_default,
                                    sizes_given ? nsizes : 1, group, reps_arg > 0 ? reps_arg : 20);
     }
-    ZR_TRY(zr_quant_set_impl(impl), "choose an implementation this CPU supports");
     zr_quant_params p8 = {8, group, ZR_QUANT_SYM}, p4 = {4, group, ZR_QUANT_SYM};
-    ZR_TRY(zr_quant_params_check(&p8), "--group must be a multiple of 8 in 32..65536");
+    /* a request this CPU or the codec cannot run is the caller's: exit 2 with the reason */
+    if (zr_quant_set_impl(impl) != ZR_OK || zr_quant_params_check(&p8) != ZR_OK) {
+        fprintf(stderr, "zr bench quant: %s\n", zr_error_message());
+        return 2;
+    }
 
     size_t nmax = 0;
     for (int s = 0; s < nsizes; s++) {
@@ -209,14 +224,16 @@ int zr_bench_quant(int argc, char **argv)
     fill_noise(x, nmax, 1);
     zr_bf16_from_f32_n(xh, x, nmax);
 
-    printf("zr bench quant: impl %s, group %d, median of repetitions, GB/s of the "
-           "uncompressed side\n\n",
-           zr_quant_impl_name(zr_quant_get_impl()), group);
-    printf("%-10s %-5s %-5s %9s %10s %12s %9s\n", "op", "bits", "type", "elements", "GB/s",
-           "memcpy GB/s", "x memcpy");
+    ZR_TRY(zr_threads_set(threads), "bench quant");
+    threads = zr_threads_get(); /* the pool may have started fewer */
+    printf("zr bench quant: impl %s, group %d, %d thread%s (memcpy: 1), median of repetitions, "
+           "GB/s of the uncompressed side\n\n",
+           zr_quant_impl_name(zr_quant_get_impl()), group, threads, threads > 1 ? "s" : "");
+    printf("%-10s %-5s %-5s %9s %10s %12s %9s%s\n", "op", "bits", "type", "elements", "GB/s",
+           "memcpy GB/s", "x memcpy", threads > 1 ? "  x 1 thread" : "");
     bench_row rows[MAX_ROWS];
     int nrows = 0;
-    double headline = 0;
+    double headline = 0, headline_threads = 1;
     for (int s = 0; s < nsizes; s++) {
         size_t n = sizes[s];
         int reps = reps_arg > 0 ? reps_arg : n <= (1u << 20) ? 31 : n <= (16u << 20) ? 9 : 5;
@@ -235,7 +252,12 @@ int zr_bench_quant(int argc, char **argv)
                         ZR_TRY(zr_quant_encode(p, ZR_DTYPE_F32, x, n, 1.0f, NULL, block, NULL),
                                "bench quant");
                     }
-                    double sec = time_op(&c, op, p, (zr_dtype)t, reps);
+                    double sec = time_op(&c, op, p, (zr_dtype)t, reps), sec1 = sec;
+                    if (threads > 1) { /* the baseline: the same codec on one thread */
+                        ZR_TRY(zr_threads_set(1), "bench quant");
+                        sec1 = time_op(&c, op, p, (zr_dtype)t, reps);
+                        ZR_TRY(zr_threads_set(threads), "bench quant");
+                    }
                     bench_row *r = &rows[nrows++];
                     r->op = op == OP_QUANT ? "quantize" : "dequantize";
                     r->bits = bits;
@@ -243,11 +265,14 @@ int zr_bench_quant(int argc, char **argv)
                     r->n = n;
                     r->gbps = (double)(n * zr_dtype_size((zr_dtype)t)) / sec / 1e9;
                     r->memcpy_gbps = mc[t];
-                    printf("%-10s int%-2d %-5s %8zuM %10.2f %12.2f %9.2f\n", r->op, bits,
+                    r->gbps_1thread = (double)(n * zr_dtype_size((zr_dtype)t)) / sec1 / 1e9;
+                    printf("%-10s int%-2d %-5s %8zuM %10.2f %12.2f %9.2f", r->op, bits,
                            zr_dtype_name(r->dtype), n >> 20, r->gbps, r->memcpy_gbps,
                            r->gbps / r->memcpy_gbps);
+                    printf(threads > 1 ? "  %11.2f\n" : "\n", r->gbps / r->gbps_1thread);
                     if (op == OP_QUANT && bits == 8 && t == 0 && s == nsizes - 1) {
                         headline = r->gbps / r->memcpy_gbps;
+                        headline_threads = r->gbps / r->gbps_1thread;
                     }
                 }
             }
@@ -277,17 +302,20 @@ int zr_bench_quant(int argc, char **argv)
         printf("%7d %11.3e %11.3e %11.3e %11.3e %12.2f %10.3f\n", sweep[g], err[g][0], err[g][1],
                err[g][2], err[g][3], speed[g], 100.0 * 4.0 / (0.5 * sweep[g]));
     }
-    printf("\nquant_int8_vs_memcpy (fp32, %zuM): %.2f\n", sizes[nsizes - 1] >> 20, headline);
+    printf("\nquant_int8_vs_memcpy (fp32, %zuM): %.2f", sizes[nsizes - 1] >> 20, headline);
+    printf(threads > 1 ? "; quant_int8_vs_1thread at %d threads: %.2f\n" : "\n", threads,
+           headline_threads);
 
     if (json) {
         printf("{\"bench\":\"quant\",\"impl\":\"%s\",\"group\":%d,\"default_group\":%d,"
-               "\"results\":[",
-               zr_quant_impl_name(zr_quant_get_impl()), group, ZR_QUANT_DEFAULT_GROUP);
+               "\"threads\":%d,\"results\":[",
+               zr_quant_impl_name(zr_quant_get_impl()), group, ZR_QUANT_DEFAULT_GROUP, threads);
         for (int i = 0; i < nrows; i++) {
             printf("%s{\"op\":\"%s\",\"bits\":%d,\"dtype\":\"%s\",\"n\":%zu,\"gbps\":%.3f,"
-                   "\"memcpy_gbps\":%.3f,\"ratio\":%.3f}",
+                   "\"memcpy_gbps\":%.3f,\"ratio\":%.3f,\"gbps_1thread\":%.3f}",
                    i ? "," : "", rows[i].op, rows[i].bits, zr_dtype_name(rows[i].dtype), rows[i].n,
-                   rows[i].gbps, rows[i].memcpy_gbps, rows[i].gbps / rows[i].memcpy_gbps);
+                   rows[i].gbps, rows[i].memcpy_gbps, rows[i].gbps / rows[i].memcpy_gbps,
+                   rows[i].gbps_1thread);
         }
         printf("],\"error\":[");
         for (size_t g = 0; g < sizeof sweep / sizeof sweep[0]; g++) {
@@ -295,7 +323,8 @@ int zr_bench_quant(int argc, char **argv)
                    "\"int4_asym\":%.4e,\"int8_quant_gbps\":%.3f}",
                    g ? "," : "", sweep[g], err[g][0], err[g][1], err[g][2], err[g][3], speed[g]);
         }
-        printf("],\"quant_int8_vs_memcpy\":%.3f}\n", headline);
+        printf("],\"quant_int8_vs_memcpy\":%.3f,\"quant_int8_vs_1thread\":%.3f}\n", headline,
+               headline_threads);
     }
     zr_free(x);
     zr_free(xh);
@@ -303,5 +332,6 @@ int zr_bench_quant(int argc, char **argv)
     zr_free(copy);
     zr_free(block);
     zr_quant_set_impl(ZR_QUANT_IMPL_AUTO);
+    ZR_TRY(zr_threads_set(1), "bench quant");
     return 0;
 }

@@ -11,6 +11,7 @@
  */
 #include "../src/cli/cli.h"
 
+#include "zr/pool.h"
 #include "zr/trainer.h"
 
 #include <math.h>
@@ -111,7 +112,7 @@ static double rss_peak(void)
  * One mode through the library's trainer (the loop zr train runs): steps + 1
  * steps of which the first warms up (and has no hpZ secondaries yet).
  */
-static zr_status run_mode(zr_train_config *cfg, int steps, row *out)
+static zr_status run_mode(zr_train_config *cfg, int steps, int threads, row *out)
 {
     int W;
     MPI_Comm_size(MPI_COMM_WORLD, &W);
@@ -120,7 +121,7 @@ static zr_status run_mode(zr_train_config *cfg, int steps, row *out)
     cfg->steps_per_print = cfg->train_steps;
     cfg->scheduler_type[0] = '\0';
     cfg->seed = 1;
-    cfg->threads = 1;
+    cfg->threads = threads;
     static zr_trainer t;
     zr_status st = zr_trainer_init(&t, MPI_COMM_WORLD, cfg, NULL, NULL);
     double *times = NULL;
@@ -171,27 +172,47 @@ static zr_status run_mode(zr_train_config *cfg, int steps, row *out)
     return st;
 }
 
+static int usage(void)
+{
+    fprintf(stderr, "usage: mpirun -np N zr bench train [--json] [--steps N] [--layers L] "
+                    "[--channels C] [--heads H] [--seq T] [--micro-batch B] [--threads N]\n"
+                    "       [--device cpu|cuda|auto (zr.device; default cpu)]\n"
+                    "       [--modes zero3_bf16,qwz,hpz,qgz,zeropp] [--config FILE (mode "
+                    "\"config\")]\n");
+    return 2;
+}
+
 int zr_bench_train(int argc, char **argv)
 {
-    int json = 0, steps = 10, layers = 4, channels = 256, heads = 4, T = 128, B = 4;
+    int json = 0, steps = 10, layers = 4, channels = 256, heads = 4, T = 128, B = 4, threads = 1;
+    /* the whole-number flags: in range, or refused by name (atoi took "8x" for 8, "x" for 0) */
+    const struct {
+        const char *flag;
+        int *v;
+        double hi;
+    } nums[] = {{"--steps", &steps, 1e6},
+                {"--layers", &layers, 1 << 16},
+                {"--channels", &channels, 1 << 20},
+                {"--seq", &T, 1 << 24},
+                {"--heads", &heads, 1 << 16},
+                {"--micro-batch", &B, 1 << 20},
+                {"--threads", &threads, ZR_POOL_MAX_THREADS}};
     const char *only = NULL; /* comma list of modes to run; NULL = all */
     const char *cfg_path = NULL;
     const char *device = "cpu"; /* zr.device of every mode: the CPU unless asked */
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
+        size_t k = 0;
+        while (k < sizeof nums / sizeof nums[0] && strcmp(argv[i], nums[k].flag) != 0) {
+            k++;
+        }
+        if (k < sizeof nums / sizeof nums[0] && i + 1 < argc) {
+            long long v;
+            if (!zr_cli_int("train", nums[k].flag, argv[++i], 1, nums[k].hi, &v)) {
+                return usage();
+            }
+            *nums[k].v = (int)v;
+        } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
-        } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
-            steps = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--layers") == 0 && i + 1 < argc) {
-            layers = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--channels") == 0 && i + 1 < argc) {
-            channels = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--seq") == 0 && i + 1 < argc) {
-            T = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--heads") == 0 && i + 1 < argc) {
-            heads = atoi(argv[++i]);
-        } else if (strcmp(argv[i], "--micro-batch") == 0 && i + 1 < argc) {
-            B = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
             cfg_path = argv[++i];
         } else if (strcmp(argv[i], "--modes") == 0 && i + 1 < argc) {
@@ -201,16 +222,8 @@ int zr_bench_train(int argc, char **argv)
                     strcmp(argv[i + 1], "auto") == 0)) {
             device = argv[++i];
         } else {
-            fprintf(stderr, "usage: mpirun -np N zr bench train [--json] [--steps N] [--layers L] "
-                            "[--channels C] [--heads H] [--seq T] [--micro-batch B]\n"
-                            "       [--device cpu|cuda|auto (zr.device; default cpu)]\n"
-                            "       [--modes zero3_bf16,qwz,hpz,qgz,zeropp] [--config FILE (mode "
-                            "\"config\")]\n");
-            return 2;
+            return usage();
         }
-    }
-    if (steps < 1) {
-        steps = 1;
     }
     MPI_Init(&argc, &argv);
     zr_comm c;
@@ -223,8 +236,10 @@ int zr_bench_train(int argc, char **argv)
     zr_comm_describe(&c, desc, sizeof desc);
     if (R == 0) {
         printf("zr bench train: %s; GPT L=%d C=%d T=%d, %zu parameters, micro-batch %d per rank, "
-               "%d steps per mode (median), through zr's trainer, zr.device %s\n\n",
-               desc, layers, channels, T, zr_gpt_config_param_count(&cfg), B, steps, device);
+               "%d steps per mode (median), through zr's trainer, zr.device %s, %d thread%s per "
+               "rank\n\n",
+               desc, layers, channels, T, zr_gpt_config_param_count(&cfg), B, steps, device,
+               threads, threads > 1 ? "s" : "");
         printf("%-11s %9s %9s %9s %9s %8s %8s %11s %11s %9s\n", "mode", "step ms", "min ms",
                "tok/s", "compute", "comm", "optim", "inter MB", "intra MB", "mean loss");
     }
@@ -242,7 +257,7 @@ int zr_bench_train(int argc, char **argv)
         }
         snprintf(mcfg.device, sizeof mcfg.device, "%s", device);
         ran[i] = 1;
-        ZR_TRY(run_mode(&mcfg, steps, &rows[i]), "");
+        ZR_TRY(run_mode(&mcfg, steps, threads, &rows[i]), "");
         row *r = &rows[i];
         if (R == 0) {
             printf("%-11s %9.1f %9.1f %9.0f %9.1f %8.1f %8.1f %11.3f %11.3f %9.4f\n", modes[i].name,
@@ -263,8 +278,9 @@ int zr_bench_train(int argc, char **argv)
                    ratio, speedup);
         }
         if (json) {
-            printf("{\"bench\": \"train\", \"ranks\": %d, \"nodes\": %d, \"steps\": %d",
-                   c.size[ZR_GROUP_WORLD], c.n_nodes, steps);
+            printf("{\"bench\": \"train\", \"ranks\": %d, \"nodes\": %d, \"steps\": %d, "
+                   "\"threads\": %d",
+                   c.size[ZR_GROUP_WORLD], c.n_nodes, steps, threads);
             if (both) {
                 printf(", \"inter_bytes_ratio_zeropp\": %.4f, \"speedup_zeropp\": %.3f", ratio,
                        speedup);

@@ -610,6 +610,59 @@ static void test_bench_noise(void)
                 res.out);
 }
 
+/* Occurrences of needle in hay. */
+static int count_in(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *q = strstr(hay, needle); q != NULL; q = strstr(q + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
+/*
+ * The benchmarks' numeric flags: every one read whole (atoi and atof had read
+ * "2x" as 2 and "x" as 0), out-of-range values and unknown choices refused
+ * with exit 2 and the flag named; and zr bench quant --threads times each
+ * codec on 1 thread too, in the same run.
+ */
+static void test_bench_flags(void)
+{
+    static const struct {
+        const char *args, *expect;
+    } bad[] = {
+        {"quant --threads 2x", "--threads \"2x\": expected a whole number from 1 to 1024"},
+        {"quant --reps 65", "--reps \"65\""},
+        {"quant --group 33", "group must be a multiple of 8"},
+        {"quant --sizes 1Mx", "--sizes \"1Mx\": expected a whole count"},
+        {"quant --sizes 1.5", "--sizes \"1.5\""},
+        {"quant --sizes 1e99", "--sizes \"1e99\""},
+        {"quant --impl fast", "--impl \"fast\" is not auto, scalar, avx2 or avx512"},
+        {"noise --seconds 5x", "--seconds is 1-3600"},
+        {"noise --threads 2x", "--threads 1-256"},
+        {"comm --min 1x", "--min \"1x\": expected a whole count"},
+        {"comm --chunks 0", "--chunks \"0\""},
+        {"memory --layers 2x", "--layers \"2x\": expected a whole number"},
+        {"memory --stage 4", "--stage \"4\": expected a whole number from 0 to 3"},
+        {"memory --prefetch-bucket -1", "--prefetch-bucket \"-1\""},
+        {"train --layers 4x", "--layers \"4x\": expected a whole number"},
+        {"train --steps 0", "--steps \"0\""},
+        {"train --threads 1.5", "--threads \"1.5\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int code = sh("%s bench %s", zr_bin, bad[i].args);
+        TEST_CHECKF(code == 2 && strstr(res.out, bad[i].expect) != NULL, "zr bench %s: exit %d\n%s",
+                    bad[i].args, code, res.out);
+    }
+    int code = sh("%s bench quant --sizes 256K,512K --threads 2 --reps 3 --json", zr_bin);
+    const char *j = strstr(res.out, "{\"bench\":\"quant\"");
+    TEST_CHECKF(code == 0 && j != NULL && strstr(j, "\"threads\":2,") != NULL &&
+                    count_in(j, "\"gbps_1thread\":") == 16 &&
+                    strstr(j, "\"quant_int8_vs_1thread\":") != NULL,
+                "exit %d\n%s", code, res.out);
+    OUT_HAS("x 1 thread");
+}
+
 static int n_names;
 static char **names;
 
@@ -657,8 +710,14 @@ int main(int argc, char **argv)
     setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=0:halt_on_error=1", 1);
     setenv("ZR_PROGRESS", "0", 1);
     unsetenv("ZR_RANKS_PER_NODE");
-    RUN(test_bench_noise); /* the one test that needs none of setup's files */
-    if (n_names != 1 || !selected("test_bench_noise")) {
+    RUN(test_bench_noise); /* the two tests that need none of setup's files */
+    RUN(test_bench_flags);
+    int setup_free = n_names > 0; /* only those two asked for (the ThreadSanitizer line) */
+    for (int i = 0; i < n_names; i++) {
+        setup_free &=
+            strcmp(names[i], "test_bench_noise") == 0 || strcmp(names[i], "test_bench_flags") == 0;
+    }
+    if (!setup_free) {
         TEST_RUN(setup);
     }
     RUN(test_outputs_never_inputs);

@@ -22,6 +22,16 @@ int zr_cli_plan(int argc, char **argv);
 #include "zr/base.h"
 zr_status zr_cli_number(const char *name, const char *text, double lo, double hi, int integer,
                         double *out);
+/*
+ * A benchmark's flag, read by the same rule: 1 with *out set, or 0 after
+ * printing "zr bench <cmd>: <the reason>" on stderr. zr_cli_int: a whole
+ * number; zr_cli_size: one with an optional K, M or G suffix (2^10, 2^20,
+ * 2^30), a whole count once scaled ("1.5M" is fine, "1.5" is not).
+ */
+int zr_cli_int(const char *cmd, const char *flag, const char *text, double lo, double hi,
+               long long *out);
+int zr_cli_size(const char *cmd, const char *flag, const char *text, double lo, double hi,
+                size_t *out);
 
 /* zr train --auto: probe this allocation, plan, and apply the winner to cfg (collective). */
 #include "zr/config.h"

@@ -40,6 +40,41 @@ zr_status zr_cli_number(const char *name, const char *text, double lo, double hi
     return ZR_OK;
 }
 
+int zr_cli_int(const char *cmd, const char *flag, const char *text, double lo, double hi,
+               long long *out)
+{
+    double v = 0;
+    if (zr_cli_number(flag, text, lo, hi, 1, &v) != ZR_OK) {
+        fprintf(stderr, "zr bench %s: %s\n", cmd, zr_error_message());
+        return 0;
+    }
+    *out = (long long)v;
+    return 1;
+}
+
+int zr_cli_size(const char *cmd, const char *flag, const char *text, double lo, double hi,
+                size_t *out)
+{
+    static const char suffix[] = "KMG";
+    char num[64];
+    size_t n = strlen(text);
+    int last = n > 0 ? text[n - 1] & ~0x20 : 0; /* upper case */
+    const char *s = last != 0 ? strchr(suffix, last) : NULL;
+    double scale = s == NULL ? 1 : (double)(1ull << (10 * (s - suffix + 1)));
+    snprintf(num, sizeof num, "%.*s", (int)(scale > 1 ? n - 1 : n), text);
+    double v = 0;
+    if (n >= sizeof num || zr_cli_number(flag, num, 0, hi / scale, 0, &v) != ZR_OK ||
+        v * scale < lo || v * scale != floor(v * scale)) {
+        fprintf(stderr,
+                "zr bench %s: %s \"%.40s\": expected a whole count from %.15g to %.15g (K, M "
+                "and G multiply by 2^10, 2^20, 2^30)\n",
+                cmd, flag, text, lo, hi);
+        return 0;
+    }
+    *out = (size_t)(v * scale);
+    return 1;
+}
+
 typedef struct command {
     const char *name;
     int (*main)(int argc, char **argv);
