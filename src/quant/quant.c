@@ -13,7 +13,7 @@
  * per thread: the bytes and floats written are the same at any thread count.
  * A collective's codec work runs between the model's operators on the rank's
  * main thread, where it delays the step unless the rank's other threads take
- * their share (issue 26).
+ * their share.
  */
 #include "quant_impl.h"
 
@@ -384,7 +384,7 @@ typedef struct encode_job {
     const zr_quant_kernels *k;
     const zr_quant_params *p;
     zr_dtype t;
-    const uint8_t *x;          /* encode: the input */
+    const uint8_t *x;          /* encode: the input (sum_requant: none, t fp32) */
     float *residual;           /* NULL: no error feedback */
     size_t count;              /* elements */
     float mul;                 /* applied before quantizing */
@@ -435,18 +435,31 @@ static void block_finish(void *block, size_t nonfinite)
     memcpy((uint8_t *)block + offsetof(zr_quant_header, nonfinite_groups), &nf, sizeof nf);
 }
 
+static void decode_range(const zr_quant_kernels *k, const zr_quant_header *h, const uint8_t *block,
+                         size_t start, size_t n, zr_quant_out mode, void *out);
+
+/*
+ * Groups [g0, g1) of an encode, or of zr_quant_sum_requant's output: there
+ * one group at a time is first the k inputs decoded and summed in rank order
+ * into the task's scratch, which stays in L1/L2, then requantized.
+ */
 static void encode_task(void *arg, size_t g0, size_t g1, int thread)
 {
-    (void)thread;
     encode_job *j = arg;
     size_t group = (size_t)j->p->group, esize = zr_dtype_size(j->t), nf = 0;
     int asym = j->p->scheme == ZR_QUANT_ASYM;
+    ZR_ASSERT(j->nblocks == 0 || (thread >= 0 && (size_t)thread < j->tasks));
+    float *sum = j->nblocks > 0 ? j->scratch + (size_t)thread * j->stride : NULL;
     for (size_t gi = g0; gi < g1; gi++) {
         size_t start = gi * group, n = j->count - start < group ? j->count - start : group;
-        nf +=
-            (size_t)encode_group(j->k, j->p->bits, asym, j->t, j->x + start * esize,
-                                 j->residual != NULL ? j->residual + start : NULL, n, j->mul,
-                                 j->block, gi, j->payload + (j->p->bits == 8 ? start : start / 2));
+        const void *in = sum != NULL ? (const void *)sum : j->x + start * esize;
+        for (int b = 0; b < j->nblocks; b++) {
+            decode_range(j->k, &j->hs[b], j->blocks[b], start, n,
+                         b == 0 ? ZR_QUANT_OUT_F32 : ZR_QUANT_OUT_ADD, sum);
+        }
+        nf += (size_t)encode_group(
+            j->k, j->p->bits, asym, j->t, in, j->residual != NULL ? j->residual + start : NULL, n,
+            j->mul, j->block, gi, j->payload + (j->p->bits == 8 ? start : start / 2));
     }
     atomic_fetch_add(&j->nonfinite, nf);
 }
@@ -557,30 +570,6 @@ zr_status zr_quant_decode_add(const void *block, float *acc, size_t count)
     return ZR_OK;
 }
 
-/*
- * One output group at a time: the k decodes in rank order into the thread's
- * scratch, which stays in L1/L2, then its requantization.
- */
-static void sum_requant_task(void *arg, size_t g0, size_t g1, int thread)
-{
-    encode_job *j = arg;
-    size_t group = (size_t)j->p->group, nf = 0;
-    ZR_ASSERT(thread >= 0 && (size_t)thread < j->tasks);
-    float *sum = j->scratch + (size_t)thread * j->stride;
-    for (size_t gi = g0; gi < g1; gi++) {
-        size_t start = gi * group, n = j->count - start < group ? j->count - start : group;
-        for (int b = 0; b < j->nblocks; b++) {
-            decode_range(j->k, &j->hs[b], j->blocks[b], start, n,
-                         b == 0 ? ZR_QUANT_OUT_F32 : ZR_QUANT_OUT_ADD, sum);
-        }
-        nf +=
-            (size_t)encode_group(j->k, j->p->bits, j->p->scheme == ZR_QUANT_ASYM, ZR_DTYPE_F32, sum,
-                                 j->residual != NULL ? j->residual + start : NULL, n, j->mul,
-                                 j->block, gi, j->payload + (j->p->bits == 8 ? start : start / 2));
-    }
-    atomic_fetch_add(&j->nonfinite, nf);
-}
-
 zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, float mul,
                                const zr_quant_params *p, float *residual, void *out_block,
                                size_t *nonfinite)
@@ -615,7 +604,7 @@ zr_status zr_quant_sum_requant(const void *const *blocks, int k, size_t count, f
     j.stride = stride, j.tasks = tasks;
     ZR_ALLOC_GOTO(j.scratch, tasks * stride, st, done);
     j.payload = block_start(p, count, out_block);
-    zr_parallel_for(ngroups, grain_groups(group), sum_requant_task, &j);
+    zr_parallel_for(ngroups, grain_groups(group), encode_task, &j);
     size_t nf = atomic_load(&j.nonfinite);
     block_finish(out_block, nf);
     if (nonfinite != NULL) {
