@@ -138,6 +138,16 @@ static inline void zr_test_mpi_init(int *argc, char ***argv)
 }
 #endif
 
+/* Occurrences of needle in hay (a message said once, not once per rank). */
+static inline int zr_test_count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *q = strstr(hay, needle); q != NULL; q = strstr(q + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
 /*
  * Print the closing line; returns the process exit status. Memory that zr
  * allocated and never freed counts as one more failed test, so leaks are

@@ -1519,16 +1519,6 @@ static void test_argument_errors(void)
     }
 }
 
-/* Occurrences of needle in haystack. */
-static int count_in(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *q = strstr(hay, needle); q != NULL; q = strstr(q + 1, needle)) {
-        n++;
-    }
-    return n;
-}
-
 /*
  * zr probe -> zr plan --write-config -> zr train --config on 2 nodes x 2: the
  * file the planner writes is one zr train runs. Then what the planner must
@@ -1615,7 +1605,7 @@ static void test_plan_cli(void)
                 code, res.out);
     /* a bad number to zr probe: refused once (by rank 0), not once per rank */
     code = sh("timeout -k 5 60 mpirun.openmpi -np 4 %s probe %s --max-micro-batch 0", zr_bin, TINY);
-    TEST_CHECKF(code == 2 && count_in(res.out, "--max-micro-batch \"0\"") == 1,
+    TEST_CHECKF(code == 2 && zr_test_count(res.out, "--max-micro-batch \"0\"") == 1,
                 "zr probe --max-micro-batch 0: exit %d\n%s", code, res.out);
 }
 

@@ -610,16 +610,6 @@ static void test_bench_noise(void)
                 res.out);
 }
 
-/* Occurrences of needle in hay. */
-static int count_in(const char *hay, const char *needle)
-{
-    int n = 0;
-    for (const char *q = strstr(hay, needle); q != NULL; q = strstr(q + 1, needle)) {
-        n++;
-    }
-    return n;
-}
-
 /*
  * The benchmarks' numeric flags: every one read whole (atoi and atof had read
  * "2x" as 2 and "x" as 0), out-of-range values and unknown choices refused
@@ -657,7 +647,7 @@ static void test_bench_flags(void)
     int code = sh("%s bench quant --sizes 256K,512K --threads 2 --reps 3 --json", zr_bin);
     const char *j = strstr(res.out, "{\"bench\":\"quant\"");
     TEST_CHECKF(code == 0 && j != NULL && strstr(j, "\"threads\":2,") != NULL &&
-                    count_in(j, "\"gbps_1thread\":") == 16 &&
+                    zr_test_count(j, "\"gbps_1thread\":") == 16 &&
                     strstr(j, "\"quant_int8_vs_1thread\":") != NULL,
                 "exit %d\n%s", code, res.out);
     OUT_HAS("x 1 thread");
