@@ -87,11 +87,7 @@ static void env_flag(char *buf, size_t n, const char *name, const char *value, i
 
 static int count_of(const char *s)
 {
-    int n = 0;
-    for (const char *p = strstr(res.out, s); p != NULL; p = strstr(p + 1, s)) {
-        n++;
-    }
-    return n;
+    return zr_test_count(res.out, s);
 }
 
 /* ---- child mode: the communicator under a fault ----------------------------------- */
