@@ -33,6 +33,7 @@
  */
 #define ZR_TEST_MPI
 #include "test.h"
+#include "zr/pool.h"
 
 #include "zr/coll.h"
 
@@ -93,7 +94,10 @@ static zr_wire wire_of(zr_wire_type t, int bits, int group)
 }
 
 static const zr_group groups[] = {ZR_GROUP_WORLD, ZR_GROUP_NODE, ZR_GROUP_CROSS, ZR_GROUP_HPZ};
-static const size_t counts[] = {1, 37, 1000, 4099};
+/* Elements per rank; with --threads N a fifth count large enough that the codecs, casts and
+   means of every collective run on N threads (zr_threads_set), whose results must not change. */
+static size_t counts[] = {1, 37, 1000, 4099, 0};
+static size_t ncounts = 4;
 
 /* ---- exact baselines ----------------------------------------------------- */
 
@@ -105,7 +109,7 @@ static void test_allgather_exact(void)
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
         zr_group g = groups[gi];
         int n = c.size[g];
-        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+        for (size_t ci = 0; ci < ncounts; ci++) {
             size_t count = counts[ci];
             unsigned seed = (unsigned)(gi * 10 + ci);
             float *in = make_input(R, 0, count, seed, ZR_DTYPE_F32);
@@ -161,7 +165,7 @@ static void test_reduce_scatter_exact(void)
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
         zr_group g = groups[gi];
         int n = c.size[g], me = c.rank[g];
-        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+        for (size_t ci = 0; ci < ncounts; ci++) {
             size_t count = counts[ci];
             unsigned seed = (unsigned)(100 + gi * 10 + ci);
             float *in = make_input(R, 0, n * count, seed, ZR_DTYPE_F32);
@@ -295,16 +299,16 @@ static void test_qwz(void)
     TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
     zr_coll_op op = ZR_COLL_OP_INIT;
     const zr_group qg[] = {ZR_GROUP_WORLD, ZR_GROUP_HPZ};
-    const size_t qc[] = {1, 100, 5000};
+    const size_t qc[] = {1, 100, 5000, 3 * 65536 + 1029}; /* the last with --threads only */
     for (int gi = 0; gi < 2; gi++) {
         zr_group g = qg[gi];
         int n = c.size[g];
         for (int bits = 8; bits >= 4; bits -= 4) {
             for (int ti = 0; ti < 2; ti++) {
                 zr_dtype t = ti ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
-                for (size_t ci = 0; ci < 3; ci++) {
+                for (size_t ci = 0; ci < (ncounts > 4 ? 4u : 3u); ci++) {
                     size_t count = qc[ci];
-                    int G = ci == 2 ? ZR_QUANT_DEFAULT_GROUP : 64;
+                    int G = ci >= 2 ? ZR_QUANT_DEFAULT_GROUP : 64;
                     unsigned seed = (unsigned)(300 + gi * 100 + bits * 10 + ti * 3 + ci);
                     void *in = make_input(R, 0, count, seed, t);
                     float *out = malloc(sizeof(float) * n * count);
@@ -431,7 +435,7 @@ static void test_allgather_types(void)
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
         zr_group g = groups[gi];
         size_t n = (size_t)c.size[g], me = (size_t)c.rank[g];
-        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+        for (size_t ci = 0; ci < ncounts; ci++) {
             size_t count = counts[ci];
             float *out32 = malloc(sizeof(float) * n * count);
             zr_bf16 *out16 = malloc(sizeof(zr_bf16) * n * count);
@@ -484,7 +488,7 @@ static void test_reduce_scatter_types(void)
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
         zr_group g = groups[gi];
         size_t n = (size_t)c.size[g];
-        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+        for (size_t ci = 0; ci < ncounts; ci++) {
             size_t count = counts[ci];
             unsigned seed = (unsigned)(800 + gi * 10 + ci);
             zr_bf16 *in16 = make_input(R, 0, n * count, seed, ZR_DTYPE_BF16);
@@ -615,13 +619,14 @@ static void test_qgz_bound(void)
     zr_comm c;
     TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
     zr_coll_op op = ZR_COLL_OP_INIT;
-    const size_t qc[] = {1, 37, 64 * 5 + 3, 3 * 2048 + 5};
+    /* the last with --threads only */
+    const size_t qc[] = {1, 37, 64 * 5 + 3, 3 * 2048 + 5, 3 * 65536 + 1029};
     for (int ti = 0; ti < 2; ti++) {
         zr_dtype t = ti ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
-        for (size_t ci = 0; ci < 4; ci++) {
+        for (size_t ci = 0; ci < (ncounts > 4 ? 5u : 4u); ci++) {
             size_t count = qc[ci];
             zr_qgz_config cfg = zr_qgz_config_default();
-            cfg.q.group = ci == 3 ? ZR_QUANT_DEFAULT_GROUP : 64;
+            cfg.q.group = ci >= 3 ? ZR_QUANT_DEFAULT_GROUP : 64;
             unsigned seed = (unsigned)(500 + ti * 10 + ci);
             void *in = make_input(R, 0, (size_t)W * count, seed, t);
             float *out = malloc(sizeof(float) * count);
@@ -855,7 +860,7 @@ static void test_costs(void)
     zr_wire wires[] = {wire_of(ZR_WIRE_F32, 0, 0), wire_of(ZR_WIRE_BF16, 0, 0),
                        wire_of(ZR_WIRE_QUANT, 8, ZR_QUANT_DEFAULT_GROUP),
                        wire_of(ZR_WIRE_QUANT, 4, 64)};
-    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+    for (size_t ci = 0; ci < ncounts; ci++) {
         size_t count = counts[ci];
         float *in = make_input(R, 0, (size_t)W * count, 5, ZR_DTYPE_F32);
         float *out = malloc(sizeof(float) * ((size_t)W * count + 1));
@@ -1141,6 +1146,10 @@ static void test_errors(void)
 int main(int argc, char **argv)
 {
     zr_test_mpi_init(&argc, &argv);
+    if (argc == 3 && strcmp(argv[1], "--threads") == 0) {
+        TEST_OK(zr_threads_set(atoi(argv[2])));
+        counts[ncounts++] = 3 * 65536 + 1029; /* three tasks of the pool and a short group */
+    }
     {
         zr_comm c;
         if (zr_comm_init(&c, MPI_COMM_WORLD, NULL) != ZR_OK) {
