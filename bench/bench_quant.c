@@ -127,6 +127,19 @@ static double rms_rel_error(const zr_quant_params *p, const float *x, size_t n, 
     return sqrt(se / sx);
 }
 
+/* An element count as the sizes are given: 64M, 256K, or the number; in buf. */
+static const char *count_text(size_t n, char buf[32])
+{
+    if (n % (1u << 20) == 0) {
+        snprintf(buf, 32, "%zuM", n >> 20);
+    } else if (n % 1024 == 0) {
+        snprintf(buf, 32, "%zuK", n >> 10);
+    } else {
+        snprintf(buf, 32, "%zu", n);
+    }
+    return buf;
+}
+
 static int usage(void)
 {
     fprintf(stderr, "usage: zr bench quant [--json] [--sizes 1M,16M,64M] "
@@ -164,12 +177,13 @@ int zr_bench_quant(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--impl") == 0 && i + 1 < argc) {
             const char *s = argv[++i];
-            impl = strcmp(s, "scalar") == 0   ? ZR_QUANT_IMPL_SCALAR
-                   : strcmp(s, "avx2") == 0   ? ZR_QUANT_IMPL_AVX2
-                   : strcmp(s, "avx512") == 0 ? ZR_QUANT_IMPL_AVX512
-                   : strcmp(s, "auto") == 0   ? ZR_QUANT_IMPL_AUTO
-                                              : (zr_quant_impl)-1;
-            if ((int)impl < 0) {
+            static const char *const names[] = {"auto", "scalar", "avx2", "avx512"};
+            int k = 0;
+            while (k < 4 && strcmp(s, names[k]) != 0) {
+                k++;
+            }
+            impl = (zr_quant_impl)k; /* the enum's order: auto, scalar, avx2, avx512 */
+            if (k == 4) {
                 fprintf(stderr,
                         "zr bench quant: --impl \"%.40s\" is not auto, scalar, avx2 or "
                         "avx512\n",
@@ -232,6 +246,7 @@ int zr_bench_quant(int argc, char **argv)
     printf("%-10s %-5s %-5s %9s %10s %12s %9s%s\n", "op", "bits", "type", "elements", "GB/s",
            "memcpy GB/s", "x memcpy", threads > 1 ? "  x 1 thread" : "");
     bench_row rows[MAX_ROWS];
+    char cb[2][32]; /* element counts as text */
     int nrows = 0;
     double headline = 0, headline_threads = 1;
     for (int s = 0; s < nsizes; s++) {
@@ -266,8 +281,8 @@ int zr_bench_quant(int argc, char **argv)
                     r->gbps = (double)(n * zr_dtype_size((zr_dtype)t)) / sec / 1e9;
                     r->memcpy_gbps = mc[t];
                     r->gbps_1thread = (double)(n * zr_dtype_size((zr_dtype)t)) / sec1 / 1e9;
-                    printf("%-10s int%-2d %-5s %8zuM %10.2f %12.2f %9.2f", r->op, bits,
-                           zr_dtype_name(r->dtype), n >> 20, r->gbps, r->memcpy_gbps,
+                    printf("%-10s int%-2d %-5s %9s %10.2f %12.2f %9.2f", r->op, bits,
+                           zr_dtype_name(r->dtype), count_text(n, cb[0]), r->gbps, r->memcpy_gbps,
                            r->gbps / r->memcpy_gbps);
                     printf(threads > 1 ? "  %11.2f\n" : "\n", r->gbps / r->gbps_1thread);
                     if (op == OP_QUANT && bits == 8 && t == 0 && s == nsizes - 1) {
@@ -284,9 +299,9 @@ int zr_bench_quant(int argc, char **argv)
     size_t ne = nmax < (4u << 20) ? nmax : (4u << 20);
     size_t nt = nmax < (16u << 20) ? nmax : (16u << 20);
     fill_gauss(x, ne, 2);
-    printf("\nerror by group size: Gaussian data (%zuM elements), RMS error / RMS of data;\n"
-           "int8 quantize of fp32 at %zuM; scale bytes as %% of the int4 payload\n\n",
-           ne >> 20, nt >> 20);
+    printf("\nerror by group size: Gaussian data (%s elements), RMS error / RMS of data;\n"
+           "int8 quantize of fp32 at %s; scale bytes as %% of the int4 payload\n\n",
+           count_text(ne, cb[0]), count_text(nt, cb[1]));
     printf("%7s %11s %11s %11s %11s %12s %10s\n", "group", "int8 sym", "int4 sym", "int8 asym",
            "int4 asym", "int8 q GB/s", "int4 ovh%");
     double err[sizeof sweep / sizeof sweep[0]][4];
@@ -302,7 +317,8 @@ int zr_bench_quant(int argc, char **argv)
         printf("%7d %11.3e %11.3e %11.3e %11.3e %12.2f %10.3f\n", sweep[g], err[g][0], err[g][1],
                err[g][2], err[g][3], speed[g], 100.0 * 4.0 / (0.5 * sweep[g]));
     }
-    printf("\nquant_int8_vs_memcpy (fp32, %zuM): %.2f", sizes[nsizes - 1] >> 20, headline);
+    printf("\nquant_int8_vs_memcpy (fp32, %s): %.2f", count_text(sizes[nsizes - 1], cb[0]),
+           headline);
     printf(threads > 1 ? "; quant_int8_vs_1thread at %d threads: %.2f\n" : "\n", threads,
            headline_threads);
 
