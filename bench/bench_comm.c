@@ -179,6 +179,9 @@ int zr_bench_comm(int argc, char **argv)
     int json = 0, iters = 0, chunks = 4;
     size_t min = 1024, max = (size_t)256 << 20;
     const char *device = "cpu", *transport = NULL;
+    const zr_cli_int_flag nums[2] = {{"--iters", &iters, NULL, 0, 1e6},
+                                     {"--chunks", &chunks, NULL, 1, 1 << 16}};
+    int got;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             device = argv[++i];
@@ -194,14 +197,11 @@ int zr_bench_comm(int argc, char **argv)
                 return usage(2);
             }
             i++;
-        } else if ((strcmp(argv[i], "--iters") == 0 || strcmp(argv[i], "--chunks") == 0) &&
-                   i + 1 < argc) {
-            long long v;
-            int it = argv[i][2] == 'i';
-            if (!zr_cli_int("comm", argv[i], argv[i + 1], it ? 0 : 1, it ? 1e6 : 1 << 16, &v)) {
+        } else if (i + 1 < argc &&
+                   (got = zr_cli_int_flags("comm", nums, 2, argv[i], argv[i + 1])) != 0) {
+            if (got < 0) {
                 return usage(2);
             }
-            *(it ? &iters : &chunks) = (int)v;
             i++;
         } else {
             return usage(strcmp(argv[i], "--help") == 0 ? 0 : 2);

@@ -139,19 +139,15 @@ done:
     return st;
 }
 
-/*
- * A whole-number flag into its field: 1 when flag is one and text a number in
- * its range; 0 otherwise, after saying why where the flag is known (atoi read
- * "8x" as 8 and "x" as 0).
- */
-static int int_flag(const char *flag, const char *text, opts *o)
+static int parse(int argc, char **argv, opts *o)
 {
-    const struct {
-        const char *flag;
-        int *i;
-        long long *ll;
-        double lo, hi;
-    } f[] = {
+    *o = (opts){0, 1, 12, 768, 12, 64, 1, 3, 0, 0, 0, 1, 0, 8, 0, 0, 0};
+    zr_engine_config d = zr_engine_config_default();
+    o->max_live = (long long)d.max_live;
+    o->prefetch = (long long)d.prefetch_bucket;
+    o->reduce_bucket = (long long)d.reduce_bucket;
+    /* the whole-number flags (atoi read "8x" as 8 and "x" as 0) */
+    const zr_cli_int_flag f[] = {
         {"--steps", &o->steps, NULL, 1, 1e6},
         {"--layers", &o->layers, NULL, 1, 1 << 16},
         {"--channels", &o->channels, NULL, 1, 1 << 20},
@@ -164,31 +160,7 @@ static int int_flag(const char *flag, const char *text, opts *o)
         {"--prefetch-bucket", NULL, &o->prefetch, 0, 1e15},
         {"--reduce-bucket", NULL, &o->reduce_bucket, 1, 1e15},
     };
-    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++) {
-        long long v;
-        if (strcmp(flag, f[k].flag) != 0) {
-            continue;
-        }
-        if (!zr_cli_int("memory", flag, text, f[k].lo, f[k].hi, &v)) {
-            return 0;
-        }
-        if (f[k].i != NULL) {
-            *f[k].i = (int)v;
-        } else {
-            *f[k].ll = v;
-        }
-        return 1;
-    }
-    return 0;
-}
-
-static int parse(int argc, char **argv, opts *o)
-{
-    *o = (opts){0, 1, 12, 768, 12, 64, 1, 3, 0, 0, 0, 1, 0, 8, 0, 0, 0};
-    zr_engine_config d = zr_engine_config_default();
-    o->max_live = (long long)d.max_live;
-    o->prefetch = (long long)d.prefetch_bucket;
-    o->reduce_bucket = (long long)d.reduce_bucket;
+    int got;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has = i + 1 < argc;
@@ -204,7 +176,11 @@ static int parse(int argc, char **argv, opts *o)
             o->overlap = 0;
         } else if (strcmp(a, "--checkpoint") == 0) {
             o->recompute = 1;
-        } else if (has && int_flag(a, argv[i + 1], o)) {
+        } else if (has && (got = zr_cli_int_flags("memory", f, sizeof f / sizeof f[0], a,
+                                                  argv[i + 1])) != 0) {
+            if (got < 0) {
+                return usage();
+            }
             i++;
         } else {
             return usage();

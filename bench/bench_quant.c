@@ -155,7 +155,11 @@ int zr_bench_quant(int argc, char **argv)
     int nsizes = 3;
     zr_quant_impl impl = ZR_QUANT_IMPL_AUTO;
     const char *device = "cpu";
-    int sizes_given = 0;
+    int sizes_given = 0, got;
+    /* whole numbers in range, or the flag is named (atoi took "8x" for 8) */
+    const zr_cli_int_flag nums[3] = {{"--group", &group, NULL, 32, 65536},
+                                     {"--reps", &reps_arg, NULL, 1, 64},
+                                     {"--threads", &threads, NULL, 1, ZR_POOL_MAX_THREADS}};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
@@ -191,16 +195,10 @@ int zr_bench_quant(int argc, char **argv)
                 return usage();
             }
         } else if (i + 1 < argc &&
-                   (strcmp(argv[i], "--group") == 0 || strcmp(argv[i], "--reps") == 0 ||
-                    strcmp(argv[i], "--threads") == 0)) {
-            /* whole numbers in range, or the flag is named (atoi took "8x" for 8) */
-            int which = argv[i][2] == 'g' ? 0 : argv[i][2] == 'r' ? 1 : 2;
-            static const double lo[] = {32, 1, 1}, hi[] = {65536, 64, ZR_POOL_MAX_THREADS};
-            long long v;
-            if (!zr_cli_int("quant", argv[i], argv[i + 1], lo[which], hi[which], &v)) {
+                   (got = zr_cli_int_flags("quant", nums, 3, argv[i], argv[i + 1])) != 0) {
+            if (got < 0) {
                 return usage();
             }
-            *(which == 0 ? &group : which == 1 ? &reps_arg : &threads) = (int)v;
             i++;
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             device = argv[++i];

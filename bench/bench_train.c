@@ -186,31 +186,25 @@ int zr_bench_train(int argc, char **argv)
 {
     int json = 0, steps = 10, layers = 4, channels = 256, heads = 4, T = 128, B = 4, threads = 1;
     /* the whole-number flags: in range, or refused by name (atoi took "8x" for 8, "x" for 0) */
-    const struct {
-        const char *flag;
-        int *v;
-        double hi;
-    } nums[] = {{"--steps", &steps, 1e6},
-                {"--layers", &layers, 1 << 16},
-                {"--channels", &channels, 1 << 20},
-                {"--seq", &T, 1 << 24},
-                {"--heads", &heads, 1 << 16},
-                {"--micro-batch", &B, 1 << 20},
-                {"--threads", &threads, ZR_POOL_MAX_THREADS}};
+    const zr_cli_int_flag nums[] = {{"--steps", &steps, NULL, 1, 1e6},
+                                    {"--layers", &layers, NULL, 1, 1 << 16},
+                                    {"--channels", &channels, NULL, 1, 1 << 20},
+                                    {"--seq", &T, NULL, 1, 1 << 24},
+                                    {"--heads", &heads, NULL, 1, 1 << 16},
+                                    {"--micro-batch", &B, NULL, 1, 1 << 20},
+                                    {"--threads", &threads, NULL, 1, ZR_POOL_MAX_THREADS}};
     const char *only = NULL; /* comma list of modes to run; NULL = all */
     const char *cfg_path = NULL;
     const char *device = "cpu"; /* zr.device of every mode: the CPU unless asked */
     for (int i = 1; i < argc; i++) {
-        size_t k = 0;
-        while (k < sizeof nums / sizeof nums[0] && strcmp(argv[i], nums[k].flag) != 0) {
-            k++;
-        }
-        if (k < sizeof nums / sizeof nums[0] && i + 1 < argc) {
-            long long v;
-            if (!zr_cli_int("train", nums[k].flag, argv[++i], 1, nums[k].hi, &v)) {
+        int got = i + 1 < argc ? zr_cli_int_flags("train", nums, sizeof nums / sizeof nums[0],
+                                                  argv[i], argv[i + 1])
+                               : 0;
+        if (got != 0) {
+            if (got < 0) {
                 return usage();
             }
-            *nums[k].v = (int)v;
+            i++;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {

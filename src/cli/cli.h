@@ -23,13 +23,22 @@ int zr_cli_plan(int argc, char **argv);
 zr_status zr_cli_number(const char *name, const char *text, double lo, double hi, int integer,
                         double *out);
 /*
- * A benchmark's flag, read by the same rule: 1 with *out set, or 0 after
- * printing "zr bench <cmd>: <the reason>" on stderr. zr_cli_int: a whole
- * number; zr_cli_size: one with an optional K, M or G suffix (2^10, 2^20,
- * 2^30), a whole count once scaled ("1.5M" is fine, "1.5" is not).
+ * A benchmark's flags, read by the same rule. zr_cli_int_flags: flag looked
+ * up in a table of whole-number flags (each stores into an int or a long
+ * long, lo..hi): 1 when it is one and text is in range (stored), 0 when flag
+ * is none of them, -1 when text is not (said on stderr as "zr bench <cmd>:
+ * <the reason>"). zr_cli_size: a whole count with an optional K, M or G
+ * suffix (2^10, 2^20, 2^30; "1.5M" is fine, "1.5" is not): 1, or 0 after
+ * saying why.
  */
-int zr_cli_int(const char *cmd, const char *flag, const char *text, double lo, double hi,
-               long long *out);
+typedef struct zr_cli_int_flag {
+    const char *flag;
+    int *i; /* where the value goes: i, or ll where i is NULL */
+    long long *ll;
+    double lo, hi;
+} zr_cli_int_flag;
+int zr_cli_int_flags(const char *cmd, const zr_cli_int_flag *f, size_t n, const char *flag,
+                     const char *text);
 int zr_cli_size(const char *cmd, const char *flag, const char *text, double lo, double hi,
                 size_t *out);
 

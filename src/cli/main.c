@@ -40,16 +40,26 @@ zr_status zr_cli_number(const char *name, const char *text, double lo, double hi
     return ZR_OK;
 }
 
-int zr_cli_int(const char *cmd, const char *flag, const char *text, double lo, double hi,
-               long long *out)
+int zr_cli_int_flags(const char *cmd, const zr_cli_int_flag *f, size_t n, const char *flag,
+                     const char *text)
 {
-    double v = 0;
-    if (zr_cli_number(flag, text, lo, hi, 1, &v) != ZR_OK) {
-        fprintf(stderr, "zr bench %s: %s\n", cmd, zr_error_message());
-        return 0;
+    for (size_t k = 0; k < n; k++) {
+        if (strcmp(flag, f[k].flag) != 0) {
+            continue;
+        }
+        double v = 0;
+        if (zr_cli_number(flag, text, f[k].lo, f[k].hi, 1, &v) != ZR_OK) {
+            fprintf(stderr, "zr bench %s: %s\n", cmd, zr_error_message());
+            return -1;
+        }
+        if (f[k].i != NULL) {
+            *f[k].i = (int)v;
+        } else {
+            *f[k].ll = (long long)v;
+        }
+        return 1;
     }
-    *out = (long long)v;
-    return 1;
+    return 0;
 }
 
 int zr_cli_size(const char *cmd, const char *flag, const char *text, double lo, double hi,
