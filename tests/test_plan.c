@@ -229,6 +229,26 @@ static void test_by_hand(void)
     TEST_NEAR(k.t_comm, t, 1e-12);
     TEST_NEAR(k.t_exposed, t, 1e-12);
     TEST_NEAR(k.t_step, k.t_compute + k.t_codec + k.t_exposed + k.t_optim, 1e-12);
+    /* bandwidth at two message sizes (a block's 2 S[1] bytes per peer and a size below the
+       embedding's, chosen so that the embedding's 2 S[0] bytes lie halfway between in log
+       size): blocks at the first's rate, the final LayerNorm's few bytes at the second's (no
+       extrapolation below it), the embedding at the mean of the two per-byte times */
+    p.bw_msg = 2.0 * (double)S[1];
+    p.bw_msg_small = 4.0 * (double)S[0] * (double)S[0] / p.bw_msg;
+    p.inter_bw_small = 2e8, p.intra_bw_small = 2e10;
+    double per_byte[4] = {0.5 / 2e8 + 0.5 / 1e8, 1 / 1e8, 1 / 1e8, 1 / 2e8};
+    t = 0;
+    for (size_t i = 0; i < 7; i++) {
+        t += 1e-4 + 4.0 * (double)S[g_units[i]] * per_byte[g_units[i]];
+    }
+    for (int u = 0; u < 4; u++) {
+        t += 1e-4 + 4.0 * (double)S[u] * per_byte[u];
+    }
+    zr_plan_cost k1;
+    TEST_OK(zr_plan_cost_of(&c, 256, N, D, &z3, &p, &k1));
+    TEST_NEAR(k1.t_comm, t, 1e-12);
+    TEST_CHECK(k1.t_comm < k.t_comm);
+    p.bw_msg = p.bw_msg_small = p.inter_bw_small = p.intra_bw_small = 0;
     /* full overlap hides what the computation after each post covers, never more */
     p.overlap = 1;
     zr_plan_choice pre = z3;
@@ -467,6 +487,71 @@ static void check_references(const zr_probe *p, int b)
     }
 }
 
+/* Rewrite the file at path without the lines that contain any of the keys. */
+static void drop_keys(const char *path, const char *const *keys, int n)
+{
+    char text[1 << 16], *lines[1024];
+    FILE *f = fopen(path, "r");
+    TEST_CHECK(f != NULL);
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    TEST_CHECK(len < sizeof text - 1);
+    fclose(f);
+    text[len] = 0;
+    int nl = 0;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l != NULL && nl < 1024;
+         l = strtok_r(NULL, "\n", &save)) {
+        lines[nl++] = l;
+    }
+    f = fopen(path, "w");
+    TEST_CHECK(f != NULL);
+    for (int i = 0; i < nl; i++) {
+        int keep = 1;
+        for (int j = 0; j < n; j++) {
+            keep = keep && strstr(lines[i], keys[j]) == NULL;
+        }
+        if (keep) {
+            TEST_CHECK(fprintf(f, "%s\n", lines[i]) > 0);
+        }
+    }
+    TEST_CHECK(fclose(f) == 0);
+}
+
+/* The bandwidth at a second message size: measured, kept by the file, optional in it (a probe of
+   an earlier zr has none: 0, every size at the first), checked where present. */
+static void check_second_size(const char *path, const zr_probe *p)
+{
+    TEST_CHECK(p->bw_msg >= 65536 && p->bw_msg_small == p->bw_msg / 4);
+    TEST_CHECK(p->nodes == 1 || p->inter_bw_small > 0);
+    TEST_CHECK(p->ranks_per_node == 1 || p->intra_bw_small > 0);
+    zr_probe q, w = *p;
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_OK(zr_probe_read(path, &q));
+    TEST_CHECK(q.bw_msg == p->bw_msg && q.bw_msg_small == p->bw_msg_small &&
+               fabs(q.inter_bw_small - p->inter_bw_small) <= 1e-15 * p->inter_bw_small &&
+               fabs(q.intra_bw_small - p->intra_bw_small) <= 1e-15 * p->intra_bw_small);
+    static const char *const second[] = {"\"bw_msg\"", "\"bw_msg_small\"", "\"intra_bw_small\"",
+                                         "\"inter_bw_small\""};
+    drop_keys(path, second, 4);
+    TEST_OK(zr_probe_read(path, &q));
+    TEST_CHECK(q.bw_msg == 0 && q.bw_msg_small == 0 && q.intra_bw_small == 0 &&
+               q.inter_bw_small == 0 && q.inter_bw == p->inter_bw);
+    w.bw_msg_small = w.bw_msg;
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "\"bw_msg_small\"");
+    int inter = p->nodes > 1;
+    if (inter || p->ranks_per_node > 1) {
+        w = *p;
+        *(inter ? &w.inter_bw_small : &w.intra_bw_small) = 0;
+        TEST_OK(zr_probe_write(path, &w));
+        TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT,
+                   inter ? "\"inter_bw_small\" is 0" : "\"intra_bw_small\" is 0");
+    }
+    w = *p;
+    w.inter_bw_small = -1;
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "\"inter_bw_small\" is -1");
+}
+
 static void test_probe_file(void)
 {
     zr_train_config c;
@@ -548,6 +633,7 @@ static void test_probe_file(void)
     w.cal_comm[0] = -1;
     TEST_OK(zr_probe_write(path, &w));
     TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, "\"cal_comm\" is -1");
+    check_second_size(path, &p);
     TEST_FAILS(zr_probe_read("/nonexistent/probe.json", &q), ZR_ERR_IO, "/nonexistent/probe.json");
     unlink(path);
 }
@@ -691,7 +777,7 @@ static void test_gpu_probe(void)
     TEST_EQ_INT(p.ncompute, 2);
     TEST_CHECK(p.compute[1].fwd_block > 0 && p.compute[1].bwd_block > 0);
     TEST_CHECK(p.q_enc[0] > 0 && p.q_dec[1] > 0 && p.adamw > 0 && p.f32_add > 0);
-    TEST_CHECK(p.nodes == 1 || p.inter_bw > 0);
+    TEST_CHECK(p.nodes == 1 || (p.inter_bw > 0 && p.inter_bw_small > 0));
     TEST_CHECK(p.overlap >= 0 && p.overlap <= 1);
     TEST_CHECKF(p.base_rss == 0 && p.mem_per_rank > 1e6, "base %g, memory per rank %g", p.base_rss,
                 p.mem_per_rank);

@@ -193,11 +193,12 @@ typedef struct zr_coll_cost {
     zr_kind kind;                /* the traffic row it is accounted under */
     uint64_t exchanges;          /* zr_comm_iexchange calls (the row's calls) */
     uint64_t intra[2], inter[2]; /* bytes sent to peers on my node / other nodes, per hop */
-    size_t bf16_enc, bf16_dec;   /* elements converted fp32 -> bf16, bf16 -> fp32 */
-    size_t f32_add;              /* elements summed in fp32 */
-    size_t q_enc, q_dec;         /* elements quantized; dequantized (or dequantized and added) */
-    int q_bits;                  /* the quantization's bits, when q_enc or q_dec */
-    size_t work;                 /* workspace bytes */
+    uint64_t intra_msgs[2], inter_msgs[2]; /* ... in that many messages (one per peer and send) */
+    size_t bf16_enc, bf16_dec;             /* elements converted fp32 -> bf16, bf16 -> fp32 */
+    size_t f32_add;                        /* elements summed in fp32 */
+    size_t q_enc, q_dec; /* elements quantized; dequantized (or dequantized and added) */
+    int q_bits;          /* the quantization's bits, when q_enc or q_dec */
+    size_t work;         /* workspace bytes */
 } zr_coll_cost;
 
 /*

@@ -67,9 +67,13 @@ typedef struct zr_probe {
     double f32_add;  /* fp32 accumulate (reductions, shard accumulation) */
     double q_enc[2]; /* quantize, [0] INT8, [1] INT4 (default group) */
     double q_dec[2]; /* dequantize (and add) */
-    /* transport: bytes per second per rank with every rank of the level sending at once */
+    /* transport: bytes per second per rank with every rank of the level sending at once, with
+       bw_msg bytes to each peer; and with bw_msg_small bytes (0: not measured, a file of an
+       earlier zr: every size at the first) */
     double intra_bw, inter_bw;
     double intra_lat, inter_lat; /* seconds per exchange (small messages) */
+    double bw_msg, bw_msg_small;
+    double intra_bw_small, inter_bw_small;
     /* fraction of a transfer that proceeds while its rank computes (posted, not yet waited) */
     double overlap;
     double base_rss;     /* bytes a rank holds before the model and engine (program, MPI, BLAS);

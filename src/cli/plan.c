@@ -129,15 +129,16 @@ static zr_status probe_measure(zr_comm *c, const zr_train_config *cfg, int vocab
         st = zr_probe_write(out, &p);
         if (st == ZR_OK) {
             printf("zr probe: %d nodes x %d ranks on %s, %.1f s: block fwd %.2f bwd %.2f ms at "
-                   "micro-batch %d; inter-node %.1f MB/s per rank (latency %.0f us), "
-                   "intra-node %.1f MB/s (%.0f us), overlap %.2f; wrote %s%s\n",
+                   "micro-batch %d; inter-node %.1f MB/s per rank (%.1f at a quarter the "
+                   "message; latency %.0f us), intra-node %.1f MB/s (%.1f; %.0f us), overlap "
+                   "%.2f; wrote %s%s\n",
                    p.nodes, p.ranks_per_node,
                    !p.gpu   ? "the CPU"
                    : p.bf16 ? "GPUs (bf16 compute)"
                             : "GPUs (fp32 compute)",
                    zr_now() - t0, 1e3 * p.compute[0].fwd_block, 1e3 * p.compute[0].bwd_block,
-                   p.compute[0].batch, p.inter_bw / 1e6, 1e6 * p.inter_lat, p.intra_bw / 1e6,
-                   1e6 * p.intra_lat, p.overlap, out,
+                   p.compute[0].batch, p.inter_bw / 1e6, p.inter_bw_small / 1e6, 1e6 * p.inter_lat,
+                   p.intra_bw / 1e6, p.intra_bw_small / 1e6, 1e6 * p.intra_lat, p.overlap, out,
                    replaces ? " (it replaced the file that was there)" : "");
             if (p.cal_batch > 0) {
                 printf(

@@ -372,6 +372,8 @@ void zr_coll_cost_send(const zr_comm *c, zr_group g, size_t bytes, int hop, zr_c
     k->exchanges++;
     k->intra[hop] += (uint64_t)on * bytes;
     k->inter[hop] += (uint64_t)off * bytes;
+    k->intra_msgs[hop] += bytes > 0 ? (uint64_t)on : 0;
+    k->inter_msgs[hop] += bytes > 0 ? (uint64_t)off : 0;
 }
 
 size_t zr_coll_block_nonfinite(const void *block)

@@ -21,9 +21,10 @@
  *            work of collectives (conversions, quantization, sums: zr has no
  *            progress thread, so it is on the critical path) and of the
  *            engine at the probe's per-element rates; each transfer from its
- *            bytes and the measured bandwidth and latency of its level (one
- *            rank's intra- and inter-node bytes of a hop go out at once;
- *            hops follow each other)
+ *            bytes and the measured bandwidth (at its messages' size: the
+ *            probe measures two) and latency of its level (one rank's intra-
+ *            and inter-node bytes of a hop go out at once; hops follow each
+ *            other)
  *
  * A transfer posted before computation (prefetch, asynchronous reduction)
  * advances during it at the probe's measured overlap fraction; what is left
@@ -107,15 +108,33 @@ typedef struct sim {
 /* A per-element cost of the probe; 0 without one. */
 #define RATE(s, field) ((s)->p != NULL ? (s)->p->field : 0.0)
 
-/* Seconds of one hop: intra and inter bytes of this rank go out at once. */
-static double level_time(const sim *s, double intra, double inter)
+/*
+ * Seconds of one hop: intra and inter bytes of this rank go out at once, each
+ * level's at the per-byte time of its messages' size: the probe's two sizes,
+ * linear in log size between them, the nearer one's outside (no
+ * extrapolation beyond what was measured).
+ */
+static double level_time(const sim *s, const zr_coll_cost *k, int hop)
 {
-    if (s->p == NULL || (intra <= 0 && inter <= 0)) {
-        return 0;
+    const zr_probe *p = s->p;
+    const double bytes[2] = {(double)k->intra[hop], (double)k->inter[hop]},
+                 msgs[2] = {(double)k->intra_msgs[hop], (double)k->inter_msgs[hop]};
+    double t[2] = {0, 0};
+    for (int l = 0; p != NULL && l < 2; l++) {
+        if (!(bytes[l] > 0)) {
+            continue;
+        }
+        double bw = l ? p->inter_bw : p->intra_bw,
+               small = l ? p->inter_bw_small : p->intra_bw_small;
+        double msg = bytes[l] / fmax(msgs[l], 1), per = 1 / bw;
+        if (p->bw_msg_small > 0 && small > 0 && msg < p->bw_msg) {
+            double f = log(fmax(msg, p->bw_msg_small) / p->bw_msg_small) /
+                       log(p->bw_msg / p->bw_msg_small);
+            per = (1 - f) / small + f / bw;
+        }
+        t[l] = (l ? p->inter_lat : p->intra_lat) + bytes[l] * per;
     }
-    double ti = intra > 0 ? s->p->intra_lat + intra / s->p->intra_bw : 0;
-    double te = inter > 0 ? s->p->inter_lat + inter / s->p->inter_bw : 0;
-    return fmax(ti, te);
+    return fmax(t[0], t[1]);
 }
 
 /* Seconds of the CPU work around a collective's exchanges. */
@@ -136,8 +155,7 @@ static void post(sim *s, const void *op, const zr_coll_cost *k)
     row->calls += k->exchanges;
     row->bytes_intra += k->intra[0] + k->intra[1];
     row->bytes_inter += k->inter[0] + k->inter[1];
-    double t = s->cal.k_comm * (level_time(s, (double)k->intra[0], (double)k->inter[0]) +
-                                level_time(s, (double)k->intra[1], (double)k->inter[1]));
+    double t = s->cal.k_comm * (level_time(s, k, 0) + level_time(s, k, 1));
     if (s->p != NULL && s->p->gpu) {
         t += coll_codec(s, k); /* on the op's codec stream, between its hops */
     } else {
@@ -283,27 +301,6 @@ static zr_probe_compute compute_at(const zr_probe *p, int b)
 }
 
 /* ---- the entry points ------------------------------------------------------------ */
-
-void zr_plan_apply(zr_train_config *cfg, const zr_plan_choice *ch)
-{
-    cfg->stage = ch->stage;
-    cfg->zero_quantized_weights = ch->qwz;
-    if (ch->qwz_bits > 0) {
-        cfg->qwz_bits = ch->qwz_bits;
-    }
-    cfg->zero_hpz_partition_size = ch->hpz;
-    cfg->zero_quantized_gradients = ch->qgz;
-    if (ch->qgz_bits > 0) {
-        cfg->qgz_bits = ch->qgz_bits;
-    }
-    cfg->stage3_prefetch_bucket_size = ch->prefetch_bucket;
-    cfg->train_micro_batch_size_per_gpu = ch->micro_batch;
-    cfg->gradient_accumulation_steps = ch->accum;
-    cfg->train_batch_size = 0;
-    cfg->given |=
-        ZR_GIVEN_QWZ | ZR_GIVEN_HPZ | ZR_GIVEN_QGZ | ZR_GIVEN_MICRO_BATCH | ZR_GIVEN_GRAD_ACCUM;
-    cfg->given &= ~ZR_GIVEN_TRAIN_BATCH;
-}
 
 static zr_status check_choice(const zr_plan_choice *ch, int nodes, int D)
 {

@@ -19,6 +19,8 @@
  */
 #include "zr/plan.h"
 
+#include "zr/config.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,28 @@ void zr_plan_describe(const zr_plan_choice *ch, char *buf, size_t n)
         snprintf(pre, sizeof pre, ", prefetch %.3g", (double)ch->prefetch_bucket);
     }
     snprintf(buf, n, "stage %d%s, micro %d x %d%s", ch->stage, q, ch->micro_batch, ch->accum, pre);
+}
+
+/* The choice's settings written into cfg, as the trainer would read them from its file. */
+void zr_plan_apply(zr_train_config *cfg, const zr_plan_choice *ch)
+{
+    cfg->stage = ch->stage;
+    cfg->zero_quantized_weights = ch->qwz;
+    if (ch->qwz_bits > 0) {
+        cfg->qwz_bits = ch->qwz_bits;
+    }
+    cfg->zero_hpz_partition_size = ch->hpz;
+    cfg->zero_quantized_gradients = ch->qgz;
+    if (ch->qgz_bits > 0) {
+        cfg->qgz_bits = ch->qgz_bits;
+    }
+    cfg->stage3_prefetch_bucket_size = ch->prefetch_bucket;
+    cfg->train_micro_batch_size_per_gpu = ch->micro_batch;
+    cfg->gradient_accumulation_steps = ch->accum;
+    cfg->train_batch_size = 0;
+    cfg->given |=
+        ZR_GIVEN_QWZ | ZR_GIVEN_HPZ | ZR_GIVEN_QGZ | ZR_GIVEN_MICRO_BATCH | ZR_GIVEN_GRAD_ACCUM;
+    cfg->given &= ~ZR_GIVEN_TRAIN_BATCH;
 }
 
 /*

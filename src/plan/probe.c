@@ -9,10 +9,10 @@
  *              and sequence length (a deeper model repeats the block)
  *   per element AdamW, sum of squares, bf16 conversions, fp32 accumulation,
  *              INT8/INT4 quantize and dequantize-add (the default group)
- *   transport  all-to-all of block-shard-sized and of 8-byte messages through zr's
- *              communicator inside each node (ZR_GROUP_NODE) and across
- *              nodes (ZR_GROUP_CROSS), every rank at once: bandwidth per rank
- *              and latency per exchange
+ *   transport  all-to-all of block-shard-sized, quarter-sized and 8-byte messages
+ *              through zr's communicator inside each node (ZR_GROUP_NODE)
+ *              and across nodes (ZR_GROUP_CROSS), every rank at once:
+ *              bandwidth per rank at both sizes, and latency per exchange
  *   overlap    a transfer posted, computation without MPI calls for half its
  *              time, then the wait: how much of it moved meanwhile
  *   memory     this rank's resident bytes before any model state (program,
@@ -323,12 +323,16 @@ static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, 
 }
 
 /*
- * Bandwidth is measured at the size of the engine's largest frequent message:
- * one rank's shard of a block's bf16 weights, sent to every peer (64 KiB to
- * 4 MiB). Throughput depends on it: on the emulated cluster's 1 Gbit/s links
- * 4 MiB to every peer at once moved 84 MB/s per rank where the engine's own
- * transfers moved 108 (bench/cluster/README.md), and a much smaller message
- * measures latency instead.
+ * Bandwidth is measured at two message sizes: the engine's largest frequent
+ * message (one rank's shard of a block's bf16 weights, sent to every peer;
+ * 64 KiB to 4 MiB) and a quarter of it, near what qwZ's INT8 and qgZ's INT4
+ * blocks send. Throughput depends on the size, and not in one direction: on
+ * the emulated cluster (4 nodes, bench/cluster), one rank's 1.5 MiB to
+ * every peer at once moved 101 MB/s per rank on 1 Gbit/s links and 385 KiB
+ * moved 124 (the link's queue drops less of a shorter burst), while on the
+ * unshaped links, where the CPU's work per message counts, the smaller moved
+ * 784 MB/s against 999. The cost model prices each hop at its own message
+ * size between the two (cost.c). A much smaller message measures latency.
  */
 static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel, const zr_device *dev,
                                  zr_stream *s)
@@ -356,29 +360,31 @@ static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel, co
         st = zr_probe_gpu_busy_init(s, gpu);
     }
     st = zr_comm_agree(c, st);
-    double v[5] = {0, 0, 0, 0, 0}; /* intra t, intra lat, inter t, inter lat, overlap */
-    if (st == ZR_OK && D > 1) {
-        st = time_exchange(c, ZR_GROUP_NODE, big, REPS, sbuf, rbuf, &v[0]);
-        if (st == ZR_OK) {
-            st = time_exchange(c, ZR_GROUP_NODE, 8, 20, sbuf, rbuf, &v[1]);
-        }
-    }
-    if (st == ZR_OK && N > 1) {
-        st = time_exchange(c, ZR_GROUP_CROSS, big, REPS, sbuf, rbuf, &v[2]);
-        if (st == ZR_OK) {
-            st = time_exchange(c, ZR_GROUP_CROSS, 8, 20, sbuf, rbuf, &v[3]);
+    size_t small = big / 4;
+    /* per level (intra, inter): big t, latency, small t; then the overlap */
+    double v[7] = {0, 0, 0, 0, 0, 0, 0};
+    for (int l = 0; l < 2; l++) {
+        zr_group g = l == 0 ? ZR_GROUP_NODE : ZR_GROUP_CROSS;
+        if (st == ZR_OK && (l == 0 ? D : N) > 1) {
+            st = time_exchange(c, g, big, REPS, sbuf, rbuf, &v[3 * l]);
+            if (st == ZR_OK) {
+                st = time_exchange(c, g, 8, 20, sbuf, rbuf, &v[3 * l + 1]);
+            }
+            if (st == ZR_OK) {
+                st = time_exchange(c, g, small, REPS, sbuf, rbuf, &v[3 * l + 2]);
+            }
         }
     }
     if (st == ZR_OK) {
-        st = zr_probe_slowest(c, v, 4);
+        st = zr_probe_slowest(c, v, 6);
     }
     if (st == ZR_OK && (N > 1 || D > 1)) {
         zr_group g = N > 1 ? ZR_GROUP_CROSS : ZR_GROUP_NODE;
-        st = time_overlap(c, g, big, N > 1 ? v[2] : v[0], sbuf, rbuf, work, nwork, gpu, &v[4]);
+        st = time_overlap(c, g, big, N > 1 ? v[3] : v[0], sbuf, rbuf, work, nwork, gpu, &v[6]);
         if (st == ZR_OK) {
-            v[4] = -v[4]; /* the smallest fraction over ranks */
-            st = max_over(c, &v[4], 1, 1e9);
-            v[4] = -v[4];
+            v[6] = -v[6]; /* the smallest fraction over ranks */
+            st = max_over(c, &v[6], 1, 1e9);
+            v[6] = -v[6];
         }
     }
     zr_device_free(dev, sbuf), zr_device_free(dev, rbuf), zr_free(work);
@@ -386,9 +392,13 @@ static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel, co
     ZR_CHECK(st);
     p->intra_bw = D > 1 ? (double)big * (D - 1) / fmax(v[0] - v[1], 1e-9) : 0;
     p->intra_lat = v[1];
-    p->inter_bw = N > 1 ? (double)big * (N - 1) / fmax(v[2] - v[3], 1e-9) : 0;
-    p->inter_lat = v[3];
-    p->overlap = v[4] > 0 ? v[4] : 0; /* never -0 in the file */
+    p->intra_bw_small = D > 1 ? (double)small * (D - 1) / fmax(v[2] - v[1], 1e-9) : 0;
+    p->inter_bw = N > 1 ? (double)big * (N - 1) / fmax(v[3] - v[4], 1e-9) : 0;
+    p->inter_lat = v[4];
+    p->inter_bw_small = N > 1 ? (double)small * (N - 1) / fmax(v[5] - v[4], 1e-9) : 0;
+    p->bw_msg = (double)big;
+    p->bw_msg_small = (double)small;
+    p->overlap = v[6] > 0 ? v[6] : 0; /* never -0 in the file */
     return ZR_OK;
 }
 

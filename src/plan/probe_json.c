@@ -80,10 +80,17 @@ static const pkey keys[] = {
     R_("cald_comm", cal_comm, 2),
     R_("cald_optim", cal_optim, 2),
 };
+/* Keys a probe of an earlier zr lacks (0 when missing): bandwidth at a second message size. */
+static const pkey opt_keys[] = {
+    D_(bw_msg, 0),
+    D_(bw_msg_small, 0),
+    D_(intra_bw_small, 0),
+    D_(inter_bw_small, 0),
+};
 #undef R_
 #undef D_
 #undef I_
-enum { NKEYS = sizeof keys / sizeof keys[0] };
+enum { NKEYS = sizeof keys / sizeof keys[0], NOPT = sizeof opt_keys / sizeof opt_keys[0] };
 
 static const char *const unit_keys[] = {"fwd_embed", "fwd_block", "fwd_head",
                                         "bwd_head",  "bwd_block", "bwd_embed"};
@@ -111,6 +118,9 @@ zr_status zr_probe_write(const char *path, const zr_probe *p)
     int ok = o != NULL && arr != NULL;
     for (int i = 0; ok && i < NKEYS; i++) {
         ok = cJSON_AddNumberToObject(o, keys[i].name, get(p, &keys[i])) != NULL;
+    }
+    for (int i = 0; ok && i < NOPT; i++) {
+        ok = cJSON_AddNumberToObject(o, opt_keys[i].name, get(p, &opt_keys[i])) != NULL;
     }
     const char *qn[4] = {"q8_enc", "q8_dec", "q4_enc", "q4_dec"};
     double qv[4] = {p->q_enc[0], p->q_dec[0], p->q_enc[1], p->q_dec[1]};
@@ -229,6 +239,30 @@ static zr_status check_references(const zr_probe *p, const char *path)
     return ZR_OK;
 }
 
+/* The second message size, where measured: below the first, its bandwidths those of the
+   layout's levels, like the first's. */
+static zr_status check_sizes(const zr_probe *p, const char *path)
+{
+    if (p->bw_msg_small == 0) {
+        return ZR_OK;
+    }
+    if (!(p->bw_msg > p->bw_msg_small)) {
+        ZR_FAIL(ZR_ERR_FORMAT,
+                "%s: \"bw_msg_small\" (%g bytes) must be below \"bw_msg\" (%g bytes): the file "
+                "was edited or damaged; rerun zr probe",
+                path, p->bw_msg_small, p->bw_msg);
+    }
+    if ((p->nodes > 1 && !(p->inter_bw_small > 0)) ||
+        (p->ranks_per_node > 1 && !(p->intra_bw_small > 0))) {
+        ZR_FAIL(ZR_ERR_FORMAT,
+                "%s: \"%s\" is 0, a measurement no machine gives (the bandwidth of every level "
+                "the layout has must be above 0): the file was edited or damaged; rerun zr probe",
+                path,
+                p->nodes > 1 && !(p->inter_bw_small > 0) ? "inter_bw_small" : "intra_bw_small");
+    }
+    return ZR_OK;
+}
+
 static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
 {
     if (!cJSON_IsObject(o)) {
@@ -264,6 +298,14 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
                 "layout has must be > 0",
                 path);
     }
+    for (int i = 0; i < NOPT; i++) {
+        double v = 0;
+        if (cJSON_GetObjectItemCaseSensitive(o, opt_keys[i].name) != NULL) {
+            ZR_CHECK(number(o, opt_keys[i].name, path, opt_keys[i].lo, &v));
+        }
+        set(p, &opt_keys[i], v);
+    }
+    ZR_CHECK(check_sizes(p, path));
     const char *qn[4] = {"q8_enc", "q8_dec", "q4_enc", "q4_dec"};
     double *qv[4] = {&p->q_enc[0], &p->q_dec[0], &p->q_enc[1], &p->q_dec[1]};
     for (int i = 0; i < 4; i++) {
