@@ -98,6 +98,7 @@ static const zr_group groups[] = {ZR_GROUP_WORLD, ZR_GROUP_NODE, ZR_GROUP_CROSS,
    means of every collective run on N threads (zr_threads_set), whose results must not change. */
 static size_t counts[] = {1, 37, 1000, 4099, 0};
 static size_t ncounts = 4;
+#define THREADED_COUNT (3 * 65536 + 1029) /* three tasks of the pool and a short group */
 
 /* ---- exact baselines ----------------------------------------------------- */
 
@@ -299,7 +300,7 @@ static void test_qwz(void)
     TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
     zr_coll_op op = ZR_COLL_OP_INIT;
     const zr_group qg[] = {ZR_GROUP_WORLD, ZR_GROUP_HPZ};
-    const size_t qc[] = {1, 100, 5000, 3 * 65536 + 1029}; /* the last with --threads only */
+    const size_t qc[] = {1, 100, 5000, THREADED_COUNT}; /* the last with --threads only */
     for (int gi = 0; gi < 2; gi++) {
         zr_group g = qg[gi];
         int n = c.size[g];
@@ -620,7 +621,7 @@ static void test_qgz_bound(void)
     TEST_OK(zr_comm_init(&c, MPI_COMM_WORLD, NULL));
     zr_coll_op op = ZR_COLL_OP_INIT;
     /* the last with --threads only */
-    const size_t qc[] = {1, 37, 64 * 5 + 3, 3 * 2048 + 5, 3 * 65536 + 1029};
+    const size_t qc[] = {1, 37, 64 * 5 + 3, 3 * 2048 + 5, THREADED_COUNT};
     for (int ti = 0; ti < 2; ti++) {
         zr_dtype t = ti ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
         for (size_t ci = 0; ci < (ncounts > 4 ? 5u : 4u); ci++) {
@@ -1148,7 +1149,7 @@ int main(int argc, char **argv)
     zr_test_mpi_init(&argc, &argv);
     if (argc == 3 && strcmp(argv[1], "--threads") == 0) {
         TEST_OK(zr_threads_set(atoi(argv[2])));
-        counts[ncounts++] = 3 * 65536 + 1029; /* three tasks of the pool and a short group */
+        counts[ncounts++] = THREADED_COUNT;
     }
     {
         zr_comm c;

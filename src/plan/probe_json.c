@@ -195,6 +195,8 @@ static zr_status possible(const zr_probe *p, const char *path)
              {"intra_lat", p->intra_lat, p->ranks_per_node > 1},
              {"inter_bw", p->inter_bw, p->nodes > 1},
              {"inter_lat", p->inter_lat, p->nodes > 1},
+             {"intra_bw_small", p->intra_bw_small, p->bw_msg_small > 0 && p->ranks_per_node > 1},
+             {"inter_bw_small", p->inter_bw_small, p->bw_msg_small > 0 && p->nodes > 1},
              {"mem_per_rank", p->mem_per_rank, 1}};
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
         if (m[i].needed && !(m[i].v > 0)) {
@@ -239,26 +241,14 @@ static zr_status check_references(const zr_probe *p, const char *path)
     return ZR_OK;
 }
 
-/* The second message size, where measured: below the first, its bandwidths those of the
-   layout's levels, like the first's. */
+/* The second message size, where measured, below the first (its rates: possible()). */
 static zr_status check_sizes(const zr_probe *p, const char *path)
 {
-    if (p->bw_msg_small == 0) {
-        return ZR_OK;
-    }
-    if (!(p->bw_msg > p->bw_msg_small)) {
+    if (p->bw_msg_small > 0 && !(p->bw_msg > p->bw_msg_small)) {
         ZR_FAIL(ZR_ERR_FORMAT,
                 "%s: \"bw_msg_small\" (%g bytes) must be below \"bw_msg\" (%g bytes): the file "
                 "was edited or damaged; rerun zr probe",
                 path, p->bw_msg_small, p->bw_msg);
-    }
-    if ((p->nodes > 1 && !(p->inter_bw_small > 0)) ||
-        (p->ranks_per_node > 1 && !(p->intra_bw_small > 0))) {
-        ZR_FAIL(ZR_ERR_FORMAT,
-                "%s: \"%s\" is 0, a measurement no machine gives (the bandwidth of every level "
-                "the layout has must be above 0): the file was edited or damaged; rerun zr probe",
-                path,
-                p->nodes > 1 && !(p->inter_bw_small > 0) ? "inter_bw_small" : "intra_bw_small");
     }
     return ZR_OK;
 }
