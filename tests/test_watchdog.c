@@ -7,6 +7,8 @@
  *   - a rank that fails while the others wait for it: they stop at once with
  *     its message (the abort notice), long before the timeout;
  *   - the same two through zr train (ZR_FAULT_STEP), mid-step;
+ *   - a failure notice sent for the next agreement while a slower rank is
+ *     still inside the current one: kept for the next, never a hang;
  *   - MPMD launches whose ranks got different flags, ZR_RANKS_PER_NODE or
  *     data files: exit status 2 and one message naming keys, values, ranks.
  *
@@ -100,6 +102,61 @@ static _Noreturn void stall(void)
     }
 }
 
+/*
+ * The "early" scenario holds one rank inside an agreement, after its exchange
+ * and before it takes in the notices, until another rank has left the
+ * agreement and sent its next notice. MPI's profiling interface makes that a
+ * wrapper: this program's MPI_Testsome is the one libzr.a (linked into it)
+ * calls, and the library's own is PMPI_Testsome.
+ */
+static int hold_armed; /* the next MPI_Testsome that completes its set waits ... */
+static int hold_for;   /* ... for this world rank's message (tag HOLD_TAG on world) */
+#define HOLD_TAG 99
+
+int MPI_Testsome(int incount, MPI_Request array_of_requests[], int *outcount,
+                 int array_of_indices[], MPI_Status array_of_statuses[])
+{
+    int rc =
+        PMPI_Testsome(incount, array_of_requests, outcount, array_of_indices, array_of_statuses);
+    if (hold_armed && rc == MPI_SUCCESS && *outcount == MPI_UNDEFINED) {
+        hold_armed = 0;
+        int x = 0;
+        PMPI_Recv(&x, 1, MPI_INT, hold_for, HOLD_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        /* the notice went out before that message, on another communicator */
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return rc;
+}
+
+/*
+ * Rank 1 fails and every rank agrees on it; then each notifies (as zr train
+ * did after any failed step) and they agree again. Rank 2 is held inside the
+ * first agreement until rank 0 has left it and notified: rank 0's notice
+ * belongs to the second agreement, which must count it.
+ */
+static void early_notice(zr_comm *c)
+{
+    int R = c->rank[ZR_GROUP_WORLD];
+    zr_status st = ZR_OK;
+    if (R == 1) {
+        st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "disk full while writing x.bin");
+    }
+    if (R == 2) {
+        hold_for = 0;
+        hold_armed = 1;
+    }
+    st = zr_comm_agree(c, st);
+    zr_comm_notify(c, st);
+    if (R == 0) {
+        int x = 1;
+        MPI_Send(&x, 1, MPI_INT, 2, HOLD_TAG, MPI_COMM_WORLD);
+    }
+    st = zr_comm_agree(c, st);
+    printf("rank %d agreed twice: %s: %s\n", R, zr_status_str(st), zr_error_message());
+    fflush(stdout);
+}
+
 static int child(const char *scenario)
 {
     MPI_Init(NULL, NULL);
@@ -108,6 +165,12 @@ static int child(const char *scenario)
     int R = c.rank[ZR_GROUP_WORLD], W = c.size[ZR_GROUP_WORLD];
     int64_t mine = R, all[16];
     MPI_Barrier(MPI_COMM_WORLD); /* everyone is up: the waits below start together */
+    if (strcmp(scenario, "early") == 0) {
+        early_notice(&c);
+        zr_comm_free(&c);
+        MPI_Finalize();
+        return 0;
+    }
     if (strcmp(scenario, "stall") == 0) {
         if (R == 1) {
             stall();
@@ -182,6 +245,21 @@ static void test_failing_rank(void)
     OUT_HAS("first exchange: ok");
     OUT_HAS("rank 0 stopped waiting: failure on another rank");
     OUT_HAS("agreed: I/O error: rank 1: disk full while writing x.bin (broken 1)");
+}
+
+/*
+ * Issue 39 item 1: a notice sent after a rank left an agreement reached a
+ * rank still inside it, which counted it there; the next agreement then
+ * waited for it forever (until the watchdog: 2 of 8 zr train runs whose save
+ * failed on one rank with ENOSPC).
+ */
+static void test_early_notice(void)
+{
+    run_child(3, "early", "10");
+    TEST_EQ_INT(res.code, 0);
+    TEST_CHECKF(count_of("agreed twice: I/O error: rank 1: disk full while writing x.bin") == 3,
+                "%s", res.out);
+    TEST_CHECKF(strstr(res.out, "timeout") == NULL, "%s", res.out);
 }
 
 /* ---- zr train ----------------------------------------------------------------------- */
@@ -300,6 +378,7 @@ int main(int argc, char **argv)
     unsetenv("ZR_TIMEOUT");
     TEST_RUN(test_stalled_rank);
     TEST_RUN(test_failing_rank);
+    TEST_RUN(test_early_notice);
     TEST_RUN(test_train_faults);
     TEST_RUN(test_mpmd_config);
     TEST_RUN(test_mpmd_data);

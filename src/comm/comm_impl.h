@@ -28,8 +28,13 @@
 /* Fault injection (ZR_FAULT_STEP=R:S[:stall]), for tests of the failure paths. */
 typedef enum zr_fault_mode { ZR_FAULT_NONE = 0, ZR_FAULT_FAIL, ZR_FAULT_STALL } zr_fault_mode;
 
-/* An abort notice: {world rank, status, posted[0 .. ZR_GROUP_COUNT]} (see zr_comm.posted). */
-#define ZR_NOTICE_LEN (ZR_GROUP_COUNT + 3)
+/*
+ * An abort notice: {world rank, status, epoch, posted[0 .. ZR_GROUP_COUNT]} (see
+ * zr_comm.posted); epoch: how many zr_comm_agree the sender had completed when it sent it.
+ */
+#define ZR_NOTICE_EPOCH  2
+#define ZR_NOTICE_POSTED 3
+#define ZR_NOTICE_LEN    (ZR_GROUP_COUNT + 4)
 /* notice[1] of a rank whose watchdog fired (otherwise: the failing status) */
 #define ZR_NOTICE_TIMEOUT (-1)
 
@@ -38,6 +43,17 @@ typedef enum zr_fault_mode { ZR_FAULT_NONE = 0, ZR_FAULT_FAIL, ZR_FAULT_STALL } 
 #define ZR_CTL_TAG_BCAST  12
 #define ZR_CTL_TAG_NOTICE 13
 
+/*
+ * The failure notices of one epoch (the time between two zr_comm_agree) that
+ * this rank has received.
+ */
+typedef struct zr_notice_set {
+    int got;      /* how many */
+    int from;     /* the first (an original failure before a ZR_ERR_REMOTE) came from this rank */
+    int status;   /* ... with this status */
+    int64_t *tab; /* owned: per world rank ZR_NOTICE_LEN values, [0] = 1 once it sent one */
+} zr_notice_set;
+
 /* The control plane's state (zr_comm.control): MPI communicators, notices, fault injection. */
 struct zr_comm_control {
     MPI_Comm mpi[ZR_GROUP_COUNT]; /* owned, except mpi[WORLD] (the caller's) */
@@ -45,12 +61,13 @@ struct zr_comm_control {
     int broken;   /* the last failed zr_comm_agree left exchanges in flight somewhere */
 
     /* ---- abort notices (notice.c) ---- */
-    int notified;        /* this rank has sent its failure notice */
-    int noticed;         /* failure notices arrived since the last agreement; the first ... */
-    int notice_from;     /* ... (an original failure before a ZR_ERR_REMOTE) from this rank */
-    int notice_status;   /* ... with this status */
-    int notice_got;      /* notices received since the last agreement */
-    int64_t *notice_tab; /* owned: per world rank ZR_NOTICE_LEN values, [0] = 1 once it sent one */
+    int notified;          /* this rank has sent its failure notice in this epoch */
+    long long epoch;       /* zr_comm_agree completed on this rank */
+    zr_notice_set notices; /* those sent in this epoch */
+    /* those sent in the next one: a rank that has completed this epoch's agreement may fail
+       and notify before this rank has completed it (they count in the next agreement) */
+    zr_notice_set early;
+    int timeout_from;                  /* the rank whose timeout notice arrived */
     MPI_Request notice_req;            /* the posted receive of the next notice */
     int64_t notice_buf[ZR_NOTICE_LEN]; /* its buffer (status ZR_NOTICE_TIMEOUT: rank timed out) */
     MPI_Request *notice_sends;         /* owned: world-size slots for this rank's notices */

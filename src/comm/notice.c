@@ -13,6 +13,15 @@
  *
  * One receive from any source is always posted (after the start-up
  * agreement), so a notice never waits for its receiver to look.
+ *
+ * Each notice carries its sender's epoch (the agreements it has completed),
+ * and an agreement waits for exactly the notices of its own epoch. A rank
+ * that has completed an agreement may fail and send its next notice while a
+ * slower rank is still inside the same agreement: that notice belongs to
+ * the next epoch and is kept for it. (Counting it in the current one, as zr
+ * did, lost it: the next agreement then waited for a notice that had come
+ * and gone, while the other ranks had left for MPI_Finalize.) No notice can
+ * be two epochs ahead: completing the next agreement needs this rank.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -38,7 +47,8 @@ zr_status zr_comm_notice_init(zr_comm *c)
     struct zr_comm_control *cp = c->control;
     size_t W = (size_t)c->size[ZR_GROUP_WORLD];
     ZR_ALLOC(cp->notice_sends, W);
-    ZR_ALLOC(cp->notice_tab, W * ZR_NOTICE_LEN);
+    ZR_ALLOC(cp->notices.tab, W * ZR_NOTICE_LEN);
+    ZR_ALLOC(cp->early.tab, W * ZR_NOTICE_LEN);
     return ZR_OK;
 }
 
@@ -61,21 +71,22 @@ static int record_notice(zr_comm *c)
     int from = (int)cp->notice_buf[0];
     int64_t status = cp->notice_buf[1];
     if (status == ZR_NOTICE_TIMEOUT) {
-        cp->notice_from = from;
+        cp->timeout_from = from;
         return 2;
     }
-    cp->notice_got++;
-    if (from >= 0 && from < W && cp->notice_tab != NULL) {
-        int64_t *row = cp->notice_tab + (size_t)from * ZR_NOTICE_LEN;
+    /* the epoch is this rank's or the next one (see the top of the file) */
+    zr_notice_set *set = cp->notice_buf[ZR_NOTICE_EPOCH] > cp->epoch ? &cp->early : &cp->notices;
+    if (from >= 0 && from < W && set->tab != NULL) {
+        int64_t *row = set->tab + (size_t)from * ZR_NOTICE_LEN;
         memcpy(row, cp->notice_buf, sizeof cp->notice_buf);
         row[0] = 1;
     }
     /* messages name the failure that started it all, not a rank that gave up waiting */
-    if (!cp->noticed || (cp->notice_status == ZR_ERR_REMOTE && status != ZR_ERR_REMOTE)) {
-        cp->notice_from = from;
-        cp->notice_status = (int)status;
+    if (set->got == 0 || (set->status == ZR_ERR_REMOTE && status != ZR_ERR_REMOTE)) {
+        set->from = from;
+        set->status = (int)status;
     }
-    cp->noticed = 1;
+    set->got++;
     return 1;
 }
 
@@ -97,8 +108,8 @@ int zr_comm_notice_poll(zr_comm *c)
 
 int zr_comm_notice_gone(const zr_comm *c, int p, int counter, long long index)
 {
-    const int64_t *row = c->control->notice_tab + (size_t)p * ZR_NOTICE_LEN;
-    return row[0] != 0 && row[2 + counter] <= index;
+    const int64_t *row = c->control->notices.tab + (size_t)p * ZR_NOTICE_LEN;
+    return row[0] != 0 && row[ZR_NOTICE_POSTED + counter] <= index;
 }
 
 void zr_comm_notify(zr_comm *c, zr_status st)
@@ -111,8 +122,9 @@ void zr_comm_notify(zr_comm *c, zr_status st)
     }
     cp->notify_buf[0] = me;
     cp->notify_buf[1] = (int64_t)st;
+    cp->notify_buf[ZR_NOTICE_EPOCH] = cp->epoch;
     for (int k = 0; k <= ZR_GROUP_COUNT; k++) {
-        cp->notify_buf[2 + k] = (int64_t)c->posted[k];
+        cp->notify_buf[ZR_NOTICE_POSTED + k] = (int64_t)c->posted[k];
     }
     int n = 0;
     for (int r = 0; r < W; r++) {
@@ -158,7 +170,7 @@ zr_status zr_comm_notice_drain(zr_comm *c, int expect)
 {
     struct zr_comm_control *cp = c->control;
     (void)zr_comm_notice_poll(c);
-    while (cp->notice_got < expect && cp->notice_req != MPI_REQUEST_NULL) {
+    while (cp->notices.got < expect && cp->notice_req != MPI_REQUEST_NULL) {
         ZR_CHECK(zr_comm_poll(c, &cp->notice_req, 1, NULL, 0, NULL, "the failure notices",
                               ZR_GROUP_WORLD, -1, 0));
         (void)record_notice(c);
@@ -170,12 +182,16 @@ zr_status zr_comm_notice_drain(zr_comm *c, int expect)
     }
     cp->notice_nsend = 0;
     cp->notified = 0;
-    cp->noticed = 0;
-    cp->notice_got = 0;
-    if (cp->notice_tab != NULL) {
-        memset(cp->notice_tab, 0,
-               sizeof *cp->notice_tab * ZR_NOTICE_LEN * (size_t)c->size[ZR_GROUP_WORLD]);
+    /* the next epoch starts with the notices that came early for it */
+    zr_notice_set next = cp->early;
+    cp->early = cp->notices;
+    cp->notices = next;
+    cp->early.got = 0;
+    if (cp->early.tab != NULL) {
+        memset(cp->early.tab, 0,
+               sizeof *cp->early.tab * ZR_NOTICE_LEN * (size_t)c->size[ZR_GROUP_WORLD]);
     }
+    cp->epoch++;
     return ZR_OK;
 }
 
@@ -195,6 +211,8 @@ void zr_comm_notice_free(zr_comm *c)
     }
     zr_free(cp->notice_sends);
     cp->notice_sends = NULL;
-    zr_free(cp->notice_tab);
-    cp->notice_tab = NULL;
+    zr_free(cp->notices.tab);
+    cp->notices.tab = NULL;
+    zr_free(cp->early.tab);
+    cp->early.tab = NULL;
 }

@@ -175,7 +175,7 @@ static _Noreturn void watchdog_fire(zr_comm *c, const zr_waiter *w, double waite
 static int abandoned_by(const zr_comm *c, const zr_waiter *w)
 {
     int W = c->size[ZR_GROUP_WORLD], me = c->rank[ZR_GROUP_WORLD];
-    if (c->control->notice_tab == NULL) {
+    if (c->control->notices.tab == NULL) {
         return -1;
     }
     zr_pending *pend = NULL;
@@ -210,13 +210,13 @@ static zr_status check_notices(zr_comm *c, const zr_waiter *w, int *seen)
         describe_wait(c, w, desc, sizeof desc);
         fflush(stdout);
         fprintf(stderr, "[zr rank %d] rank %d timed out; this rank waits in %s\n",
-                c->rank[ZR_GROUP_WORLD], cp->notice_from, desc);
+                c->rank[ZR_GROUP_WORLD], cp->timeout_from, desc);
         fflush(stderr);
     }
-    if (cp->notice_got == *seen) {
+    if (cp->notices.got == *seen) {
         return ZR_OK;
     }
-    *seen = cp->notice_got;
+    *seen = cp->notices.got;
     int p = abandoned_by(c, w);
     if (p < 0) {
         return ZR_OK;
@@ -224,7 +224,7 @@ static zr_status check_notices(zr_comm *c, const zr_waiter *w, int *seen)
     /* those waiting for this rank learn in turn that it stops here */
     zr_comm_notify(c, ZR_ERR_REMOTE);
     ZR_FAIL(ZR_ERR_REMOTE, "rank %d failed (%s); this rank stopped waiting for rank %d in %s",
-            cp->notice_from, zr_status_str((zr_status)cp->notice_status), p, w->what);
+            cp->notices.from, zr_status_str((zr_status)cp->notices.status), p, w->what);
 }
 
 zr_status zr_comm_wait_bounded(zr_comm *c, const zr_waiter *w)

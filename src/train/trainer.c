@@ -366,8 +366,9 @@ zr_status zr_trainer_step(zr_trainer *t, zr_step_record *rec)
     memset(rec, 0, sizeof *rec);
     ZR_ASSERT(!zr_trainer_done(t));
     zr_status st = step_body(t, rec);
-    if (st != ZR_OK && st != ZR_ERR_REMOTE) {
-        /* mid-step: the others may be waiting for this rank's next exchange */
+    if (st != ZR_OK && st != ZR_ERR_REMOTE && !zr_error_agreed()) {
+        /* mid-step: the others may be waiting for this rank's next exchange (an error agreed
+           on is every rank's already: nobody waits) */
         zr_comm_notify(&t->comm, st);
     }
     return st;
