@@ -25,7 +25,11 @@
  *
  * Fault injection: ZR_FAULT_SAVE=k (any save) or k@N (the save of step N)
  * makes world rank 0 SIGKILL itself at stage k of the save, to test that a
- * crash anywhere resumes:
+ * crash anywhere resumes; k[@N]:R the same on world rank R, and
+ * k[@N]:R:fail makes that stage fail there with an I/O error instead, to test
+ * that a failure anywhere ends every rank at once with its message (ranks
+ * other than 0 reach stages 1, before the first agreement; 2, their own
+ * file; and 3, while rank 0 commits):
  *   1 step_N.partial created, empty      6 renamed to step_N, parent not fsynced
  *   2 rank 0's file still rank_*.tmp     7 the oldest renamed to step_M.deleting
  *   3 every rank file in place           8 one file of step_M.deleting removed

@@ -63,29 +63,49 @@ zr_status zr_ckpt_pathf(char *out, size_t cap, const char *fmt, ...)
 /* ---- fault injection ------------------------------------------------------------ */
 
 /*
- * ZR_FAULT_SAVE=k or k@N: world rank 0 kills itself with SIGKILL when the
+ * ZR_FAULT_SAVE=k[@N][:R[:kill|:fail]]: world rank R (default 0) kills itself
+ * with SIGKILL (kill, the default) or fails with an I/O error (fail) when its
  * save (of step N, or any save) reaches stage k. Tests use it to prove that a
- * crash at every point of a save leaves a directory that resumes; a SIGKILL
- * runs no handler and flushes nothing, like a power cut of the process.
+ * crash at every point of a save leaves a directory that resumes (a SIGKILL
+ * runs no handler and flushes nothing, like a power cut of the process), and
+ * that a failure at every point, on any rank, ends every rank at once with
+ * its message. A value that does not parse injects nothing.
  */
-void zr_ckpt_fault_point(int stage, int64_t step, int rank)
+zr_status zr_ckpt_fault_point(int stage, int64_t step, int rank)
 {
     const char *env = getenv("ZR_FAULT_SAVE");
-    if (rank != 0 || env == NULL || env[0] == '\0') {
-        return;
+    if (env == NULL || env[0] == '\0') {
+        return ZR_OK;
     }
-    long long k = -1, at = -1;
-    char tail;
-    int n = sscanf(env, "%lld@%lld%c", &k, &at, &tail);
-    if (n < 1 || n > 2 || (n == 1 && sscanf(env, "%lld%c", &k, &tail) != 1)) {
-        return;
+    char *end = NULL;
+    long long k = strtoll(env, &end, 10), at = -1, who = 0;
+    if (end == env) {
+        return ZR_OK;
     }
-    if (k == stage && (n == 1 || at == step)) {
-        fprintf(stderr, "zr: ZR_FAULT_SAVE=%s: killing rank 0 at save stage %d of step %lld\n", env,
-                stage, (long long)step);
-        fflush(stderr);
-        raise(SIGKILL);
+    if (*end == '@') {
+        const char *p = end + 1;
+        at = strtoll(p, &end, 10);
+        if (end == p) {
+            return ZR_OK;
+        }
     }
+    if (*end == ':' && end[1] >= '0' && end[1] <= '9') {
+        who = strtoll(end + 1, &end, 10);
+    }
+    int fail = strcmp(end, ":fail") == 0;
+    if ((*end != '\0' && !fail && strcmp(end, ":kill") != 0) || k != stage || who != rank ||
+        (at >= 0 && at != step)) {
+        return ZR_OK;
+    }
+    if (fail) {
+        ZR_FAIL(ZR_ERR_IO, "fault injected by ZR_FAULT_SAVE=%s: save stage %d of step %lld failed",
+                env, stage, (long long)step);
+    }
+    fprintf(stderr, "zr: ZR_FAULT_SAVE=%s: killing rank %d at save stage %d of step %lld\n", env,
+            rank, stage, (long long)step);
+    fflush(stderr);
+    raise(SIGKILL);
+    return ZR_OK;
 }
 
 /*
@@ -153,7 +173,7 @@ static zr_status write_rank_file(zr_engine *e, const char *dir, int rank, int64_
     ZR_CHECK_GOTO(zr_file_tmp_write(&t, &crc, sizeof crc), st, done);
     bytes += sizeof crc;
     if (fflush(t.f) == 0) {
-        zr_ckpt_fault_point(ZR_CKPT_FAULT_RANK_TMP, step, rank);
+        st = zr_ckpt_fault_point(ZR_CKPT_FAULT_RANK_TMP, step, rank);
     }
 done:
     zr_free(chunk);
@@ -168,7 +188,7 @@ static zr_status commit(zr_engine *e, const char *partial, const char *final, co
                         const zr_ckpt_meta *meta, const zr_ckpt_save_opts *o, const uint32_t *crcs,
                         const uint64_t *bytes)
 {
-    zr_ckpt_fault_point(ZR_CKPT_FAULT_RANK_FILES, meta->step, 0);
+    ZR_CHECK(zr_ckpt_fault_point(ZR_CKPT_FAULT_RANK_FILES, meta->step, 0));
     char *text = zr_ckpt_manifest_text(e, meta, o, crcs, bytes);
     if (text == NULL) {
         ZR_FAIL(ZR_ERR_NOMEM, "out of memory writing the checkpoint manifest");
@@ -181,7 +201,7 @@ static zr_status commit(zr_engine *e, const char *partial, const char *final, co
     uint32_t mcrc = zr_crc32c(0, text, strlen(text));
     cJSON_free(text);
     ZR_CHECK(st);
-    zr_ckpt_fault_point(ZR_CKPT_FAULT_MANIFEST, meta->step, 0);
+    ZR_CHECK(zr_ckpt_fault_point(ZR_CKPT_FAULT_MANIFEST, meta->step, 0));
     /* COMPLETE (with the manifest's checksum) goes in before the rename, so
        that the rename below is the single point at which step_N appears,
        already complete; zr_file_write_atomic fsyncs step_N.partial */
@@ -189,16 +209,16 @@ static zr_status commit(zr_engine *e, const char *partial, const char *final, co
     int len = snprintf(body, sizeof body, "complete manifest-crc32c %u\n", mcrc);
     ZR_CHECK(zr_ckpt_pathf(path, sizeof path, "%s/COMPLETE", partial));
     ZR_CHECK(zr_file_write_atomic(path, body, (size_t)len));
-    zr_ckpt_fault_point(ZR_CKPT_FAULT_COMPLETE, meta->step, 0);
+    ZR_CHECK(zr_ckpt_fault_point(ZR_CKPT_FAULT_COMPLETE, meta->step, 0));
     if (rename(partial, final) != 0) {
         ZR_FAIL(ZR_ERR_IO, "cannot rename %s to %s: %s", partial, final, strerror(errno));
     }
-    zr_ckpt_fault_point(ZR_CKPT_FAULT_RENAMED, meta->step, 0);
+    ZR_CHECK(zr_ckpt_fault_point(ZR_CKPT_FAULT_RENAMED, meta->step, 0));
     ZR_CHECK(zr_file_sync_dir(dir));
     if (o->keep > 0) {
         ZR_CHECK(zr_ckpt_rotate(dir, meta->step, o->keep, o->protect));
     }
-    zr_ckpt_fault_point(ZR_CKPT_FAULT_DONE, meta->step, 0);
+    ZR_CHECK(zr_ckpt_fault_point(ZR_CKPT_FAULT_DONE, meta->step, 0));
     return ZR_OK;
 }
 
@@ -218,8 +238,7 @@ static zr_status prepare_partial(const char *dir, const char *final, const char 
         ZR_FAIL(ZR_ERR_IO, "cannot create %s: %s", partial, strerror(errno));
     }
     ZR_CHECK(zr_file_sync_dir(dir));
-    zr_ckpt_fault_point(ZR_CKPT_FAULT_PARTIAL_MADE, step, 0);
-    return ZR_OK;
+    return zr_ckpt_fault_point(ZR_CKPT_FAULT_PARTIAL_MADE, step, 0);
 }
 
 zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_meta *meta,
@@ -229,8 +248,16 @@ zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_
     char final[ZR_PATH_MAX], partial[ZR_PATH_MAX];
     ZR_CHECK(zr_ckpt_pathf(final, sizeof final, "%s/step_%08lld", dir, (long long)meta->step));
     ZR_CHECK(zr_ckpt_pathf(partial, sizeof partial, "%s.partial", final));
-    zr_status st = R == 0 ? prepare_partial(dir, final, partial, meta->step) : ZR_OK;
-    ZR_CHECK(zr_comm_agree(c, st));
+    /* every rank reaches each stage's fault point, the others where rank 0 works alone */
+    zr_status st = R == 0 ? prepare_partial(dir, final, partial, meta->step)
+                          : zr_ckpt_fault_point(ZR_CKPT_FAULT_PARTIAL_MADE, meta->step, R);
+    st = zr_comm_agree(c, st);
+    if (st != ZR_OK) {
+        if (R == 0) {
+            zr_ckpt_remove_dir(partial, 0, 0);
+        }
+        return st;
+    }
 
     uint32_t crc = 0;
     uint64_t bytes = 0;
@@ -268,6 +295,8 @@ zr_status zr_ckpt_save(zr_comm *c, zr_engine *e, const char *dir, const zr_ckpt_
             if (st != ZR_OK) {
                 zr_ckpt_remove_dir(partial, 0, 0);
             }
+        } else {
+            st = zr_ckpt_fault_point(ZR_CKPT_FAULT_RANK_FILES, meta->step, R);
         }
         st = zr_comm_agree(c, st);
     }

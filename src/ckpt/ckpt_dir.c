@@ -55,10 +55,11 @@ int zr_ckpt_exists(const char *path)
 /*
  * Remove a checkpoint-like directory and the files in it (one level deep).
  * fault > 0: zr_ckpt_fault_point(fault) after the first file is gone, so a test can
- * stop a removal halfway.
+ * stop a removal halfway (or fail it: the only failure returned).
  */
-void zr_ckpt_remove_dir(const char *path, int fault, int64_t step)
+zr_status zr_ckpt_remove_dir(const char *path, int fault, int64_t step)
 {
+    zr_status st = ZR_OK;
     DIR *d = opendir(path);
     if (d != NULL) {
         struct dirent *ent;
@@ -70,12 +71,13 @@ void zr_ckpt_remove_dir(const char *path, int fault, int64_t step)
             }
             if (zr_ckpt_pathf(p, sizeof p, "%s/%s", path, ent->d_name) == ZR_OK && unlink(p) == 0 &&
                 removed++ == 0 && fault > 0) {
-                zr_ckpt_fault_point(fault, step, 0);
+                st = zr_ckpt_fault_point(fault, step, 0);
             }
         }
         closedir(d);
     }
     rmdir(path);
+    return st;
 }
 
 /* Rename from to "<from><suffix>" or, if that exists, "<from><suffix>.1", ".2", ...;
@@ -278,8 +280,8 @@ zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep, int64_t pro
             ZR_FAIL_GOTO(st, done, ZR_ERR_IO, "cannot rename %s to %s: %s", old, gone,
                          strerror(errno));
         }
-        zr_ckpt_fault_point(ZR_CKPT_FAULT_ROTATE_MOVED, current, 0);
-        zr_ckpt_remove_dir(gone, ZR_CKPT_FAULT_ROTATE_HALF, current);
+        ZR_CHECK_GOTO(zr_ckpt_fault_point(ZR_CKPT_FAULT_ROTATE_MOVED, current, 0), st, done);
+        ZR_CHECK_GOTO(zr_ckpt_remove_dir(gone, ZR_CKPT_FAULT_ROTATE_HALF, current), st, done);
     }
 done:
     zr_free(v);

@@ -22,7 +22,11 @@
 zr_status zr_ckpt_pathf(char *out, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Save stages (ZR_FAULT_SAVE=k): what is on disk when rank 0 dies there. */
+/*
+ * Save stages (ZR_FAULT_SAVE=k): what is on disk when rank 0 dies there. The
+ * other ranks reach stage 1 (before the first agreement), 2 (their own file)
+ * and 3 (while rank 0 commits, before the last agreement).
+ */
 enum {
     ZR_CKPT_FAULT_PARTIAL_MADE = 1, /* step_N.partial exists, empty */
     ZR_CKPT_FAULT_RANK_TMP = 2,     /* rank 0's file written as rank_00000.bin.tmp, not renamed */
@@ -35,8 +39,11 @@ enum {
     ZR_CKPT_FAULT_DONE = 9,         /* rank 0 finished, before the ranks' final agreement */
 };
 
-/* SIGKILL world rank 0 here if ZR_FAULT_SAVE asks for this stage (of this step). */
-void zr_ckpt_fault_point(int stage, int64_t step, int rank);
+/*
+ * SIGKILL world rank `rank` here, or return ZR_ERR_IO, if ZR_FAULT_SAVE asks for
+ * this stage (of this step) on this rank; otherwise ZR_OK.
+ */
+zr_status zr_ckpt_fault_point(int stage, int64_t step, int rank);
 
 /* ---- the directory (ckpt_dir.c) ---------------------------------------------------- */
 
@@ -45,9 +52,9 @@ int zr_ckpt_exists(const char *path);
 /*
  * Remove a checkpoint-like directory and the files in it (one level deep).
  * fault > 0: zr_ckpt_fault_point(fault) after the first file is gone, so a
- * test can stop a removal halfway.
+ * test can stop a removal halfway; returns what it injects, else ZR_OK.
  */
-void zr_ckpt_remove_dir(const char *path, int fault, int64_t step);
+zr_status zr_ckpt_remove_dir(const char *path, int fault, int64_t step);
 
 /*
  * Delete the oldest checkpoints beyond keep (the one just saved, current,
