@@ -59,6 +59,8 @@ typedef struct zr_ckpt_meta {
     zr_gpt_config model;
     char
         data[192]; /* what the run trained on ("text, 1234 tokens, ends CRC-32C ..."); "" unknown */
+    /* zr_ckpt_load: a one-line note for the user ("" none): qgZ's residuals start from zero */
+    char note[512];
 } zr_ckpt_meta;
 
 /* What a save records beside the state, and how it rotates. */

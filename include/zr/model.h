@@ -118,6 +118,11 @@ size_t zr_gpt_config_unit_numel(const zr_gpt_config *cfg, int u);
 int zr_gpt_config_unit_tensors(const zr_gpt_config *cfg, int u, zr_tensor_desc *out);
 /* Total parameter count (all units, padded wte rows included). */
 size_t zr_gpt_config_param_count(const zr_gpt_config *cfg);
+/*
+ * Where element i of unit u lies, for messages: "qkvw of layer 2 (unit 3),
+ * element 17" ("wte (unit 0), ..."; past the unit's tensors: its padding).
+ */
+void zr_gpt_config_element_name(const zr_gpt_config *cfg, int u, size_t i, char *out, size_t n);
 
 /* ---- the model ---------------------------------------------------------- */
 
