@@ -497,7 +497,8 @@ static void test_forged_manifests(void)
 
 /* ---- values that are not numbers (issue 39, item 2) ------------------------------ */
 
-/* Byte offset in a rank file of the checkpoint saved at W ranks of element j of array k of unit u. */
+/* Byte offset in a rank file of the checkpoint saved at W ranks of element j of array k of unit u.
+ */
 static uint64_t rank_file_offset(int u, int k, size_t j)
 {
     uint64_t off = 64; /* the header */

@@ -1675,8 +1675,10 @@ static void test_qgz_feedback_resume(void)
     /* a checkpoint saved without feedback holds none */
     snprintf(a, sizeof a, TINY " --steps 2 --ckpt-dir %s/fbnone", work);
     TEST_EQ_INT(train(4, 2, a), 0);
-    snprintf(a, sizeof a, TINY " --steps 3 --ckpt-dir %s/fbnone --resume "
-             "--zr.quant.qgz_error_feedback true", work);
+    snprintf(a, sizeof a,
+             TINY " --steps 3 --ckpt-dir %s/fbnone --resume "
+                  "--zr.quant.qgz_error_feedback true",
+             work);
     code = train(4, 2, a);
     TEST_CHECKF(code == 0 && zr_test_count(res.out, "start from zero") == 1 &&
                     strstr(res.out, "holds no qgZ error-feedback residuals") != NULL,
