@@ -203,6 +203,8 @@ double zr_gpt_flops_per_step(const zr_gpt_config *cfg, int B, int T);
  * NH, C, Vp), then every parameter in llm.c's order, each tensor stacked over
  * layers. units[u] points to unit u's buffer. Written to "<path>.tmp",
  * fsynced and renamed, so a crash never leaves a half-written file at path.
+ * A weight that is not finite is refused (ZR_ERR_INVALID, naming the tensor
+ * and the element), leaving nothing at path; so is it by the safetensors writer.
  */
 zr_status zr_gpt_write_llmc(const char *path, const zr_gpt_config *cfg, float *const *units);
 /* Reads and validates the header and the file size; fills cfg. */
@@ -210,7 +212,9 @@ zr_status zr_gpt_read_llmc_config(const char *path, zr_gpt_config *cfg);
 /*
  * Reads the parameters into units (allocated by the caller with
  * zr_gpt_config_unit_numel sizes for cfg). The file's header must match cfg.
- * A truncated, oversized or foreign file gives ZR_ERR_FORMAT naming the file.
+ * A truncated, oversized or foreign file gives ZR_ERR_FORMAT naming the file,
+ * and so does a NaN or an infinity (checked as each piece is read), naming
+ * the tensor and the element too.
  */
 zr_status zr_gpt_read_llmc(const char *path, const zr_gpt_config *cfg, float *const *units);
 /*
