@@ -13,6 +13,10 @@
  * damaged rank files (truncated, extra, missing, swapped, a FIFO, a flipped
  * byte). Each must fail with a message naming the key or the file.
  *
+ * Values: a NaN or an infinity in a rank file whose checksums were made to
+ * match is refused by every reader, naming the file, array, tensor and
+ * element (test_nonfinite).
+ *
  * Also: the directory lock refuses a second holder and names the first;
  * recovery clears what a crashed save leaves, with a warning for each; a
  * checkpoint is known by its manifest, not its name (test_identity).
@@ -491,6 +495,128 @@ static void test_forged_manifests(void)
     printf("  %d forged or damaged checkpoints refused, each naming its key or file\n", ncases);
 }
 
+/* ---- values that are not numbers (issue 39, item 2) ------------------------------ */
+
+/* Byte offset in a rank file of the checkpoint saved at W ranks of element j of array k of unit u.
+ */
+static uint64_t rank_file_offset(int u, int k, size_t j)
+{
+    uint64_t off = 64; /* the header */
+    for (int x = 0; x < u; x++) {
+        off += 3 * (zr_zero_padded(zr_gpt_config_unit_numel(&CFG, x), W) / (size_t)W) * 4;
+    }
+    size_t S = zr_zero_padded(zr_gpt_config_unit_numel(&CFG, u), W) / (size_t)W;
+    return off + ((uint64_t)k * S + j) * 4;
+}
+
+/*
+ * value written at byte off of rank file q of the checkpoint dir, with the file's CRC trailer,
+ * the manifest's CRC of the file and COMPLETE's CRC of the manifest made to match: only the
+ * values themselves say that something is wrong.
+ */
+static void forge_value(const char *dir, int q, uint64_t off, float value)
+{
+    char p[ZR_PATH_MAX];
+    snprintf(p, sizeof p, "%s/rank_%05d.bin", dir, q);
+    char *data = NULL;
+    size_t n = 0;
+    TEST_OK(zr_file_read_all(p, &data, &n));
+    if (data == NULL) {
+        return;
+    }
+    memcpy(data + off, &value, sizeof value);
+    uint32_t crc = zr_crc32c(0, data, n - 4);
+    memcpy(data + n - 4, &crc, sizeof crc);
+    TEST_OK(zr_file_write_atomic(p, data, n));
+    zr_free(data);
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    TEST_OK(zr_file_read_all(p, &data, &n));
+    cJSON *root = cJSON_Parse(data);
+    cJSON *file = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "files"), q);
+    cJSON_ReplaceItemInObject(file, "crc32c", cJSON_CreateNumber((double)crc));
+    char *text = cJSON_Print(root);
+    write_manifest(dir, text);
+    cJSON_free(text);
+    cJSON_Delete(root);
+    zr_free(data);
+}
+
+/*
+ * A NaN in an Adam moment and an infinity in the master weights, each in a
+ * rank file whose checksums were made to match (a bad copy, an edited file,
+ * a faulty writer): the manifest reads, but verifying, loading (every rank,
+ * the same error) and reading a unit for export refuse, naming the file,
+ * the array, the tensor and the element.
+ */
+static void test_nonfinite(void)
+{
+    char good[512], dir[512];
+    snprintf(good, sizeof good, "%s/rs/step_00000007", work);
+    snprintf(dir, sizeof dir, "%s/nan/step_00000007", work);
+    static const struct {
+        int q, u, k;
+        size_t j; /* element of rank q's slice */
+        float value;
+        const char *expect[4];
+    } cases[] = {
+        /* unit 1 (layer 0): ln1w, ln1b (32 each), then qkvw: slice element 70 is its 6th */
+        {0, 1, 2, 70, NAN, {"rank_00000.bin", "Adam v", "qkvw of layer 0 (unit 1), element 6"}},
+        /* the last unit: lnfw (32), lnfb (32); W = 4 ranks of 16 elements: rank 2's 3rd is
+           element 35 of the unit, lnfb's 3rd */
+        {2, 3, 0, 3, INFINITY, {"rank_00002.bin", "master weights", "lnfb (unit 3), element 3"}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        if (R == 0) {
+            copy_dir(good, dir);
+            forge_value(dir, cases[c].q, rank_file_offset(cases[c].u, cases[c].k, cases[c].j),
+                        cases[c].value);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        zr_status st[3] = {ZR_OK, ZR_OK, ZR_OK};
+        char msg[3][1024] = {"", "", ""};
+        world w;
+        world_open(&w, W, 2);
+        zr_ckpt_meta got;
+        zr_error_clear();
+        st[0] = zr_ckpt_load(&w.comm, &w.engine, dir, &got);
+        snprintf(msg[0], sizeof msg[0], "%s", zr_error_message());
+        world_close(&w);
+        if (R == 0) {
+            zr_ckpt_meta meta;
+            TEST_OK(zr_ckpt_read_meta(dir, &meta)); /* the manifest is sound */
+            zr_error_clear();
+            st[1] = zr_ckpt_verify(dir);
+            snprintf(msg[1], sizeof msg[1], "%s", zr_error_message());
+            float *full = NULL;
+            size_t n = zr_gpt_config_unit_numel(&CFG, cases[c].u);
+            TEST_OK(zr_alloc_at((void **)&full, n * sizeof(float), __FILE__, __LINE__));
+            zr_error_clear();
+            st[2] = zr_ckpt_read_unit(dir, &meta, cases[c].u, full);
+            snprintf(msg[2], sizeof msg[2], "%s", zr_error_message());
+            zr_free(full);
+        }
+        for (int i = 0; i < (R == 0 ? 3 : 1); i++) {
+            TEST_CHECKF(st[i] == ZR_ERR_FORMAT, "case %zu, call %d: %s (%s)", c, i,
+                        zr_status_str(st[i]), msg[i]);
+            for (int e = 0; e < 4 && cases[c].expect[e] != NULL; e++) {
+                TEST_CHECKF(strstr(msg[i], cases[c].expect[e]) != NULL,
+                            "case %zu, call %d: no '%s' in: %s", c, i, cases[c].expect[e], msg[i]);
+            }
+            TEST_CHECKF(strstr(msg[i], "non-finite") != NULL, "case %zu, call %d: %s", c, i,
+                        msg[i]);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (R == 0) {
+            remove_tree(dir);
+        }
+    }
+    zr_error_clear();
+    if (R == 0) {
+        printf("  a NaN and an infinity with matching checksums refused by verify, load and "
+               "read_unit, naming file, array, tensor and element\n");
+    }
+}
+
 /* ---- the directory lock and recovery (rank 0) ------------------------------------ */
 
 static int warnings;
@@ -709,6 +835,7 @@ int main(int argc, char **argv)
     MPI_Bcast(work, sizeof work, MPI_CHAR, 0, MPI_COMM_WORLD);
     TEST_RUN(test_reshard);
     TEST_RUN(test_forged_manifests);
+    TEST_RUN(test_nonfinite);
     TEST_RUN(test_lock_and_recover);
     TEST_RUN(test_identity);
     if (R == 0) {

@@ -17,6 +17,7 @@
 #include "zr/checkpoint.h"
 #include "zr/config.h"
 #include "zr/data.h"
+#include "zr/file.h"
 #include "zr/metrics.h"
 #include "zr/model.h"
 
@@ -26,6 +27,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 
+#include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1404,6 +1406,18 @@ static void test_divergence(void)
                     strstr(res.out, "zr.train.max_nonfinite_steps") != NULL,
                 "%s", res.out);
     TEST_CHECKF(strstr(res.out, "rank 0: rank") == NULL, "doubled prefix:\n%s", res.out);
+    /* the state came in finite (it is checked at load), so training produced the values; each
+       skipped step is named by its own number, once */
+    TEST_CHECKF(strstr(res.out, "training produced the non-finite values") != NULL, "%s", res.out);
+    int first = 0, last = 0;
+    const char *d = strstr(res.out, "consecutive steps (steps ");
+    TEST_CHECKF(d != NULL && sscanf(d, "consecutive steps (steps %d to %d", &first, &last) == 2,
+                "%s", res.out);
+    for (int s = first; s <= last; s++) {
+        char w[64];
+        snprintf(w, sizeof w, "step %d: non-finite gradient norm", s);
+        TEST_CHECKF(zr_test_count(res.out, w) == 1, "'%s' not once:\n%s", w, res.out);
+    }
     TEST_CHECK(sh("ls %s/div | grep -c step_", work) == 1); /* grep finds none */
     snprintf(m, sizeof m, "%s/div/metrics.jsonl", work);
     TEST_CHECKF(sh("grep -c null %s", m) == 0 && atoi(res.out) >= 3, "%s", res.out);
@@ -1623,6 +1637,115 @@ static void test_replay(void)
                 "replay_check.sh: exit %d\n%s", code, res.out);
 }
 
+/*
+ * Issue 39, item 11: qgZ's error-feedback residuals are saved with each
+ * rank's shard. 4 ranks as 2 nodes of 2 (both hops quantize), feedback on:
+ * a run of 3 steps resumed to 6 ends with the same rank files, byte for byte,
+ * as an uninterrupted 6-step run (residuals restarted from zero would change
+ * the weights). A resume at another node layout, and one from a checkpoint
+ * saved without feedback, start them from zero with a one-line note.
+ */
+static void test_qgz_feedback_resume(void)
+{
+    const char *common = TINY " --zr.quant.qgz_error_feedback true"
+                              " --scheduler.params.total_num_steps 6 --zr.checkpoint.keep 0";
+    char a[8192];
+    snprintf(a, sizeof a, "%s --steps 6 --ckpt-dir %s/fbfull", common, work);
+    TEST_EQ_INT(train(4, 2, a), 0);
+    snprintf(a, sizeof a, "%s --steps 3 --ckpt-dir %s/fbres", common, work);
+    TEST_EQ_INT(train(4, 2, a), 0);
+    TEST_EQ_INT(sh("cp -r %s/fbres %s/fbnode", work, work), 0);
+    snprintf(a, sizeof a, "%s --steps 6 --ckpt-dir %s/fbres --resume", common, work);
+    int code = train(4, 2, a);
+    TEST_CHECKF(code == 0 && strstr(res.out, "start from zero") == NULL, "exit %d\n%s", code,
+                res.out);
+    for (int r = 0; r < 4; r++) {
+        code = sh("cmp %s/fbfull/step_00000006/rank_%05d.bin %s/fbres/step_00000006/rank_%05d.bin",
+                  work, r, work, r);
+        TEST_CHECKF(code == 0, "rank file %d differs from the uninterrupted run's:\n%s", r,
+                    res.out);
+    }
+    TEST_EQ_INT(sh("grep -c qgz_feedback %s/fbres/step_00000006/manifest.json", work), 0);
+    /* the same checkpoint at one node of 4: the residuals mean nothing there */
+    snprintf(a, sizeof a, "%s --steps 4 --ckpt-dir %s/fbnode --resume", common, work);
+    code = train(4, 4, a);
+    TEST_CHECKF(code == 0 && zr_test_count(res.out, "start from zero") == 1 &&
+                    strstr(res.out, "belong to 4 ranks, 2 per node") != NULL,
+                "exit %d\n%s", code, res.out);
+    /* a checkpoint saved without feedback holds none */
+    snprintf(a, sizeof a, TINY " --steps 2 --ckpt-dir %s/fbnone", work);
+    TEST_EQ_INT(train(4, 2, a), 0);
+    snprintf(a, sizeof a,
+             TINY " --steps 3 --ckpt-dir %s/fbnone --resume "
+                  "--zr.quant.qgz_error_feedback true",
+             work);
+    code = train(4, 2, a);
+    TEST_CHECKF(code == 0 && zr_test_count(res.out, "start from zero") == 1 &&
+                    strstr(res.out, "holds no qgZ error-feedback residuals") != NULL,
+                "exit %d\n%s", code, res.out);
+}
+
+/*
+ * Issue 39, item 2: a NaN in a checkpoint's Adam moment, its checksums made
+ * to match, is refused by a resume and by zr export (exit 2), naming the
+ * file, the array, the tensor and the element, and nothing is written.
+ */
+static void test_nonfinite_checkpoint(void)
+{
+    char a[8192], ck[4400];
+    snprintf(a, sizeof a, TINY " --steps 2 --ckpt-dir %s/nan", work);
+    TEST_EQ_INT(train(2, 2, a), 0);
+    snprintf(ck, sizeof ck, "%s/nan/step_00000002", work);
+    /* Adam v of rank 1's slice of unit 0, its element 100: after the 64-byte header and that
+       rank's master weights and m of the unit */
+    zr_ckpt_meta meta;
+    TEST_OK(zr_ckpt_read_meta(ck, &meta));
+    size_t S = zr_zero_padded(zr_gpt_config_unit_numel(&meta.model, 0), 2) / 2;
+    char p[4600], *data = NULL, *text = NULL;
+    size_t n = 0, tn = 0;
+    snprintf(p, sizeof p, "%s/rank_00001.bin", ck);
+    TEST_OK(zr_file_read_all(p, &data, &n));
+    snprintf(p, sizeof p, "%s/manifest.json", ck);
+    TEST_OK(zr_file_read_all(p, &text, &tn));
+    if (data == NULL || text == NULL) {
+        zr_free(data);
+        zr_free(text);
+        return;
+    }
+    float nan_value = NAN;
+    memcpy(data + 64 + (2 * S + 100) * 4, &nan_value, 4);
+    uint32_t crc = zr_crc32c(0, data, n - 4);
+    memcpy(data + n - 4, &crc, 4);
+    snprintf(p, sizeof p, "%s/rank_00001.bin", ck);
+    TEST_OK(zr_file_write_atomic(p, data, n));
+    cJSON *root = cJSON_Parse(text);
+    cJSON *file = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "files"), 1);
+    cJSON_ReplaceItemInObject(file, "crc32c", cJSON_CreateNumber((double)crc));
+    char *mtext = cJSON_Print(root);
+    snprintf(p, sizeof p, "%s/manifest.json", ck);
+    TEST_OK(zr_file_write_atomic(p, mtext, strlen(mtext)));
+    char body[64];
+    int len = snprintf(body, sizeof body, "complete manifest-crc32c %u\n",
+                       zr_crc32c(0, mtext, strlen(mtext)));
+    snprintf(p, sizeof p, "%s/COMPLETE", ck);
+    TEST_OK(zr_file_write_atomic(p, body, (size_t)len));
+    cJSON_free(mtext);
+    cJSON_Delete(root);
+    zr_free(data);
+    zr_free(text);
+    char where[160], want[256];
+    zr_gpt_config_element_name(&meta.model, 0, S + 100, where, sizeof where);
+    snprintf(want, sizeof want, "Adam v of %s", where);
+    snprintf(a, sizeof a, TINY " --steps 4 --ckpt-dir %s/nan --resume", work);
+    int code = train(2, 2, a);
+    TEST_CHECKF(code == 2 && strstr(res.out, "rank_00001.bin holds a non-finite value") != NULL &&
+                    strstr(res.out, want) != NULL && strstr(res.out, "step     3/") == NULL,
+                "exit %d\n%s", code, res.out);
+    code = sh("%s export --checkpoint %s --llmc %s/nan.bin", zr_bin, ck, work);
+    TEST_CHECKF(code == 2 && strstr(res.out, want) != NULL, "exit %d\n%s", code, res.out);
+    TEST_CHECK(sh("test -e %s/nan.bin", work) != 0);
+}
+
 #define RUN(fn)                                                                                    \
     do {                                                                                           \
         if (selected(#fn)) {                                                                       \
@@ -1676,6 +1799,8 @@ int main(int argc, char **argv)
     RUN(test_metrics_full_disk);
     RUN(test_metrics_resume);
     RUN(test_divergence);
+    RUN(test_qgz_feedback_resume);
+    RUN(test_nonfinite_checkpoint);
     RUN(test_argument_errors);
     RUN(test_integer_extremes);
     RUN(test_plan_cli);

@@ -1,7 +1,8 @@
 /*
  * test_gpt_io.c - llm.c model files (round trip to identical bytes, header
  * and size validation) and the safetensors export (header parsed with
- * cJSON, names, shapes, offsets, and the Conv1D transposes).
+ * cJSON, names, shapes, offsets, and the Conv1D transposes); weights that
+ * are not numbers refused by every reader and writer (test_nonfinite).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -275,6 +276,48 @@ static void test_safetensors(void)
     free_units(&a);
 }
 
+/*
+ * Weights that are not numbers: a model file holding one is refused as it
+ * is read (whole, or the unit that holds it), naming the file, the tensor
+ * and the element; the writers refuse to put one in a file, and leave none.
+ */
+static void test_nonfinite(void)
+{
+    char p[512], out[512];
+    snprintf(p, sizeof p, "%s/nan.bin", dir);
+    model_units a, b;
+    alloc_units(&a, 3);
+    alloc_units(&b, 4);
+    TEST_OK(zr_gpt_write_llmc(p, &cfg, a.p));
+    /* llm.c order: wte (256), wpe (128), ln1w and ln1b of both layers (8 each), qkvw of layer 0
+       (192), then qkvw of layer 1: its element 5 */
+    FILE *f = fopen(p, "r+b");
+    float nan_value = NAN;
+    TEST_CHECK(f != NULL && fseek(f, 1024 + 4 * (256 + 128 + 32 + 192 + 5), SEEK_SET) == 0 &&
+               fwrite(&nan_value, sizeof nan_value, 1, f) == 1);
+    if (f != NULL) {
+        fclose(f);
+    }
+    TEST_FAILS(zr_gpt_read_llmc(p, &cfg, b.p), ZR_ERR_FORMAT,
+               "nan.bin holds a non-finite weight (nan) in qkvw of layer 1 (unit 2), element 5");
+    TEST_FAILS(zr_gpt_read_llmc_unit(p, &cfg, 2, b.p[2]), ZR_ERR_FORMAT,
+               "qkvw of layer 1 (unit 2), element 5");
+    TEST_OK(zr_gpt_read_llmc_unit(p, &cfg, 1, b.p[1])); /* layer 0 is sound */
+    /* the last unit: lnfw (8), lnfb (8) */
+    a.p[3][12] = INFINITY;
+    snprintf(out, sizeof out, "%s/inf.bin", dir);
+    TEST_FAILS(zr_gpt_write_llmc(out, &cfg, a.p), ZR_ERR_INVALID,
+               "inf.bin would hold a non-finite weight (inf) in lnfb (unit 3), element 4");
+    TEST_CHECK(access(out, F_OK) != 0);
+    snprintf(out, sizeof out, "%s/inf.safetensors", dir);
+    TEST_FAILS(zr_gpt_write_safetensors(out, &cfg, a.p), ZR_ERR_INVALID,
+               "inf.safetensors would hold a non-finite weight (inf) in ln_f.bias, element 4");
+    TEST_CHECK(access(out, F_OK) != 0);
+    free_units(&a);
+    free_units(&b);
+    zr_error_clear();
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/zr_test_gpt_io_%d", (int)getpid());
@@ -286,6 +329,7 @@ int main(void)
     TEST_RUN(test_llmc_roundtrip);
     TEST_RUN(test_llmc_unit);
     TEST_RUN(test_safetensors);
+    TEST_RUN(test_nonfinite);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) {
         fprintf(stderr, "cannot remove %s\n", dir);

@@ -276,6 +276,13 @@ zr_cpu_level zr_cpu_cap(void);
 /* CRC-32C (Castagnoli) of a byte range, chainable: pass the previous value as crc. */
 uint32_t zr_crc32c(uint32_t crc, const void *data, size_t bytes);
 
+/*
+ * Index of the first NaN or infinity among x[0..n), n when every value is
+ * finite. One pass over the floats, cheap enough to run on each buffer as it
+ * is read or written (the readers of checkpoints and model files do).
+ */
+size_t zr_first_nonfinite(const float *x, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

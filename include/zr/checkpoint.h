@@ -9,8 +9,8 @@
  *                        tokens consumed, seed, the run's configuration, and
  *                        the size and CRC-32C of every rank file
  *     rank_00000.bin     rank r's slice [r*S, (r+1)*S) of every unit's fp32
- *     rank_00001.bin     master weights, Adam m and v, then a CRC-32C trailer
- *     ...
+ *     rank_00001.bin     master weights, Adam m and v, then (with qgZ error
+ *     ...                feedback) the rank's qgZ residuals, then a CRC-32C trailer
  *     COMPLETE           the manifest's CRC-32C, written last
  *
  * Writing: the whole checkpoint is built in "step_N.partial": every rank
@@ -40,7 +40,13 @@
  * its JSON type and range (counts are 64-bit, exact up to 2^53), unknown or
  * repeated keys are refused, the units must be the model's, and every rank
  * file must have the manifest's size and a header naming its rank, world,
- * unit count and step; the CRC of every rank file read is verified. Slices
+ * unit count and step; the CRC of every rank file read is verified, and in
+ * the same pass every value: a NaN or an infinity is refused, naming the
+ * file, the array (master weights, Adam m or v, qgZ residuals), the tensor
+ * and the element; a save refuses to write one. qgZ's residuals are the
+ * rank's own: restored at the layout they were saved at (world size, ranks
+ * per node, bits, group), otherwise they start from zero and
+ * zr_ckpt_meta.note says so. Slices
  * are canonical (the same at every stage), so a checkpoint saved at W ranks
  * loads at W' ranks: each new rank reads the pieces of the old slices that
  * cover its new slice.
@@ -63,6 +69,8 @@ typedef struct zr_ckpt_meta {
     zr_gpt_config model;
     char
         data[192]; /* what the run trained on ("text, 1234 tokens, ends CRC-32C ..."); "" unknown */
+    /* zr_ckpt_load: a one-line note for the user ("" none): qgZ's residuals start from zero */
+    char note[512];
 } zr_ckpt_meta;
 
 /* What a save records beside the state, and how it rotates. */

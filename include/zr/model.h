@@ -118,6 +118,11 @@ size_t zr_gpt_config_unit_numel(const zr_gpt_config *cfg, int u);
 int zr_gpt_config_unit_tensors(const zr_gpt_config *cfg, int u, zr_tensor_desc *out);
 /* Total parameter count (all units, padded wte rows included). */
 size_t zr_gpt_config_param_count(const zr_gpt_config *cfg);
+/*
+ * Where element i of unit u lies, for messages: "qkvw of layer 2 (unit 3),
+ * element 17" ("wte (unit 0), ..."; past the unit's tensors: its padding).
+ */
+void zr_gpt_config_element_name(const zr_gpt_config *cfg, int u, size_t i, char *out, size_t n);
 
 /* ---- the model ---------------------------------------------------------- */
 
@@ -198,6 +203,8 @@ double zr_gpt_flops_per_step(const zr_gpt_config *cfg, int B, int T);
  * NH, C, Vp), then every parameter in llm.c's order, each tensor stacked over
  * layers. units[u] points to unit u's buffer. Written to "<path>.tmp",
  * fsynced and renamed, so a crash never leaves a half-written file at path.
+ * A weight that is not finite is refused (ZR_ERR_INVALID, naming the tensor
+ * and the element), leaving nothing at path; so is it by the safetensors writer.
  */
 zr_status zr_gpt_write_llmc(const char *path, const zr_gpt_config *cfg, float *const *units);
 /* Reads and validates the header and the file size; fills cfg. */
@@ -205,7 +212,9 @@ zr_status zr_gpt_read_llmc_config(const char *path, zr_gpt_config *cfg);
 /*
  * Reads the parameters into units (allocated by the caller with
  * zr_gpt_config_unit_numel sizes for cfg). The file's header must match cfg.
- * A truncated, oversized or foreign file gives ZR_ERR_FORMAT naming the file.
+ * A truncated, oversized or foreign file gives ZR_ERR_FORMAT naming the file,
+ * and so does a NaN or an infinity (checked as each piece is read), naming
+ * the tensor and the element too.
  */
 zr_status zr_gpt_read_llmc(const char *path, const zr_gpt_config *cfg, float *const *units);
 /*

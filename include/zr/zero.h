@@ -358,6 +358,21 @@ zr_status zr_engine_optim_read(zr_engine *e, int u, zr_optim_array which, size_t
 zr_status zr_engine_optim_write(zr_engine *e, int u, zr_optim_array which, size_t offset,
                                 size_t count, const float *host);
 
+/*
+ * qgZ's error-feedback residuals of unit u (zr.quant.qgz_error_feedback),
+ * for checkpoints: hop 0 is the first quantization's (W*S elements), hop 1
+ * the requantization's (N*S). count: how many the engine holds (0 before
+ * the first reduction, and without feedback); read and write copy elements
+ * [offset, offset + count) to or from host memory; a write into a hop whose
+ * count is not total first (re)allocates it with total elements where qgZ
+ * keeps them, so that qgZ's next reduction continues from what was written.
+ */
+size_t zr_engine_feedback_count(const zr_engine *e, int u, int hop);
+zr_status zr_engine_feedback_read(zr_engine *e, int u, int hop, size_t offset, size_t count,
+                                  float *host);
+zr_status zr_engine_feedback_write(zr_engine *e, int u, int hop, size_t total, size_t offset,
+                                   size_t count, const float *host);
+
 /* After writing optimizer shards (checkpoint load): rebuild working params. Collective. */
 zr_status zr_engine_sync_from_shards(zr_engine *e);
 

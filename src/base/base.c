@@ -482,3 +482,26 @@ uint32_t zr_crc32c(uint32_t crc, const void *data, size_t bytes)
     }
     return ~crc;
 }
+
+size_t zr_first_nonfinite(const float *x, size_t n)
+{
+    /* blocks of 256 with a branch-free test (all exponent bits set: NaN or infinity) that the
+       compiler vectorizes; the index is looked for only in a block that has one */
+    for (size_t a = 0; a < n; a += 256) {
+        size_t m = n - a < 256 ? n - a : 256;
+        uint32_t bad = 0;
+        for (size_t i = 0; i < m; i++) {
+            uint32_t b;
+            memcpy(&b, &x[a + i], sizeof b);
+            bad |= (uint32_t)((b & 0x7f800000u) == 0x7f800000u);
+        }
+        for (size_t i = 0; bad && i < m; i++) {
+            uint32_t b;
+            memcpy(&b, &x[a + i], sizeof b);
+            if ((b & 0x7f800000u) == 0x7f800000u) {
+                return a + i;
+            }
+        }
+    }
+    return n;
+}

@@ -137,6 +137,43 @@ static uint64_t file_offset(const zr_ckpt_unit_layout *lay, int u, int which, si
 
 /* ---- save ------------------------------------------------------------------------- */
 
+static const char *const array_names[3] = {"master weights", "Adam m", "Adam v"};
+
+/* A rank file being written: its checksum and size so far, and the engine's host buffer. */
+typedef struct rank_writer {
+    zr_engine *e;
+    zr_file_tmp *t;
+    float *chunk;
+    uint32_t crc;
+    uint64_t bytes;
+} rank_writer;
+
+/*
+ * Elements [0, n) of array k of unit u (k < 3: zr_optim_array; 3, 4: qgZ's
+ * residuals of hop k - 3) into the file, chunk by chunk, each chunk checked
+ * finite as it passes: a value that is not a number is never saved.
+ */
+static zr_status write_array(rank_writer *w, int u, int k, size_t n)
+{
+    for (size_t a = 0; a < n; a += CHUNK) {
+        size_t c = n - a < CHUNK ? n - a : CHUNK;
+        ZR_CHECK(k < 3 ? zr_engine_optim_read(w->e, u, (zr_optim_array)k, a, c, w->chunk)
+                       : zr_engine_feedback_read(w->e, u, k - 3, a, c, w->chunk));
+        size_t bad = zr_first_nonfinite(w->chunk, c);
+        if (bad < c) {
+            ZR_FAIL(ZR_ERR_NONFINITE,
+                    "not saved: the %s of unit %d hold a non-finite value (%g) at element %zu of "
+                    "rank %d's part",
+                    k < 3 ? array_names[k] : "qgZ residuals", u, (double)w->chunk[bad], a + bad,
+                    w->e->comm->rank[ZR_GROUP_WORLD]);
+        }
+        ZR_CHECK(zr_file_tmp_write(w->t, w->chunk, c * sizeof(float)));
+        w->crc = zr_crc32c(w->crc, w->chunk, c * sizeof(float));
+        w->bytes += c * sizeof(float);
+    }
+    return ZR_OK;
+}
+
 static zr_status write_rank_file(zr_engine *e, const char *dir, int rank, int64_t step,
                                  uint32_t *crc_out, uint64_t *bytes_out)
 {
@@ -152,34 +189,32 @@ static zr_status write_rank_file(zr_engine *e, const char *dir, int rank, int64_
     h.world = (uint32_t)e->comm->size[ZR_GROUP_WORLD];
     h.nunits = (uint32_t)e->nunits;
     h.step = step;
-    uint32_t crc = zr_crc32c(0, &h, sizeof h);
-    uint64_t bytes = sizeof h;
-    float *chunk = NULL;
+    rank_writer w = {e, &t, NULL, zr_crc32c(0, &h, sizeof h), sizeof h};
     zr_status st;
-    ZR_ALLOC_GOTO(chunk, CHUNK, st, done);
+    ZR_ALLOC_GOTO(w.chunk, CHUNK, st, done);
     ZR_CHECK_GOTO(zr_file_tmp_write(&t, &h, sizeof h), st, done);
     for (int u = 0; u < e->nunits; u++) {
-        size_t S = zr_engine_shard(e, u);
         for (int k = 0; k < 3; k++) {
-            for (size_t a = 0; a < S; a += CHUNK) {
-                size_t n = S - a < CHUNK ? S - a : CHUNK;
-                ZR_CHECK_GOTO(zr_engine_optim_read(e, u, (zr_optim_array)k, a, n, chunk), st, done);
-                ZR_CHECK_GOTO(zr_file_tmp_write(&t, chunk, n * sizeof(float)), st, done);
-                crc = zr_crc32c(crc, chunk, n * sizeof(float));
-                bytes += n * sizeof(float);
-            }
+            ZR_CHECK_GOTO(write_array(&w, u, k, zr_engine_shard(e, u)), st, done);
         }
     }
-    ZR_CHECK_GOTO(zr_file_tmp_write(&t, &crc, sizeof crc), st, done);
-    bytes += sizeof crc;
+    /* qgZ's residuals after every unit's state, in the order the manifest lists them */
+    for (int u = 0; zr_ckpt_feedback_saved(e) && u < e->nunits; u++) {
+        for (int hop = 0; hop < 2; hop++) {
+            ZR_CHECK_GOTO(write_array(&w, u, 3 + hop, zr_engine_feedback_count(e, u, hop)), st,
+                          done);
+        }
+    }
+    ZR_CHECK_GOTO(zr_file_tmp_write(&t, &w.crc, sizeof w.crc), st, done);
+    w.bytes += sizeof w.crc;
     if (fflush(t.f) == 0) {
         st = zr_ckpt_fault_point(ZR_CKPT_FAULT_RANK_TMP, step, rank);
     }
 done:
-    zr_free(chunk);
+    zr_free(w.chunk);
     ZR_CHECK(zr_file_tmp_commit(&t, st)); /* removes the temporary file when st is an error */
-    *crc_out = crc;
-    *bytes_out = bytes;
+    *crc_out = w.crc;
+    *bytes_out = w.bytes;
     return ZR_OK;
 }
 
@@ -442,7 +477,38 @@ static zr_status reader_open(reader *rd, const char *path)
     return st;
 }
 
-/* Open rank file q and check its checksum once (size and header: open_manifest). */
+/* What lies at byte off (a float's) of rank file q, for messages: an array of a unit's tensor. */
+static void describe(const zr_ckpt_manifest *m, int q, uint64_t off, char *out, size_t n)
+{
+    for (int u = 0; u < m->nunits; u++) {
+        const zr_ckpt_unit_layout *L = &m->lay[u];
+        uint64_t i = (off - L->offset) / sizeof(float);
+        if (off >= L->offset && i < 3 * (uint64_t)L->shard) {
+            char where[160];
+            zr_gpt_config_element_name(&m->meta.model, u,
+                                       (size_t)q * L->shard + (size_t)(i % L->shard), where,
+                                       sizeof where);
+            snprintf(out, n, "the %s of %s", array_names[i / L->shard], where);
+            return;
+        }
+        i = (off - L->fb_offset) / sizeof(float);
+        if (off >= L->fb_offset && i < (uint64_t)L->fb[0] + L->fb[1]) {
+            int hop = i >= L->fb[0];
+            snprintf(out, n, "qgZ's hop-%d error-feedback residuals of unit %d, element %llu", hop,
+                     u, (unsigned long long)(hop ? i - L->fb[0] : i));
+            return;
+        }
+    }
+    snprintf(out, n, "byte %llu", (unsigned long long)off);
+}
+
+/*
+ * Open rank file q and check it once (size and header: open_manifest): its
+ * checksum, and, in the same pass over the bytes, that every value is a
+ * number. A NaN or an infinity in a checkpoint whose checksums were made to
+ * match (a bad copy, an edited file, a faulty writer) is refused here,
+ * naming the file, the tensor and the element, before anything is used.
+ */
 static zr_status reader_file(reader *rd, int q, FILE **out)
 {
     if (rd->files[q] != NULL) {
@@ -455,8 +521,9 @@ static zr_status reader_file(reader *rd, int q, FILE **out)
     ZR_CHECK(zr_file_open_read(p, &f));
     zr_status st = ZR_OK;
     uint32_t crc = 0, stored = 0;
-    uint64_t total = 0;
-    unsigned char buf[1 << 16];
+    uint64_t total = 0, bad_at = 0; /* the first non-finite value's offset (0: none) */
+    float bad_value = 0;
+    float buf[1 << 14]; /* 64 KiB: the header's 64 bytes are 16 floats' worth */
     uint64_t body = rd->m.file_bytes - sizeof(uint32_t);
     while (total < body) {
         size_t want = body - total < sizeof buf ? (size_t)(body - total) : sizeof buf;
@@ -466,6 +533,12 @@ static zr_status reader_file(reader *rd, int q, FILE **out)
                          (unsigned long long)(total + got), (unsigned long long)rd->m.file_bytes);
         }
         crc = zr_crc32c(crc, buf, got);
+        size_t skip = total < ZR_CKPT_HEADER_BYTES ? (ZR_CKPT_HEADER_BYTES - (size_t)total) / 4 : 0;
+        size_t bad = skip + zr_first_nonfinite(buf + skip, got / sizeof(float) - skip);
+        if (bad < got / sizeof(float) && bad_at == 0) {
+            bad_at = total + bad * sizeof(float);
+            bad_value = buf[bad];
+        }
         total += got;
     }
     if (fread(&stored, 1, sizeof stored, f) != sizeof stored) {
@@ -479,6 +552,14 @@ static zr_status reader_file(reader *rd, int q, FILE **out)
                      "%s fails its checksum (computed %08x, file %08x, manifest %08x): the "
                      "file is damaged or was modified",
                      p, crc, stored, rd->m.crcs[q]);
+    }
+    if (bad_at != 0) {
+        char what[256];
+        describe(&rd->m, q, bad_at, what, sizeof what);
+        ZR_FAIL_GOTO(st, fail, ZR_ERR_FORMAT,
+                     "%s holds a non-finite value (%g) in %s: the checkpoint was damaged or "
+                     "written by a faulty program; it is not used",
+                     p, (double)bad_value, what);
     }
     rd->files[q] = f;
     *out = f;
@@ -544,6 +625,39 @@ done:
     return st;
 }
 
+/*
+ * qgZ's residuals of this rank, when the run keeps them: read from its own
+ * rank file when the layout is the one they were saved at (they belong to
+ * the rank's place in it); otherwise they start from zero and note (one
+ * line) says why.
+ */
+static zr_status load_feedback(zr_engine *e, reader *rd, float *chunk, char *note, size_t len)
+{
+    if (!zr_ckpt_feedback_usable(e, &rd->m, rd->path, note, len)) {
+        return ZR_OK;
+    }
+    int R = e->comm->rank[ZR_GROUP_WORLD];
+    FILE *f;
+    ZR_CHECK(reader_file(rd, R, &f));
+    for (int u = 0; u < rd->m.nunits; u++) {
+        const zr_ckpt_unit_layout *L = &rd->m.lay[u];
+        for (int hop = 0; hop < 2; hop++) {
+            uint64_t at = L->fb_offset + (hop == 1 ? L->fb[0] * sizeof(float) : 0);
+            for (size_t a = 0; a < L->fb[hop]; a += CHUNK) {
+                size_t n = L->fb[hop] - a < CHUNK ? L->fb[hop] - a : CHUNK;
+                uint64_t off = at + a * sizeof(float);
+                if (off > (uint64_t)LONG_MAX || fseek(f, (long)off, SEEK_SET) != 0 ||
+                    fread(chunk, sizeof(float), n, f) != n) {
+                    ZR_FAIL(ZR_ERR_IO, "cannot read the qgZ residuals of unit %d from %s", u,
+                            rd->path);
+                }
+                ZR_CHECK(zr_engine_feedback_write(e, u, hop, L->fb[hop], a, n, chunk));
+            }
+        }
+    }
+    return ZR_OK;
+}
+
 static zr_status load_local(zr_engine *e, const char *path, zr_ckpt_meta *meta)
 {
     reader rd;
@@ -580,7 +694,10 @@ static zr_status load_local(zr_engine *e, const char *path, zr_ckpt_meta *meta)
             }
         }
     }
+    char note[sizeof meta->note];
+    ZR_CHECK_GOTO(load_feedback(e, &rd, chunk, note, sizeof note), st, done);
     *meta = rd.m.meta;
+    snprintf(meta->note, sizeof meta->note, "%s", note);
 done:
     zr_free(chunk);
     reader_close(&rd);

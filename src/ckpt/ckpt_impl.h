@@ -5,6 +5,7 @@
  *                 and resharding their slices; zr_ckpt_save / load / verify
  *   manifest.c    manifest.json: writing it, and reading it back with every
  *                 field checked (one reader per section)
+ *   feedback.c    qgZ's error-feedback residuals in rank files and manifests
  *   ckpt_dir.c    the checkpoint directory: listing, rotation, recovery of
  *                 crashed saves, setting aside, the lock
  */
@@ -67,14 +68,27 @@ zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep, int64_t pro
 
 typedef struct zr_ckpt_unit_layout {
     size_t numel, padded, shard;
-    uint64_t offset; /* byte offset of the unit's master slice in a rank file */
+    uint64_t offset;    /* byte offset of the unit's master slice in a rank file */
+    size_t fb[2];       /* qgZ's residuals of the unit in each rank file: hop 0, hop 1 */
+    uint64_t fb_offset; /* byte offset of the hop 0 residuals (hop 1's follow) */
 } zr_ckpt_unit_layout;
+
+/*
+ * The optional "qgz_feedback" section: each rank file then ends (before its
+ * checksum) with its rank's error-feedback residuals, unit by unit, hop 0
+ * then hop 1. They belong to the rank's place in the layout recorded here.
+ */
+typedef struct zr_ckpt_feedback {
+    int present;
+    int ranks_per_node, bits, group;
+} zr_ckpt_feedback;
 
 /* What a manifest says: the meta, the unit layout and the rank files' size and CRCs. */
 typedef struct zr_ckpt_manifest {
     zr_ckpt_meta meta;
     int nunits;
     zr_ckpt_unit_layout *lay;
+    zr_ckpt_feedback fb;
     uint32_t *crcs;
     uint64_t file_bytes; /* every rank file has this size */
 } zr_ckpt_manifest;
@@ -93,5 +107,22 @@ zr_status zr_ckpt_manifest_read(const char *path, zr_ckpt_manifest *m);
 zr_status zr_ckpt_manifest_read_section(const char *path, zr_ckpt_manifest *m, const char *section,
                                         char **out);
 void zr_ckpt_manifest_free(zr_ckpt_manifest *m);
+
+/* ---- qgZ's residuals (feedback.c) ------------------------------------------------------ */
+
+/* Engine e's checkpoints hold its qgZ residuals (zr.quant.qgz_error_feedback is on). */
+int zr_ckpt_feedback_saved(const zr_engine *e);
+
+/* The manifest's "qgz_feedback" section for engine e (NULL: no memory). */
+struct cJSON *zr_ckpt_feedback_json(zr_engine *e);
+
+/*
+ * 1 when engine e keeps residuals and can take those of checkpoint path (m):
+ * it holds them, saved at this run's layout (world size, ranks per node,
+ * bits and group of the quantization). 0 otherwise, with a one-line note in
+ * note ("" when the run keeps none) saying that they start from zero and why.
+ */
+int zr_ckpt_feedback_usable(const zr_engine *e, const zr_ckpt_manifest *m, const char *path,
+                            char *note, size_t len);
 
 #endif /* ZR_CKPT_IMPL_H */

@@ -117,6 +117,9 @@ char *zr_ckpt_manifest_text(zr_engine *e, const zr_ckpt_meta *meta, const zr_ckp
         cJSON_AddNumberToObject(o, "numel", (double)zr_engine_numel(e, u));
         cJSON_AddItemToArray(units, o);
     }
+    if (zr_ckpt_feedback_saved(e)) {
+        cJSON_AddItemToObject(root, "qgz_feedback", zr_ckpt_feedback_json(e));
+    }
     cJSON_AddItemToObject(root, "files", files_json(W, crcs, bytes));
     if (meta->data[0] != '\0') {
         cJSON_AddStringToObject(root, "data", meta->data);
@@ -416,6 +419,62 @@ static zr_status read_units(const cJSON *root, const char *mpath, zr_ckpt_manife
     return ZR_OK;
 }
 
+/*
+ * "qgz_feedback" (optional): qgZ's residuals at the end of each rank file,
+ * of a layout that divides the world size, each unit's none or all of them
+ * (hop 0: W*S, hop 1: N*S); extends the layout and the rank files' size.
+ */
+static zr_status read_feedback(const cJSON *root, const char *mpath, zr_ckpt_manifest *m)
+{
+    static const char *const fb_keys[] = {"ranks_per_node", "bits", "group", "units", NULL};
+    static const char *const unit_keys[] = {"hop0", "hop1", NULL};
+    const cJSON *fb = cJSON_GetObjectItemCaseSensitive(root, "qgz_feedback");
+    if (fb == NULL) {
+        return ZR_OK;
+    }
+    int64_t D = 0, bits = 0, group = 0, W = m->meta.world;
+    ZR_CHECK(json_kind_is(fb, is_object, "an object", mpath, "qgz_feedback"));
+    ZR_CHECK(only_keys(fb, "qgz_feedback", fb_keys, mpath));
+    ZR_CHECK(json_int(fb, "qgz_feedback", "ranks_per_node", mpath, 1, (double)W, &D));
+    ZR_CHECK(json_int(fb, "qgz_feedback", "bits", mpath, 4, 8, &bits));
+    ZR_CHECK(json_int(fb, "qgz_feedback", "group", mpath, 8, 65536, &group));
+    if (W % D != 0) {
+        ZR_FAIL(ZR_ERR_FORMAT,
+                "%s: \"qgz_feedback.ranks_per_node\" (%lld) does not divide "
+                "\"world_size\" (%lld)",
+                mpath, (long long)D, (long long)W);
+    }
+    const cJSON *units = cJSON_GetObjectItemCaseSensitive(fb, "units");
+    ZR_CHECK(json_kind_is(units, is_array, "an array", mpath, "qgz_feedback.units"));
+    if (cJSON_GetArraySize(units) != m->nunits) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: \"qgz_feedback.units\" lists %d units, \"units\" %d", mpath,
+                cJSON_GetArraySize(units), m->nunits);
+    }
+    uint64_t off = m->file_bytes - sizeof(uint32_t);
+    int u = 0;
+    for (const cJSON *it = units->child; it != NULL; it = it->next, u++) {
+        char obj[48];
+        snprintf(obj, sizeof obj, "qgz_feedback.units[%d]", u);
+        ZR_CHECK(json_kind_is(it, is_object, "an object", mpath, obj));
+        ZR_CHECK(only_keys(it, obj, unit_keys, mpath));
+        m->lay[u].fb_offset = off;
+        for (int hop = 0; hop < 2; hop++) {
+            int64_t v = 0;
+            size_t all = m->lay[u].shard * (size_t)(hop == 0 ? W : W / D);
+            ZR_CHECK(json_int(it, obj, unit_keys[hop], mpath, 0, MAX_EXACT, &v));
+            if (v != 0 && (uint64_t)v != (uint64_t)all) {
+                ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s.%s\" is %lld; the layout has 0 or %zu", mpath, obj,
+                        unit_keys[hop], (long long)v, all);
+            }
+            m->lay[u].fb[hop] = (size_t)v;
+            off += (uint64_t)v * sizeof(float);
+        }
+    }
+    m->fb = (zr_ckpt_feedback){1, (int)D, (int)bits, (int)group};
+    m->file_bytes = off + sizeof(uint32_t);
+    return ZR_OK;
+}
+
 /* "files": one entry per rank, in order, each with the size the layout implies and a CRC. */
 static zr_status read_files(const cJSON *root, const char *mpath, zr_ckpt_manifest *m)
 {
@@ -501,10 +560,10 @@ static zr_status read_config(const cJSON *root, const char *mpath, zr_ckpt_meta 
 /* The manifest's sections, in the order of their dependencies (units need model and world). */
 static zr_status read_fields(const cJSON *root, const char *mpath, zr_ckpt_manifest *m)
 {
-    static const char *const top_keys[] = {"format",        "version", "step",    "optim_steps",
-                                           "data_position", "tokens",  "seed",    "world_size",
-                                           "plan",          "model",   "units",   "files",
-                                           "config",        "data",    "resumes", NULL};
+    static const char *const top_keys[] = {
+        "format",     "version",      "step",  "optim_steps", "data_position", "tokens", "seed",
+        "world_size", "plan",         "model", "units",       "files",         "config", "data",
+        "resumes",    "qgz_feedback", NULL};
     if (!cJSON_IsObject(root)) {
         ZR_FAIL(ZR_ERR_FORMAT, "%s is not a JSON object", mpath);
     }
@@ -513,6 +572,7 @@ static zr_status read_fields(const cJSON *root, const char *mpath, zr_ckpt_manif
     ZR_CHECK(read_plan(root, mpath, &m->meta));
     ZR_CHECK(read_model(root, mpath, &m->meta.model));
     ZR_CHECK(read_units(root, mpath, m));
+    ZR_CHECK(read_feedback(root, mpath, m));
     ZR_CHECK(read_files(root, mpath, m));
     ZR_CHECK(read_config(root, mpath, &m->meta));
     return ZR_OK;

@@ -24,6 +24,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- configuration and layout ------------------------------------------- */
@@ -114,6 +115,23 @@ size_t zr_gpt_config_unit_numel(const zr_gpt_config *cfg, int u)
     zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
     int n = zr_gpt_config_unit_tensors(cfg, u, d);
     return d[n - 1].offset + d[n - 1].numel;
+}
+
+void zr_gpt_config_element_name(const zr_gpt_config *cfg, int u, size_t i, char *out, size_t n)
+{
+    zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
+    int k = u >= 0 && u < zr_gpt_config_unit_count(cfg) ? zr_gpt_config_unit_tensors(cfg, u, d) : 0;
+    char layer[32] = "";
+    if (u >= 1 && u <= cfg->layers) {
+        snprintf(layer, sizeof layer, " of layer %d", u - 1);
+    }
+    for (int j = 0; j < k; j++) {
+        if (i >= d[j].offset && i - d[j].offset < d[j].numel) {
+            snprintf(out, n, "%s%s (unit %d), element %zu", d[j].name, layer, u, i - d[j].offset);
+            return;
+        }
+    }
+    snprintf(out, n, "the padding of unit %d, element %zu", u, i);
 }
 
 size_t zr_gpt_config_param_count(const zr_gpt_config *cfg)

@@ -71,16 +71,47 @@ typedef struct io_ctx {
     zr_file_tmp *out; /* writing */
     FILE *in;         /* reading */
     const char *path;
+    const zr_gpt_config *cfg;
     float *const *units; /* every unit (write, read all) */
     int only;            /* read only this unit (-1: all) */
     float *dst;          /* its buffer */
     long long pos;       /* file offset of the tensor being visited */
 } io_ctx;
 
+/* Elements read (and checked while in cache) at once: 256 KiB. */
+#define IO_CHUNK ((size_t)1 << 16)
+
+/*
+ * x (n elements of unit u from element at) is finite, or the error names the
+ * file, the tensor and the element: weights that are not numbers train
+ * nothing, and a file holding them was damaged or came from a diverged run.
+ */
+static zr_status check_finite(const zr_gpt_config *cfg, const char *path, const char *verb, int u,
+                              size_t at, const float *x, size_t n)
+{
+    size_t i = zr_first_nonfinite(x, n);
+    if (i < n) {
+        char where[160];
+        zr_gpt_config_element_name(cfg, u, at + i, where, sizeof where);
+        /* a file read is malformed; weights to write are a caller's bad argument */
+        ZR_FAIL(strcmp(verb, "holds") == 0 ? ZR_ERR_FORMAT : ZR_ERR_INVALID,
+                "%s %s a non-finite weight (%g) in %s: the weights are damaged or come from a "
+                "diverged run",
+                path, verb, (double)x[i], where);
+    }
+    return ZR_OK;
+}
+
 static zr_status write_tensor(void *ctx, int u, size_t offset, size_t numel)
 {
     io_ctx *c = ctx;
-    return zr_file_tmp_write(c->out, c->units[u] + offset, numel * sizeof(float));
+    const float *x = c->units[u] + offset;
+    for (size_t a = 0; a < numel; a += IO_CHUNK) {
+        size_t n = numel - a < IO_CHUNK ? numel - a : IO_CHUNK;
+        ZR_CHECK(check_finite(c->cfg, c->path, "would hold", u, offset + a, x + a, n));
+        ZR_CHECK(zr_file_tmp_write(c->out, x + a, n * sizeof(float)));
+    }
+    return ZR_OK;
 }
 
 static zr_status read_tensor(void *ctx, int u, size_t offset, size_t numel)
@@ -96,8 +127,13 @@ static zr_status read_tensor(void *ctx, int u, size_t offset, size_t numel)
     if (c->only >= 0 && fseeko(c->in, (off_t)at, SEEK_SET) != 0) {
         ZR_FAIL(ZR_ERR_IO, "cannot seek in %s: %s", c->path, strerror(errno));
     }
-    if (numel > 0 && fread(dst, sizeof *dst, numel, c->in) != numel) {
-        ZR_FAIL(ZR_ERR_FORMAT, "%s: truncated while reading parameters", c->path);
+    /* each piece checked as it arrives, while it is in cache: no second pass */
+    for (size_t a = 0; a < numel; a += IO_CHUNK) {
+        size_t n = numel - a < IO_CHUNK ? numel - a : IO_CHUNK;
+        if (fread(dst + a, sizeof *dst, n, c->in) != n) {
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: truncated while reading parameters", c->path);
+        }
+        ZR_CHECK(check_finite(c->cfg, c->path, "holds", u, offset + a, dst + a, n));
     }
     return ZR_OK;
 }
@@ -109,7 +145,7 @@ zr_status zr_gpt_write_llmc(const char *path, const zr_gpt_config *cfg, float *c
     ZR_CHECK(zr_file_tmp_open(&t, path));
     int32_t h[ZR_LLMC_HEADER_INTS];
     llmc_header(cfg, h);
-    io_ctx c = {.out = &t, .path = t.tmp, .units = units, .only = -1};
+    io_ctx c = {.out = &t, .path = path, .cfg = cfg, .units = units, .only = -1};
     zr_status st;
     ZR_CHECK_GOTO(zr_file_tmp_write(&t, h, sizeof h), st, done);
     st = llmc_walk(cfg, write_tensor, &c);
@@ -217,7 +253,7 @@ zr_status zr_gpt_read_llmc(const char *path, const zr_gpt_config *cfg, float *co
 {
     FILE *f;
     ZR_CHECK(llmc_open_as(path, cfg, &f));
-    io_ctx c = {.in = f, .path = path, .units = units, .only = -1};
+    io_ctx c = {.in = f, .path = path, .cfg = cfg, .units = units, .only = -1};
     zr_status st = llmc_walk(cfg, read_tensor, &c);
     fclose(f);
     return st;
@@ -233,6 +269,7 @@ zr_status zr_gpt_read_llmc_unit(const char *path, const zr_gpt_config *cfg, int 
     ZR_CHECK(llmc_open_as(path, cfg, &f));
     io_ctx c = {.in = f,
                 .path = path,
+                .cfg = cfg,
                 .only = u,
                 .dst = out,
                 .pos = ZR_LLMC_HEADER_INTS * (long long)sizeof(int32_t)};
@@ -284,6 +321,19 @@ static int st_tensors(const zr_gpt_config *cfg, float *const *units, st_tensor *
 static size_t st_numel(const st_tensor *t)
 {
     return (size_t)t->rows * (size_t)(t->cols > 0 ? t->cols : 1);
+}
+
+/* Tensor t holds only numbers: a file must never carry weights that train nothing. */
+static zr_status st_finite(const st_tensor *t, const char *path)
+{
+    size_t bad = zr_first_nonfinite(t->data, st_numel(t));
+    if (bad < st_numel(t)) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s would hold a non-finite weight (%g) in %s, element %zu: the weights are "
+                "damaged or come from a diverged run",
+                path, (double)t->data[bad], t->name, bad);
+    }
+    return ZR_OK;
 }
 
 /* Builds the JSON header; *out is malloc'd by cJSON (free with cJSON_free). */
@@ -366,7 +416,8 @@ zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg, f
     }
     for (int i = 0; st == ZR_OK && i < n; i++) {
         const float *src = t[i].data;
-        if (t[i].transpose) {
+        st = st_finite(&t[i], path);
+        if (st == ZR_OK && t[i].transpose) {
             /* [rows=out, cols=in] -> Conv1D [in, out] */
             for (int r = 0; r < t[i].rows; r++) {
                 for (int c = 0; c < t[i].cols; c++) {
@@ -375,7 +426,9 @@ zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg, f
             }
             src = buf;
         }
-        st = zr_file_tmp_write(&f, src, st_numel(&t[i]) * sizeof(float));
+        if (st == ZR_OK) {
+            st = zr_file_tmp_write(&f, src, st_numel(&t[i]) * sizeof(float));
+        }
     }
     st = zr_file_tmp_commit(&f, st);
 done:

@@ -33,41 +33,6 @@
 
 /* ---- init ---------------------------------------------------------------------- */
 
-/*
- * zr.model.init's weights, as this rank holds them: a NaN or an infinity
- * would train nothing (every loss NaN) and save it; refused up front, naming
- * the file and where the first one is.
- */
-static zr_status check_init_finite(zr_trainer *t)
-{
-    int R = t->comm.rank[ZR_GROUP_WORLD];
-    enum { CHUNK = 1 << 16 };
-    float *w = NULL;
-    zr_status st = ZR_OK;
-    ZR_ALLOC_GOTO(w, CHUNK, st, done);
-    for (int u = 0; u < t->engine.nunits; u++) {
-        size_t S = zr_engine_shard(&t->engine, u);
-        for (size_t a = 0; a < S; a += CHUNK) {
-            size_t n = S - a < CHUNK ? S - a : CHUNK;
-            ZR_CHECK_GOTO(zr_engine_optim_read(&t->engine, u, ZR_OPTIM_MASTER, a, n, w), st, done);
-            for (size_t i = 0; i < n; i++) {
-                if (!isfinite(w[i])) {
-                    char shown[160];
-                    ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
-                                 "the model file %s (zr.model.init) holds a non-finite weight "
-                                 "(%g) in unit %d, element %zu: it is damaged or diverged; "
-                                 "nothing was trained",
-                                 zr_file_show(t->cfg.init_path, shown, sizeof shown), (double)w[i],
-                                 u, (size_t)R * S + a + i);
-                }
-            }
-        }
-    }
-done:
-    zr_free(w);
-    return st;
-}
-
 zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *cfg,
                           zr_trainer_note_fn note_fn, void *note_ctx)
 {
@@ -89,13 +54,11 @@ zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *
     ZR_CHECK(zr_trainer_setup(t));
     /* the manifest records the shape zr.model.init gave, not the defaults it replaced */
     zr_status st = zr_config_to_json(&t->cfg, &t->config_json);
+    /* the model file's reader refuses a weight that is not finite (zr_gpt_read_llmc_unit) */
     if (st == ZR_OK) {
         st = t->cfg.init_path[0] != '\0'
                  ? zr_gpt_engine_load_llmc(&t->engine, &t->model, t->cfg.init_path)
                  : zr_gpt_engine_init_params(&t->engine, &t->model, t->cfg.seed);
-    }
-    if (st == ZR_OK && t->cfg.init_path[0] != '\0') {
-        st = check_init_finite(t);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     ZR_CHECK(zr_trainer_claim_dir(t));
@@ -259,20 +222,41 @@ static void fill_record(zr_trainer *t, zr_step_record *rec, const zr_step_stats 
     t->sum.zero3_bytes_inter += v[3];
 }
 
-/* Stop a run whose loss or gradient stayed non-finite for max_nonfinite_steps steps. */
+/*
+ * A warning for each skipped step (named by its training step), and the end
+ * of a run whose loss or gradient stayed non-finite for max_nonfinite_steps
+ * steps. The state the run started from was checked finite as it was read
+ * (a checkpoint or zr.model.init; a NaN there is refused at load), so these
+ * steps produced the non-finite values, and the message says so.
+ */
 static zr_status check_divergence(zr_trainer *t, const zr_step_record *rec)
 {
     const zr_train_config *c = &t->cfg;
+    if (rec->skipped) {
+        zr_trainer_note(t, ZR_LOG_WARN,
+                        "step %d: non-finite gradient norm (%g): the optimizer step is skipped on "
+                        "every rank",
+                        rec->step, rec->grad_norm);
+    }
     /* the loss and the norm are global, so every rank counts the same steps */
     t->nonfinite = isfinite(rec->loss) && !rec->skipped ? 0 : t->nonfinite + 1;
     if (c->max_nonfinite_steps > 0 && t->nonfinite >= c->max_nonfinite_steps) {
+        char from[96];
+        if (t->resumed_from >= 0) {
+            snprintf(from, sizeof from, "the checkpoint of step %lld", (long long)t->resumed_from);
+        } else {
+            snprintf(from, sizeof from, "%s",
+                     c->init_path[0] != '\0' ? "zr.model.init's weights" : "the seed's weights");
+        }
         ZR_FAIL(ZR_ERR_NONFINITE,
                 "training diverged: the loss or the gradient norm was not finite for %d "
                 "consecutive steps (steps %d to %d; last loss %g, gradient norm %g); nothing "
-                "was saved from them. Lower optimizer.params.lr (now %g) or raise "
-                "zr.train.max_nonfinite_steps (0 = never stop)",
+                "was saved from them. The state they started from (%s) was checked finite "
+                "when loaded: training produced the non-finite values. Lower "
+                "optimizer.params.lr (now %g) or raise zr.train.max_nonfinite_steps (0 = never "
+                "stop)",
                 t->nonfinite, rec->step - t->nonfinite + 1, rec->step, (double)rec->loss,
-                rec->grad_norm, c->lr);
+                rec->grad_norm, from, c->lr);
     }
     return ZR_OK;
 }

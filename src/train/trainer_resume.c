@@ -319,6 +319,9 @@ static zr_status resume_at(zr_trainer *t, int *start)
         return explicit ? st : damaged_hint(t, path, step_of(path), st);
     }
     ZR_CHECK(st);
+    if (meta.note[0] != '\0') {
+        zr_trainer_note(t, ZR_LOG_INFO, "%s", meta.note); /* qgZ's residuals start from zero */
+    }
     ZR_CHECK(clear_ahead(t, explicit, meta.step));
     /* the loader counts global micro-batches, whose size may differ after resharding;
        the token count places it at the same point of the data either way */

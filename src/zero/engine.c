@@ -438,6 +438,67 @@ zr_status zr_engine_optim_write(zr_engine *e, int u, zr_optim_array which, size_
     return zr_engine_buf_sync(e); /* host is the caller's again when this returns */
 }
 
+size_t zr_engine_feedback_count(const zr_engine *e, int u, int hop)
+{
+    ZR_ASSERT(u >= 0 && u < e->nunits && (hop == 0 || hop == 1));
+    const zr_qgz_feedback *fb = &e->units[u].fb;
+    if (hop == 0) {
+        return fb->intra != NULL ? fb->n_intra : 0;
+    }
+    return fb->inter != NULL ? fb->n_inter : 0;
+}
+
+/* Elements [offset, offset + count) of hop's residuals of unit u, which must hold them. */
+static zr_status feedback_at(zr_engine *e, int u, int hop, size_t offset, size_t count, float **at)
+{
+    ZR_CHECK(refuse_dry(e, "the qgZ residuals"));
+    size_t n = zr_engine_feedback_count(e, u, hop);
+    if (offset > n || count > n - offset) {
+        ZR_FAIL(ZR_ERR_INVALID, "qgZ residuals of unit %d (hop %d): elements [%zu, +%zu) of %zu", u,
+                hop, offset, count, n);
+    }
+    zr_qgz_feedback *fb = &e->units[u].fb;
+    *at = (hop == 0 ? fb->intra : fb->inter) + offset;
+    return ZR_OK;
+}
+
+zr_status zr_engine_feedback_read(zr_engine *e, int u, int hop, size_t offset, size_t count,
+                                  float *host)
+{
+    float *at = NULL;
+    ZR_CHECK(feedback_at(e, u, hop, offset, count, &at));
+    ZR_CHECK(zr_engine_buf_copy(e, host, at, count * sizeof(float)));
+    return zr_engine_buf_sync(e);
+}
+
+zr_status zr_engine_feedback_write(zr_engine *e, int u, int hop, size_t total, size_t offset,
+                                   size_t count, const float *host)
+{
+    ZR_CHECK(refuse_dry(e, "the qgZ residuals"));
+    zr_qgz_feedback *fb = &e->units[u].fb;
+    float **buf = hop == 0 ? &fb->intra : &fb->inter;
+    size_t *n = hop == 0 ? &fb->n_intra : &fb->n_inter;
+    if (*buf == NULL || *n != total) {
+        /* where qgZ keeps them (reduce_scatter_qgz.c): the data plane's device, or the host */
+        const zr_device *d = zr_comm_device(e->comm, NULL);
+        zr_device dev = d != NULL ? *d : zr_device_cpu();
+        if (fb->intra == NULL && fb->inter == NULL) {
+            fb->dev = dev;
+        }
+        ZR_ASSERT(dev.kind == fb->dev.kind && dev.ordinal == fb->dev.ordinal);
+        zr_device_free(&fb->dev, *buf);
+        *buf = NULL;
+        *n = 0;
+        ZR_CHECK(zr_device_alloc_at(&fb->dev, (void **)buf, (total > 0 ? total : 1) * sizeof(float),
+                                    __FILE__, __LINE__));
+        *n = total;
+    }
+    float *at = NULL;
+    ZR_CHECK(feedback_at(e, u, hop, offset, count, &at));
+    ZR_CHECK(zr_engine_buf_copy(e, at, host, count * sizeof(float)));
+    return zr_engine_buf_sync(e); /* host is the caller's again when this returns */
+}
+
 zr_status zr_engine_sync_from_shards(zr_engine *e)
 {
     ZR_CHECK(refuse_dry(e, "zr_engine_sync_from_shards"));

@@ -185,11 +185,9 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
         /* the optimizer's time is the device's too */
         ZR_CHECK(zr_engine_buf_sync(e));
         zr_engine_report_work(e, ZR_WORK_ADAMW, n);
-    } else if (zr_engine_rank(e) == 0) {
-        ZR_WARN("non-finite gradient norm (%g) at step %d: skipping the optimizer step on every "
-                "rank",
-                norm, e->step + 1);
     }
+    /* a skipped step is the caller's to report (stats->skipped): the engine counts optimizer
+       steps (e->step), not the caller's steps, and would name the wrong one */
     e->t_optim += zr_now() - t0;
 
     for (int u = 0; u < e->nunits; u++) {
