@@ -6,6 +6,10 @@
  * run's (the message gives the flags that match it); so must every key the
  * key table marks MATCH, and the data unless zr.checkpoint.resume_new_data;
  * every other setting that changed is listed and recorded (check_changes).
+ * What the manifest does not record is never "unchanged": it is named as not
+ * compared, and held to the strict rule where one applies (data not recorded
+ * is refused like other data). At another world size the checkpoint's global
+ * batch is kept through gradient_accumulation_steps (keep_batch).
  * The engine state is loaded and resharded to this
  * world size (src/ckpt); the loader is placed by the token count, which
  * stays right when the world size changed. A damaged newest checkpoint is
