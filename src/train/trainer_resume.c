@@ -305,6 +305,14 @@ static void keep_batch(zr_trainer *t, const zr_ckpt_meta *meta, const char *save
     cJSON_Delete(root);
     int own = (c->given & ZR_GIVEN_TRAIN_BATCH) ||
               ((c->given & ZR_GIVEN_GRAD_ACCUM) && c->gradient_accumulation_steps != ga);
+    if (meta->world != t->world && tb == 0 && !own) {
+        snprintf(d->batch_note, sizeof d->batch_note,
+                 "the checkpoint does not record its train_batch_size, so the global batch "
+                 "(%d at %d rank%s, the checkpoint saved at %d) could not be kept; set "
+                 "train_batch_size to the checkpoint's",
+                 c->train_batch_size, t->world, t->world == 1 ? "" : "s", meta->world);
+        return;
+    }
     if (meta->world == t->world || tb == 0 || own || tb == c->train_batch_size) {
         return;
     }
@@ -416,8 +424,8 @@ static void announce(zr_trainer *t, const char *path, const zr_ckpt_meta *meta,
     zr_trainer_note(t, ZR_LOG_INFO, "resumed from %s (step %lld, saved at %d rank%s, now %d)", path,
                     (long long)meta->step, meta->world, meta->world == 1 ? "" : "s", t->world);
     int n = d->nunchecked;
-    if (d->rebatched) {
-        zr_trainer_note(t, ZR_LOG_INFO, "%s", d->batch_note);
+    if (d->batch_note[0] != '\0') {
+        zr_trainer_note(t, d->rebatched ? ZR_LOG_INFO : ZR_LOG_WARN, "%s", d->batch_note);
     }
     if (d->no_config) {
         zr_trainer_note(t, ZR_LOG_WARN,
