@@ -131,8 +131,9 @@ typedef struct resume_diff {
     cJSON *changed;
 } resume_diff;
 
-/* Append "; "-separated text to buf (what does not fit is cut, never overrun). */
-static void append(char *buf, size_t n, const char *sep, const char *fmt, ...)
+/* Append sep-separated text to buf (what does not fit is cut, never overrun). */
+__attribute__((format(printf, 4, 5))) static void append(char *buf, size_t n, const char *sep,
+                                                         const char *fmt, ...)
 {
     size_t used = strlen(buf);
     if (used + 1 >= n) {
