@@ -12,6 +12,11 @@
  *   - a checkpoint is known by what it holds (a copy under a newer name is
  *     not resumed from nor exported);
  *   - a resume changes nothing silently (refused or listed and recorded);
+ *     what the checkpoint does not record is said not compared, never taken
+ *     as unchanged, and its data unrecorded is refused like other data; at
+ *     another world size the global batch is the checkpoint's;
+ *   - defaults that depend on the input's size fit a small input (with a
+ *     note), explicit values keep their refusal;
  *   - a stop under a real mpirun (SIGINT, SIGTERM) in the middle of a
  *     multi-second save: the previous checkpoint stays intact, the new one is
  *     complete or absent, and with the grace period of scripts/mpienv.sh the
@@ -26,6 +31,8 @@
 #include "zr/checkpoint.h"
 #include "zr/file.h"
 #include "zr/plan.h"
+
+#include <cJSON.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -379,6 +386,160 @@ static void test_resume_changes(void)
     TEST_CHECKF(atoi(res.out) == 2, "resumes recorded: %s", res.out);
 }
 
+/*
+ * Remove the member at dotted path ("config", "config.zr") from the manifest
+ * of checkpoint dir (under work) and sign it again, as an edit or an older
+ * zr would leave it: a manifest that passes its checksum but lacks it.
+ */
+static int drop_member(const char *dir, const char *dotted)
+{
+    char p[4400], *text = NULL;
+    size_t n = 0;
+    snprintf(p, sizeof p, "%s/%s/manifest.json", work, dir);
+    if (zr_file_read_all(p, &text, &n) != ZR_OK) {
+        return 0;
+    }
+    cJSON *root = cJSON_ParseWithLength(text, n), *at = root;
+    zr_free(text);
+    char path[128];
+    snprintf(path, sizeof path, "%s", dotted);
+    char *dot = strchr(path, '.');
+    if (dot != NULL) {
+        *dot = '\0';
+        at = cJSON_GetObjectItemCaseSensitive(root, path);
+    }
+    int ok = at != NULL && cJSON_GetObjectItemCaseSensitive(at, dot ? dot + 1 : path) != NULL;
+    cJSON_DeleteItemFromObjectCaseSensitive(at, dot ? dot + 1 : path);
+    char *out = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (out == NULL) {
+        return 0;
+    }
+    zr_test_write_file(p, out, strlen(out));
+    snprintf(p, sizeof p, "%s/%s/COMPLETE", work, dir);
+    char marker[64];
+    snprintf(marker, sizeof marker, "complete manifest-crc32c %u\n",
+             zr_crc32c(0, out, strlen(out)));
+    cJSON_free(out);
+    zr_test_write_file(p, marker, strlen(marker));
+    return ok;
+}
+
+/* What a checkpoint does not record is never taken as unchanged (issue 39, item 3). */
+static void test_resume_unrecorded(void)
+{
+    const char *base = TINY " --data data.txt";
+    TEST_EQ_INT(sh("cd %s && %s train %s --steps 2 --ckpt-dir un && cp -r un un_cfg && "
+                   "cp -r un un_zr && cp -r un un_data",
+                   work, zr_bin, base),
+                0);
+    TEST_CHECK(drop_member("un_cfg/step_00000002", "config"));
+    TEST_CHECK(drop_member("un_zr/step_00000002", "config.zr"));
+    TEST_CHECK(drop_member("un_data/step_00000002", "data"));
+    /* no configuration: said, not "none changed"; the seed is still the manifest's */
+    int code = sh("cd %s && %s train %s --steps 3 --ckpt-dir un_cfg --resume --lr 0.01", work,
+                  zr_bin, base);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    OUT_HAS("un_cfg/step_00000002 records no configuration");
+    OUT_HAS("could not be compared");
+    TEST_CHECKF(strstr(res.out, "none changed") == NULL, "%s", res.out);
+    code = sh("cd %s && %s train %s --steps 3 --ckpt-dir un_cfg --resume --seed 7", work, zr_bin,
+              base);
+    TEST_CHECKF(code == 2, "exit %d\n%s", code, res.out);
+    OUT_HAS("zr.train.seed is 7 here, 1337 in the checkpoint");
+    /* a key that must match, set here, cannot be shown to match: refused */
+    code = sh("cd %s && %s train %s --steps 3 --ckpt-dir un_zr --resume --init init.bin", work,
+              zr_bin, TINY " --data data.txt");
+    TEST_CHECKF(code == 2, "exit %d\n%s", code, res.out);
+    OUT_HAS("zr.model.init is \"init.bin\" here, and the checkpoint does not record it");
+    /* no "zr" section: its keys named as not compared, the other sections' changes listed */
+    code = sh("cd %s && %s train %s --steps 3 --ckpt-dir un_zr --resume --lr 0.01", work, zr_bin,
+              base);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    OUT_HAS("un_zr/step_00000002 does not record");
+    OUT_HAS("zr.train.train_steps");
+    OUT_HAS("optimizer.params.lr 0.001 -> 0.01");
+    TEST_CHECKF(strstr(res.out, "none changed") == NULL, "%s", res.out);
+    /* no data recorded: the same rule as other data */
+    code = sh("cd %s && %s train %s --steps 3 --ckpt-dir un_data --resume", work, zr_bin, base);
+    TEST_CHECKF(code == 2, "exit %d\n%s", code, res.out);
+    OUT_HAS("the checkpoint does not record its training data");
+    OUT_HAS("--resume-new-data");
+    code = sh("cd %s && %s train %s --steps 3 --ckpt-dir un_data --resume --resume-new-data", work,
+              zr_bin, base);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    OUT_HAS("training data (not recorded) -> text, 40000 tokens");
+}
+
+/* At another world size the checkpoint's global batch is kept (issue 39, item 7). */
+static void test_world_batch(void)
+{
+    /* 2 ranks x micro-batch 2: a global batch of 4 */
+    const char *base = TINY " --data data.txt";
+    TEST_EQ_INT(sh("cd %s && mpirun.openmpi -np 2 %s train %s --steps 2 --ckpt-dir wb && "
+                   "cp -r wb wb3 && cp -r wb wbx",
+                   work, zr_bin, base),
+                0);
+    int code = sh("cd %s && %s train %s --steps 3 --ckpt-dir wb --resume", work, zr_bin, base);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    OUT_HAS("gradient_accumulation_steps is 2, not 1, to keep the checkpoint's "
+            "train_batch_size 4");
+    OUT_HAS("gradient_accumulation_steps 1 -> 2");
+    TEST_EQ_INT(sh("cd %s && grep -A0 '\"train_batch_size\"' wb/step_00000003/manifest.json && "
+                   "grep -c '\"gradient_accumulation_steps\":[[:space:]]*2' "
+                   "wb/step_00000003/manifest.json",
+                   work),
+                0);
+    OUT_HAS("4,");
+    /* 1 rank x micro-batch 3 does not divide 4: refused naming the three numbers */
+    code = sh("cd %s && %s train %s --steps 3 --ckpt-dir wb3 --resume --micro-batch 3", work,
+              zr_bin, base);
+    TEST_CHECKF(code == 2, "exit %d\n%s", code, res.out);
+    OUT_HAS("the checkpoint's train_batch_size 4 (at 2 ranks) cannot be kept at 1 rank with "
+            "train_micro_batch_size_per_gpu 3");
+    /* another batch set explicitly: the user's, listed */
+    code =
+        sh("cd %s && %s train %s --steps 3 --ckpt-dir wbx --resume --batch 2", work, zr_bin, base);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    OUT_HAS("train_batch_size 4 -> 2");
+    TEST_CHECKF(strstr(res.out, "to keep the checkpoint's") == NULL, "%s", res.out);
+}
+
+/* Defaults that depend on the input's size fit a small one (issue 39, item 8). */
+static void test_small_input(void)
+{
+    /* 2400 bytes: a validation split of 120 tokens, one batch of 1 x 64 at the defaults */
+    TEST_EQ_INT(sh("cd %s && head -c 2400 data.txt > small.txt", work), 0);
+    int code = sh("cd %s && %s train --layers 1 --channels 32 --heads 2 --steps 2 --data small.txt",
+                  work, zr_bin);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    OUT_HAS("train_micro_batch_size_per_gpu is 1, not 4: the validation split of small.txt holds "
+            "120 tokens");
+    OUT_HAS("zr.data.val_batches is 1, not 4");
+    /* smaller still: the sequence fits too */
+    TEST_EQ_INT(sh("cd %s && head -c 1000 data.txt > tiny.txt", work), 0);
+    code = sh("cd %s && %s train --layers 1 --channels 32 --heads 2 --steps 2 --data tiny.txt",
+              work, zr_bin);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    OUT_HAS("zr.model.seq_len is 49, not 64");
+    /* explicit values keep their refusal */
+    code = sh("cd %s && %s train --layers 1 --channels 32 --heads 2 --steps 2 --data small.txt "
+              "--micro-batch 1 --zr.data.val_batches 4",
+              work, zr_bin);
+    TEST_CHECKF(code == 2, "exit %d\n%s", code, res.out);
+    OUT_HAS("zr.data.val_batches (4) is more than the 1 batches");
+    code = sh("cd %s && %s train --layers 1 --channels 32 --heads 2 --steps 2 --data small.txt "
+              "--micro-batch 4 --seq-len 64",
+              work, zr_bin);
+    TEST_CHECKF(code == 2, "exit %d\n%s", code, res.out);
+    OUT_HAS("the validation split has 120 tokens");
+    /* no validation: its split need not hold a batch */
+    code = sh("cd %s && %s train --layers 1 --channels 32 --heads 2 --steps 2 --data small.txt "
+              "--micro-batch 4 --val-every 0",
+              work, zr_bin);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+}
+
 /* ---- 4. a stop under mpirun saves ----------------------------------------------------------- */
 
 /* Start mpirun (2 ranks; a save takes 2 s) with a grace period of grace seconds; its pid. */
@@ -714,6 +875,9 @@ int main(int argc, char **argv)
     RUN(test_full_disk);
     RUN(test_identity_end_to_end);
     RUN(test_resume_changes);
+    RUN(test_resume_unrecorded);
+    RUN(test_world_batch);
+    RUN(test_small_input);
     RUN(test_messages);
     RUN(test_stop_during_save);
     if (zr_test_failed == 0) {

@@ -1377,18 +1377,52 @@ static void test_resume_table(void)
                     "%s %s -> %s: %d differences (%s: %s -> %s)", path, was, now, n,
                     n > 0 ? out[0].key : "-", n > 0 ? out[0].was : "", n > 0 ? out[0].now : "");
     }
-    /* a key the checkpoint does not record (an older zr) is not compared; nor are unknown ones */
+    /* a key the checkpoint does not record (an older zr, an edited manifest) is listed as not
+       recorded, never taken as unchanged; unknown keys are ignored */
     c = base;
     c.lr = 0.5;
     int n = -1;
     TEST_OK(
         zr_config_compare(&c, "{\"zr\": {\"train\": {\"seed\": 1337}}, \"future\": 1}", out, &n));
+    TEST_EQ_INT(n, listed - 1);
+    int lr_seen = 0, seed_seen = 0;
+    for (int i = 0; i < n; i++) {
+        TEST_CHECKF(!out[i].recorded && out[i].was[0] == '\0', "%s: recorded %d, was %s",
+                    out[i].key, out[i].recorded, out[i].was);
+        lr_seen += strcmp(out[i].key, "optimizer.params.lr") == 0 && strcmp(out[i].now, "0.5") == 0;
+        seed_seen += strcmp(out[i].key, "zr.train.seed") == 0;
+    }
+    TEST_CHECK(lr_seen == 1 && seed_seen == 0);
+    /* no configuration at all: every compared key, none LOCAL */
+    TEST_OK(zr_config_compare(&c, NULL, out, &n));
+    TEST_EQ_INT(n, listed);
+    for (int i = 0; i < n; i++) {
+        TEST_CHECKF(!out[i].recorded && out[i].policy != ZR_RESUME_LOCAL, "%s", out[i].key);
+    }
+    /* a value this zr does not take is not a record of the key */
+    TEST_OK(zr_config_compare(&base, "{\"optimizer\": {\"type\": \"Bogus\"}}", out, &n));
+    int type_seen = 0;
+    for (int i = 0; i < n; i++) {
+        type_seen += strcmp(out[i].key, "optimizer.type") == 0 && !out[i].recorded;
+    }
+    TEST_EQ_INT(type_seen, 1);
+    /* the whole configuration as saved: nothing listed */
+    TEST_OK(zr_config_compare(&base, saved, out, &n));
     TEST_EQ_INT(n, 0);
     /* the seed compared exactly beyond 2^53 */
     c = base;
     c.seed = 18446744073709551557ull;
-    TEST_OK(
-        zr_config_compare(&c, "{\"zr\": {\"train\": {\"seed\": 18446744073709551556}}}", out, &n));
+    TEST_OK(zr_config_compare(&c, saved, out, &n));
+    TEST_EQ_INT(n, 1);
+    c = base;
+    c.seed = 18446744073709551557ull;
+    static zr_train_config s2;
+    s2 = base;
+    s2.seed = 18446744073709551556ull;
+    char *saved2 = NULL;
+    TEST_OK(zr_config_to_json(&s2, &saved2));
+    TEST_OK(zr_config_compare(&c, saved2, out, &n));
+    zr_free(saved2);
     TEST_CHECKF(n == 1 && strcmp(out[0].was, "18446744073709551556") == 0 &&
                     strcmp(out[0].now, "18446744073709551557") == 0 &&
                     out[0].policy == ZR_RESUME_MATCH,

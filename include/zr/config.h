@@ -122,6 +122,9 @@ typedef struct zr_train_config {
 #define ZR_GIVEN_HEADS       (1u << 7)
 #define ZR_GIVEN_CHANNELS    (1u << 8)
 #define ZR_GIVEN_MAX_SEQ_LEN (1u << 9)
+/* sizes whose defaults fit the input (the data, the model file); a value given is kept */
+#define ZR_GIVEN_SEQ_LEN     (1u << 10)
+#define ZR_GIVEN_VAL_BATCHES (1u << 11)
 
 /* Defaults (the demo's small GPT with ZeRO++ on). */
 void zr_config_defaults(zr_train_config *c);
@@ -229,17 +232,20 @@ typedef enum zr_config_policy {
     ZR_RESUME_LOCAL
 } zr_config_policy;
 
-/* One key whose value differs from the checkpoint's configuration. */
+/* One key whose value differs from the checkpoint's configuration, or that it does not record. */
 typedef struct zr_config_change {
     const char *key; /* dotted path */
     zr_config_policy policy;
+    int recorded;            /* 0: the checkpoint does not record the key (was is "") */
     char was[160], now[160]; /* as printed: 3, 0.001, true, "AdamW" */
 } zr_config_change;
 
 /*
  * Compare c with saved_json, the configuration a checkpoint's manifest
- * recorded: out[0..*n) gets every key (not LOCAL) whose value differs; a key
- * the saved text lacks (an older zr) is not compared. out must hold
+ * recorded (NULL: it records none): out[0..*n) gets every key (not LOCAL)
+ * whose value differs, and every key (not LOCAL) that the saved text does not
+ * record or records with a value this zr does not take (recorded = 0: it
+ * cannot be compared, which is not "unchanged"). out must hold
  * zr_config_key_count() entries.
  */
 zr_status zr_config_compare(const zr_train_config *c, const char *saved_json, zr_config_change *out,

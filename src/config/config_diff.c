@@ -5,7 +5,9 @@
  * zr_config_policy), and this lists every key whose value differs, printed as
  * the printout prints it. The saved configuration is read with the same key
  * table (leniently: what an older zr wrote must not stop a resume), over a
- * copy of this run's, so a key the checkpoint does not record never differs.
+ * copy of this run's; a key the checkpoint does not record (an older zr, an
+ * edited manifest, a value this zr no longer takes) is listed as not recorded,
+ * never taken as unchanged.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -20,7 +22,14 @@ zr_status zr_config_compare(const zr_train_config *c, const char *saved_json, zr
     *n = 0;
     static zr_train_config was; /* large (paths): not on the stack */
     was = *c;
-    ZR_CHECK(zr_config_parse_saved(&was, saved_json, "the checkpoint's configuration"));
+    unsigned char *present = NULL;
+    zr_status st = ZR_OK;
+    ZR_ALLOC_GOTO(present, zr_config_nkeys, st, done);
+    if (saved_json != NULL) {
+        ZR_CHECK_GOTO(
+            zr_config_parse_saved(&was, saved_json, "the checkpoint's configuration", present), st,
+            done);
+    }
     for (size_t i = 0; i < zr_config_nkeys; i++) {
         const cfg_key *k = &zr_config_keys[i];
         if (!zr_config_listed(k) || k->resume == ZR_RESUME_LOCAL) {
@@ -29,13 +38,16 @@ zr_status zr_config_compare(const zr_train_config *c, const char *saved_json, zr
         char a[sizeof out->was], b[sizeof out->now];
         zr_config_fmt_value(&was, k, a, sizeof a);
         zr_config_fmt_value(c, k, b, sizeof b);
-        if (strcmp(a, b) != 0) {
+        if (!present[i] || strcmp(a, b) != 0) {
             zr_config_change *ch = &out[(*n)++];
             ch->key = k->path;
             ch->policy = k->resume;
-            snprintf(ch->was, sizeof ch->was, "%s", a);
+            ch->recorded = present[i];
+            snprintf(ch->was, sizeof ch->was, "%s", present[i] ? a : "");
             snprintf(ch->now, sizeof ch->now, "%s", b);
         }
     }
-    return ZR_OK;
+done:
+    zr_free(present);
+    return st;
 }

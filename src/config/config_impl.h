@@ -142,8 +142,11 @@ const cfg_literal *zr_config_find_literal(const cfg_literals *l, const cfg_key *
 /* ---- config_json.c --------------------------------------------------------- */
 
 /* Read a configuration zr saved (a manifest's "config") over c, leniently:
-   unknown keys, nulls and values this zr does not take leave c as it was. */
-zr_status zr_config_parse_saved(zr_train_config *c, const char *text, const char *name);
+   unknown keys, nulls and values this zr does not take leave c as it was.
+   present (NULL: not wanted; else zr_config_nkeys entries) gets 1 for each key
+   of the table whose value text gave and this zr took, 0 for the others. */
+zr_status zr_config_parse_saved(zr_train_config *c, const char *text, const char *name,
+                                unsigned char *present);
 
 /* ---- config_value.c: one key's value ------------------------------------- */
 

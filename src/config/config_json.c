@@ -153,7 +153,10 @@ static zr_status member(zr_train_config *c, const cJSON *child, const char *pref
         zr_status st = zr_config_apply_value(c, r, child, where, lit ? lit->text : NULL,
                                              lit ? lit->len : 0, w->warn, w->warn_ctx);
         if (st != ZR_OK && !w->strict) {
-            zr_error_clear(); /* a value this zr no longer takes: the current one stays */
+            /* a value this zr no longer takes: the current one stays, and the key counts as
+               not recorded (zr_config_compare cannot compare it) */
+            zr_error_clear();
+            w->set[r - zr_config_keys] = 0;
             return ZR_OK;
         }
         return st;
@@ -227,9 +230,12 @@ static zr_status parse_text(const char *text, const char *name, cJSON **out)
     ZR_FAIL(ZR_ERR_FORMAT, "%s:%d:%d: malformed JSON near '%.*s'", name, line, col, len, from);
 }
 
-/* Read text over c: strictly (a user's file) or leniently (a configuration zr saved). */
+/*
+ * Read text over c: strictly (a user's file) or leniently (a configuration zr
+ * saved); present (NULL: not wanted) gets 1 per key of the table that text set.
+ */
 static zr_status parse_config(zr_train_config *c, const char *text, const char *name, int strict,
-                              warn_fn warn, void *ctx)
+                              warn_fn warn, void *ctx, unsigned char *present)
 {
     cJSON *root = NULL;
     ZR_CHECK(parse_text(text, name, &root));
@@ -245,6 +251,9 @@ static zr_status parse_config(zr_train_config *c, const char *text, const char *
     ZR_ALLOC_GOTO(w.set, zr_config_nkeys, st, done);
     ZR_ALLOC_GOTO(w.set_as, zr_config_nkeys, st, done);
     ZR_CHECK_GOTO(walk(c, root, "", &w), st, done);
+    if (present != NULL) {
+        memcpy(present, w.set, zr_config_nkeys);
+    }
     if (w.unknown_top > MAX_UNKNOWN_LISTED) {
         char msg[320];
         snprintf(msg, sizeof msg, "%s: %d more unknown top-level keys (ignored, not listed)", name,
@@ -262,12 +271,13 @@ done:
 zr_status zr_config_parse_json(zr_train_config *c, const char *text, const char *name,
                                void (*warn)(void *ctx, const char *msg), void *ctx)
 {
-    return parse_config(c, text, name, 1, warn, ctx);
+    return parse_config(c, text, name, 1, warn, ctx, NULL);
 }
 
-zr_status zr_config_parse_saved(zr_train_config *c, const char *text, const char *name)
+zr_status zr_config_parse_saved(zr_train_config *c, const char *text, const char *name,
+                                unsigned char *present)
 {
-    return parse_config(c, text, name, 0, NULL, NULL);
+    return parse_config(c, text, name, 0, NULL, NULL, present);
 }
 
 zr_status zr_config_load_json(zr_train_config *c, const char *path,

@@ -32,6 +32,10 @@ void zr_trainer_warn_ckpt(void *ctx, const char *msg);
  */
 zr_status zr_trainer_setup(zr_trainer *t);
 
+/* One optimizer step's micro-batches must fit the training split (at set-up, and after a
+   resume at another world size changed gradient_accumulation_steps). */
+zr_status zr_trainer_check_accum(const zr_trainer *t);
+
 /*
  * zr.device: "cpu", "cuda" (every rank opens its GPU by node-local rank, or
  * every rank fails with the first failing rank's reason) or "auto" (the GPUs

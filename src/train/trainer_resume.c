@@ -6,6 +6,10 @@
  * run's (the message gives the flags that match it); so must every key the
  * key table marks MATCH, and the data unless zr.checkpoint.resume_new_data;
  * every other setting that changed is listed and recorded (check_changes).
+ * What the manifest does not record is never "unchanged": it is named as not
+ * compared, and held to the strict rule where one applies (data not recorded
+ * is refused like other data). At another world size the checkpoint's global
+ * batch is kept through gradient_accumulation_steps (keep_batch).
  * The engine state is loaded and resharded to this
  * world size (src/ckpt); the loader is placed by the token count, which
  * stays right when the world size changed. A damaged newest checkpoint is
@@ -17,6 +21,7 @@
 
 #include <cJSON.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -109,15 +114,124 @@ static zr_status check_model(const zr_trainer *t, const char *path, const zr_gpt
             fused ? flags : "the same model keys");
 }
 
-/* One "key was -> now" for the start-up line, appended to buf; *count counts them. */
-static void list_change(char *buf, size_t n, int *count, const char *key, const char *was,
-                        const char *now)
+/*
+ * What a resume finds against the checkpoint: what is refused, what changed
+ * (the start-up line, and the record of record_resume) and what could not be
+ * compared because the checkpoint does not record it.
+ */
+typedef struct resume_diff {
+    char refused[2048];
+    char listed[4096];
+    int nlisted;
+    char unchecked[1024];
+    int nunchecked;
+    int no_config; /* the manifest has no "config" at all */
+    int rebatched; /* gradient_accumulation_steps changed to keep the global batch */
+    char batch_note[512];
+    cJSON *changed;
+} resume_diff;
+
+/* Append sep-separated text to buf (what does not fit is cut, never overrun). */
+__attribute__((format(printf, 4, 5))) static void append(char *buf, size_t n, const char *sep,
+                                                         const char *fmt, ...)
 {
     size_t used = strlen(buf);
-    if (used + 8 < n) {
-        snprintf(buf + used, n - used, "%s%s %s -> %s", used ? ", " : "", key, was, now);
+    if (used + 1 >= n) {
+        return;
     }
-    (*count)++;
+    if (used > 0) {
+        snprintf(buf + used, n - used, "%s", sep);
+        used = strlen(buf);
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, n - used, fmt, ap);
+    va_end(ap);
+}
+
+/* One "key was -> now" for the start-up line and the record. */
+static void list_change(resume_diff *d, const char *key, const char *was, const char *now)
+{
+    append(d->listed, sizeof d->listed, ", ", "%s %s -> %s", key, was, now);
+    d->nlisted++;
+    cJSON *pair = cJSON_CreateArray();
+    cJSON_AddItemToArray(pair, cJSON_CreateString(was));
+    cJSON_AddItemToArray(pair, cJSON_CreateString(now));
+    cJSON_AddItemToObject(d->changed, key, pair);
+}
+
+/* The default value of the key at path, as zr_config_compare prints it ("" if none). */
+static void default_of(const char *path, char *buf, size_t n)
+{
+    static zr_train_config d; /* large (paths): not on the stack */
+    zr_config_defaults(&d);
+    char v[200];
+    buf[0] = '\0';
+    for (size_t i = 0; i < zr_config_key_count(); i++) {
+        const char *p = zr_config_key_value(&d, i, v, sizeof v);
+        if (p != NULL && strcmp(p, path) == 0) {
+            snprintf(buf, n, "%s", v);
+            return;
+        }
+    }
+}
+
+/*
+ * A key the checkpoint's configuration does not record. The model's shape,
+ * the seed and the data are compared from the manifest's own fields (which
+ * every checkpoint has, or whose absence the data check refuses); a key that
+ * must match, set here to other than its default, is refused, since it cannot
+ * be shown to match; any other key is listed as not compared.
+ */
+static void unrecorded(resume_diff *d, const zr_config_change *ch)
+{
+    if (ch->policy == ZR_RESUME_MODEL || ch->policy == ZR_RESUME_DATA ||
+        strcmp(ch->key, "zr.train.seed") == 0) {
+        return;
+    }
+    char def[200];
+    default_of(ch->key, def, sizeof def);
+    if (ch->policy == ZR_RESUME_MATCH && strcmp(def, ch->now) != 0) {
+        append(d->refused, sizeof d->refused, "; ",
+               "%s is %s here, and the checkpoint does not record it, so it cannot be checked "
+               "(a resume keeps the checkpoint's; leave it out)",
+               ch->key, ch->now);
+        return;
+    }
+    if (d->nunchecked++ < 24) {
+        append(d->unchecked, sizeof d->unchecked, ", ", "%s", ch->key);
+    }
+}
+
+/*
+ * The data by what it holds: the same file under another name is the same
+ * data. A checkpoint that does not record its data is held to the same rule
+ * as one that records other data: refused unless zr.checkpoint.resume_new_data.
+ */
+static void check_data(const zr_trainer *t, const zr_ckpt_meta *meta, resume_diff *d)
+{
+    int known = meta->data[0] != '\0';
+    if (known && strcmp(meta->data, t->data_id) == 0) {
+        return;
+    }
+    if (t->cfg.resume_new_data) {
+        list_change(d, "training data", known ? meta->data : "(not recorded)", t->data_id);
+        return;
+    }
+    if (known) {
+        append(d->refused, sizeof d->refused, "; ",
+               "the training data is other data: %s here (zr.data.path \"%s\"), %s in the "
+               "checkpoint; pass --resume-new-data (zr.checkpoint.resume_new_data) to train on "
+               "it from here",
+               t->data_id, t->cfg.data_path, meta->data);
+    } else {
+        append(d->refused, sizeof d->refused, "; ",
+               "the checkpoint does not record its training data (no \"data\" in its manifest: "
+               "an earlier zr, or an edited manifest), so %s here (zr.data.path \"%s\") cannot "
+               "be checked against it; pass --resume-new-data (zr.checkpoint.resume_new_data) to "
+               "train on it from here",
+               t->data_id, t->cfg.data_path);
+    }
 }
 
 /*
@@ -163,67 +277,120 @@ static zr_status record_resume(zr_trainer *t, const char *path, int64_t step, co
     return ZR_OK;
 }
 
+/* A whole number of the saved configuration's top level (0 when absent or not one). */
+static long long saved_int(const cJSON *root, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsNumber(it) || it->valuedouble < 1 || it->valuedouble > INT_MAX ||
+        it->valuedouble != (double)(long long)it->valuedouble) {
+        return 0;
+    }
+    return (long long)it->valuedouble;
+}
+
+/*
+ * At another world size the checkpoint's global batch is kept, as universal
+ * checkpointing does: train_batch_size stays the checkpoint's and
+ * gradient_accumulation_steps follows (micro-batch x accumulation x ranks),
+ * said in d->batch_note; where no whole accumulation gives it, refused naming
+ * the three numbers. A train_batch_size given for this launch, or a
+ * gradient_accumulation_steps given other than the checkpoint's, is the
+ * user's choice of another batch and stays (listed as a change).
+ */
+static void keep_batch(zr_trainer *t, const zr_ckpt_meta *meta, const char *saved, resume_diff *d)
+{
+    zr_train_config *c = &t->cfg;
+    cJSON *root = saved != NULL ? cJSON_Parse(saved) : NULL;
+    long long tb = saved_int(root, "train_batch_size"),
+              ga = saved_int(root, "gradient_accumulation_steps");
+    cJSON_Delete(root);
+    int own = (c->given & ZR_GIVEN_TRAIN_BATCH) ||
+              ((c->given & ZR_GIVEN_GRAD_ACCUM) && c->gradient_accumulation_steps != ga);
+    if (meta->world != t->world && tb == 0 && !own) {
+        snprintf(d->batch_note, sizeof d->batch_note,
+                 "the checkpoint does not record its train_batch_size, so the global batch "
+                 "(%d at %d rank%s, the checkpoint saved at %d) could not be kept; set "
+                 "train_batch_size to the checkpoint's",
+                 c->train_batch_size, t->world, t->world == 1 ? "" : "s", meta->world);
+        return;
+    }
+    if (meta->world == t->world || tb == 0 || own || tb == c->train_batch_size) {
+        return;
+    }
+    long long mb = c->train_micro_batch_size_per_gpu, per = mb * t->world;
+    if (tb % per != 0 || tb / per > (1 << 20)) {
+        append(d->refused, sizeof d->refused, "; ",
+               "the checkpoint's train_batch_size %lld (at %d rank%s) cannot be kept at %d "
+               "rank%s with train_micro_batch_size_per_gpu %lld: it is not a whole number of "
+               "%lld x %d; resume with a micro-batch or a world size whose product divides %lld, "
+               "or set train_batch_size to train with another global batch",
+               tb, meta->world, meta->world == 1 ? "" : "s", t->world, t->world == 1 ? "" : "s", mb,
+               mb, t->world, tb);
+        return;
+    }
+    snprintf(d->batch_note, sizeof d->batch_note,
+             "at %d rank%s (the checkpoint's %d) gradient_accumulation_steps is %lld, not %d, to "
+             "keep the checkpoint's train_batch_size %lld (micro-batch %lld x %lld x %d ranks); "
+             "set train_batch_size to train with another",
+             t->world, t->world == 1 ? "" : "s", meta->world, tb / per,
+             c->gradient_accumulation_steps, tb, mb, tb / per, t->world);
+    c->gradient_accumulation_steps = (int)(tb / per);
+    c->train_batch_size = (int)tb;
+    d->rebatched = 1;
+}
+
 /*
  * This run's configuration and data against the checkpoint's, key by key as
  * the key table decides (zr_config_policy): what must match is refused,
- * naming every such key with both values; the rest is listed in *listed and
- * recorded (record_resume).
+ * naming every such key with both values; the rest is listed in d and
+ * recorded (record_resume); what the checkpoint does not record is listed in
+ * d->unchecked, or refused where the rule for the key demands it.
  */
 static zr_status check_changes(zr_trainer *t, const char *path, const zr_ckpt_meta *meta,
-                               char *listed, size_t n, int *nlisted)
+                               resume_diff *d)
 {
-    char *saved = NULL, *hist = NULL, refused[2048] = "", shown[160];
+    char *saved = NULL, *hist = NULL, shown[160];
     zr_config_change *ch = NULL;
-    cJSON *changed = NULL;
     int nch = 0;
-    listed[0] = '\0';
-    *nlisted = 0;
+    memset(d, 0, sizeof *d);
     zr_status st = ZR_OK;
+    d->changed = cJSON_CreateObject();
+    if (d->changed == NULL) {
+        ZR_FAIL(ZR_ERR_NOMEM, "out of memory comparing with %s", path);
+    }
     ZR_CHECK_GOTO(zr_ckpt_read_section(path, "config", &saved), st, done);
     ZR_CHECK_GOTO(zr_ckpt_read_section(path, "resumes", &hist), st, done);
     ZR_ALLOC_GOTO(ch, zr_config_key_count(), st, done);
-    if (saved != NULL) {
-        ZR_CHECK_GOTO(zr_config_compare(&t->cfg, saved, ch, &nch), st, done);
-    }
-    changed = cJSON_CreateObject();
+    keep_batch(t, meta, saved, d);
+    ZR_CHECK_GOTO(zr_config_compare(&t->cfg, saved, ch, &nch), st, done);
     for (int i = 0; i < nch; i++) {
-        if (ch[i].policy == ZR_RESUME_MATCH) {
-            size_t u = strlen(refused);
-            snprintf(refused + u, sizeof refused - u, "%s%s is %s here, %s in the checkpoint",
-                     u ? "; " : "", ch[i].key, ch[i].now, ch[i].was);
-            continue;
-        }
-        list_change(listed, n, nlisted, ch[i].key, ch[i].was, ch[i].now);
-        cJSON *pair = cJSON_CreateArray();
-        cJSON_AddItemToArray(pair, cJSON_CreateString(ch[i].was));
-        cJSON_AddItemToArray(pair, cJSON_CreateString(ch[i].now));
-        cJSON_AddItemToObject(changed, ch[i].key, pair);
-    }
-    /* the data by what it holds: the same file under another name is the same data */
-    if (meta->data[0] != '\0' && strcmp(meta->data, t->data_id) != 0) {
-        if (!t->cfg.resume_new_data) {
-            size_t u = strlen(refused);
-            snprintf(refused + u, sizeof refused - u,
-                     "%sthe training data is other data: %s here (zr.data.path \"%s\"), %s in the "
-                     "checkpoint; pass --resume-new-data (zr.checkpoint.resume_new_data) to train "
-                     "on it from here",
-                     u ? "; " : "", t->data_id, t->cfg.data_path, meta->data);
+        if (!ch[i].recorded) {
+            unrecorded(d, &ch[i]);
+        } else if (strcmp(ch[i].key, "zr.train.seed") == 0) {
+            continue; /* the manifest's own seed, below */
+        } else if (ch[i].policy == ZR_RESUME_MATCH) {
+            append(d->refused, sizeof d->refused, "; ", "%s is %s here, %s in the checkpoint",
+                   ch[i].key, ch[i].now, ch[i].was);
         } else {
-            list_change(listed, n, nlisted, "training data", meta->data, t->data_id);
-            cJSON *pair = cJSON_CreateArray();
-            cJSON_AddItemToArray(pair, cJSON_CreateString(meta->data));
-            cJSON_AddItemToArray(pair, cJSON_CreateString(t->data_id));
-            cJSON_AddItemToObject(changed, "training data", pair);
+            list_change(d, ch[i].key, ch[i].was, ch[i].now);
         }
     }
-    if (refused[0] != '\0') {
+    if (meta->seed != t->cfg.seed) {
+        append(d->refused, sizeof d->refused, "; ",
+               "zr.train.seed is %llu here, %llu in the checkpoint",
+               (unsigned long long)t->cfg.seed, (unsigned long long)meta->seed);
+    }
+    d->no_config = saved == NULL;
+    check_data(t, meta, d);
+    if (d->refused[0] != '\0') {
         ZR_FAIL_GOTO(st, done, ZR_ERR_INVALID,
                      "cannot resume from %s: %s; resume with the checkpoint's values",
-                     zr_file_show(path, shown, sizeof shown), refused);
+                     zr_file_show(path, shown, sizeof shown), d->refused);
     }
-    st = record_resume(t, path, meta->step, hist, changed);
+    st = record_resume(t, path, meta->step, hist, d->changed);
 done:
-    cJSON_Delete(changed);
+    cJSON_Delete(d->changed);
+    d->changed = NULL;
     zr_free(ch);
     zr_free(saved);
     zr_free(hist);
@@ -252,17 +419,38 @@ static zr_status clear_ahead(zr_trainer *t, int explicit, int64_t step)
 }
 
 /* Rank 0's start-up lines of a resume. */
-static void announce(zr_trainer *t, const char *path, const zr_ckpt_meta *meta, const char *listed,
-                     int changes)
+static void announce(zr_trainer *t, const char *path, const zr_ckpt_meta *meta,
+                     const resume_diff *d)
 {
     zr_trainer_note(t, ZR_LOG_INFO, "resumed from %s (step %lld, saved at %d rank%s, now %d)", path,
                     (long long)meta->step, meta->world, meta->world == 1 ? "" : "s", t->world);
-    if (changes > 0) {
+    int n = d->nunchecked;
+    if (d->batch_note[0] != '\0') {
+        zr_trainer_note(t, d->rebatched ? ZR_LOG_INFO : ZR_LOG_WARN, "%s", d->batch_note);
+    }
+    if (d->no_config) {
+        zr_trainer_note(t, ZR_LOG_WARN,
+                        "%s records no configuration (an earlier zr, or an edited manifest): "
+                        "%d settings could not be compared with this run's (the model's shape, "
+                        "the seed and the data were)",
+                        path, n);
+    } else if (n > 0) {
+        zr_trainer_note(t, ZR_LOG_WARN,
+                        "%s does not record %d setting%s (an earlier zr, or an edited manifest), "
+                        "which could not be compared with this run's: %s%s",
+                        path, n, n == 1 ? "" : "s", d->unchecked, n > 24 ? ", ..." : "");
+    }
+    if (d->nlisted > 0) {
         zr_trainer_note(t, ZR_LOG_INFO,
                         "resuming step %lld of %s with %d setting%s changed: %s (recorded in the "
                         "next checkpoints' manifests and in the metrics file)",
-                        (long long)meta->step, path, changes, changes == 1 ? "" : "s", listed);
-    } else {
+                        (long long)meta->step, path, d->nlisted, d->nlisted == 1 ? "" : "s",
+                        d->listed);
+    } else if (n > 0 && !d->no_config) {
+        zr_trainer_note(
+            t, ZR_LOG_INFO,
+            "resuming with the checkpoint's settings: none of those it records changed");
+    } else if (n == 0) {
         zr_trainer_note(t, ZR_LOG_INFO, "resuming with the checkpoint's settings: none changed");
     }
     if (meta->step >= t->cfg.train_steps) {
@@ -278,8 +466,9 @@ static void announce(zr_trainer *t, const char *path, const zr_ckpt_meta *meta, 
  */
 static zr_status resume_at(zr_trainer *t, int *start)
 {
-    char path[ZR_PATH_MAX], listed[4096];
-    int found = 0, explicit = t->cfg.resume_from[0] != '\0', changes = 0;
+    char path[ZR_PATH_MAX];
+    int found = 0, explicit = t->cfg.resume_from[0] != '\0';
+    static resume_diff d; /* large: not on the stack */
     *start = 0;
     zr_status st = ZR_OK;
     if (explicit) {
@@ -309,7 +498,16 @@ static zr_status resume_at(zr_trainer *t, int *start)
                          path, (long long)meta.step, INT_MAX);
     }
     if (st == ZR_OK) {
-        st = check_changes(t, path, &meta, listed, sizeof listed, &changes);
+        st = check_changes(t, path, &meta, &d);
+    }
+    if (st == ZR_OK && d.rebatched) {
+        /* the manifests record the accumulation this run uses; a step must fit the data */
+        zr_free(t->config_json);
+        t->config_json = NULL;
+        st = zr_config_to_json(&t->cfg, &t->config_json);
+        if (st == ZR_OK) {
+            st = zr_trainer_check_accum(t);
+        }
     }
     st = zr_comm_agree(&t->comm, st);
     if (st == ZR_OK) {
@@ -330,7 +528,7 @@ static zr_status resume_at(zr_trainer *t, int *start)
     zr_loader_seek(&t->train, meta.tokens / global_tokens);
     *start = (int)meta.step;
     t->resumed_from = meta.step;
-    announce(t, path, &meta, listed, changes);
+    announce(t, path, &meta, &d);
     return ZR_OK;
 }
 

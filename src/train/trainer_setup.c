@@ -91,6 +91,13 @@ static zr_status model_shape(zr_trainer *t)
     }
     zr_gpt_config fc;
     ZR_CHECK(zr_gpt_read_llmc_config(c->init_path, &fc));
+    if (!(c->given & ZR_GIVEN_SEQ_LEN) && c->seq_len > fc.max_t) {
+        zr_trainer_note(t, ZR_LOG_INFO,
+                        "zr.model.seq_len is %d, not the default %d: the model file %s has %d "
+                        "positions (a value given explicitly is kept, and refused)",
+                        fc.max_t, c->seq_len, c->init_path, fc.max_t);
+        c->seq_len = fc.max_t;
+    }
     ZR_CHECK(zr_config_adopt_model(c, &fc, c->init_path));
     if (V != fc.vocab) {
         ZR_FAIL(ZR_ERR_INVALID,
@@ -105,6 +112,77 @@ static zr_status model_shape(zr_trainer *t)
     return ZR_OK;
 }
 
+zr_status zr_trainer_check_accum(const zr_trainer *t)
+{
+    const zr_train_config *c = &t->cfg;
+    size_t train_batches = zr_loader_batches_per_epoch(&t->train);
+    double global = (double)t->world * c->train_micro_batch_size_per_gpu * c->seq_len;
+    if ((size_t)c->gradient_accumulation_steps > train_batches) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "one optimizer step (gradient_accumulation_steps %d x %.0f tokens) reads more than "
+                "the whole training split (%zu batches of %.0f tokens): lower "
+                "gradient_accumulation_steps or train_batch_size to at most %zu batches",
+                c->gradient_accumulation_steps, global, train_batches, global, train_batches);
+    }
+    return ZR_OK;
+}
+
+/*
+ * The sizes whose defaults depend on the input fit it, each with a one-line
+ * note: the micro-batch first, then the sequence length, so that one global
+ * batch (and one more token) fits each split the run reads. A value given
+ * explicitly is kept, for the loader to refuse naming the keys.
+ */
+static void fit_batch(zr_trainer *t)
+{
+    zr_train_config *c = &t->cfg;
+    size_t val = t->data.n * ZR_VAL_PERCENT / 100, have = t->data.n - val, W = (size_t)t->world;
+    int on_val = c->val_every > 0 && val < have;
+    have = on_val ? val : have;
+    int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
+    if (have <= W || W * B * T + 1 <= have) {
+        return;
+    }
+    size_t room = (have - 1) / W; /* tokens of one rank's share of a global batch */
+    const char *name = c->data_path[0] ? c->data_path : "the bundled corpus";
+    char why[600];
+    snprintf(why, sizeof why,
+             "the %s split of %s holds %zu tokens, and one global batch (%zu rank%s x "
+             "micro-batch x zr.model.seq_len) must fit it with one more; a value given explicitly "
+             "is kept, and refused",
+             on_val ? "validation" : "training", name, have, W, W == 1 ? "" : "s");
+    if (!(c->given & (ZR_GIVEN_MICRO_BATCH | ZR_GIVEN_TRAIN_BATCH)) && B > 1) {
+        int nb = room / (size_t)T >= 1 ? (int)(room / (size_t)T) : 1;
+        zr_trainer_note(t, ZR_LOG_INFO, "train_micro_batch_size_per_gpu is %d, not %d: %s", nb, B,
+                        why);
+        B = c->train_micro_batch_size_per_gpu = nb;
+        c->train_batch_size = (int)((size_t)nb * (size_t)c->gradient_accumulation_steps * W);
+    }
+    if (!(c->given & ZR_GIVEN_SEQ_LEN) && (size_t)B * T > room && room / (size_t)B >= 1) {
+        int nt = (int)(room / (size_t)B);
+        zr_trainer_note(t, ZR_LOG_INFO, "zr.model.seq_len is %d, not %d: %s", nt, T, why);
+        c->seq_len = nt;
+    }
+}
+
+/* zr.data.val_batches by default takes at most what the validation split holds. */
+static void fit_val_batches(zr_trainer *t)
+{
+    zr_train_config *c = &t->cfg;
+    size_t have = zr_loader_batches_per_epoch(&t->val);
+    if (c->val_every <= 0 || (c->given & ZR_GIVEN_VAL_BATCHES) || (size_t)c->val_batches <= have) {
+        return;
+    }
+    zr_trainer_note(t, ZR_LOG_INFO,
+                    "zr.data.val_batches is %zu, not %d: the validation split of %s holds %zu "
+                    "batch%s of %d rank%s x %d x %d tokens (a value given explicitly is kept, "
+                    "and refused)",
+                    have, c->val_batches, c->data_path[0] ? c->data_path : "the bundled corpus",
+                    have, have == 1 ? "" : "es", t->world, t->world == 1 ? "" : "s",
+                    c->train_micro_batch_size_per_gpu, c->seq_len);
+    c->val_batches = (int)have;
+}
+
 /*
  * Sizes that are valid one by one but would cost hours, or more memory than
  * the node has, before the first step could report anything are refused
@@ -114,7 +192,6 @@ static zr_status model_shape(zr_trainer *t)
 static zr_status check_sizes(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
-    size_t train_batches = zr_loader_batches_per_epoch(&t->train);
     size_t val_batches = zr_loader_batches_per_epoch(&t->val);
     double global = (double)t->world * c->train_micro_batch_size_per_gpu * c->seq_len;
     if (c->val_every > 0 && (size_t)c->val_batches > val_batches) {
@@ -127,13 +204,7 @@ static zr_status check_sizes(zr_trainer *t)
             c->val_batches, val_batches, global, t->world, t->world == 1 ? "" : "s",
             c->train_micro_batch_size_per_gpu, c->seq_len, val_batches);
     }
-    if ((size_t)c->gradient_accumulation_steps > train_batches) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "one optimizer step (gradient_accumulation_steps %d x %.0f tokens) reads more than "
-                "the whole training split (%zu batches of %.0f tokens): lower "
-                "gradient_accumulation_steps or train_batch_size to at most %zu batches",
-                c->gradient_accumulation_steps, global, train_batches, global, train_batches);
-    }
+    ZR_CHECK(zr_trainer_check_accum(t));
     /* a lower bound of what one rank allocates: activations (layout of src/model/gpt.c) and
        the fp32 model state (master, gradient, Adam m and v, sharded; the full parameters
        below stage 3) */
@@ -264,9 +335,11 @@ zr_status zr_trainer_setup(zr_trainer *t)
     ZR_CHECK(zr_launch_check_data(&t->comm, &t->data, t->cfg.data_path));
     zr_launch_data_id(&t->data, t->data_id, sizeof t->data_id);
     ZR_CHECK(zr_comm_agree(&t->comm, model_shape(t)));
+    fit_batch(t);
     int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
     zr_status st = zr_loader_init(&t->train, &t->data, ZR_SPLIT_TRAIN, B, T, t->rank, t->world);
-    if (st == ZR_OK) {
+    if (st == ZR_OK && c->val_every > 0) {
+        /* without validation the split is not read: it need not hold a batch */
         st = zr_loader_init(&t->val, &t->data, ZR_SPLIT_VAL, B, T, t->rank, t->world);
     }
     if (st != ZR_OK) {
@@ -279,6 +352,7 @@ zr_status zr_trainer_setup(zr_trainer *t)
                          msg, c->data_path[0] ? c->data_path : "the bundled corpus", B, T);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
+    fit_val_batches(t);
     ZR_CHECK(zr_trainer_pick_device(t));
     ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
     ZR_CHECK(zr_comm_agree(&t->comm, check_memory(t)));
