@@ -19,7 +19,8 @@
 #include "zr/optim.h"
 #include "zr/pool.h"
 
-#include <cblas.h>
+#include "../src/base/blas.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,37 +41,6 @@ static double peak_rss_mb(void)
         return -1;
     }
     return ru.ru_maxrss / 1024.0; /* Linux reports KiB */
-}
-
-/* Median GFLOP/s of a 2048^3 sgemm. */
-static double sgemm_gflops(int reps)
-{
-    const int n = 2048;
-    const size_t bytes = (size_t)n * n * 4;
-    float *a = NULL, *b = NULL, *c = NULL;
-    if (zr_alloc_at((void **)&a, bytes, __FILE__, __LINE__) != ZR_OK ||
-        zr_alloc_at((void **)&b, bytes, __FILE__, __LINE__) != ZR_OK ||
-        zr_alloc_at((void **)&c, bytes, __FILE__, __LINE__) != ZR_OK) {
-        zr_free(a);
-        zr_free(b);
-        return -1;
-    }
-    for (size_t i = 0; i < (size_t)n * n; i++) {
-        a[i] = (float)(i % 13) * 0.01f;
-        b[i] = (float)(i % 7) * 0.02f;
-    }
-    double t[16];
-    for (int r = 0; r <= reps; r++) {
-        double t0 = zr_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
-                    n);
-        t[r] = zr_now() - t0;
-    }
-    double med = zr_median(t + 1, reps); /* the first run warms up */
-    zr_free(a);
-    zr_free(b);
-    zr_free(c);
-    return 2.0 * n * n * (double)n / med * 1e-9;
 }
 
 /* Times steps + 1 training steps (the first warms up): t[0..3][s] = fwd, bwd, adam, all. */
@@ -308,8 +278,8 @@ int zr_bench_model(int argc, char **argv)
            "act MiB", "RSS MiB");
     for (int k = 0; k < nthreads; k++) {
         /* the ceiling: OpenBLAS's own threads on one large product */
-        openblas_set_num_threads(threads[k]);
-        double sgemm = sgemm_gflops(quick ? 3 : 5);
+        zr_blas_set_threads(threads[k]);
+        double sgemm = zr_blas_sgemm_rate(2048, quick ? 3 : 5);
         for (int r = 0; r < nruns; r++) {
             bench_result *x = &res[nres];
             zr_status st = run_config(runs[r].name, runs[r].cfg, runs[r].B, runs[r].T, threads[k],
