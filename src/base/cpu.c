@@ -149,7 +149,6 @@ __attribute__((target("avx512f"))) static double loop_avx512(long iters, float *
         for (int k = 0; k < ACC512; k++) {
             acc[k] = _mm512_fmadd_ps(acc[k], b, c);
         }
-        __asm__ volatile("" ::: "memory");
     }
     __m512 s = acc[0];
     for (int k = 1; k < ACC512; k++) {
@@ -170,7 +169,6 @@ __attribute__((target("avx2,fma"))) static double loop_avx2(long iters, float *s
         for (int k = 0; k < ACC256; k++) {
             acc[k] = _mm256_fmadd_ps(acc[k], b, c);
         }
-        __asm__ volatile("" ::: "memory");
     }
     float out[8];
     __m256 s = acc[0];
@@ -193,7 +191,6 @@ static double loop_sse2(long iters, float *sink)
         for (int k = 0; k < ACC128; k++) {
             acc[k] = _mm_add_ps(_mm_mul_ps(acc[k], b), c);
         }
-        __asm__ volatile("" ::: "memory");
     }
     float out[4];
     _mm_storeu_ps(out, acc[0]);
