@@ -84,7 +84,7 @@ static int measure_ceiling(int threads, int reps, ceiling *c)
         double t = zr_now() - t0;
         if (r >= 0) {
             sg[r] = 2.0 * n * n * (double)n / t * 1e-9;
-            pk[r] = zr_cpu_fma_peak(threads, 0.1, &c->isa);
+            pk[r] = zr_cpu_fma_peak(threads, 0.1, 0, &c->isa);
             ratio[r] = sg[r] / pk[r];
         }
     }

@@ -178,9 +178,9 @@ static void test_features_and_cores(void)
     zr_cpu_cores_advice(2, 4, buf, sizeof buf);
     TEST_CHECKF(strstr(buf, "--threads 2") != NULL, "%s", buf);
     const char *isa = NULL;
-    double peak = zr_cpu_fma_peak(1, 0.02, &isa);
+    double peak = zr_cpu_fma_peak(1, 0.02, 1, &isa);
     TEST_CHECKF(peak > 0 && isa != NULL, "peak %g (%s)", peak, isa != NULL ? isa : "-");
-    TEST_CHECK(zr_blas_sgemm_rate(64, 1) > 0);
+    TEST_CHECK(zr_blas_sgemm_rate(64, 1, 0) > 0 && zr_blas_sgemm_rate(64, 1, 1) > 0);
 }
 
 int main(int argc, char **argv)

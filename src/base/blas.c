@@ -257,7 +257,7 @@ void zr_blas_set_threads(int threads)
     }
 }
 
-double zr_blas_sgemm_rate(int n, int reps)
+double zr_blas_sgemm_rate(int n, int reps, int on_cpu)
 {
     const zr_blas *bl = zr_blas_get();
     size_t nn = (size_t)n * (size_t)n;
@@ -274,10 +274,10 @@ double zr_blas_sgemm_rate(int n, int reps)
     double t[33];
     reps = reps < 1 ? 1 : reps > 32 ? 32 : reps;
     for (int r = 0; r <= reps; r++) {
-        double t0 = zr_now();
+        double t0 = on_cpu ? zr_cpu_thread_time() : zr_now();
         bl->cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
                         c, n);
-        t[r] = zr_now() - t0;
+        t[r] = (on_cpu ? zr_cpu_thread_time() : zr_now()) - t0;
     }
     zr_free(a);
     return 2.0 * (double)n * (double)n * (double)n / zr_median(t + 1, reps) * 1e-9;

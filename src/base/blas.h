@@ -75,9 +75,13 @@ const char *zr_cpu_cores_advice(int cores, int threads, char *buf, size_t n);
  * The fused multiply-add peak of `threads` threads (1..256) running at once, in GFLOP/s:
  * a loop of the widest FMAs the CPU has (AVX-512, AVX2+FMA; SSE2 multiply + add
  * otherwise), on registers only, with enough independent sums to hide their latency.
- * Runs about `seconds` (0.01-10); *isa: the instructions it used.
+ * Runs about `seconds` (0.01-10); *isa: the instructions it used. on_cpu: per second of
+ * CPU time each thread got (CLOCK_THREAD_CPUTIME_ID), so that the time slices a busy
+ * machine gives to others are left out; else per second of wall time.
  */
-double zr_cpu_fma_peak(int threads, double seconds, const char **isa);
+double zr_cpu_fma_peak(int threads, double seconds, int on_cpu, const char **isa);
+/* The calling thread's CPU time, in seconds. */
+double zr_cpu_thread_time(void);
 
 /* ---- the BLAS ------------------------------------------------------------------- */
 
@@ -122,7 +126,11 @@ const zr_blas *zr_blas_get(void);
 /* OpenBLAS's own threads (no-op in a library without openblas_set_num_threads). */
 void zr_blas_set_threads(int threads);
 
-/* GFLOP/s of a single n^3 sgemm, the median of reps (after one to warm up); -1 on no memory. */
-double zr_blas_sgemm_rate(int n, int reps);
+/*
+ * GFLOP/s of a single n^3 sgemm, the median of reps (after one to warm up); -1 on no memory.
+ * on_cpu: per second of the calling thread's CPU time (meaningful with the BLAS on one
+ * thread, zr_blas_set_threads(1), where the product runs on the caller).
+ */
+double zr_blas_sgemm_rate(int n, int reps, int on_cpu);
 
 #endif /* ZR_BLAS_H */

@@ -8,7 +8,7 @@
  * with SSE2 multiply + add. The sums converge to c / (1 - b), so nothing
  * overflows or turns subnormal. Threads start together (a flag they wait on); the
  * rate is every thread's work over the time from the first start to the
- * last end.
+ * last end, or the sum of each thread's work over the CPU time it got.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 
@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- features ------------------------------------------------------------------- */
@@ -203,8 +204,8 @@ typedef double (*peak_loop)(long iters, float *sink);
 typedef struct peak_job {
     peak_loop loop;
     long iters;
-    atomic_int *go; /* the threads start together when it turns 1 */
-    double t0, t1, flops;
+    atomic_int *go;            /* the threads start together when it turns 1 */
+    double t0, t1, flops, cpu; /* cpu: the thread's CPU time in the loop */
     float sink;
 } peak_job;
 
@@ -215,7 +216,9 @@ static void *peak_thread(void *arg)
         sched_yield();
     }
     j->t0 = zr_now();
+    double c0 = zr_cpu_thread_time();
     j->flops = j->loop(j->iters, &j->sink);
+    j->cpu = zr_cpu_thread_time() - c0;
     j->t1 = zr_now();
     return NULL;
 }
@@ -238,7 +241,14 @@ static peak_loop pick_loop(const char **isa)
     return loop_sse2;
 }
 
-double zr_cpu_fma_peak(int threads, double seconds, const char **isa)
+double zr_cpu_thread_time(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double zr_cpu_fma_peak(int threads, double seconds, int on_cpu, const char **isa)
 {
     const char *name = NULL;
     peak_loop loop = pick_loop(&name);
@@ -275,11 +285,13 @@ double zr_cpu_fma_peak(int threads, double seconds, const char **isa)
     atomic_store(&go, 1);
     peak_thread(&jobs[0]);
     double first = jobs[0].t0, last = jobs[0].t1, flops = jobs[0].flops;
+    double on = jobs[0].flops / jobs[0].cpu; /* the sum of each thread's rate on its CPU */
     for (int i = 1; i < started; i++) {
         pthread_join(tid[i], NULL);
         first = jobs[i].t0 < first ? jobs[i].t0 : first;
         last = jobs[i].t1 > last ? jobs[i].t1 : last;
         flops += jobs[i].flops;
+        on += jobs[i].flops / jobs[i].cpu;
     }
-    return flops / (last - first) * 1e-9;
+    return (on_cpu ? on : flops / (last - first)) * 1e-9;
 }
