@@ -94,8 +94,14 @@ ifneq ($(CUDA),0)
   endif
 endif
 
+# OpenBLAS is compiled against (cblas.h) but not linked: zr opens it at start-up
+# after choosing its kernels from the CPU's features (src/base/blas.h), first
+# by soname, then from the folder pkg-config names (ZR_BLAS_DIR). BLAS_LIBS
+# links it where a program calls it directly (the GPU emulator's cuBLAS).
 DEPS_CFLAGS := $(shell pkg-config --cflags openblas libcjson 2>/dev/null)
-DEPS_LIBS := $(shell pkg-config --libs openblas libcjson 2>/dev/null)
+DEPS_LIBS := $(shell pkg-config --libs libcjson 2>/dev/null)
+BLAS_LIBS := $(shell pkg-config --libs openblas 2>/dev/null)
+BLAS_DIR := $(shell pkg-config --variable=libdir openblas 2>/dev/null)
 
 # -ffp-contract=off: no silent FMA contraction, so scalar and vector paths and
 # runs on different machines round the same way. -fno-trapping-math: zr never
@@ -104,7 +110,7 @@ DEPS_LIBS := $(shell pkg-config --libs openblas libcjson 2>/dev/null)
 # value (clang assumes it by default).
 CFLAGS := -std=c11 -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes \
           -Wno-unused-parameter -ffp-contract=off -fno-trapping-math -Iinclude -MMD -MP \
-          $(DEPS_CFLAGS)
+          $(DEPS_CFLAGS) -DZR_BLAS_DIR=\"$(patsubst %/,%,$(BLAS_DIR))\"
 ifeq ($(WERROR),1)
   CFLAGS += -Werror
 endif
@@ -122,7 +128,7 @@ endif
 # default, which on Debian x86-64 is the portable -march=x86-64)
 MARCH ?=
 CFLAGS += $(MARCH)
-LDLIBS := $(DEPS_LIBS) -lm
+LDLIBS := $(DEPS_LIBS) -ldl -lpthread -lm
 
 ifeq ($(ZR_CUDA),1)
   # NCCL: NCCL_HOME, else the toolkit's or the system's

@@ -6,10 +6,14 @@
  * which also runs the matrix products), and sets the model's FLOP rate beside
  * OpenBLAS's own multi-threaded cblas_sgemm on a 2048^3 product at the same
  * thread count, taken in the same run (the ceiling the model could reach on
- * this machine). Reports medians, since the machine may be shared, with the
- * forward / backward / AdamW split. With --seq T1,T2,... it runs 124M at those
- * sequence lengths instead (ascending), printing the activation bytes and the
- * process's peak RSS after each, which shows how memory grows with T.
+ * this machine), and both beside the cores' own FMA peak at that thread count
+ * (zr_cpu_fma_peak: the physical limit, so that a BLAS running weak kernels
+ * cannot hide behind a ratio to itself: sgemm_vs_peak, flops_vs_peak; a
+ * warning when sgemm is under half the peak). The BLAS's kernels are in the
+ * header line and in --json (blas_core). Reports medians, since the machine
+ * may be shared, with the forward / backward / AdamW split. With --seq T1,T2,... it runs 124M at
+ * those sequence lengths instead (ascending), printing the activation bytes and the process's peak
+ * RSS after each, which shows how memory grows with T.
  * --device cuda measures GPT-2 124M on a GPU instead (bench_model_cuda.c).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -19,7 +23,8 @@
 #include "zr/optim.h"
 #include "zr/pool.h"
 
-#include <cblas.h>
+#include "../src/base/blas.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +36,15 @@ typedef struct bench_result {
     int threads, B, T;
     double ms_step, tokens_per_s, gflops, fwd_ms, bwd_ms, adam_ms;
     double sgemm_gflops, act_mb, rss_mb; /* rss_mb: the process's peak after this run */
+    double peak_gflops, sgemm_vs_peak, vs_peak_lo, vs_peak_hi; /* the ceiling's, per thread count */
 } bench_result;
+
+/* The ceilings at one thread count: OpenBLAS's sgemm and the cores' FMA peak. */
+typedef struct ceiling {
+    double sgemm, peak;     /* GFLOP/s, medians */
+    double vs_peak, lo, hi; /* sgemm / peak: the median of the pairs, the lowest, highest */
+    const char *isa;        /* the peak loop's instructions */
+} ceiling;
 
 static double peak_rss_mb(void)
 {
@@ -42,35 +55,49 @@ static double peak_rss_mb(void)
     return ru.ru_maxrss / 1024.0; /* Linux reports KiB */
 }
 
-/* Median GFLOP/s of a 2048^3 sgemm. */
-static double sgemm_gflops(int reps)
+/*
+ * The ceilings at `threads`: reps pairs, each the cores' FMA peak (zr_cpu_fma_peak, 0.1 s)
+ * then one 2048^3 sgemm on OpenBLAS's own threads, after one sgemm to warm up. The ratio
+ * is taken pair by pair, so a machine that slows down for a while moves both sides.
+ */
+static int measure_ceiling(int threads, int reps, ceiling *c)
 {
     const int n = 2048;
-    const size_t bytes = (size_t)n * n * 4;
-    float *a = NULL, *b = NULL, *c = NULL;
-    if (zr_alloc_at((void **)&a, bytes, __FILE__, __LINE__) != ZR_OK ||
-        zr_alloc_at((void **)&b, bytes, __FILE__, __LINE__) != ZR_OK ||
-        zr_alloc_at((void **)&c, bytes, __FILE__, __LINE__) != ZR_OK) {
-        zr_free(a);
-        zr_free(b);
-        return -1;
+    const zr_blas *blas = zr_blas_get();
+    size_t nn = (size_t)n * n;
+    float *a = NULL;
+    if (zr_alloc_at((void **)&a, 3 * nn * sizeof *a, __FILE__, __LINE__) != ZR_OK) {
+        return 0;
     }
-    for (size_t i = 0; i < (size_t)n * n; i++) {
+    float *b = a + nn, *out = b + nn;
+    for (size_t i = 0; i < nn; i++) {
         a[i] = (float)(i % 13) * 0.01f;
         b[i] = (float)(i % 7) * 0.02f;
     }
-    double t[16];
-    for (int r = 0; r <= reps; r++) {
+    zr_blas_set_threads(threads);
+    double sg[16], pk[16], ratio[16];
+    reps = reps < 1 ? 1 : reps > 16 ? 16 : reps;
+    for (int r = -1; r < reps; r++) {
         double t0 = zr_now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
-                    n);
-        t[r] = zr_now() - t0;
+        blas->cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n,
+                          0.0f, out, n);
+        double t = zr_now() - t0;
+        if (r >= 0) {
+            sg[r] = 2.0 * n * n * (double)n / t * 1e-9;
+            pk[r] = zr_cpu_fma_peak(threads, 0.1, 0, &c->isa);
+            ratio[r] = sg[r] / pk[r];
+        }
     }
-    double med = zr_median(t + 1, reps); /* the first run warms up */
     zr_free(a);
-    zr_free(b);
-    zr_free(c);
-    return 2.0 * n * n * (double)n / med * 1e-9;
+    c->lo = c->hi = ratio[0];
+    for (int r = 1; r < reps; r++) {
+        c->lo = ratio[r] < c->lo ? ratio[r] : c->lo;
+        c->hi = ratio[r] > c->hi ? ratio[r] : c->hi;
+    }
+    c->sgemm = zr_median(sg, reps);
+    c->peak = zr_median(pk, reps);
+    c->vs_peak = zr_median(ratio, reps);
+    return 1;
 }
 
 /* Times steps + 1 training steps (the first warms up): t[0..3][s] = fwd, bwd, adam, all. */
@@ -186,14 +213,45 @@ static int parse_list(const char *s, int *v, int max, long lo, long hi)
 
 static void print_row(const bench_result *x)
 {
-    printf("%-6s %3d %4d %5d %10.1f %11.0f %8.1f %8.1f %8.1f %8.1f %9.1f %6.2f %8.0f %8.0f\n",
+    printf("%-6s %3d %4d %5d %10.1f %11.0f %8.1f %8.1f %8.1f %8.1f %9.1f %6.2f %8.1f %6.2f %6.2f "
+           "%8.0f %8.0f\n",
            x->name, x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->fwd_ms, x->bwd_ms,
-           x->adam_ms, x->gflops, x->sgemm_gflops, x->gflops / x->sgemm_gflops, x->act_mb,
-           x->rss_mb);
+           x->adam_ms, x->gflops, x->sgemm_gflops, x->gflops / x->sgemm_gflops, x->peak_gflops,
+           x->sgemm_vs_peak, x->gflops / x->peak_gflops, x->act_mb, x->rss_mb);
     fflush(stdout);
 }
 
-static void print_json(const bench_result *res, int nres)
+/* The JSON fields of one run (after its "config"). */
+static void print_json_run(const bench_result *x)
+{
+    printf("\"threads\":%d,\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
+           "\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"flops_vs_sgemm\":%.3f,\"peak_gflops\":%.2f,"
+           "\"sgemm_vs_peak\":%.3f,\"sgemm_vs_peak_min\":%.3f,\"sgemm_vs_peak_max\":%.3f,"
+           "\"flops_vs_peak\":%.3f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"adam_ms\":%.2f,"
+           "\"activation_mb\":%.1f,\"peak_rss_mb\":%.0f",
+           x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->gflops, x->sgemm_gflops,
+           x->gflops / x->sgemm_gflops, x->peak_gflops, x->sgemm_vs_peak, x->vs_peak_lo,
+           x->vs_peak_hi, x->gflops / x->peak_gflops, x->fwd_ms, x->bwd_ms, x->adam_ms, x->act_mb,
+           x->rss_mb);
+}
+
+/* s as a JSON string (a user's OPENBLAS_CORETYPE is in blas->how). */
+static void print_json_str(const char *s)
+{
+    putchar('"');
+    for (; *s != '\0'; s++) {
+        if (*s == '"' || *s == '\\') {
+            printf("\\%c", *s);
+        } else if ((unsigned char)*s < 0x20) {
+            printf("\\u%04x", (unsigned char)*s);
+        } else {
+            putchar(*s);
+        }
+    }
+    putchar('"');
+}
+
+static void print_json(const bench_result *res, int nres, const char *isa)
 {
     /* the headline: the 124M run at the most threads measured (the last one) */
     const bench_result *b = NULL;
@@ -205,21 +263,21 @@ static void print_json(const bench_result *res, int nres)
     if (b == NULL) {
         b = &res[nres - 1];
     }
-    printf("{\"bench\":\"model\",\"config\":\"%s\",\"threads\":%d,\"B\":%d,\"T\":%d,"
-           "\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
-           "\"flops_vs_sgemm\":%.3f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"adam_ms\":%.2f,"
-           "\"peak_rss_mb\":%.0f,\"runs\":[",
-           b->name, b->threads, b->B, b->T, b->ms_step, b->tokens_per_s, b->gflops, b->sgemm_gflops,
-           b->gflops / b->sgemm_gflops, b->fwd_ms, b->bwd_ms, b->adam_ms, peak_rss_mb());
+    const zr_blas *blas = zr_blas_get();
+    printf("{\"bench\":\"model\",\"blas_core\":");
+    print_json_str(blas->core);
+    printf(",\"blas_reported\":");
+    print_json_str(blas->reported);
+    printf(",\"blas_how\":");
+    print_json_str(blas->how);
+    printf(",\"cpu_features\":\"%s\",\"peak_isa\":\"%s\",\"cores\":%d,\"config\":\"%s\",",
+           blas->features, isa, zr_cpu_cores(), b->name);
+    print_json_run(b);
+    printf(",\"runs\":[");
     for (int i = 0; i < nres; i++) {
-        const bench_result *x = &res[i];
-        printf("%s{\"config\":\"%s\",\"threads\":%d,\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,"
-               "\"tokens_per_s\":%.1f,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,"
-               "\"flops_vs_sgemm\":%.3f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"adam_ms\":%.2f,"
-               "\"activation_mb\":%.1f,\"peak_rss_mb\":%.0f}",
-               i ? "," : "", x->name, x->threads, x->B, x->T, x->ms_step, x->tokens_per_s,
-               x->gflops, x->sgemm_gflops, x->gflops / x->sgemm_gflops, x->fwd_ms, x->bwd_ms,
-               x->adam_ms, x->act_mb, x->rss_mb);
+        printf("%s{\"config\":\"%s\",", i ? "," : "", res[i].name);
+        print_json_run(&res[i]);
+        printf("}");
     }
     printf("]}\n");
 }
@@ -301,15 +359,26 @@ int zr_bench_model(int argc, char **argv)
 
     bench_result res[64];
     int nres = 0;
-    printf("zr bench model: forward + backward + AdamW on one rank, medians (%s kernels)\n",
-           zr_gpt_kernels_name());
-    printf("%-6s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %6s %8s %8s\n", "model", "thr", "B", "T",
-           "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s", "sgemm GF", "ratio",
-           "act MiB", "RSS MiB");
+    const zr_blas *blas = zr_blas_get();
+    printf("zr bench model: forward + backward + AdamW on one rank, medians (%s kernels; BLAS %s "
+           "kernels, %s; %d cores)\n",
+           zr_gpt_kernels_name(), blas->core, blas->how, zr_cpu_cores());
+    printf("%-6s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %6s %8s %6s %6s %8s %8s\n", "model",
+           "thr", "B", "T", "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s",
+           "sgemm GF", "ratio", "peak GF", "sg/pk", "vs pk", "act MiB", "RSS MiB");
+    ceiling c = {.isa = "?"};
     for (int k = 0; k < nthreads; k++) {
-        /* the ceiling: OpenBLAS's own threads on one large product */
-        openblas_set_num_threads(threads[k]);
-        double sgemm = sgemm_gflops(quick ? 3 : 5);
+        /* the ceilings: OpenBLAS's own threads on one large product, the cores' FMA peak */
+        if (!measure_ceiling(threads[k], quick ? 3 : 5, &c)) {
+            fprintf(stderr, "zr bench model: no memory for the sgemm ceiling\n");
+            return 1;
+        }
+        if (c.vs_peak < 0.5) {
+            fprintf(stderr,
+                    "zr bench model: warning: sgemm runs at %.2f of the FMA peak at %d thread(s) "
+                    "(%.1f of %.1f GFLOP/s; BLAS %s kernels): the BLAS is not using the CPU\n",
+                    c.vs_peak, threads[k], c.sgemm, c.peak, blas->core);
+        }
         for (int r = 0; r < nruns; r++) {
             bench_result *x = &res[nres];
             zr_status st = run_config(runs[r].name, runs[r].cfg, runs[r].B, runs[r].T, threads[k],
@@ -318,16 +387,22 @@ int zr_bench_model(int argc, char **argv)
                 fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st), zr_error_message());
                 return 1;
             }
-            x->sgemm_gflops = sgemm;
+            x->sgemm_gflops = c.sgemm;
+            x->peak_gflops = c.peak;
+            x->sgemm_vs_peak = c.vs_peak;
+            x->vs_peak_lo = c.lo;
+            x->vs_peak_hi = c.hi;
             x->rss_mb = peak_rss_mb();
             nres++;
             print_row(x);
         }
     }
     printf("GFLOP/s counts matmuls and causal attention (6 x params x tokens + attention); "
-           "ratio = GFLOP/s / sgemm GF; RSS = the process's peak so far\n");
+           "ratio = GFLOP/s / sgemm GF; peak GF = the cores' FMA peak (%s), sg/pk = sgemm / "
+           "peak (median of pairs), vs pk = GFLOP/s / peak; RSS = the process's peak so far\n",
+           c.isa);
     if (json) {
-        print_json(res, nres);
+        print_json(res, nres, c.isa);
     }
     return 0;
 }

@@ -18,6 +18,8 @@
 
 #include "zr/pool.h"
 
+#include "blas.h" /* zr_cpu_cores */
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -245,11 +247,31 @@ void zr_pool_run(zr_pool *p, size_t n, size_t grain, zr_pool_fn fn, void *arg)
 static struct zr_pool process_pool; /* static: never counted as zr memory */
 static int process_threads = 1;
 
+/*
+ * More threads than the process has cores (its affinity mask: a launcher that binds each
+ * rank to one core, Open MPI's default for up to 2 ranks) share those cores and gain
+ * nothing: said once per process, with the launcher's option that gives the cores.
+ */
+static void check_cores(int threads)
+{
+    static int warned;
+    int cores = zr_cpu_cores();
+    if (threads > cores && !warned) {
+        char advice[256];
+        warned = 1;
+        ZR_WARN("%d threads, but this process may run on %d core%s only (its affinity mask), "
+                "so they share %s: %s",
+                threads, cores, cores == 1 ? "" : "s", cores == 1 ? "it" : "them",
+                zr_cpu_cores_advice(cores, threads, advice, sizeof advice));
+    }
+}
+
 zr_status zr_threads_set(int threads)
 {
     if (threads < 1 || threads > ZR_POOL_MAX_THREADS) {
         ZR_FAIL(ZR_ERR_INVALID, "threads = %d (need 1 .. %d)", threads, ZR_POOL_MAX_THREADS);
     }
+    check_cores(threads);
     if (threads == process_threads) {
         return ZR_OK;
     }

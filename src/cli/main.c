@@ -14,6 +14,8 @@
  */
 #include "cli.h"
 
+#include "../base/blas.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -126,6 +128,12 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
+            /* the BLAS, opened before MPI starts threads (it may set OPENBLAS_CORETYPE for
+               a moment, src/base/blas.h); a failure comes back where a product needs it */
+            const zr_blas *blas = NULL;
+            if (strcmp(argv[1], "export") != 0 && strcmp(argv[1], "plot") != 0) {
+                (void)zr_blas_load(&blas);
+            }
             return commands[i].main(argc - 1, argv + 1);
         }
     }

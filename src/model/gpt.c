@@ -22,7 +22,8 @@
 #include "ops.h"
 #include "zr/pool.h"
 
-#include <cblas.h>
+#include "../base/blas.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -222,6 +223,8 @@ zr_status zr_gpt_init_ex(zr_gpt *m, const zr_gpt_config *cfg, int B, int T, int 
     memset(m, 0, sizeof *m);
     m->recompute = recompute != 0;
     ZR_CHECK(zr_gpt_config_check(cfg));
+    const zr_blas *blas = NULL; /* the products' library, opened before the first one */
+    ZR_CHECK(zr_blas_load(&blas));
     if (B <= 0 || T <= 0 || T > cfg->max_t) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT batch: B = %d, T = %d (need B >= 1, 1 <= T <= max_t = %d)", B,
                 T, cfg->max_t);
@@ -287,7 +290,7 @@ void zr_gpt_set_threads(int threads)
 {
     threads = threads < 1 ? 1 : threads > ZR_POOL_MAX_THREADS ? ZR_POOL_MAX_THREADS : threads;
     /* matrix products run on the pool too, one single-threaded OpenBLAS call per thread */
-    openblas_set_num_threads(1);
+    zr_blas_set_threads(1);
     /* cannot fail in range; a pool short of threads gives the same results */
     (void)zr_threads_set(threads);
 }

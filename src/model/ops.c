@@ -23,7 +23,7 @@
 #include "zr/base.h"
 #include "zr/pool.h"
 
-#include <cblas.h>
+#include "../base/blas.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define ZR_OPS_X86 1
@@ -470,6 +470,7 @@ typedef struct gemm_args {
     float beta;
     const float *A, *B;
     float *C;
+    const zr_blas *blas;
 } gemm_args;
 
 static void gemm_task(void *arg, size_t b0, size_t b1, int thread)
@@ -480,15 +481,15 @@ static void gemm_task(void *arg, size_t b0, size_t b1, int thread)
            m1 = b1 * ZR_GEMM_ROWS < (size_t)g->M ? b1 * ZR_GEMM_ROWS : (size_t)g->M;
     /* row m of op(A) starts at A + m * lda, or at column m of A when transposed */
     const float *A = g->ta ? g->A + m0 : g->A + m0 * (size_t)g->lda;
-    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
-                (int)(m1 - m0), g->N, g->K, 1.0f, A, g->lda, g->B, g->ldb, g->beta,
-                g->C + m0 * (size_t)g->ldc, g->ldc);
+    g->blas->cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                         g->tb ? CblasTrans : CblasNoTrans, (int)(m1 - m0), g->N, g->K, 1.0f, A,
+                         g->lda, g->B, g->ldb, g->beta, g->C + m0 * (size_t)g->ldc, g->ldc);
 }
 
 void zr_op_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
                  int ldb, float beta, float *C, int ldc)
 {
-    gemm_args g = {ta, tb, M, N, K, lda, ldb, ldc, beta, A, B, C};
+    gemm_args g = {ta, tb, M, N, K, lda, ldb, ldc, beta, A, B, C, zr_blas_get()};
     size_t per_band = (size_t)ZR_GEMM_ROWS * (size_t)N * (size_t)K;
     size_t grain = per_band >= ZR_GEMM_GRAIN ? 1 : zr_div_up(ZR_GEMM_GRAIN, per_band);
     zr_parallel_for(zr_div_up((size_t)M, ZR_GEMM_ROWS), grain, gemm_task, &g);
