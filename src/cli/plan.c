@@ -107,7 +107,7 @@ static zr_status probe_args(int argc, char **argv, char **rest, int *n, const ch
         } else if (flag(argc, argv, i, "--max-micro-batch", 1)) {
             double v = 0;
             if (st == ZR_OK) {
-                st = zr_cli_number("--max-micro-batch", argv[i + 1], 1, 1 << 16, 1, &v);
+                st = zr_cli_number("--max-micro-batch", argv[i + 1], 1, ZR_PROBE_MAX_MICRO, 1, &v);
             }
             *max_b = (int)v, i++;
         } else {
