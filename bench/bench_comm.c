@@ -204,6 +204,9 @@ int zr_bench_comm(int argc, char **argv)
             }
             i++;
         } else {
+            if (strcmp(argv[i], "--help") != 0) {
+                zr_cli_bad_arg("bench comm", argc, argv, i);
+            }
             return usage(strcmp(argv[i], "--help") == 0 ? 0 : 2);
         }
     }

@@ -183,6 +183,7 @@ static int parse(int argc, char **argv, opts *o)
             }
             i++;
         } else {
+            zr_cli_bad_arg("bench memory", argc, argv, i);
             return usage();
         }
     }

@@ -316,6 +316,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
                 return 2;
             }
         } else {
+            if (strcmp(argv[i], "--help") != 0) {
+                zr_cli_bad_arg("bench model", argc, argv, i);
+            }
             fprintf(stderr, "usage: zr bench model [--json] [--threads 1,2] [--quick] "
                             "[--seq 1024,2048,4096] [--device cpu|cuda|cuda:N]\n");
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;

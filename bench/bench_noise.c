@@ -277,6 +277,7 @@ int zr_bench_noise(int argc, char **argv)
             zr_status st = zr_cli_number("--threads", argv[++i], 1, NOISE_MAX_THREADS, 1, &v);
             threads = st == ZR_OK ? (int)v : -1;
         } else {
+            zr_cli_bad_arg("bench noise", argc, argv, i);
             return usage();
         }
     }

@@ -203,6 +203,7 @@ int zr_bench_quant(int argc, char **argv)
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             device = argv[++i];
         } else {
+            zr_cli_bad_arg("bench quant", argc, argv, i);
             return usage();
         }
     }

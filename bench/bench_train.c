@@ -216,6 +216,7 @@ int zr_bench_train(int argc, char **argv)
                     strcmp(argv[i + 1], "auto") == 0)) {
             device = argv[++i];
         } else {
+            zr_cli_bad_arg("bench train", argc, argv, i);
             return usage();
         }
     }

@@ -198,9 +198,29 @@ static void test_pool(void)
     TEST_FAILS(zr_threads_set(0), ZR_ERR_INVALID, "threads = 0");
 }
 
+/* Bytes for a message: printable ASCII and valid UTF-8 kept, the rest escaped, cut with "...";
+   an error message quoting file bytes is recorded printable, its own line breaks kept. */
+static void test_printable(void)
+{
+    char out[32];
+    TEST_EQ_INT((int)zr_str_printable(out, sizeof out, "ab\x1b[2J\n\xff\xc3\xa9", 10), 17);
+    TEST_CHECK(strcmp(out, "ab\\x1b[2J\\n\\xff\xc3\xa9") == 0);
+    zr_str_printable(out, sizeof out, "\xc2\x9b\xe2\x80\xae", 5); /* C1 CSI, a bidi override */
+    TEST_CHECK(strcmp(out, "\\xc2\\x9b\\xe2\\x80\\xae") == 0);
+    char big[100];
+    memset(big, 7, sizeof big);
+    TEST_EQ_INT((int)zr_str_printable(out, sizeof out, big, sizeof big), 31);
+    TEST_CHECK(strcmp(out + 28, "...") == 0 && strncmp(out, "\\x07\\x07", 8) == 0);
+    TEST_EQ_INT((int)zr_str_printable(out, 3, "abcdef", 6), 2);
+    zr_error_clear();
+    (void)zr_error_at(ZR_ERR_FORMAT, __FILE__, __LINE__, "f: line \"%s\"\n  hint", "\x1b]0;x\x07");
+    TEST_CHECK(strcmp(zr_error_message(), "f: line \"\\x1b]0;x\\x07\"\n  hint") == 0);
+}
+
 int main(void)
 {
     TEST_RUN(test_status_and_messages);
+    TEST_RUN(test_printable);
     TEST_RUN(test_alloc);
     TEST_RUN(test_alloc_large_and_sites);
     TEST_RUN(test_crc32c);

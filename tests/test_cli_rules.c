@@ -21,7 +21,8 @@
  *     multi-second save: the previous checkpoint stays intact, the new one is
  *     complete or absent, and with the grace period of scripts/mpienv.sh the
  *     stop saves;
- *   - messages a user can act on.
+ *   - messages a user can act on: every command names the flag it refuses and an empty
+ *     argument, and never prints bytes from a file raw.
  *
  * Arguments select tests by name (substrings).
  */
@@ -740,6 +741,110 @@ static void test_messages(void)
                 "exit %d\n%s", code, res.out);
 }
 
+/* Bytes in res.out that a terminal would take raw: control bytes but the newline, DEL, and any byte
+   of 0x80 and above (the inputs below hold none that could be valid UTF-8). */
+static int raw_bytes(void)
+{
+    int n = 0;
+    for (const unsigned char *p = (const unsigned char *)res.out; *p != 0; p++) {
+        n += (*p < 0x20 && *p != '\n') || *p >= 0x7f;
+    }
+    return n;
+}
+
+/*
+ * Every command names what it refuses (issue 39, item 9): an unknown or
+ * misplaced flag, a flag missing its value, an empty argument (as the value
+ * of a flag, --flag=, or on its own) are said as such, exit 2; bytes read
+ * from a file (a metrics file of random bytes, a config's keys, a
+ * manifest) are never printed raw, nor without bound; a link loop or a
+ * dangling link as a step folder's manifest is named.
+ */
+static void test_messages_named(void)
+{
+    static const struct {
+        const char *args, *expect;
+    } named[] = {
+        {"selfcheck --bogus", "--bogus: unknown flag"},
+        {"selfcheck --device cuda", "unknown flag --device"},
+        {"selfcheck stray", "unexpected argument \"stray\""},
+        {"export --checkpoint ck --frob x", "unknown flag --frob"},
+        {"export --llmc out.bin", "--checkpoint is missing"},
+        {"plot --bogus m.jsonl", "unknown flag --bogus"},
+        {"plan" TINY " --probe", "--probe needs a value"},
+        {"plan" TINY " --probe probe.json --top", "--top needs a value"},
+        {"bench quant --bogus 1", "unknown flag --bogus"},
+        {"bench memory --frobnicate 3", "unknown flag --frobnicate"},
+        {"bench noise --fast", "--fast: unknown flag"},
+        {"bench model --nope", "--nope: unknown flag"},
+        {"bench train --device tpu", "unknown flag --device"},
+        /* empty */
+        {"export --checkpoint '' --llmc out.bin", "--checkpoint is empty"},
+        {"export --checkpoint ck --llmc ''", "--llmc is empty"},
+        {"plan" TINY " --probe ''", "--probe is empty"},
+        {"plan" TINY " --probe probe.json --write-config=", "--write-config is empty"},
+        {"plot ''", "argument 1 is empty"},
+        {"plot -o '' ck/metrics.jsonl", "-o is empty"},
+        {"train" TINY " --data ''", "--data is empty"},
+        {"train" TINY " --config=", "--config is empty"},
+        {"train" TINY " --ckpt-dir ''", "--ckpt-dir is empty"},
+        {"selfcheck --hpz ''", "--hpz is empty"},
+        {"bench quant --device ''", "--device is empty"},
+        {"bench comm --transport ''", "--transport is empty"},
+        {"probe" TINY " -o ''", "-o is empty"},
+    };
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        int code = sh("cd %s && %s %s", work, zr_bin, named[i].args);
+        TEST_CHECKF(code == 2 && strstr(res.out, named[i].expect) != NULL,
+                    "zr %s: exit %d, wanted \"%s\":\n%.800s", named[i].args, code, named[i].expect,
+                    res.out);
+    }
+    /* 2 MB of bytes that are no text as a metrics file, in lines of 64 KB: the message shows a
+       short, printable excerpt */
+    static char junk[2 << 20];
+    static const unsigned char pick[] = {0x1b, 0x07, 0x08, 0x0d, 0x7f, 0x80, 0x9b, 0xbf,
+                                         0xff, 0xfe, 0x01, 0x00, 0x9d, 0xf8, 0x85, 0x1f};
+    for (size_t i = 0; i < sizeof junk; i++) {
+        junk[i] = (char)pick[(i * 7 + i / 5) % sizeof pick];
+        junk[i] = i % 65536 == 65535 ? '\n' : junk[i]; /* complete lines (a last one is not) */
+    }
+    char path[4200];
+    wpath(path, sizeof path, "junk.jsonl");
+    zr_test_write_file(path, junk, sizeof junk);
+    int code = sh("cd %s && %s plot -o junk.png junk.jsonl", work, zr_bin);
+    TEST_CHECKF(code == 1 && raw_bytes() == 0 && strlen(res.out) < 2000 &&
+                    strstr(res.out, "junk.jsonl") != NULL,
+                "exit %d, %d raw bytes in %zu:\n%.300s", code, raw_bytes(), strlen(res.out),
+                res.out);
+    /* a config's keys with terminal escapes: refused (in a section) or warned of (on top),
+       printable */
+    static const char *const cfgs[] = {
+        "{\"zero_optimization\": {\"st\\u001b[2Jage\\u0007\": 1}}",
+        "{\"zz\\u001b]0;title\\u0007\\u009b\": 1}",
+        "{\"zero_optimization\": {\"stage\": \"\\u001b[31m\"}}",
+    };
+    for (int i = 0; i < 3; i++) {
+        wpath(path, sizeof path, "esc.json");
+        zr_test_write_file(path, cfgs[i], strlen(cfgs[i]));
+        code = sh("cd %s && %s train" TINY " --steps 1 --config esc.json", work, zr_bin);
+        TEST_CHECKF(raw_bytes() == 0 && strstr(res.out, "esc.json") != NULL,
+                    "config %d: exit %d, %d raw bytes:\n%.600s", i, code, raw_bytes(), res.out);
+    }
+    /* a step folder whose manifest is a link loop, or a dangling link: named, with the reason */
+    static const char *const link[][2] = {{"manifest.json", "symbolic links"},
+                                          {"gone.json", "No such file"}};
+    for (int i = 0; i < 2; i++) {
+        TEST_EQ_INT(sh("cd %s && rm -rf lk && cp -r ck lk && cd lk/step_00000002 && "
+                       "rm manifest.json && ln -s %s manifest.json",
+                       work, link[i][0]),
+                    0);
+        code = sh("cd %s && %s export --checkpoint lk/step_00000002 --llmc lk.bin", work, zr_bin);
+        TEST_CHECKF(code == 1 && strstr(res.out, "lk/step_00000002/manifest.json") != NULL &&
+                        strstr(res.out, link[i][1]) != NULL,
+                    "%s: exit %d\n%s", link[i][0], code, res.out);
+    }
+}
+
 /* zr bench noise: its JSON line holds what the table says; bad arguments refused. */
 static void test_bench_noise(void)
 {
@@ -879,6 +984,7 @@ int main(int argc, char **argv)
     RUN(test_world_batch);
     RUN(test_small_input);
     RUN(test_messages);
+    RUN(test_messages_named);
     RUN(test_stop_during_save);
     if (zr_test_failed == 0) {
         sh("rm -rf %s", work);

@@ -14,6 +14,11 @@
  *              damaged files refused naming the file and the key
  *   planner    a slow link picks quantized ZeRO++, a free link and costly
  *              codecs pick none; impossible requests are refused clearly
+ *   bounded    peers counted, not visited (equal at every small layout);
+ *              micro-batches beyond 8 counted, not walked (equal costs);
+ *              2^24 and 10^6 ranks and 2^20 micro-batches planned, in
+ *              memory that does not grow with them; more ranks, a deeper
+ *              or wider probe refused naming the key
  *   --gpu      (the emulated GPU, or a real one) the probe on GPUs: its
  *              figures and reference steps, the GPU's memory, the plan
  *              calibrated on them, the device model's bytes in the
@@ -831,6 +836,194 @@ static void test_gpu_probe(void)
     TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "fp32 compute on the GPUs");
 }
 
+/* The peers of my group g on my node and off it, one by one (zr_comm_peers counts them). */
+static void peers_visited(const zr_comm *c, zr_group g, int *on, int *off)
+{
+    *on = *off = 0;
+    for (int k = 0; k < c->size[g]; k++) {
+        if (k != c->rank[g]) {
+            int same = zr_comm_node_of(c, zr_comm_world_rank(c, g, k)) == c->node;
+            *on += same, *off += !same;
+        }
+    }
+}
+
+/* zr_comm_peers, counted, equals the per-peer visit on every group of every rank of every layout
+   up to 7 x 8 (every hpZ size the layout takes), and on ranks of a 2^12 x 2^12 world. */
+static void test_peers_counted(void)
+{
+    if (R != 0) {
+        return; /* no MPI in it: once is enough */
+    }
+    int layouts = 0;
+    for (int n = 1; n <= 7; n++) {
+        for (int d = 1; d <= 8; d++) {
+            for (int h = 0; h <= n * d; h++) {
+                zr_comm c;
+                for (int r = 0; r < n * d && zr_comm_init_layout(&c, n, d, h, r) == ZR_OK; r++) {
+                    layouts += r == 0;
+                    for (int g = 0; g < ZR_GROUP_COUNT; g++) {
+                        int on, off, von, voff;
+                        zr_comm_peers(&c, (zr_group)g, &on, &off);
+                        peers_visited(&c, (zr_group)g, &von, &voff);
+                        TEST_CHECKF(on == von && off == voff,
+                                    "%dx%d hpZ %d rank %d group %d: %d/%d counted, %d/%d visited",
+                                    n, d, h, r, g, on, off, von, voff);
+                    }
+                }
+            }
+        }
+    }
+    TEST_CHECKF(layouts > 200, "%d layouts", layouts);
+    const int big = 1 << 12, ranks[] = {0, big * big - 1, big * 1000 + 17};
+    for (int i = 0; i < 3; i++) {
+        zr_comm c;
+        TEST_OK(zr_comm_init_layout(&c, big, big, 64, ranks[i]));
+        for (int g = 0; g < ZR_GROUP_COUNT; g++) {
+            int on, off, von, voff;
+            zr_comm_peers(&c, (zr_group)g, &on, &off);
+            peers_visited(&c, (zr_group)g, &von, &voff);
+            TEST_CHECK(on == von && off == voff);
+        }
+    }
+    zr_comm c;
+    TEST_FAILS(zr_comm_init_layout(&c, 1 << 16, 1 << 16, 0, 0), ZR_ERR_INVALID,
+               "65536 nodes x 65536 ranks");
+}
+
+/* Whether two costs are the same: bytes, calls and memory exactly, times to rounding. */
+static int same_cost(const zr_plan_cost *a, const zr_plan_cost *b)
+{
+    int same = memcmp(&a->traffic, &b->traffic, sizeof a->traffic) == 0 &&
+               memcmp(&a->mem, &b->mem, sizeof a->mem) == 0;
+    const double x[] = {a->t_compute, a->t_codec, a->t_comm, a->t_exposed, a->t_optim, a->t_step},
+                 y[] = {b->t_compute, b->t_codec, b->t_comm, b->t_exposed, b->t_optim, b->t_step};
+    for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+        same = same && fabs(x[i] - y[i]) <= 1e-12 * fmax(fabs(x[i]), 1e-300);
+    }
+    return same;
+}
+
+/* Beyond 8 micro-batches the dry run counts the repeats of one instead of walking them
+   (cost.c, WALK_EXACT): every configuration of a plan at 2x2, 3x2 and 1x4 with 24 and 37
+   micro-batches costs the same either way (ZR_PLAN_WALK_ALL=1 walks them all). */
+static void test_accumulation_counted(void)
+{
+    if (R != 0) {
+        return; /* no MPI in it: once is enough */
+    }
+    static const int layout[][2] = {{2, 2}, {3, 2}, {1, 4}};
+    for (int l = 0; l < 3; l++) {
+        int N = layout[l][0], D = layout[l][1];
+        for (int accum = 24; accum <= 37; accum += 13) {
+            zr_train_config c;
+            tiny(&c);
+            c.train_batch_size = (long long)N * D * accum;
+            zr_probe p = made_up(N, D);
+            p.overlap = 0.3; /* transfers in flight across micro-batches */
+            p.bf16_enc = p.bf16_dec = p.f32_add = p.sumsq = p.adamw = 1e-9;
+            p.q_enc[0] = p.q_enc[1] = p.q_dec[0] = p.q_dec[1] = 1e-9;
+            zr_plan_result r;
+            TEST_OK(zr_plan_run(&c, 256, &p, 0, &r));
+            int checked = 0;
+            for (int i = 0; i < r.n; i++) {
+                const zr_plan_choice *ch = &r.entries[i].choice;
+                zr_plan_cost walked;
+                setenv("ZR_PLAN_WALK_ALL", "1", 1);
+                TEST_OK(zr_plan_cost_calibrated(&c, 256, N, D, ch, &p, &r.cal, &walked));
+                unsetenv("ZR_PLAN_WALK_ALL");
+                char d[160];
+                zr_plan_describe(ch, d, sizeof d);
+                TEST_CHECKF(same_cost(&r.entries[i].cost, &walked),
+                            "%dx%d %s: counted step %.17g s, %llu bytes; walked %.17g s, %llu", N,
+                            D, d, r.entries[i].cost.t_step,
+                            (unsigned long long)r.entries[i].cost.bytes_inter, walked.t_step,
+                            (unsigned long long)walked.bytes_inter);
+                checked += ch->accum > 8;
+            }
+            TEST_CHECKF(checked > 10, "%d configurations with more than 8 micro-batches", checked);
+            zr_plan_result_free(&r);
+        }
+    }
+}
+
+/* A plan for 2^24 ranks (2^22 nodes x 4, and one node of 2^20), 10^6 ranks, and 2^20
+   micro-batches per step: each is planned (before, the dry run visited every peer of every
+   collective, kept a list entry per rank of a node, and walked every micro-batch: hours), and
+   holds no memory that grows with them. More than 2^24 ranks, a deeper probe than a model can
+   be, a micro-batch beyond the probe's are refused naming the key. */
+static void test_huge_inputs(void)
+{
+    if (R != 0) {
+        return; /* no MPI in it: once is enough */
+    }
+    static const struct {
+        int nodes, D;
+        long long batch;
+    } big[] = {
+        {1 << 22, 4, 1LL << 24}, {1, 1 << 20, 1LL << 21}, {250000, 4, 1000000}, {2, 2, 4LL << 20}};
+    size_t peak = zr_mem_peak(), base = zr_mem_current();
+    for (int i = 0; i < 4; i++) {
+        zr_train_config c;
+        tiny(&c);
+        c.train_batch_size = big[i].batch;
+        zr_probe p = made_up(big[i].nodes, big[i].D);
+        zr_plan_result r;
+        TEST_OK(zr_plan_run(&c, 256, &p, 0, &r));
+        TEST_CHECKF(r.n > 0 && r.entries[0].cost.tokens_per_s > 0, "%d x %d: %d entries",
+                    big[i].nodes, big[i].D, r.n);
+        zr_plan_result_free(&r);
+    }
+    size_t now = zr_mem_peak();
+    TEST_CHECKF(now <= peak || now - base < (16u << 20), "the plans' peak %zu bytes above %zu",
+                now - base, base);
+    zr_probe p = made_up(97 * 257, 673); /* 2^24 + 1 ranks */
+    zr_train_config c;
+    tiny(&c);
+    c.train_batch_size = p.world;
+    zr_plan_result r;
+    TEST_FAILS(zr_plan_run(&c, 256, &p, 0, &r), ZR_ERR_INVALID, "world (16777217 ranks)");
+    char path[] = "/tmp/zr-test-plan-XXXXXX";
+    int fd = mkstemp(path);
+    TEST_CHECK(fd >= 0);
+    close(fd);
+    static const struct {
+        int key, v;
+        const char *msg;
+    } bad[] = {
+        {0, 97 * 257, "\"world\" is 16777217, outside [1, 16777216] (ranks no machine has"},
+        {1, 1 << 23, "\"nodes\" is 33554432"}, /* nodes x D overflows an int: refused, not UB */
+        {2, 1025, "\"layers\" is 1025, outside [1, 1024]"},
+        {3, 65537, "\"cal_batch\" is 65537, outside [0, 65536]"},
+        {4, 65537, "\"batch\" is 65537, outside [1, 65536]"},
+    };
+    for (int i = 0; i < 5; i++) {
+        zr_probe w = made_up(2, 2), q;
+        w.q_enc[0] = w.q_enc[1] = w.q_dec[0] = w.q_dec[1] = 1e-9;
+        w.adamw = w.sumsq = w.bf16_enc = w.bf16_dec = w.f32_add = 1e-9;
+        if (bad[i].key == 0) {
+            w.nodes = bad[i].v, w.ranks_per_node = 673, w.world = bad[i].v * 673;
+        } else if (bad[i].key == 1) {
+            w.nodes = bad[i].v * 4, w.ranks_per_node = 1 << 23, w.world = 4;
+        } else if (bad[i].key == 2) {
+            w.layers = bad[i].v;
+        } else if (bad[i].key == 3) {
+            w.cal_batch = bad[i].v;
+        } else {
+            w.compute[0].batch = bad[i].v;
+        }
+        TEST_OK(zr_probe_write(path, &w));
+        TEST_FAILS(zr_probe_read(path, &q), ZR_ERR_FORMAT, bad[i].msg);
+    }
+    zr_probe w = made_up(1 << 12, 1 << 12), q; /* 2^24: read */
+    w.q_enc[0] = w.q_enc[1] = w.q_dec[0] = w.q_dec[1] = 1e-9;
+    w.adamw = w.sumsq = w.bf16_enc = w.bf16_dec = w.f32_add = 1e-9;
+    TEST_OK(zr_probe_write(path, &w));
+    TEST_OK(zr_probe_read(path, &q));
+    TEST_EQ_INT(q.world, 1 << 24);
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
     int gpu = argc > 1 && strcmp(argv[1], "--gpu") == 0;
@@ -857,5 +1050,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_calibration_gpu);
     TEST_RUN(test_probe_file);
     TEST_RUN(test_planner);
+    TEST_RUN(test_peers_counted);
+    TEST_RUN(test_accumulation_counted);
+    TEST_RUN(test_huge_inputs);
     return zr_test_finish();
 }

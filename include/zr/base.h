@@ -50,6 +50,16 @@ const char *zr_status_str(zr_status st);
  */
 const char *zr_error_message(void);
 
+/*
+ * s (n bytes, which may come from any file) made fit for a message in out
+ * (cap bytes, terminated): printable ASCII and valid UTF-8 as they are, a
+ * newline and a tab as \n and \t, every other byte as \xNN; cut with "..."
+ * where it would not fit. Every recorded error message passes through it
+ * (keeping the message's own line breaks).
+ * Returns the length written.
+ */
+size_t zr_str_printable(char *out, size_t cap, const char *s, size_t n);
+
 /* Replace the recorded message (used when ranks agree on one error). */
 void zr_error_set_message(const char *msg);
 

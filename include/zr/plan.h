@@ -37,6 +37,11 @@
 
 #define ZR_PROBE_VERSION 3
 #define ZR_PROBE_MAX_B   8 /* micro-batch sizes measured: 1, 2, 4, ... */
+/* The largest micro-batch a probe measures (zr probe --max-micro-batch). */
+#define ZR_PROBE_MAX_MICRO (1 << 16)
+/* The most ranks a plan is made for (2^24, more than any machine has): a probe file that says
+   more is refused naming "world", and the planner's time and memory do not grow with the ranks. */
+#define ZR_PLAN_MAX_WORLD (1 << 24)
 
 /* Seconds of forward and backward of one micro-batch of b sequences, per unit kind. */
 typedef struct zr_probe_compute {

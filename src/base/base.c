@@ -65,9 +65,11 @@ const char *zr_error_message(void)
     return err_msg;
 }
 
+static size_t printable(char *out, size_t cap, const char *s, size_t n, int lines);
+
 void zr_error_set_message(const char *msg)
 {
-    snprintf(err_msg, sizeof err_msg, "%s", msg ? msg : "");
+    printable(err_msg, sizeof err_msg, msg ? msg : "", msg ? strlen(msg) : 0, 1);
     err_agreed = 0;
 }
 
@@ -95,16 +97,85 @@ static const char *short_file(const char *file)
     return p ? p + 4 : file;
 }
 
+/* The length of the valid UTF-8 sequence at s (n bytes left), 0 if none starts there. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    size_t k = s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+    if (k == 0 || k > n || (s[0] >= 0xf8)) {
+        return 0;
+    }
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+    }
+    /* no overlong three- and four-byte forms, no surrogates, nothing above U+10FFFF; and none
+       of the characters that steer a terminal or reorder the line: C1 controls U+0080-009F,
+       line and paragraph separators and bidirectional overrides U+2028-202E, U+2066-2069 */
+    if ((k == 2 && s[0] == 0xc2 && s[1] < 0xa0) ||
+        (k == 3 && s[0] == 0xe2 && s[1] == 0x80 && s[2] >= 0xa8 && s[2] <= 0xae) ||
+        (k == 3 && s[0] == 0xe2 && s[1] == 0x81 && s[2] >= 0xa6 && s[2] <= 0xa9) ||
+        (k == 3 && s[0] == 0xe0 && s[1] < 0xa0) || (k == 3 && s[0] == 0xed && s[1] >= 0xa0) ||
+        (k == 4 && s[0] == 0xf0 && s[1] < 0x90) || (k == 4 && s[0] == 0xf4 && s[1] >= 0x90)) {
+        return 0;
+    }
+    return k;
+}
+
+/* zr_str_printable, keeping newlines where lines is 1 (a message's own line breaks). */
+static size_t printable(char *out, size_t cap, const char *s, size_t n, int lines)
+{
+    static const char more[] = "...";
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0, i = 0;
+    if (cap == 0) {
+        return 0;
+    }
+    while (i < n) {
+        char esc[8];
+        size_t k = u[i] >= 0x80 ? utf8_len(u + i, n - i) : 1, len;
+        if ((u[i] >= 0x20 && u[i] < 0x7f) || (lines && u[i] == '\n')) {
+            esc[0] = (char)u[i], len = 1;
+        } else if (k > 1) {
+            memcpy(esc, u + i, k), len = k;
+        } else {
+            k = 1;
+            len = u[i] == '\n'   ? (size_t)snprintf(esc, sizeof esc, "\\n")
+                  : u[i] == '\t' ? (size_t)snprintf(esc, sizeof esc, "\\t")
+                                 : (size_t)snprintf(esc, sizeof esc, "\\x%02x", u[i]);
+        }
+        /* room for this piece, and for "..." after it unless it is the last (so that a cut
+           always finds room for "..." where cap allows) */
+        if (o + len + (i + k < n ? sizeof more - 1 : 0) > cap - 1) {
+            size_t m = cap - 1 - o < sizeof more - 1 ? cap - 1 - o : sizeof more - 1;
+            memcpy(out + o, more, m);
+            o += m;
+            break;
+        }
+        memcpy(out + o, esc, len);
+        o += len, i += k;
+    }
+    out[o] = '\0';
+    return o;
+}
+
+size_t zr_str_printable(char *out, size_t cap, const char *s, size_t n)
+{
+    return printable(out, cap, s, n, 0);
+}
+
 zr_status zr_error_at(zr_status st, const char *file, int line, const char *fmt, ...)
 {
-    /* formatted whole, then cut in the middle if it must be: the start says what failed,
+    /* formatted whole, made printable (a message may quote bytes read from a file: they are
+       never printed raw), then cut in the middle if it must be: the start says what failed,
        the end says why, and a long path in between must not push the reason out */
-    static char body[4 * 4096 + 1024];
+    static char raw[4 * 4096 + 1024], body[4 * sizeof raw];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(body, sizeof body, fmt, ap);
+    int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
-    size_t len = n < 0 ? 0 : (size_t)n < sizeof body ? (size_t)n : sizeof body - 1;
+    size_t rlen = n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1;
+    size_t len = printable(body, sizeof body, raw, rlen, 1);
     if (len < sizeof err_msg) {
         memcpy(err_msg, body, len + 1);
     } else {

@@ -23,6 +23,13 @@ int zr_cli_plan(int argc, char **argv);
 zr_status zr_cli_number(const char *name, const char *text, double lo, double hi, int integer,
                         double *out);
 /*
+ * argv[i], which command cmd ("plot", "bench quant") does not take, named on
+ * stderr: an unknown flag (or, as the last argument, one missing its value)
+ * or an unexpected argument. Returns 2, the exit status for it; the caller
+ * may print its usage after.
+ */
+int zr_cli_bad_arg(const char *cmd, int argc, char **argv, int i);
+/*
  * A benchmark's flags, read by the same rule. zr_cli_int_flags: flag looked
  * up in a table of whole-number flags (each stores into an int or a long
  * long, lo..hi): 1 when it is one and text is in range (stored), 0 when flag

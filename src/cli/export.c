@@ -4,6 +4,8 @@
  * safetensors file. Runs as a single process, without MPI, on any machine
  * that can read the checkpoint directory.
  */
+#define _POSIX_C_SOURCE 200809L /* lstat */
+
 #include "cli.h"
 
 #include "zr/checkpoint.h"
@@ -11,6 +13,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -39,8 +42,10 @@ static zr_status pick(const char *ckpt, char *path, size_t n, zr_ckpt_meta *meta
     char probe[4096];
     int found = 0;
     snprintf(probe, sizeof probe, "%s/manifest.json", ckpt);
-    if (access(probe, F_OK) == 0) {
-        /* one checkpoint: why it cannot be read is the message, not "not a checkpoint" */
+    struct stat sb;
+    if (lstat(probe, &sb) == 0) {
+        /* one checkpoint (whatever its manifest is: a link loop, a dangling link, a folder): why
+           it cannot be read is the message, not "not a checkpoint" */
         ZR_CHECK(zr_ckpt_read_meta(ckpt, meta));
         snprintf(path, n, "%s", ckpt);
     } else {
@@ -130,14 +135,20 @@ int zr_cli_export(int argc, char **argv)
             return 0;
         }
         if (dst == NULL || i + 1 >= argc) {
-            fprintf(stderr, "zr export: %s '%s'\n",
-                    dst == NULL ? "unknown option" : "missing value for", argv[i]);
+            if (dst == NULL) {
+                zr_cli_bad_arg("export", argc, argv, i);
+            } else {
+                fprintf(stderr, "zr export: error: %s needs a value\n", argv[i]);
+            }
             usage(stderr);
             return 2;
         }
         *dst = argv[++i];
     }
     if (ckpt == NULL || (llmc == NULL && st == NULL)) {
+        fprintf(stderr, "zr export: error: %s\n",
+                ckpt == NULL ? "--checkpoint is missing"
+                             : "give --llmc or --safetensors (or both)");
         usage(stderr);
         return 2;
     }

@@ -87,11 +87,56 @@ int zr_cli_size(const char *cmd, const char *flag, const char *text, double lo, 
     return 1;
 }
 
+int zr_cli_bad_arg(const char *cmd, int argc, char **argv, int i)
+{
+    char a[96];
+    zr_str_printable(a, sizeof a, argv[i], strlen(argv[i]));
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        return 2; /* asked for the usage, which the caller prints */
+    }
+    if (argv[i][0] != '-') {
+        fprintf(stderr, "zr %s: error: unexpected argument \"%s\"\n", cmd, a);
+    } else if (i + 1 == argc) {
+        fprintf(stderr, "zr %s: error: %s: unknown flag, or one missing its value\n", cmd, a);
+    } else {
+        fprintf(stderr, "zr %s: error: unknown flag %s\n", cmd, a);
+    }
+    return 2;
+}
+
+/*
+ * Every command: an empty argument is refused as such before the command reads
+ * it ("--probe is empty", not "cannot open : ..."), as the value of a flag
+ * (--flag "" or --flag=) or on its own. Returns 1 (said on stderr) or 0.
+ */
+static int empty_arg(const char *cmd, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        char f[96];
+        if (a[0] == '\0' && i > 1 && argv[i - 1][0] == '-') {
+            zr_str_printable(f, sizeof f, argv[i - 1], strlen(argv[i - 1]));
+            fprintf(stderr, "zr %s: error: %s is empty\n", cmd, f);
+        } else if (a[0] == '\0') {
+            fprintf(stderr, "zr %s: error: argument %d is empty\n", cmd, i);
+        } else if (eq != NULL && eq[1] == '\0') {
+            zr_str_printable(f, sizeof f, a, (size_t)(eq - a));
+            fprintf(stderr, "zr %s: error: %s is empty\n", cmd, f);
+        } else {
+            continue;
+        }
+        return 1;
+    }
+    return 0;
+}
+
 typedef struct command {
     const char *name;
     int (*main)(int argc, char **argv);
     const char *help;
 } command;
+
+enum { BENCH = 5 }; /* commands[BENCH], whose first argument names the benchmark */
 
 static const command commands[] = {
     {"train", zr_cli_train, "train a GPT across MPI ranks (mpirun -np N zr train ...)"},
@@ -128,6 +173,12 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) == 0) {
+            int bench = i == BENCH && argc > 2 && argv[2][0] != '-';
+            char cmd[64];
+            snprintf(cmd, sizeof cmd, "%s%s%.40s", argv[1], bench ? " " : "", bench ? argv[2] : "");
+            if (empty_arg(cmd, argc - 1 - bench, argv + 1 + bench)) {
+                return 2;
+            }
             /* the BLAS, opened before MPI starts threads (it may set OPENBLAS_CORETYPE for
                a moment, src/base/blas.h); a failure comes back where a product needs it */
             const zr_blas *blas = NULL;

@@ -55,6 +55,18 @@ static zr_status vocab_of(const zr_train_config *c, int *vocab)
     return st;
 }
 
+/* argv[i], the last argument, is one of names, a flag that takes a value: said so (not "unknown").
+ */
+static zr_status value_missing(int argc, char **argv, int i, const char *const *names, int n)
+{
+    for (int k = 0; k < n && i + 1 == argc; k++) {
+        if (strcmp(argv[i], names[k]) == 0) {
+            ZR_FAIL(ZR_ERR_INVALID, "%s needs a value", names[k]);
+        }
+    }
+    return ZR_OK;
+}
+
 /* Does argv[i] hold --name (with its value in argv[i+1] when want_value)? */
 static int flag(int argc, char **argv, int i, const char *name, int want_value)
 {
@@ -100,14 +112,16 @@ static int fail_msg(const char *cmd, zr_status st)
 static zr_status probe_args(int argc, char **argv, char **rest, int *n, const char **out,
                             int *max_b)
 {
+    static const char *const valued[] = {"-o", "--output", "--max-micro-batch"};
     zr_status st = ZR_OK;
     for (int i = 0; i < argc; i++) {
+        st = st == ZR_OK ? value_missing(argc, argv, i, valued, 3) : st;
         if (flag(argc, argv, i, "-o", 1) || flag(argc, argv, i, "--output", 1)) {
             *out = argv[++i];
         } else if (flag(argc, argv, i, "--max-micro-batch", 1)) {
             double v = 0;
             if (st == ZR_OK) {
-                st = zr_cli_number("--max-micro-batch", argv[i + 1], 1, 1 << 16, 1, &v);
+                st = zr_cli_number("--max-micro-batch", argv[i + 1], 1, ZR_PROBE_MAX_MICRO, 1, &v);
             }
             *max_b = (int)v, i++;
         } else {
@@ -341,8 +355,10 @@ typedef struct plan_flags {
 /* zr plan's own flags into f, the rest (train keys) into rest[*n]. */
 static zr_status plan_args(int argc, char **argv, char **rest, int *n, plan_flags *f)
 {
+    static const char *const valued[] = {"--probe", "--memory-limit", "--top", "--write-config"};
     zr_status st = ZR_OK;
     for (int i = 0; i < argc; i++) {
+        st = st == ZR_OK ? value_missing(argc, argv, i, valued, 4) : st;
         if (flag(argc, argv, i, "--probe", 1)) {
             f->probe_path = argv[++i];
         } else if (flag(argc, argv, i, "--memory-limit", 1)) {

@@ -257,7 +257,7 @@ static int parse_args(int argc, char **argv, const char **out, const char **titl
                 *out = argv[++i];
             }
         } else if (argv[i][0] == '-') {
-            fprintf(stderr, "zr plot: unknown or incomplete option %s\n", argv[i]);
+            zr_cli_bad_arg("plot", argc, argv, i);
             usage(stderr);
             return 2;
         } else {

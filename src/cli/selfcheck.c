@@ -108,9 +108,14 @@ int zr_cli_selfcheck(int argc, char **argv)
             }
             hpz = (int)v;
         } else {
-            fprintf(stderr, "usage: mpirun -np N zr selfcheck [--hpz H]\n"
-                            "  ZR_RANKS_PER_NODE=D emulates nodes of D consecutive ranks\n");
-            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+            int help = strcmp(argv[i], "--help") == 0;
+            if (!help) {
+                zr_cli_bad_arg("selfcheck", argc, argv, i);
+            }
+            fprintf(help ? stdout : stderr,
+                    "usage: mpirun -np N zr selfcheck [--hpz H]\n"
+                    "  ZR_RANKS_PER_NODE=D emulates nodes of D consecutive ranks\n");
+            return help ? 0 : 2;
         }
     }
     MPI_Init(&argc, &argv);

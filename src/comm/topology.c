@@ -15,6 +15,7 @@
  */
 #include "comm_impl.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -372,6 +373,10 @@ zr_status zr_comm_init_layout(zr_comm *c, int nodes, int ranks_per_node, int hpz
         ZR_FAIL(ZR_ERR_INVALID, "a layout needs at least one node and one rank per node, got %dx%d",
                 nodes, ranks_per_node);
     }
+    if ((long long)nodes * ranks_per_node > INT_MAX) {
+        ZR_FAIL(ZR_ERR_INVALID, "a layout of %d nodes x %d ranks has more ranks than an int counts",
+                nodes, ranks_per_node);
+    }
     int size = nodes * ranks_per_node, h;
     if (rank < 0 || rank >= size) {
         ZR_FAIL(ZR_ERR_INVALID, "rank %d is outside a layout of %d ranks", rank, size);
@@ -381,20 +386,23 @@ zr_status zr_comm_init_layout(zr_comm *c, int nodes, int ranks_per_node, int hpz
     return ZR_OK;
 }
 
+/*
+ * Counted, not visited: a group is the strided set first + k*stride, and my
+ * node is the world ranks node*D .. node*D+D-1, so the members on my node are
+ * the k of one interval (myself among them). The planner prices a layout of
+ * millions of ranks in the time of one.
+ */
 void zr_comm_peers(const zr_comm *c, zr_group g, int *on_node, int *off_node)
 {
-    *on_node = 0;
-    *off_node = 0;
-    for (int p = 0; p < c->size[g]; p++) {
-        if (p == c->rank[g]) {
-            continue;
-        }
-        if (zr_comm_node_of(c, zr_comm_world_rank(c, g, p)) == c->node) {
-            ++*on_node;
-        } else {
-            ++*off_node;
-        }
-    }
+    long long n = c->size[g], first = c->first[g], stride = c->stride[g] > 0 ? c->stride[g] : 1;
+    long long lo = (long long)c->node * c->ranks_per_node - first, hi = lo + c->ranks_per_node - 1;
+    /* k in [ceil(lo / stride), floor(hi / stride)] within [0, n - 1] */
+    long long k_lo = lo <= 0 ? 0 : (lo + stride - 1) / stride;
+    long long k_hi = hi < 0 ? -1 : hi / stride;
+    k_hi = k_hi < n - 1 ? k_hi : n - 1;
+    long long on = k_hi >= k_lo ? k_hi - k_lo + 1 : 0;
+    *on_node = on > 0 ? (int)(on - 1) : 0;
+    *off_node = (int)(n - 1 - *on_node);
 }
 
 zr_status zr_comm_groups_build(zr_comm *c, MPI_Comm world, const zr_comm_config *cfg)

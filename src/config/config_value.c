@@ -18,10 +18,12 @@
 
 void zr_config_emit(warn_fn warn, void *ctx, const char *msg)
 {
+    char safe[1024]; /* a key from the file is never printed raw */
+    zr_str_printable(safe, sizeof safe, msg, strlen(msg));
     if (warn != NULL) {
-        warn(ctx, msg);
+        warn(ctx, safe);
     } else {
-        fprintf(stderr, "zr: %s\n", msg);
+        fprintf(stderr, "zr: %s\n", safe);
     }
 }
 

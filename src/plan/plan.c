@@ -118,21 +118,22 @@ static int cmp_entry(const void *x, const void *y)
  * never sent. Priced, they came within the probe's noise of stage 0 and one
  * probe ranked stage 2 + qgZ first, a lossy pick for nothing.
  */
-static int enumerate(const zr_train_config *cfg, int W, int D, size_t big_unit, int b, int a,
-                     zr_plan_choice *list)
+static int enumerate(const zr_train_config *cfg, int W, const int *hs, int nh, size_t big_unit,
+                     int b, int a, zr_plan_choice *list)
 {
     static const int qbits[] = {0, 8, 4};
     long long pre[3] = {0, (long long)big_unit, cfg->stage3_prefetch_bucket_size};
     int n = 0;
     for (int stage = 0; stage <= (W == 1 ? 0 : 3); stage++) {
         for (int wq = 0; wq < 3; wq++) {
-            for (int h = D == 1 ? 0 : 1; h <= D; h++) {
+            for (int hi = 0; hi < nh; hi++) {
+                int h = hs[hi];
                 for (int gq = 0; gq < 3; gq++) {
                     for (int p = 0; p < 3; p++) {
                         int gbits = gq == 1 ? 4 : gq == 2 ? 8 : 0;
                         if ((stage < 3 && (wq || h != 1 || p)) || (stage < 2 && gq) ||
-                            (h > 0 && D % h != 0) || (p == 2 && pre[2] <= pre[1]) ||
-                            (wq && qbits[wq] < cfg->qwz_bits) || (gq && gbits < cfg->qgz_bits)) {
+                            (p == 2 && pre[2] <= pre[1]) || (wq && qbits[wq] < cfg->qwz_bits) ||
+                            (gq && gbits < cfg->qgz_bits)) {
                             continue;
                         }
                         list[n++] = (zr_plan_choice){stage, wq > 0, qbits[wq], h, gq > 0,
@@ -140,6 +141,41 @@ static int enumerate(const zr_train_config *cfg, int W, int D, size_t big_unit, 
                     }
                 }
             }
+        }
+    }
+    return n;
+}
+
+/*
+ * The hpZ groups to try, ascending: 0 (a secondary over a group of one) with
+ * one rank per node, then every divisor of D, found up to its square root:
+ * the work grows with the divisors' count, never with D (hs holds
+ * hpz_groups_max(D)).
+ */
+static int hpz_groups_max(int D)
+{
+    int r = 1;
+    while ((long long)r * r <= D) {
+        r++;
+    }
+    return 2 * r + 1;
+}
+
+static int hpz_groups(int D, int *hs)
+{
+    int n = 0;
+    if (D == 1) {
+        hs[n++] = 0;
+    }
+    int small = n;
+    for (int d = 1; (long long)d * d <= D; d++) {
+        if (D % d == 0) {
+            hs[n++] = d;
+        }
+    }
+    for (int i = n - 1; i >= small; i--) {
+        if (hs[i] != D / hs[i]) {
+            hs[n++] = D / hs[i];
         }
     }
     return n;
@@ -253,17 +289,30 @@ static zr_status calibrate(const zr_train_config *cfg, int vocab, const zr_probe
     return st;
 }
 
-zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
-                      double mem_limit, zr_plan_result *out)
+/* At most ZR_PLAN_MAX_WORLD ranks (the plan's work does not grow with them, but a world no
+   machine has is a damaged file), as nodes x ranks per node. */
+static zr_status check_layout(const zr_probe *probe)
 {
-    memset(out, 0, sizeof *out);
-    int N = probe->nodes, D = probe->ranks_per_node, W = N * D;
-    if (N < 1 || D < 1 || W != probe->world) {
+    int N = probe->nodes, D = probe->ranks_per_node;
+    if (probe->world < 1 || probe->world > ZR_PLAN_MAX_WORLD) {
+        ZR_FAIL(ZR_ERR_INVALID, "the probe's world (%d ranks) is outside 1..%d (2^24)",
+                probe->world, ZR_PLAN_MAX_WORLD);
+    }
+    if (N < 1 || D < 1 || N > probe->world / D || N * D != probe->world) {
         ZR_FAIL(ZR_ERR_INVALID,
                 "the probe's layout (%d nodes x %d ranks, world %d) is not one the "
                 "engine can run",
                 N, D, probe->world);
     }
+    return ZR_OK;
+}
+
+zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *probe,
+                      double mem_limit, zr_plan_result *out)
+{
+    memset(out, 0, sizeof *out);
+    int N = probe->nodes, D = probe->ranks_per_node, W = probe->world;
+    ZR_CHECK(check_layout(probe));
     ZR_CHECK(zr_plan_check_probe(cfg, vocab, probe));
     ZR_CHECK(calibrate(cfg, vocab, probe, &out->cal));
     long long G = cfg->train_batch_size;
@@ -289,19 +338,22 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
         size_t p = zr_zero_padded(zr_gpt_config_unit_numel(&m, u), W);
         big = p > big ? p : big;
     }
-    int cap = splits * (2 + 3 + 3 * 3 * (D + 1) * 3);
+    int *hs = NULL;
+    ZR_ALLOC(hs, (size_t)hpz_groups_max(D));
+    int nh = hpz_groups(D, hs);
+    size_t cap = (size_t)splits * (2 + 3 + 3 * 3 * (size_t)nh * 3);
     zr_plan_choice *list = NULL;
-    ZR_ALLOC(list, (size_t)cap);
     zr_status st = ZR_OK;
-    ZR_ALLOC_GOTO(out->entries, (size_t)cap, st, fail);
+    ZR_ALLOC_GOTO(list, cap, st, fail);
+    ZR_ALLOC_GOTO(out->entries, cap, st, fail);
     double min_mem = INFINITY;
     int n = 0;
     for (long long b = 1; b <= per && b <= bmax; b++) {
         if (per % b == 0) {
-            n += enumerate(cfg, W, D, big, (int)b, (int)(per / b), list + n);
+            n += enumerate(cfg, W, hs, nh, big, (int)b, (int)(per / b), list + n);
         }
     }
-    ZR_ASSERT(n <= cap);
+    ZR_ASSERT((size_t)n <= cap);
     for (int i = 0; i < n; i++) {
         zr_plan_entry *e = &out->entries[out->n];
         e->choice = list[i];
@@ -324,11 +376,13 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
                      mem_limit / 1e9, out->considered, min_mem / 1e9);
     }
     zr_free(list);
+    zr_free(hs);
     qsort(out->entries, (size_t)out->n, sizeof *out->entries, cmp_entry);
     explain(out, W);
     return ZR_OK;
 fail:
     zr_free(list);
+    zr_free(hs);
     zr_plan_result_free(out);
     return st;
 }

@@ -1,7 +1,8 @@
 /*
  * probe_impl.h - what probe.c (the probe: which device, transport, memory,
  * the CPU's figures), probe_gpu.c (the GPU's figures) and probe_ref.c (the
- * reference steps) share.
+ * reference steps) share, and cost.c (the cost model) with calibrate.c (its
+ * fit to the reference steps).
  */
 #ifndef ZR_PROBE_IMPL_H
 #define ZR_PROBE_IMPL_H
@@ -43,5 +44,15 @@ zr_status zr_probe_gpu_busy_init(zr_stream *s, zr_probe_busy *b);
 /* Queue about this many seconds of kernels on b's stream (the host does not wait). */
 zr_status zr_probe_gpu_busy(zr_probe_busy *b, double seconds);
 void zr_probe_gpu_busy_free(zr_probe_busy *b);
+
+/*
+ * The cost of ch on nodes x D ranks priced with calibration cal (cost.c);
+ * waits non-NULL (room for maxwaits): each synchronising wait's exposure of
+ * the step too, their count in *nwaits.
+ */
+zr_status zr_plan_cost_with(const zr_train_config *cfg, int vocab, int nodes, int D,
+                            const zr_plan_choice *ch, const zr_probe *probe,
+                            const zr_plan_calib *cal, double *waits, int maxwaits, int *nwaits,
+                            zr_plan_cost *out);
 
 #endif /* ZR_PROBE_IMPL_H */

@@ -16,43 +16,50 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The scalar keys: name, offset of a double or int field, is it an int, lowest valid value. */
+/*
+ * The scalar keys: name, offset of a double or int field, is it an int, the
+ * valid range. A number that sets how much work the plan does has the range
+ * a run can have: the ranks (ZR_PLAN_MAX_WORLD), the depth (zr.model.layers'
+ * range: the dry run walks every block), the reference micro-batch (zr probe
+ * --max-micro-batch's); a bound here is what keeps a plan's time and memory
+ * bounded whatever the file says.
+ */
 typedef struct pkey {
     const char *name;
     size_t off;
     int is_int;
-    double lo;
+    double lo, hi;
 } pkey;
 
 #define D_(f, lo)                                                                                  \
     {                                                                                              \
-#f, offsetof(zr_probe, f), 0, lo                                                           \
+#f, offsetof(zr_probe, f), 0, lo, 1e15                                                     \
     }
-#define I_(f, lo)                                                                                  \
+#define I_(f, lo, hi)                                                                              \
     {                                                                                              \
-#f, offsetof(zr_probe, f), 1, lo                                                           \
+#f, offsetof(zr_probe, f), 1, lo, hi                                                       \
     }
 /* element i of a reference's array field, under its own key */
 #define R_(name, f, i)                                                                             \
     {                                                                                              \
-        name, offsetof(zr_probe, f) + (i) * sizeof(double), 0, 0                                   \
+        name, offsetof(zr_probe, f) + (i) * sizeof(double), 0, 0, 1e15                             \
     }
 static const pkey keys[] = {
-    I_(version, 1),
-    I_(gpu, 0),
-    I_(bf16, 0),
-    I_(world, 1),
-    I_(nodes, 1),
-    I_(ranks_per_node, 1),
-    I_(threads, 1),
-    I_(layers, 1),
-    I_(heads, 1),
-    I_(channels, 1),
-    I_(vocab, 1),
-    I_(padded_vocab, 1),
-    I_(seq_len, 1),
-    I_(max_seq_len, 1),
-    I_(recompute, 0),
+    I_(version, 1, 1e9),
+    I_(gpu, 0, 1e9),
+    I_(bf16, 0, 1e9),
+    I_(world, 1, ZR_PLAN_MAX_WORLD),
+    I_(nodes, 1, ZR_PLAN_MAX_WORLD),
+    I_(ranks_per_node, 1, ZR_PLAN_MAX_WORLD),
+    I_(threads, 1, 1e9),
+    I_(layers, 1, 1024),
+    I_(heads, 1, 1e9),
+    I_(channels, 1, 1e9),
+    I_(vocab, 1, 1e9),
+    I_(padded_vocab, 1, 1e9),
+    I_(seq_len, 1, 1e9),
+    I_(max_seq_len, 1, 1e9),
+    I_(recompute, 0, 1e9),
     D_(adamw, 0),
     D_(sumsq, 0),
     D_(bf16_enc, 0),
@@ -65,7 +72,7 @@ static const pkey keys[] = {
     D_(overlap, 0),
     D_(base_rss, 0),
     D_(mem_per_rank, 0),
-    I_(cal_batch, 0),
+    I_(cal_batch, 0, ZR_PROBE_MAX_MICRO),
     D_(cal_prefetch, 0),
     R_("cal_step", cal_step, 0),
     R_("cal_compute", cal_compute, 0),
@@ -155,16 +162,19 @@ zr_status zr_probe_write(const char *path, const zr_probe *p)
     return st;
 }
 
-static zr_status number(const cJSON *o, const char *key, const char *path, double lo, double *v)
+static zr_status number(const cJSON *o, const char *key, const char *path, double lo, double hi,
+                        double *v)
 {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsNumber(x)) {
         ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" is %s (a number is needed; rerun zr probe)", path, key,
                 x == NULL ? "missing" : "not a number");
     }
-    if (!isfinite(x->valuedouble) || x->valuedouble < lo || x->valuedouble > 1e15) {
-        ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" is %g, outside [%g, 1e15]", path, key, x->valuedouble,
-                lo);
+    if (!isfinite(x->valuedouble) || x->valuedouble < lo || x->valuedouble > hi) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" is %.15g, outside [%.15g, %.15g]%s", path, key,
+                x->valuedouble, lo, hi,
+                hi == ZR_PLAN_MAX_WORLD ? " (ranks no machine has: zr plans up to 2^24 ranks)"
+                                        : "");
     }
     *v = x->valuedouble;
     return ZR_OK;
@@ -260,8 +270,8 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
     }
     for (int i = 0; i < NKEYS; i++) {
         double v = 0;
-        ZR_CHECK(number(o, keys[i].name, path, keys[i].lo, &v));
-        if (keys[i].is_int && (v != floor(v) || v > 1e9)) {
+        ZR_CHECK(number(o, keys[i].name, path, keys[i].lo, keys[i].hi, &v));
+        if (keys[i].is_int && v != floor(v)) {
             ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" must be a whole number, got %g", path, keys[i].name,
                     v);
         }
@@ -277,7 +287,7 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
                 "%s: \"gpu\" and \"bf16\" are 0 or 1, and bf16 (a GPU's compute type) needs gpu 1",
                 path);
     }
-    if (p->world != p->nodes * p->ranks_per_node) {
+    if (p->world != (long long)p->nodes * p->ranks_per_node) {
         ZR_FAIL(ZR_ERR_FORMAT, "%s: world %d is not nodes %d x ranks_per_node %d", path, p->world,
                 p->nodes, p->ranks_per_node);
     }
@@ -291,7 +301,7 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
     for (int i = 0; i < NOPT; i++) {
         double v = 0;
         if (cJSON_GetObjectItemCaseSensitive(o, opt_keys[i].name) != NULL) {
-            ZR_CHECK(number(o, opt_keys[i].name, path, opt_keys[i].lo, &v));
+            ZR_CHECK(number(o, opt_keys[i].name, path, opt_keys[i].lo, opt_keys[i].hi, &v));
         }
         set(p, &opt_keys[i], v);
     }
@@ -299,7 +309,7 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
     const char *qn[4] = {"q8_enc", "q8_dec", "q4_enc", "q4_dec"};
     double *qv[4] = {&p->q_enc[0], &p->q_dec[0], &p->q_enc[1], &p->q_dec[1]};
     for (int i = 0; i < 4; i++) {
-        ZR_CHECK(number(o, qn[i], path, 0, qv[i]));
+        ZR_CHECK(number(o, qn[i], path, 0, 1e15, qv[i]));
     }
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "compute");
     int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
@@ -317,14 +327,14 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
         if (!cJSON_IsObject(e)) {
             ZR_FAIL(ZR_ERR_FORMAT, "%s: \"compute[%d]\" is not an object", path, i);
         }
-        ZR_CHECK(number(e, "batch", path, 1, &b));
-        if (b != floor(b) || b > 1e6 || (i > 0 && b <= p->compute[i - 1].batch)) {
+        ZR_CHECK(number(e, "batch", path, 1, ZR_PROBE_MAX_MICRO, &b));
+        if (b != floor(b) || (i > 0 && b <= p->compute[i - 1].batch)) {
             ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" must be a whole number above the one before", path,
                     key);
         }
         c->batch = (int)b;
         for (int k = 0; k < 6; k++) {
-            ZR_CHECK(number(e, unit_keys[k], path, 0, v[k]));
+            ZR_CHECK(number(e, unit_keys[k], path, 0, 1e15, v[k]));
         }
     }
     p->ncompute = n;
