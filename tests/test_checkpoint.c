@@ -527,6 +527,19 @@ static void test_lock_and_recover(void)
     TEST_CHECK(strstr(zr_error_message(), "in use by another zr train") != NULL);
     zr_ckpt_unlock(&a);
     TEST_OK(zr_ckpt_lock(dir, &b));
+    /* issue 39 item 5: the folder deleted or replaced under its holder is told apart */
+    TEST_OK(zr_ckpt_lock_check(dir, &b));
+    char moved[600];
+    snprintf(moved, sizeof moved, "%s.moved", dir);
+    TEST_CHECK(rename(dir, moved) == 0);
+    TEST_OK(zr_file_mkdir_p(dir));
+    TEST_FAILS(zr_ckpt_lock_check(dir, &b), ZR_ERR_IO,
+               "was deleted, moved or replaced while this run held it");
+    TEST_CHECK(rmdir(dir) == 0 && rename(moved, dir) == 0);
+    TEST_OK(zr_ckpt_lock_check(dir, &b));
+    snprintf(p, sizeof p, "%s/%s", dir, ZR_CKPT_LOCK_FILE);
+    TEST_CHECK(unlink(p) == 0);
+    TEST_FAILS(zr_ckpt_lock_check(dir, &b), ZR_ERR_IO, "zr.lock was deleted or moved away");
     zr_ckpt_unlock(&b);
 
     /* what crashed saves leave: recover clears each with a warning */
