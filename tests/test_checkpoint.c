@@ -19,7 +19,8 @@
  *
  * Also: the directory lock refuses a second holder and names the first;
  * recovery clears what a crashed save leaves, with a warning for each; a
- * checkpoint is known by its manifest, not its name (test_identity).
+ * checkpoint is known by its manifest, not its name (test_identity); rotation and
+ * the clearing of leftovers delete only what zr wrote (test_rotation_keeps_user_files).
  *
  * Run with 4 ranks (tests/testlist).
  */
@@ -652,6 +653,19 @@ static void test_lock_and_recover(void)
     TEST_CHECK(strstr(zr_error_message(), "in use by another zr train") != NULL);
     zr_ckpt_unlock(&a);
     TEST_OK(zr_ckpt_lock(dir, &b));
+    /* issue 39 item 5: the folder deleted or replaced under its holder is told apart */
+    TEST_OK(zr_ckpt_lock_check(dir, &b));
+    char moved[600];
+    snprintf(moved, sizeof moved, "%s.moved", dir);
+    TEST_CHECK(rename(dir, moved) == 0);
+    TEST_OK(zr_file_mkdir_p(dir));
+    TEST_FAILS(zr_ckpt_lock_check(dir, &b), ZR_ERR_IO,
+               "was deleted, moved or replaced while this run held it");
+    TEST_CHECK(rmdir(dir) == 0 && rename(moved, dir) == 0);
+    TEST_OK(zr_ckpt_lock_check(dir, &b));
+    snprintf(p, sizeof p, "%s/%s", dir, ZR_CKPT_LOCK_FILE);
+    TEST_CHECK(unlink(p) == 0);
+    TEST_FAILS(zr_ckpt_lock_check(dir, &b), ZR_ERR_IO, "zr.lock was deleted or moved away");
     zr_ckpt_unlock(&b);
 
     /* what crashed saves leave: recover clears each with a warning */
@@ -819,6 +833,107 @@ static void test_identity(void)
     zr_error_clear();
 }
 
+/* ---- zr deletes only what it wrote ------------------------------------------------------- */
+
+static void put_file(const char *dir, const char *name, const char *text)
+{
+    char p[ZR_PATH_MAX];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    zr_test_write_file(p, text, strlen(text));
+}
+
+static int holds(const char *dir, const char *name, const char *text)
+{
+    char p[ZR_PATH_MAX], buf[64] = "";
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "r");
+    size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f != NULL) {
+        fclose(f);
+    }
+    buf[n] = '\0';
+    return f != NULL && strcmp(buf, text) == 0;
+}
+
+/*
+ * Issue 39 item 4: rotation removes only the files its manifest lists. A user's file, folder,
+ * link and a rank file the manifest does not list, put in a checkpoint that rotation takes out,
+ * stay (and the link's target), in the folder renamed step_N.user-files; a crashed save's or an
+ * interrupted rotation's leftover likewise; a step_N.partial that is a link to a user's folder
+ * is never followed (the old removal emptied the folder it points to).
+ */
+static void test_rotation_keeps_user_files(void)
+{
+    char dir[512], a[ZR_PATH_MAX], b[ZR_PATH_MAX], victim[512];
+    snprintf(dir, sizeof dir, "%s/own", work);
+    snprintf(victim, sizeof victim, "%s/victim", work);
+    world w;
+    world_open(&w, W, 3);
+    fill(&w);
+    save_at(&w, dir, 10, 0, -1);
+    if (R == 0) {
+        snprintf(a, sizeof a, "%s/step_00000010", dir);
+        put_file(a, "notes.txt", "mine");
+        put_file(a, "rank_00009.bin", "not listed"); /* the manifest lists 4 rank files */
+        snprintf(b, sizeof b, "%s/eval", a);
+        TEST_OK(zr_file_mkdir_p(b));
+        put_file(b, "scores.txt", "0.5");
+        TEST_OK(zr_file_mkdir_p(victim));
+        put_file(victim, "keep.txt", "theirs");
+        snprintf(b, sizeof b, "%s/link", a);
+        TEST_CHECK(symlink(victim, b) == 0);
+    }
+    save_at(&w, dir, 20, 1, -1);
+    if (R == 0) {
+        snprintf(a, sizeof a, "%s/step_00000010.user-files", dir);
+        TEST_CHECK(!exists_in(dir, "step_00000010") && !exists_in(dir, "step_00000010.deleting"));
+        TEST_CHECKF(holds(a, "notes.txt", "mine") && holds(a, "rank_00009.bin", "not listed") &&
+                        holds(a, "eval/scores.txt", "0.5") && exists_in(a, "link") &&
+                        holds(victim, "keep.txt", "theirs"),
+                    "a user's file in a rotated checkpoint is gone");
+        TEST_CHECK(!exists_in(a, "manifest.json") && !exists_in(a, "COMPLETE") &&
+                   !exists_in(a, "rank_00000.bin") && !exists_in(a, "rank_00003.bin"));
+        TEST_CHECK(exists_in(dir, "step_00000020"));
+        /* a link under a crashed save's name is not followed into the folder it names */
+        snprintf(b, sizeof b, "%s/step_00000030.partial", dir);
+        TEST_CHECK(symlink(victim, b) == 0);
+    }
+    zr_ckpt_meta m = meta_for(30);
+    zr_ckpt_save_opts o = {NULL, NULL, 1, -1};
+    TEST_CHECK(zr_ckpt_save(&w.comm, &w.engine, dir, &m, &o, NULL, 0) != ZR_OK);
+    zr_error_clear();
+    if (R == 0) {
+        TEST_CHECKF(holds(victim, "keep.txt", "theirs"), "removed through a link");
+        snprintf(b, sizeof b, "%s/step_00000030.partial", dir);
+        TEST_CHECK(unlink(b) == 0);
+        /* leftovers of a crashed save and an interrupted rotation holding a user's file */
+        const char *left[] = {"step_00000040.partial", "step_00000005.deleting"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(a, sizeof a, "%s/%s", dir, left[i]);
+            TEST_OK(zr_file_mkdir_p(a));
+            put_file(a, "rank_00000.bin", "x");
+            put_file(a, "rank_00001.bin.tmp-123-4abc0f", "x");
+            put_file(a, "mine.txt", "kept");
+        }
+        warnings = 0;
+        TEST_OK(zr_ckpt_recover(dir, count_warning, NULL));
+        TEST_EQ_INT(warnings, 2);
+        TEST_CHECKF(strstr(last_warning, "mine.txt, which zr did not write") != NULL, "%s",
+                    last_warning);
+        const char *kept[] = {"step_00000040.user-files", "step_00000005.user-files"};
+        for (int i = 0; i < 2; i++) {
+            snprintf(a, sizeof a, "%s/%s", dir, kept[i]);
+            TEST_CHECKF(holds(a, "mine.txt", "kept") && !exists_in(a, "rank_00000.bin") &&
+                            !exists_in(a, "rank_00001.bin.tmp-123-4abc0f"),
+                        "%s", kept[i]);
+        }
+        printf("  a user's file, folder and link in a rotated checkpoint or a leftover stay, "
+               "in step_N.user-files; a link is never followed\n");
+    }
+    world_close(&w);
+    zr_error_clear();
+}
+
 int main(int argc, char **argv)
 {
     zr_test_mpi_init(&argc, &argv);
@@ -838,6 +953,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_nonfinite);
     TEST_RUN(test_lock_and_recover);
     TEST_RUN(test_identity);
+    TEST_RUN(test_rotation_keeps_user_files);
     if (R == 0) {
         if (zr_test_failed == 0) {
             remove_tree(work);

@@ -1123,6 +1123,52 @@ static void test_lock(void)
 }
 
 /*
+ * Issue 39 item 5: the checkpoint dir deleted under a running job (4 ranks, 2 x 2) is not
+ * re-created without its lock by the next save: the save (here the one a SIGTERM asks for)
+ * stops the run on every rank with the reason, and nothing is made under the old name.
+ */
+static void test_dir_deleted(void)
+{
+    char args[8192], log[4400], ck[4400], metrics[4400];
+    snprintf(log, sizeof log, "%s/gone.log", work);
+    snprintf(ck, sizeof ck, "%s/gone", work);
+    snprintf(metrics, sizeof metrics, "%s/gone.jsonl", work);
+    snprintf(args, sizeof args, TINY " --steps 100000 --ckpt-dir %s --metrics %s", ck, metrics);
+    pid_t job = start_bg(args, log);
+    /* training: a metrics line is written (the lock and the folder were taken before) */
+    double t0 = zr_now();
+    struct stat sb;
+    while (zr_now() - t0 < 60 && !(stat(metrics, &sb) == 0 && sb.st_size > 0)) {
+        usleep(100000);
+    }
+    TEST_CHECK(sh("rm -rf %s", ck) == 0);
+    char marker[4400];
+    snprintf(marker, sizeof marker, "train.*--ckpt-dir %s ", ck);
+    pid_t victim = find_rank(marker);
+    TEST_CHECK(victim > 0);
+    if (victim > 0) {
+        kill(victim, SIGTERM);
+    }
+    int status = 0;
+    /* mpirun may take a minute to end a job whose ranks failed on a loaded machine */
+    int ended = wait_exit(job, 180, &status);
+    TEST_CHECK(ended);
+    if (!ended) {
+        kill(job, SIGKILL);
+        sh("pkill -9 -f -- '%s'", marker);
+        waitpid(job, &status, 0);
+    }
+    sh("cat %s", log);
+    TEST_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d\n%s", status, res.out);
+    TEST_CHECKF(strstr(res.out, "was deleted, moved or replaced while this run held it") != NULL &&
+                    strstr(res.out, ck) != NULL,
+                "%s", res.out);
+    TEST_CHECKF(access(ck, F_OK) != 0, "%s was re-created:\n%s", ck, res.out);
+    printf("  the checkpoint dir deleted under a 4-rank run: the next save stopped it, naming "
+           "the folder\n");
+}
+
+/*
  * Issue 11 item 12: a damaged newest checkpoint names the newest intact one
  * and the flag that resumes from it; --resume-from does so, moving the newer
  * one aside (not deleting it), and continues to the end.
@@ -1792,6 +1838,7 @@ int main(int argc, char **argv)
     RUN(test_sigterm);
     RUN(test_save_fault_every_stage);
     RUN(test_lock);
+    RUN(test_dir_deleted);
     RUN(test_replay);
     RUN(test_damaged_newest);
     RUN(test_hostile_paths);

@@ -10,7 +10,8 @@
  *     directly, through a symbolic link and a hard link; and never a FIFO, a
  *     folder or a link, never through a planted temporary name;
  *   - a checkpoint is known by what it holds (a copy under a newer name is
- *     not resumed from nor exported);
+ *     not resumed from nor exported); zr deletes only what it wrote, and a
+ *     metrics file another run holds is refused (issue 39);
  *   - a resume changes nothing silently (refused or listed and recorded);
  *     what the checkpoint does not record is said not compared, never taken
  *     as unchanged, and its data unrecorded is refused like other data; at
@@ -39,6 +40,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -343,6 +345,57 @@ static void test_identity_end_to_end(void)
                 "%s", res.out);
     TEST_EQ_INT(sh("cd %s && %s export --checkpoint id --llmc id5.bin", work, zr_bin), 0);
     OUT_HAS("from id/step_00000005");
+}
+
+/* ---- issue 39 items 4 and 5: zr deletes only what it wrote; one run per output ------------- */
+
+/*
+ * A user's notes.txt in a checkpoint that zr.checkpoint.keep rotates out survives, with its
+ * folder and a warning naming both. A metrics file that another run holds (here this test
+ * holds its lock, as a run started at the same moment would: deterministic) is refused, fresh
+ * or resumed, and left as it was; once the lock is gone the same command runs.
+ */
+static void test_own_outputs(void)
+{
+    TEST_EQ_INT(sh("cd %s && %s train" TINY " --steps 2 --ckpt-every 1 --zr.checkpoint.keep 0 "
+                   "--data data.txt --ckpt-dir own && echo mine > own/step_00000001/notes.txt",
+                   work, zr_bin),
+                0);
+    int code = sh("cd %s && %s train" TINY " --steps 3 --zr.checkpoint.keep 1 --data data.txt "
+                  "--ckpt-dir own --resume",
+                  work, zr_bin);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    OUT_HAS("own/step_00000001.deleting: removed the files zr wrote, but it also holds "
+            "notes.txt, which zr did not write");
+    OUT_HAS("the folder stays, as own/step_00000001.user-files");
+    TEST_EQ_INT(
+        sh("cd %s && cat own/step_00000001.user-files/notes.txt && ls own | tr '\\n' ' '", work),
+        0);
+    TEST_CHECKF(strstr(res.out, "mine\n") == res.out && !strstr(res.out, "step_00000001 ") &&
+                    strstr(res.out, "step_00000002 ") && strstr(res.out, "step_00000003 "),
+                "%s", res.out);
+
+    char m[4200];
+    wpath(m, sizeof m, "shared.jsonl");
+    int fd = open(m, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    TEST_CHECK(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
+    const char *runs[] = {"--steps 2 --ckpt-dir own2 --metrics shared.jsonl",
+                          "--steps 4 --ckpt-dir own3 --metrics shared.jsonl --resume-from "
+                          "own/step_00000003"};
+    for (int i = 0; i < 2; i++) {
+        code = sh("cd %s && %s train" TINY " --data data.txt %s", work, zr_bin, runs[i]);
+        TEST_CHECKF(code == 2, "%s: exit %d\n%s", runs[i], code, res.out);
+        OUT_HAS("metrics file shared.jsonl is in use by another zr train that is running now");
+        struct stat sb;
+        TEST_CHECK(stat(m, &sb) == 0 && sb.st_size == 0);
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    code = sh("cd %s && %s train" TINY " --data data.txt %s", work, zr_bin, runs[0]);
+    TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
+    printf("  a user's file outlives rotation (step_N.user-files, warned); a metrics file held by "
+           "another run is refused\n");
 }
 
 /* ---- 3. a resume changes nothing silently ------------------------------------------------- */
@@ -979,6 +1032,7 @@ int main(int argc, char **argv)
     RUN(test_outputs_never_inputs);
     RUN(test_full_disk);
     RUN(test_identity_end_to_end);
+    RUN(test_own_outputs);
     RUN(test_resume_changes);
     RUN(test_resume_unrecorded);
     RUN(test_world_batch);

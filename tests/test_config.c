@@ -1111,6 +1111,25 @@ static void test_metrics_writer(void)
     TEST_OK(zr_metrics_close(&m));
     TEST_FAILS(zr_metrics_open(&m, full, 0, 0, &dropped), ZR_ERR_INVALID,
                "written by another run; a fresh run does not overwrite them");
+    /* issue 39 item 5: one run per metrics file, by a lock (flock is per open file, so a
+       second open in this process stands for another run): held from zr_metrics_lock, across
+       a resume's rewrite (the new file is locked before it replaces the old), to the close */
+    zr_metrics_file other;
+    TEST_OK(zr_metrics_lock(&m, full, 0));
+    TEST_FAILS(zr_metrics_lock(&other, full, 0), ZR_ERR_INVALID,
+               "is in use by another zr train that is running now");
+    TEST_OK(zr_metrics_start(&m, 1, 0, &dropped));
+    TEST_EQ_INT(dropped, 1);
+    TEST_FAILS(zr_metrics_lock(&other, full, 1), ZR_ERR_INVALID, "is in use by another zr train");
+    TEST_OK(zr_metrics_check_held(&m));
+    /* deleted or replaced under the run: said, naming the file */
+    unlink(full);
+    TEST_FAILS(zr_metrics_check_held(&m), ZR_ERR_IO, "was deleted or moved away");
+    zr_test_write_file(full, "", 0);
+    TEST_FAILS(zr_metrics_check_held(&m), ZR_ERR_IO, "was replaced by another file");
+    TEST_OK(zr_metrics_close(&m));
+    TEST_OK(zr_metrics_lock(&other, full, 1));
+    TEST_OK(zr_metrics_close(&other));
     unlink(full);
     char sub[128];
     snprintf(sub, sizeof sub, "%s/sub dir", dir);

@@ -18,7 +18,9 @@
  * on success; rank 0 writes the manifest, then COMPLETE, fsyncs the folder
  * and renames it to "step_N" (the single commit point), then fsyncs the
  * parent. Old checkpoints beyond keep are renamed to "step_M.deleting"
- * before their files go, so a listed checkpoint is never half removed. A
+ * before their files go, so a listed checkpoint is never half removed; only
+ * the files its manifest lists go (a folder that also holds a user's file
+ * stays, as "step_M.user-files", with a warning). A
  * crash at any point leaves complete checkpoints and at most leftovers with
  * a suffix, which zr_ckpt_recover clears; an existing checkpoint is never
  * overwritten.
@@ -129,7 +131,8 @@ zr_status zr_ckpt_verify(const char *path);
 
 /*
  * Clear what crashed saves left in dir, with a warning for each: an
- * unfinished "step_N.partial" or "step_M.deleting" is removed, a "step_N"
+ * unfinished "step_N.partial" or "step_M.deleting" is removed (the files zr
+ * wrote; one that holds anything else stays as "step_N.user-files"), a "step_N"
  * without COMPLETE (only older zr versions left those) is moved aside to
  * "step_N.incomplete". Call on one rank while holding the directory's lock.
  */
@@ -146,7 +149,9 @@ zr_status zr_ckpt_set_aside_after(const char *dir, int64_t step, zr_ckpt_warn_fn
 #define ZR_CKPT_LOCK_FILE "zr.lock"
 
 typedef struct zr_ckpt_dir_lock {
-    int fd; /* -1: not held */
+    int fd;            /* -1: not held */
+    int dir_known;     /* dev and ino hold the folder's, as it was locked */
+    uint64_t dev, ino; /* told apart from a folder made under its name later */
 } zr_ckpt_dir_lock;
 
 /*
@@ -158,6 +163,12 @@ typedef struct zr_ckpt_dir_lock {
  */
 zr_status zr_ckpt_lock(const char *dir, zr_ckpt_dir_lock *lk);
 void zr_ckpt_unlock(zr_ckpt_dir_lock *lk);
+
+/*
+ * Is dir still the folder locked by lk, its lock file the one held? ZR_ERR_IO naming it when it
+ * was deleted, moved or replaced under the run (a save would re-create it without the lock).
+ */
+zr_status zr_ckpt_lock_check(const char *dir, const zr_ckpt_dir_lock *lk);
 
 /* Read and validate a checkpoint's manifest (no MPI needed). */
 zr_status zr_ckpt_read_meta(const char *path, zr_ckpt_meta *meta);

@@ -139,6 +139,24 @@ zr_status zr_file_inputs_add_output(zr_file_inputs *in, const char *path, const 
 zr_status zr_file_output_check(const char *path, const char *what, const zr_file_inputs *inputs,
                                int *exists);
 
+/*
+ * Open the regular file at path (flags: O_RDWR or O_WRONLY, and O_APPEND), creating it (0644)
+ * when missing, never through a symbolic link, and take an exclusive flock on it without
+ * waiting; the kernel releases it when *fd is closed or the process ends, by a signal too.
+ * *held = 1: locked, and path still names the file locked (one replaced between the open and
+ * the lock is opened again); 0: another open file holds it (*fd is open, to read who; the
+ * caller closes it); -1: the file system has no locks (*fd open, unlocked). A link, a folder, a
+ * device or a FIFO is refused naming path.
+ */
+zr_status zr_file_lock(const char *path, int flags, int *fd, int *held);
+
+/*
+ * Is the file open as fd still the one at path (same device and inode)? ZR_ERR_IO otherwise:
+ * "<what> <path> was deleted or moved away (or replaced by another file) while this run held
+ * it; <then>".
+ */
+zr_status zr_file_check_held(int fd, const char *path, const char *what, const char *then);
+
 /* fsync the directory holding path (or path itself if it is a directory). */
 zr_status zr_file_sync_dir(const char *path);
 

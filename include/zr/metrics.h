@@ -80,12 +80,37 @@ zr_status zr_metrics_write(FILE *f, const zr_metrics_point *p);
 
 /* The metrics file of a running job. */
 typedef struct zr_metrics_file {
-    FILE *f;
+    FILE *f;     /* open for appending (zr_metrics_start), or NULL */
+    int claimed; /* fd holds the file's lock (zr_metrics_lock); f owns fd once open */
+    int fd;
     char path[ZR_PATH_MAX];
 } zr_metrics_file;
 
 /*
- * Open path for a run, creating its folder (mkdir(2), no shell). Only a
+ * Take path as this run's metrics file: its folder made, only a regular file or nothing there
+ * (zr_file_output_kind), then the file opened (created when missing) and locked at once
+ * (zr_file_lock: an flock, held until zr_metrics_close or the end of the process, whatever ends
+ * it). Another running zr train holding it is refused (ZR_ERR_INVALID, naming the file), so two
+ * runs started at the same moment never share one file; so is, for a fresh run, a file that
+ * already holds lines (zr_metrics_check_fresh).
+ */
+zr_status zr_metrics_lock(zr_metrics_file *m, const char *path, int fresh);
+
+/*
+ * Start writing the file m holds. A resumed run first rewrites it atomically so that it ends at
+ * last_step (zr_metrics_keep_through; the new file is locked before it replaces the old one).
+ */
+zr_status zr_metrics_start(zr_metrics_file *m, int resume, long long last_step, size_t *dropped);
+
+/*
+ * Is m's path still the file this run holds? ZR_ERR_IO naming it when it was deleted, moved or
+ * replaced under the run. ZR_OK without a file.
+ */
+zr_status zr_metrics_check_held(const zr_metrics_file *m);
+
+/*
+ * zr_metrics_lock, then zr_metrics_start: open path for a run, creating its folder (mkdir(2), no
+ * shell). Only a
  * regular file or nothing may stand at path (never a link, a device, a FIFO,
  * a folder: zr_file_output_kind). A fresh run starts the file, and refuses
  * one that already holds lines (another run's history). A resumed run first

@@ -3,12 +3,13 @@
  * shell, reads that refuse non-regular files, and atomic writes (temporary
  * file, fsync, rename, fsync of the directory). See include/zr/file.h.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* flock */
 #include "zr/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -359,6 +360,71 @@ zr_status zr_file_write_atomic(const char *path, const void *data, size_t n)
     zr_file_tmp t;
     ZR_CHECK(zr_file_tmp_open(&t, path));
     return zr_file_tmp_commit(&t, zr_file_tmp_write(&t, data, n));
+}
+
+zr_status zr_file_lock(const char *path, int flags, int *fd, int *held)
+{
+    char shown[160];
+    const char *p = zr_file_show(path, shown, sizeof shown);
+    *fd = -1;
+    *held = 0;
+    /* a file replaced between the open and the lock (a run ending that removes it, a user) is
+       opened again: the lock must be on the file the path names */
+    for (int attempt = 0; attempt < 8; attempt++) {
+        int f = open(path, flags | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+        if (f < 0) {
+            ZR_FAIL(ZR_ERR_IO, "cannot open %s: %s", p,
+                    errno == ELOOP ? "it is a symbolic link, which zr does not write through"
+                                   : strerror(errno));
+        }
+        struct stat fb, pb;
+        if (fstat(f, &fb) != 0 || !S_ISREG(fb.st_mode)) {
+            close(f);
+            ZR_FAIL(ZR_ERR_INVALID, "%s is not a regular file; refusing to write to it", p);
+        }
+        int fl = fcntl(f, F_GETFL);
+        if (fl >= 0) {
+            (void)fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+        }
+        if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+            int err = errno;
+            *fd = f;
+            if (err == EWOULDBLOCK) {
+                return ZR_OK; /* *held = 0: the caller reads who holds it, and closes */
+            }
+            if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) {
+                *held = -1; /* a file system without locks */
+                return ZR_OK;
+            }
+            close(f);
+            *fd = -1;
+            ZR_FAIL(ZR_ERR_IO, "cannot lock %s: %s", p, strerror(err));
+        }
+        if (lstat(path, &pb) == 0 && pb.st_dev == fb.st_dev && pb.st_ino == fb.st_ino) {
+            *fd = f;
+            *held = 1;
+            return ZR_OK;
+        }
+        close(f);
+    }
+    ZR_FAIL(ZR_ERR_IO, "cannot lock %s: it was replaced each time it was opened", p);
+}
+
+zr_status zr_file_check_held(int fd, const char *path, const char *what, const char *then)
+{
+    char shown[160];
+    struct stat fb, pb;
+    if (fstat(fd, &fb) != 0) {
+        ZR_FAIL(ZR_ERR_IO, "cannot check %s %s: %s", what, zr_file_show(path, shown, sizeof shown),
+                strerror(errno));
+    }
+    int gone = lstat(path, &pb) != 0;
+    if (gone || pb.st_dev != fb.st_dev || pb.st_ino != fb.st_ino) {
+        ZR_FAIL(ZR_ERR_IO, "%s %s was %s while this run held it; %s", what,
+                zr_file_show(path, shown, sizeof shown),
+                gone ? "deleted or moved away" : "replaced by another file", then);
+    }
+    return ZR_OK;
 }
 
 /* Bytes written to fd that its reader has not taken yet (0 when unknown or not a pipe). */

@@ -52,41 +52,75 @@ int zr_ckpt_exists(const char *path)
     return lstat(path, &sb) == 0;
 }
 
-/*
- * Remove a checkpoint-like directory and the files in it (one level deep).
- * fault > 0: zr_ckpt_fault_point(fault) after the first file is gone, so a test can
- * stop a removal halfway (or fail it: the only failure returned).
- */
-zr_status zr_ckpt_remove_dir(const char *path, int fault, int64_t step)
+/* "" or the suffix zr_file_tmp gives a temporary file: ".tmp-<pid>-<hex digits>". */
+static int tmp_suffix(const char *s)
 {
-    zr_status st = ZR_OK;
-    DIR *d = opendir(path);
-    if (d != NULL) {
-        struct dirent *ent;
-        char p[ZR_PATH_MAX];
-        int removed = 0;
-        while ((ent = readdir(d)) != NULL) {
-            if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0) {
-                continue;
-            }
-            if (zr_ckpt_pathf(p, sizeof p, "%s/%s", path, ent->d_name) == ZR_OK && unlink(p) == 0 &&
-                removed++ == 0 && fault > 0) {
-                st = zr_ckpt_fault_point(fault, step, 0);
-            }
-        }
-        closedir(d);
+    if (*s == '\0') {
+        return 1;
     }
-    rmdir(path);
-    return st;
+    if (strncmp(s, ".tmp-", 5) != 0) {
+        return 0;
+    }
+    s += 5;
+    size_t d = strspn(s, "0123456789");
+    if (d == 0 || s[d] != '-') {
+        return 0;
+    }
+    s += d + 1;
+    size_t h = strspn(s, "0123456789abcdef");
+    return h > 0 && s[h] == '\0';
 }
 
-/* Rename from to "<from><suffix>" or, if that exists, "<from><suffix>.1", ".2", ...;
+/* A name zr writes in a checkpoint folder: manifest.json, COMPLETE, the rank files of world
+   ranks (world < 0: no readable manifest, any rank), each also under its temporary name. */
+static int zr_wrote(const char *name, int world)
+{
+    if (strncmp(name, "manifest.json", 13) == 0) {
+        return tmp_suffix(name + 13);
+    }
+    if (strncmp(name, "COMPLETE", 8) == 0) {
+        return tmp_suffix(name + 8);
+    }
+    size_t d = strncmp(name, "rank_", 5) == 0 ? strspn(name + 5, "0123456789") : 0;
+    if (d < 5 || d > 9 || strncmp(name + 5 + d, ".bin", 4) != 0) {
+        return 0;
+    }
+    if (world >= 0) {
+        char canon[32];
+        long r = strtol(name + 5, NULL, 10);
+        snprintf(canon, sizeof canon, "rank_%05ld.bin", r);
+        if (r >= world || strncmp(canon, name, 9 + d) != 0) {
+            return 0;
+        }
+    }
+    return tmp_suffix(name + 9 + d);
+}
+
+/* Remove dir/name if it is a regular file (never a link, a folder); 1 when removed or absent. */
+static int remove_file(int dir, const char *name, const char *path, zr_ckpt_warn_fn fn, void *ctx)
+{
+    struct stat sb;
+    if (fstatat(dir, name, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        return errno == ENOENT;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        return 0; /* zr writes only regular files: this one is not zr's */
+    }
+    if (unlinkat(dir, name, 0) != 0 && errno != ENOENT) {
+        warn(fn, ctx, "cannot remove %s/%s: %s", path, name, strerror(errno));
+        return 0;
+    }
+    return 1;
+}
+
+/* Rename from to "<base><suffix>" or, if that exists, "<base><suffix>.1", ".2", ...;
  *out = the name. */
-static zr_status rename_aside(const char *from, const char *suffix, char *out, size_t cap)
+static zr_status rename_aside(const char *from, const char *base, const char *suffix, char *out,
+                              size_t cap)
 {
     for (int i = 0; i < 1000; i++) {
-        ZR_CHECK(i == 0 ? zr_ckpt_pathf(out, cap, "%s%s", from, suffix)
-                        : zr_ckpt_pathf(out, cap, "%s%s.%d", from, suffix, i));
+        ZR_CHECK(i == 0 ? zr_ckpt_pathf(out, cap, "%s%s", base, suffix)
+                        : zr_ckpt_pathf(out, cap, "%s%s.%d", base, suffix, i));
         if (!zr_ckpt_exists(out)) {
             if (rename(from, out) != 0) {
                 ZR_FAIL(ZR_ERR_IO, "cannot move %s aside to %s: %s", from, out, strerror(errno));
@@ -94,8 +128,126 @@ static zr_status rename_aside(const char *from, const char *suffix, char *out, s
             return ZR_OK;
         }
     }
-    ZR_FAIL(ZR_ERR_IO, "cannot move %s aside: %s%s and 999 numbered names exist", from, from,
+    ZR_FAIL(ZR_ERR_IO, "cannot move %s aside: %s%s and 999 numbered names exist", from, base,
             suffix);
+}
+
+/* Remove what zr wrote in the open folder fd (path), rank files first, the manifest last;
+   count what is left: files zr wrote that could not go, and the rest (list: the first names). */
+static int remove_pass(int fd, const char *path, int world, int fault, int64_t step,
+                       zr_ckpt_warn_fn fn, void *ctx, int *kept_zr, char *list, size_t cap,
+                       zr_status *fst)
+{
+    static const char *const last[] = {"manifest.json", "COMPLETE"};
+    DIR *d = fdopendir(dup(fd));
+    int removed = 0, others = 0;
+    *kept_zr = 0;
+    for (int pass = 0; pass < 2 && d != NULL; pass++) {
+        rewinddir(d);
+        struct dirent *ent;
+        while ((ent = readdir(d)) != NULL) {
+            const char *n = ent->d_name;
+            int mine = zr_wrote(n, world),
+                late = strcmp(n, last[0]) == 0 || strcmp(n, last[1]) == 0;
+            if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0) {
+                continue;
+            }
+            if (pass == 0 && mine && !late && remove_file(fd, n, path, fn, ctx) && removed++ == 0 &&
+                fault > 0) {
+                *fst = zr_ckpt_fault_point(fault, step, 0);
+            } else if (pass == 1 && mine) {
+                (*kept_zr)++;
+            } else if (pass == 1) {
+                size_t used = strlen(list);
+                if (others++ < 3) {
+                    snprintf(list + used, cap - used, "%s%s", others == 1 ? "" : ", ", n);
+                }
+            }
+        }
+        for (int i = 0; pass == 0 && i < 2; i++) {
+            (void)remove_file(fd, last[i], path, fn, ctx);
+        }
+    }
+    if (d == NULL) {
+        warn(fn, ctx, "cannot read %s: %s", path, strerror(errno));
+        *kept_zr = 1;
+    } else {
+        closedir(d);
+    }
+    return others;
+}
+
+/*
+ * zr_ckpt_remove_dir (ckpt_impl.h): the rank files before the manifest, so that an interrupted
+ * removal still knows them; what zr did not write (a user's file, folder, link: never followed)
+ * stays, and the folder becomes step_N.user-files, out of zr's way, with a warning naming it and
+ * what it holds. A link or a file at path is left alone. 1 when the folder is gone. fault > 0:
+ * *fst gets what zr_ckpt_fault_point returns (fst may be NULL with fault 0).
+ */
+static int remove_zr_files(const char *path, int fault, int64_t step, zr_ckpt_warn_fn fn, void *ctx,
+                           zr_status *fst)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        if (err != ENOENT) {
+            warn(fn, ctx, "%s is left alone: %s", path,
+                 err == ELOOP || err == ENOTDIR
+                     ? "it is a symbolic link or not a folder, which zr never makes there"
+                     : strerror(err));
+        }
+        return err == ENOENT;
+    }
+    int world = -1;
+    zr_ckpt_manifest m;
+    if (zr_ckpt_manifest_read(path, &m) == ZR_OK) {
+        world = m.meta.world;
+        zr_ckpt_manifest_free(&m);
+    }
+    zr_error_clear();
+    int kept_zr = 0;
+    char list[512] = "";
+    int others =
+        remove_pass(fd, path, world, fault, step, fn, ctx, &kept_zr, list, sizeof list, fst);
+    close(fd);
+    if (kept_zr > 0) {
+        return 0; /* said above; a later run's zr_ckpt_recover tries again */
+    }
+    if (others == 0) {
+        if (rmdir(path) != 0) {
+            warn(fn, ctx, "cannot remove the folder %s: %s", path, strerror(errno));
+            return 0;
+        }
+        return 1;
+    }
+    /* step_N(.suffix) -> step_N.user-files: no listing or recovery of zr takes that name */
+    char base[ZR_PATH_MAX], to[ZR_PATH_MAX];
+    snprintf(base, sizeof base, "%s", path);
+    char *slash = strrchr(base, '/');
+    char *dot = strchr(slash != NULL ? slash : base, '.');
+    if (dot != NULL) {
+        *dot = '\0';
+    }
+    if (rename_aside(path, base, ".user-files", to, sizeof to) != ZR_OK) {
+        snprintf(to, sizeof to, "%s", path);
+        zr_error_clear();
+    }
+    char more[32] = "";
+    if (others > 3) {
+        snprintf(more, sizeof more, " and %d more", others - 3);
+    }
+    warn(fn, ctx,
+         "%s: removed the files zr wrote, but it also holds %s%s, which zr did not write and "
+         "does not delete: the folder stays, as %s",
+         path, list, more, to);
+    return 0;
+}
+
+zr_status zr_ckpt_remove_dir(const char *path, int fault, int64_t step)
+{
+    zr_status st = ZR_OK;
+    (void)remove_zr_files(path, fault, step, NULL, NULL, &st);
+    return st;
 }
 
 /* "step_<digits>" + optional suffix: the step and what follows the digits. */
@@ -275,13 +427,16 @@ zr_status zr_ckpt_rotate(const char *dir, int64_t current, int keep, int64_t pro
         char old[ZR_PATH_MAX], gone[ZR_PATH_MAX];
         ZR_CHECK_GOTO(zr_ckpt_pathf(old, sizeof old, "%s/%s", dir, v[i].name), st, done);
         ZR_CHECK_GOTO(zr_ckpt_pathf(gone, sizeof gone, "%s.deleting", old), st, done);
-        zr_ckpt_remove_dir(gone, 0, 0); /* a leftover of an earlier interrupted removal */
+        (void)remove_zr_files(gone, 0, 0, NULL, NULL, NULL); /* an earlier interrupted removal's */
         if (rename(old, gone) != 0) {
             ZR_FAIL_GOTO(st, done, ZR_ERR_IO, "cannot rename %s to %s: %s", old, gone,
                          strerror(errno));
         }
         ZR_CHECK_GOTO(zr_ckpt_fault_point(ZR_CKPT_FAULT_ROTATE_MOVED, current, 0), st, done);
-        ZR_CHECK_GOTO(zr_ckpt_remove_dir(gone, ZR_CKPT_FAULT_ROTATE_HALF, current), st, done);
+        /* only what its manifest lists: a file a user put there stays, with its folder */
+        zr_status fst = ZR_OK;
+        (void)remove_zr_files(gone, ZR_CKPT_FAULT_ROTATE_HALF, current, NULL, NULL, &fst);
+        ZR_CHECK_GOTO(fst, st, done);
     }
 done:
     zr_free(v);
@@ -400,22 +555,20 @@ zr_status zr_ckpt_recover(const char *dir, zr_ckpt_warn_fn fn, void *ctx)
         if (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
             continue;
         }
-        if (strcmp(suffix, ".partial") == 0) {
+        if (strcmp(suffix, ".partial") == 0 && remove_zr_files(p, 0, 0, fn, ctx, NULL)) {
             warn(fn, ctx,
                  "removed %s: a save of step %lld that did not finish (the job stopped during "
                  "it); the checkpoints before it are intact",
                  p, (long long)s);
-            zr_ckpt_remove_dir(p, 0, 0);
-        } else if (strcmp(suffix, ".deleting") == 0) {
+        } else if (strcmp(suffix, ".deleting") == 0 && remove_zr_files(p, 0, 0, fn, ctx, NULL)) {
             warn(fn, ctx, "removed %s: an old checkpoint whose rotation was interrupted", p);
-            zr_ckpt_remove_dir(p, 0, 0);
         } else if (suffix[0] == '\0') {
             char marker[ZR_PATH_MAX];
             ZR_CHECK_GOTO(zr_ckpt_pathf(marker, sizeof marker, "%s/COMPLETE", p), st, done);
             if (!zr_ckpt_exists(marker)) {
                 /* only an older zr or a hand-made folder leaves this; its step
                    would block the save of that step, so it moves, whole */
-                ZR_CHECK_GOTO(rename_aside(p, ".incomplete", q, sizeof q), st, done);
+                ZR_CHECK_GOTO(rename_aside(p, p, ".incomplete", q, sizeof q), st, done);
                 warn(fn, ctx,
                      "moved %s aside to %s: it has no COMPLETE marker (a save that stopped "
                      "midway); nothing was deleted",
@@ -444,7 +597,7 @@ zr_status zr_ckpt_set_aside_after(const char *dir, int64_t step, zr_ckpt_warn_fn
             continue;
         }
         ZR_CHECK_GOTO(zr_ckpt_pathf(p, sizeof p, "%s/%s", dir, v[i].name), st, done);
-        ZR_CHECK_GOTO(rename_aside(p, ".set-aside", q, sizeof q), st, done);
+        ZR_CHECK_GOTO(rename_aside(p, p, ".set-aside", q, sizeof q), st, done);
         moved++;
         warn(fn, ctx,
              "moved %s aside to %s: it is newer than the checkpoint this run resumes "
@@ -462,41 +615,39 @@ done:
 zr_status zr_ckpt_lock(const char *dir, zr_ckpt_dir_lock *lk)
 {
     lk->fd = -1;
+    lk->dir_known = 0;
     ZR_CHECK(zr_file_mkdir_p(dir));
     char path[ZR_PATH_MAX];
     ZR_CHECK(zr_ckpt_pathf(path, sizeof path, "%s/%s", dir, ZR_CKPT_LOCK_FILE));
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-    if (fd < 0) {
-        ZR_FAIL(ZR_ERR_IO, "cannot open the lock file %s: %s", path, strerror(errno));
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int fd = -1, held = 0;
+    ZR_CHECK(zr_file_lock(path, O_RDWR, &fd, &held));
+    if (held == 0) {
+        char holder[512];
+        ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
         close(fd);
-        ZR_FAIL(ZR_ERR_INVALID, "the lock file %s is not a regular file", path);
+        holder[got > 0 ? got : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        ZR_FAIL(ZR_ERR_INVALID,
+                "checkpoint dir %s is in use by another zr train (%s; lock file %s): two runs "
+                "in one folder would overwrite each other's checkpoints. Wait for that run to "
+                "end, or choose another zr.checkpoint.dir",
+                dir, holder[0] != '\0' ? holder : "which is just starting", path);
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int err = errno;
-        if (err == EWOULDBLOCK) {
-            char holder[512];
-            ssize_t got = pread(fd, holder, sizeof holder - 1, 0);
-            close(fd);
-            holder[got > 0 ? got : 0] = '\0';
-            holder[strcspn(holder, "\n")] = '\0';
-            ZR_FAIL(ZR_ERR_INVALID,
-                    "checkpoint dir %s is in use by another zr train (%s; lock file %s): two runs "
-                    "in one folder would overwrite each other's checkpoints. Wait for that run to "
-                    "end, or choose another zr.checkpoint.dir",
-                    dir, holder[0] != '\0' ? holder : "which is just starting", path);
-        }
+    /* the folder as it was locked: a save checks that it is still this one */
+    struct stat ds;
+    if (stat(dir, &ds) == 0) {
+        lk->dir_known = 1;
+        lk->dev = (uint64_t)ds.st_dev;
+        lk->ino = (uint64_t)ds.st_ino;
+    }
+    if (held < 0) {
         close(fd);
-        if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS) {
-            /* a file system without locks must not stop training */
-            warn(NULL, NULL,
-                 "cannot lock %s (%s): nothing stops a second run from using %s at the same time",
-                 path, strerror(err), dir);
-            return ZR_OK;
-        }
-        ZR_FAIL(ZR_ERR_IO, "cannot lock %s: %s", path, strerror(err));
+        /* a file system without locks must not stop training */
+        warn(NULL, NULL,
+             "cannot lock %s (no locks on this file system): nothing stops a second run from "
+             "using %s at the same time",
+             path, dir);
+        return ZR_OK;
     }
     /* who holds it, for the message a second run prints */
     char host[256] = "?", when[64] = "?", text[512];
@@ -520,6 +671,25 @@ zr_status zr_ckpt_lock(const char *dir, zr_ckpt_dir_lock *lk)
         ZR_FAIL(ZR_ERR_IO, "cannot write the lock file %s: %s", path, strerror(err));
     }
     lk->fd = fd;
+    return ZR_OK;
+}
+
+zr_status zr_ckpt_lock_check(const char *dir, const zr_ckpt_dir_lock *lk)
+{
+    char path[ZR_PATH_MAX], shown[160];
+    const char *then = "zr does not re-create a checkpoint dir deleted under its run (another run "
+                       "may use that name now), so the run stops here, before this save";
+    struct stat ds;
+    if (lk->dir_known &&
+        (stat(dir, &ds) != 0 || (uint64_t)ds.st_dev != lk->dev || (uint64_t)ds.st_ino != lk->ino)) {
+        ZR_FAIL(ZR_ERR_IO,
+                "checkpoint dir %s was deleted, moved or replaced while this run held it; %s",
+                zr_file_show(dir, shown, sizeof shown), then);
+    }
+    if (lk->fd >= 0) {
+        ZR_CHECK(zr_ckpt_pathf(path, sizeof path, "%s/%s", dir, ZR_CKPT_LOCK_FILE));
+        ZR_CHECK(zr_file_check_held(lk->fd, path, "the lock file of the checkpoint dir", then));
+    }
     return ZR_OK;
 }
 

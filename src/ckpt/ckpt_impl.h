@@ -51,9 +51,14 @@ zr_status zr_ckpt_fault_point(int stage, int64_t step, int rank);
 int zr_ckpt_exists(const char *path);
 
 /*
- * Remove a checkpoint-like directory and the files in it (one level deep).
- * fault > 0: zr_ckpt_fault_point(fault) after the first file is gone, so a
- * test can stop a removal halfway; returns what it injects, else ZR_OK.
+ * Remove what zr wrote in a checkpoint-like folder (one level deep): its
+ * manifest, its marker, the rank files the manifest lists (any rank_N.bin
+ * without a readable manifest) and their temporary names, regular files
+ * only, never through a link; then the folder when that emptied it. A folder
+ * that holds anything else stays, renamed step_N.user-files, with a warning
+ * (ZR_WARN) naming it. fault > 0: zr_ckpt_fault_point(fault) after the first
+ * file is gone, so a test can stop a removal halfway (or fail it: the only
+ * failure returned).
  */
 zr_status zr_ckpt_remove_dir(const char *path, int fault, int64_t step);
 

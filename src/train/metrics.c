@@ -5,7 +5,7 @@
  * src/cli) so that the tests can reach it. Errors name file:line, since a
  * metrics file is often hand-edited or cut short by a killed job.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE /* flock, getline */
 
 #include "zr/metrics.h"
 
@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 /* A numeric field: absent or null -> NaN (and *present = 0); wrong type -> error. */
@@ -285,7 +286,12 @@ static long long line_step(const char *line)
     return step;
 }
 
-zr_status zr_metrics_keep_through(const char *path, long long last_step, size_t *dropped)
+/*
+ * zr_metrics_keep_through; keep != NULL: *keep = the new file, open for writing and locked
+ * before it replaces the old one (whose lock the caller holds until then), so that no other
+ * run can take the file in between.
+ */
+static zr_status keep_through(const char *path, long long last_step, size_t *dropped, int *keep)
 {
     *dropped = 0;
     struct stat sb;
@@ -300,6 +306,13 @@ zr_status zr_metrics_keep_through(const char *path, long long last_step, size_t 
     if (st != ZR_OK) {
         zr_free(text);
         return st;
+    }
+    if (keep != NULL) {
+        *keep = fcntl(fileno(t.f), F_DUPFD_CLOEXEC, 0);
+        if (*keep < 0 || (flock(*keep, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK)) {
+            st = zr_error_at(ZR_ERR_IO, __FILE__, __LINE__, "cannot lock %s: %s", t.tmp,
+                             strerror(errno));
+        }
     }
     /* complete lines only: a cut-off last line is what a killed run leaves */
     char *line = text;
@@ -318,7 +331,17 @@ zr_status zr_metrics_keep_through(const char *path, long long last_step, size_t 
         (*dropped)++;
     }
     zr_free(text);
-    return zr_file_tmp_commit(&t, st);
+    st = zr_file_tmp_commit(&t, st);
+    if (st != ZR_OK && keep != NULL && *keep >= 0) {
+        close(*keep);
+        *keep = -1;
+    }
+    return st;
+}
+
+zr_status zr_metrics_keep_through(const char *path, long long last_step, size_t *dropped)
+{
+    return keep_through(path, last_step, dropped, NULL);
 }
 
 zr_status zr_metrics_check_fresh(const char *path)
@@ -335,12 +358,10 @@ zr_status zr_metrics_check_fresh(const char *path)
     return ZR_OK;
 }
 
-zr_status zr_metrics_open(zr_metrics_file *m, const char *path, int resume, long long last_step,
-                          size_t *dropped)
+zr_status zr_metrics_lock(zr_metrics_file *m, const char *path, int fresh)
 {
     char shown[160];
     memset(m, 0, sizeof *m);
-    *dropped = 0;
     const char *p = zr_file_show(path, shown, sizeof shown);
     if (strlen(path) >= sizeof m->path) {
         ZR_FAIL(ZR_ERR_INVALID, "metrics path longer than %zu bytes: %s", sizeof m->path - 1, p);
@@ -355,40 +376,80 @@ zr_status zr_metrics_open(zr_metrics_file *m, const char *path, int resume, long
         ZR_CHECK(zr_file_mkdir_p(dir));
     }
     /* a regular file or nothing: never a link, a device, a FIFO or a folder */
-    int exists = 0;
+    int exists = 0, fd = -1, held = 0;
     ZR_CHECK(zr_file_output_kind(path, &exists));
-    if (resume) {
-        ZR_CHECK(zr_metrics_keep_through(path, last_step, dropped));
-    }
-    /* O_NOFOLLOW: a link planted after the check is not followed; O_NONBLOCK: a FIFO planted
-       there fails at once instead of blocking rank 0 while the others wait (then refused) */
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", p,
-                errno == ELOOP ? "it is a symbolic link" : strerror(errno));
-    }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    /* the lock is the open file's (flock): taken at once, atomically, held until the run ends
+       however it ends; two runs started together cannot both get it */
+    ZR_CHECK(zr_file_lock(path, O_WRONLY | O_APPEND, &fd, &held));
+    if (held == 0) {
         close(fd);
-        ZR_FAIL(ZR_ERR_INVALID, "metrics file %s is not a regular file; give a file path", p);
+        ZR_FAIL(ZR_ERR_INVALID,
+                "metrics file %s is in use by another zr train that is running now: two runs "
+                "would interleave their lines in one file. Wait for that run to end, or set "
+                "zr.train.metrics_path (--metrics) to another file",
+                p);
     }
+    m->fd = fd;
+    m->claimed = 1;
     /* a fresh run starts the curve; lines already there are another run's, and its history
-       is not cut away without a word */
-    if (!resume && sb.st_size > 0) {
-        close(fd);
-        return zr_metrics_check_fresh(path);
-    }
-    int flags = fcntl(fd, F_GETFL);
-    if (flags >= 0) {
-        (void)fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-    }
-    m->f = fdopen(fd, "a");
-    if (m->f == NULL) {
-        int err = errno;
-        close(fd);
-        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s", p, strerror(err));
+       is not cut away without a word (checked under the lock: no run can start it meanwhile) */
+    struct stat sb;
+    if (fresh && fstat(fd, &sb) == 0 && sb.st_size > 0) {
+        zr_status st = zr_metrics_check_fresh(path);
+        (void)zr_metrics_close(m);
+        return st;
     }
     return ZR_OK;
+}
+
+zr_status zr_metrics_start(zr_metrics_file *m, int resume, long long last_step, size_t *dropped)
+{
+    char shown[160];
+    *dropped = 0;
+    ZR_ASSERT(m->claimed && m->f == NULL);
+    struct stat sb;
+    if (resume && fstat(m->fd, &sb) == 0 && sb.st_size > 0) {
+        /* a resumed run continues the curve, cut back to the step it resumes from */
+        int fd = -1;
+        ZR_CHECK(keep_through(m->path, last_step, dropped, &fd));
+        if (fd >= 0) {
+            close(m->fd); /* the old file, replaced: its lock goes with it */
+            m->fd = fd;
+        }
+    }
+    int flags = fcntl(m->fd, F_GETFL);
+    if (flags >= 0) {
+        (void)fcntl(m->fd, F_SETFL, flags | O_APPEND);
+    }
+    m->f = fdopen(m->fd, "a");
+    if (m->f == NULL) {
+        ZR_FAIL(ZR_ERR_IO, "cannot open metrics file %s: %s",
+                zr_file_show(m->path, shown, sizeof shown), strerror(errno));
+    }
+    return ZR_OK;
+}
+
+zr_status zr_metrics_open(zr_metrics_file *m, const char *path, int resume, long long last_step,
+                          size_t *dropped)
+{
+    *dropped = 0;
+    ZR_CHECK(zr_metrics_lock(m, path, !resume));
+    zr_status st = zr_metrics_start(m, resume, last_step, dropped);
+    if (st != ZR_OK) {
+        (void)zr_metrics_close(m);
+    }
+    return st;
+}
+
+zr_status zr_metrics_check_held(const zr_metrics_file *m)
+{
+    int fd = m->f != NULL ? fileno(m->f) : m->claimed ? m->fd : -1;
+    if (fd < 0) {
+        return ZR_OK;
+    }
+    return zr_file_check_held(fd, m->path, "the metrics file",
+                              "this run's lines would go to a file that no one reads (or mix "
+                              "with another run's), so the run stops here");
 }
 
 zr_status zr_metrics_append(zr_metrics_file *m, const char *line)
@@ -409,8 +470,13 @@ zr_status zr_metrics_append(zr_metrics_file *m, const char *line)
 zr_status zr_metrics_close(zr_metrics_file *m)
 {
     if (m->f == NULL) {
+        if (m->claimed) {
+            close(m->fd); /* locked, never written: the lock ends */
+        }
+        m->claimed = 0;
         return ZR_OK;
     }
+    m->claimed = 0;
     int bad = ferror(m->f) != 0;
     int err = errno;
     if (fclose(m->f) != 0) {

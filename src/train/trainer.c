@@ -262,6 +262,23 @@ static zr_status check_divergence(zr_trainer *t, const zr_step_record *rec)
 }
 
 /*
+ * The checkpoint dir and the metrics file are still the ones this run locked (rank 0 holds the
+ * locks; agreed): one deleted or replaced under the run stops it with the reason, rather than a
+ * save re-creating the folder without its lock or lines going where no one reads them.
+ */
+static zr_status outputs_held(zr_trainer *t)
+{
+    zr_status st = ZR_OK;
+    if (t->rank == 0 && t->cfg.checkpoint_dir[0] != '\0') {
+        st = zr_ckpt_lock_check(t->cfg.checkpoint_dir, &t->lock);
+    }
+    if (st == ZR_OK && t->rank == 0) {
+        st = zr_metrics_check_held(&t->metrics);
+    }
+    return zr_comm_agree(&t->comm, st);
+}
+
+/*
  * A checkpoint of the state after step (what zr_ckpt_meta records beside the
  * engine's state, and the resumes that led to it); rotation never deletes
  * the checkpoint this run resumed from. *seconds = how long it took.
@@ -281,6 +298,7 @@ static zr_status save(zr_trainer *t, int step, char *path, size_t len, double *s
     zr_ckpt_save_opts o = {t->config_json, t->history_json, t->cfg.keep_checkpoints,
                            t->resumed_from};
     double t0 = zr_now();
+    ZR_CHECK(outputs_held(t));
     zr_status st = zr_ckpt_save(&t->comm, &t->engine, t->cfg.checkpoint_dir, &meta, &o, path, len);
     *seconds = zr_now() - t0;
     return st;
@@ -372,6 +390,8 @@ zr_status zr_trainer_finish(zr_trainer *t, zr_train_summary *sum)
     if (t->cfg.checkpoint_dir[0] != '\0' && (t->start < t->next || initial)) {
         double took;
         ZR_CHECK(save(t, t->next, t->sum.checkpoint, sizeof t->sum.checkpoint, &took));
+    } else {
+        ZR_CHECK(outputs_held(t));
     }
     *sum = t->sum;
     return ZR_OK;

@@ -444,8 +444,9 @@ static zr_status check_reserved(const char *dir, const char *metrics)
     return ZR_OK;
 }
 
-/* Rank 0: the metrics file obeys the output rule before the first step writes it. */
-static zr_status check_outputs(const zr_trainer *t)
+/* Rank 0: the metrics file obeys the output rule, and is locked for this run (zr_metrics_lock:
+   a fresh run's must be new or empty) until it ends, before the first step writes it. */
+static zr_status check_outputs(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
     if (c->metrics_path[0] == '\0') {
@@ -460,9 +461,7 @@ static zr_status check_outputs(const zr_trainer *t)
         zr_file_output_check(c->metrics_path, "zr.train.metrics_path (--metrics)", &in, &exists),
         st, done);
     ZR_CHECK_GOTO(check_reserved(c->checkpoint_dir, c->metrics_path), st, done);
-    if (!c->resume && c->resume_from[0] == '\0') {
-        st = zr_metrics_check_fresh(c->metrics_path);
-    }
+    st = zr_metrics_lock(&t->metrics, c->metrics_path, !c->resume && c->resume_from[0] == '\0');
 done:
     zr_file_inputs_free(&in);
     return st;
@@ -555,7 +554,7 @@ zr_status zr_trainer_open_metrics(zr_trainer *t, int start)
         size_t dropped = 0;
         /* a resumed run continues the curve, cut back to the step it resumes from */
         int resumed = c->resume || c->resume_from[0] != '\0';
-        st = zr_metrics_open(&t->metrics, c->metrics_path, resumed, start, &dropped);
+        st = zr_metrics_start(&t->metrics, resumed, start, &dropped);
         if (st == ZR_OK && t->resume_event != NULL) {
             /* the settings changed at the resume, where the curve continues */
             st = zr_metrics_append(&t->metrics, t->resume_event);
