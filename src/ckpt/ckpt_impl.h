@@ -46,6 +46,9 @@ enum {
  */
 zr_status zr_ckpt_fault_point(int stage, int64_t step, int rank);
 
+/* ZR_SLOW_SAVE=S: every rank sleeps S seconds here (fault.c). */
+void zr_ckpt_slow_point(void);
+
 /* ---- the directory (ckpt_dir.c) ---------------------------------------------------- */
 
 int zr_ckpt_exists(const char *path);
