@@ -54,6 +54,9 @@ int zr_cli_size(const char *cmd, const char *flag, const char *text, double lo, 
 #include <mpi.h>
 zr_status zr_cli_auto(MPI_Comm world, zr_train_config *cfg, int rank);
 
+/* Remove every argv[i] equal to flag (argc shrinks); 1 if there was one. */
+int zr_cli_take_flag(int *argc, char **argv, const char *flag);
+
 /* Benchmarks in bench/, dispatched by zr_cli_bench. */
 int zr_bench_quant(int argc, char **argv);
 int zr_bench_model(int argc, char **argv);

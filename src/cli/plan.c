@@ -466,6 +466,20 @@ int zr_cli_plan(int argc, char **argv)
 
 /* ---- zr train --auto ------------------------------------------------------------ */
 
+int zr_cli_take_flag(int *argc, char **argv, const char *flag)
+{
+    int found = 0, n = 0;
+    for (int i = 0; i < *argc; i++) {
+        if (strcmp(argv[i], flag) == 0) {
+            found = 1;
+        } else {
+            argv[n++] = argv[i];
+        }
+    }
+    *argc = n;
+    return found;
+}
+
 zr_status zr_cli_auto(MPI_Comm world, zr_train_config *cfg, int rank)
 {
     int vocab = 0;

@@ -179,15 +179,7 @@ int zr_cli_train(int argc, char **argv)
     bar = bar && rank == 0;
 
     /* --auto: the planner chooses the sharding (src/cli/plan.c); every rank gets the flag */
-    int auto_plan = 0, n = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--auto") == 0) {
-            auto_plan = 1;
-        } else {
-            argv[n++] = argv[i];
-        }
-    }
-    argc = n;
+    int auto_plan = zr_cli_take_flag(&argc, argv, "--auto");
     static zr_train_config cfg;
     zr_status st =
         zr_launch_read_config(MPI_COMM_WORLD, argc, argv, &cfg, &help, warn_rank0, &rank);
