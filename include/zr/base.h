@@ -78,6 +78,18 @@ int zr_error_agreed(void);
 void zr_error_clear(void);
 
 /*
+ * The error buffer kept aside across work that may fail and clear it on its
+ * own (a clean-up after a failure: its own misses must not replace the
+ * failure the caller is about to report).
+ */
+typedef struct zr_error_saved {
+    char msg[1024];
+    int agreed;
+} zr_error_saved;
+void zr_error_save(zr_error_saved *s);
+void zr_error_restore(const zr_error_saved *s);
+
+/*
  * Record a failure: formats "file:line: message" into the error buffer, logs
  * it at debug level and returns st so that ZR_FAIL can be used in a return.
  */

@@ -90,6 +90,19 @@ void zr_error_clear(void)
     err_agreed = 0;
 }
 
+void zr_error_save(zr_error_saved *s)
+{
+    _Static_assert(sizeof s->msg == sizeof err_msg, "a saved message is the whole buffer");
+    memcpy(s->msg, err_msg, sizeof err_msg);
+    s->agreed = err_agreed;
+}
+
+void zr_error_restore(const zr_error_saved *s)
+{
+    memcpy(err_msg, s->msg, sizeof err_msg);
+    err_agreed = s->agreed;
+}
+
 /* Strip the directories so messages stay short: "src/comm/comm.c" -> "comm/comm.c". */
 static const char *short_file(const char *file)
 {

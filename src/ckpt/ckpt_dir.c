@@ -197,13 +197,16 @@ static int remove_zr_files(const char *path, int fault, int64_t step, zr_ckpt_wa
         }
         return err == ENOENT;
     }
+    /* a removal cleans up after a failed save too: that failure's message stays the error */
+    zr_error_saved pending;
+    zr_error_save(&pending);
     int world = -1;
     zr_ckpt_manifest m;
     if (zr_ckpt_manifest_read(path, &m) == ZR_OK) {
         world = m.meta.world;
         zr_ckpt_manifest_free(&m);
     }
-    zr_error_clear();
+    zr_error_restore(&pending);
     int kept_zr = 0;
     char list[512] = "";
     int others =
@@ -229,7 +232,7 @@ static int remove_zr_files(const char *path, int fault, int64_t step, zr_ckpt_wa
     }
     if (rename_aside(path, base, ".user-files", to, sizeof to) != ZR_OK) {
         snprintf(to, sizeof to, "%s", path);
-        zr_error_clear();
+        zr_error_restore(&pending);
     }
     char more[32] = "";
     if (others > 3) {
