@@ -3,7 +3,10 @@
 # lent GPU machine needs to run the gpu suite and the GPU benches, into one
 # folder that git ignores (default .dev/), for scripts/gpu_remote.sh there.
 #
-#   scripts/gpu_bundle.sh [DIR]
+#   [OLD=zr-of-the-previous-main] scripts/gpu_bundle.sh [DIR]
+#
+# OLD: a zr program built from the previous main, packed as DIR/old/zr for
+# gpu_remote.sh's compare stage (this build and the previous one in one call).
 #
 # Why not build there: a lent machine (a CUDA image, Ubuntu 24.04 on
 # 2026-11-27) has nvcc, cuBLAS, NCCL and its own Open MPI 4.1, but no OpenBLAS,
@@ -33,6 +36,9 @@ for t in build/release/tests/test_*; do
 done
 strip -o "$dir/release/zr" build/release/zr
 tar czf "$dir/release.tar.gz" -C "$dir" release
+if [ -n "${OLD:-}" ]; then
+    mkdir -p "$dir/old" && strip -o "$dir/old/zr" "$OLD"
+fi
 rm -rf "$dir/release"
 (cd "$dir/pkg" && apt-get download -qq libopenblas0-pthread libopenblas0 libcjson1 libgfortran5 \
     libquadmath0 fortunes fortunes-min openmpi-bin libopenmpi3 openmpi-common libpmix2 \

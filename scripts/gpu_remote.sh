@@ -18,6 +18,12 @@
 #             of the plan's pick and of ZeRO-3 and ZeRO++: predicted against measured step
 #             times, with 1 rank and with 2 ranks sharing the GPU as 2 emulated nodes (staged)
 #   cpu       zr bench model --quick --threads 1,2,8 on the machine's CPU (another kind)
+#   compare   zr bench model and zr bench quant --device cuda of this build and of the
+#             previous main's zr (DIR/old/zr, where gpu_bundle.sh was given OLD=) side by
+#             side, then the PyTorch reference (bench/gpu/torch_gpt2.py: eager and
+#             torch.compile) at zr's micro-batch, all in this one call
+#   profile   the GPU time of each kernel of zr bench model's steps (ncu, one metric,
+#             --clock-control none), summed by kernel name and divided into steps
 #
 # Runs as root on a throw-away machine: the carried packages are unpacked into
 # / where their paths are compiled in (Open MPI, PMIx: only where the image
@@ -125,6 +131,25 @@ for stage in $stages; do
                         --config /tmp/zr-pick-$np.json
                 cat /tmp/zr-probe-$np.json
             done 2>&1 | tee "$O/plan-gpu.txt"
+            ;;
+        compare)
+            for z in "$B" "$dir/old/zr"; do
+                [ -x "$z" ] || continue
+                echo "-- $z"
+                timeout 100 "$z" bench model --device cuda --json
+                timeout 60 "$z" bench quant --device cuda --json
+            done 2>&1 | tee "$O/compare.txt"
+            b=$(grep -o '"B":[0-9]*' "$O/compare.txt" | head -n 1 | cut -d: -f2)
+            PYTHONUNBUFFERED=1 timeout $(($(left) - 20)) python3 bench/gpu/torch_gpt2.py \
+                --batch "${b:-32}" --json 2>&1 | grep -v Warning | tee -a "$O/compare.txt"
+            ;;
+        profile)
+            n=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+            timeout 200 "$n" --clock-control none --metrics gpu__time_duration.sum --csv \
+                --launch-count "${LAUNCHES:-1800}" $B bench model --device cuda \
+                >"$O/ncu.csv" 2>/tmp/zr-ncu.err
+            echo "ncu: exit $? $(tail -n 2 /tmp/zr-ncu.err)"
+            python3 scripts/ncu_steps.py "$O/ncu.csv" | tee "$O/profile.txt"
             ;;
         cpu)
             timeout $(($(left) - 10)) $B bench model --quick --threads 1,2,8 --json 2>&1 |
