@@ -42,7 +42,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ $# -gt 0 ] || { echo "usage: sass_check.sh [-t PREFIX]... OBJECT.cu.o..." >&2; exit 2; }
-prefixes=$(echo "$TC_PREFIXES $extra" | tr -s ' \n' '\n\n' | grep -v '^$' || true)
+prefixes=$(echo "$TC_PREFIXES $extra" | tr ' ' '\n' | grep -v '^$' || true)
 
 find_tool() {
     t=$1
@@ -135,4 +135,5 @@ if [ "$bad" -gt 0 ]; then
     echo "sass_check: FAILED ($bad problem(s))"
     exit 1
 fi
-echo "sass_check: ok ($(awk '$3 == "-"' "$all" | wc -l) kernel builds; tensor cores required of: $(echo $prefixes | tr '\n' ' ')$([ -z "$prefixes" ] && echo 'none yet'))"
+echo "sass_check: ok ($(awk '$3 == "-"' "$all" | wc -l) kernel builds; tensor cores required of:" \
+    "${prefixes:-none yet})"
