@@ -206,10 +206,13 @@ $(BUILD)/obj/%.cu.o: %.cu $(BUILD)/flags
 	rc=$$?; grep -Ev '^ptxas info|bytes stack frame' $(@:.o=.ptxas) >&2; exit $$rc
 
 # The kernels' registers, spills and local memory, one report per build; in
-# the test builds a kernel that spills or uses local memory fails the build.
+# the test builds a kernel that spills or uses local memory fails the build,
+# and so does SASS without the instructions scripts/sass_check.sh requires.
 $(BUILD)/ptxas.txt: $(CU_OBJ)
 	@cat $(CU_OBJ:.o=.ptxas) >$@
 	@if [ "$(WERROR)" = 1 ] && ! scripts/ptxas_check.sh $@; then rm -f $@; exit 1; fi
+	@if [ "$(WERROR)" = 1 ] && ! NVCC=$(NVCC) CUDA_HOME=$(CUDA_HOME) scripts/sass_check.sh $(CU_OBJ); \
+	    then rm -f $@; exit 1; fi
 
 $(BUILD)/libzr.a: $(LIB_OBJ) $(CU_OBJ)
 	@mkdir -p $(dir $@)

@@ -20,11 +20,20 @@
  * of one bf16 GEMM of the LM head's shape (B T x Vp x C). --quick runs a
  * small model at T = 64 (a smoke test, e.g. on the emulator: its numbers
  * mean nothing). Without a GPU it exits with status 1 at once, saying so.
+ *
+ * The roofline (zr/roofline.h): each phase's FLOPs and fewest bytes from the
+ * shapes, at the bf16 GEMM rate above and the copy rate of one large
+ * device-to-device copy measured in the same run (read + written bytes a
+ * second): per phase max(FLOPs / GEMM rate, bytes / copy rate), summed over
+ * the operations, printed next to the measured phase (roofline_ms), with the
+ * step's total and the measured step over it (vs_roofline), and the kernel
+ * launches and GEMM calls the ledger counts a step.
  */
 #include "../src/cli/cli.h"
 #include "zr/model_cuda.h"
 #include "zr/optim.h"
 #include "zr/quant_cuda.h"
+#include "zr/roofline.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,16 +41,17 @@
 
 #define MAX_UNITS 64
 
-/* The phases of a step, each timed by the events on its two sides (the table's second line). */
+/* The phases of a step, each timed by the events on its two sides (the table's second line):
+ * the ledger's phases (zr/roofline.h). */
 enum {
-    PH_FWD_EMBED,
-    PH_FWD_BLOCKS,
-    PH_FWD_HEAD,
-    PH_BWD_HEAD,
-    PH_BWD_BLOCKS,
-    PH_BWD_EMBED,
-    PH_OPTIM,
-    NPH
+    PH_FWD_EMBED = ZR_ROOFLINE_FWD_EMBED,
+    PH_FWD_BLOCKS = ZR_ROOFLINE_FWD_BLOCKS,
+    PH_FWD_HEAD = ZR_ROOFLINE_FWD_HEAD,
+    PH_BWD_HEAD = ZR_ROOFLINE_BWD_HEAD,
+    PH_BWD_BLOCKS = ZR_ROOFLINE_BWD_BLOCKS,
+    PH_BWD_EMBED = ZR_ROOFLINE_BWD_EMBED,
+    PH_OPTIM = ZR_ROOFLINE_OPTIM,
+    NPH = ZR_ROOFLINE_PHASES
 };
 static const char *const ph_name[NPH] = {"fwd_embed",  "fwd_blocks", "fwd_head", "bwd_head",
                                          "bwd_blocks", "bwd_embed",  "optim"};
@@ -268,6 +278,66 @@ done:
     return st;
 }
 
+/* GB/s of one device-to-device copy of bytes (read + written bytes a second, median of reps). */
+static zr_status copy_rate(gstate *b, size_t bytes, int reps, double *gbs)
+{
+    void *src = NULL, *dst = NULL;
+    double t[16];
+    zr_status st = ZR_OK;
+    ZR_ASSERT(reps >= 1 && reps <= 16);
+    ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, &src, bytes, __FILE__, __LINE__), st, done);
+    ZR_CHECK_GOTO(zr_device_alloc_at(&b->dev, &dst, bytes, __FILE__, __LINE__), st, done);
+    ZR_CHECK_GOTO(zr_memset_async(src, 0x3c, bytes, b->s), st, done);
+    ZR_CHECK_GOTO(zr_memcpy_async(dst, src, bytes, b->s), st, done);
+    for (int r = 0; r < reps; r++) {
+        ZR_CHECK_GOTO(zr_event_record(b->e0, b->s), st, done);
+        ZR_CHECK_GOTO(zr_memcpy_async(dst, src, bytes, b->s), st, done);
+        ZR_CHECK_GOTO(zr_event_record(b->e1, b->s), st, done);
+        ZR_CHECK_GOTO(zr_event_sync(b->e1), st, done);
+        ZR_CHECK_GOTO(elapsed(b->e0, b->e1, &t[r]), st, done);
+    }
+    *gbs = 2.0 * (double)bytes / (zr_median(t, reps) * 1e-3) * 1e-9;
+done:
+    if (b->s != NULL) {
+        (void)zr_stream_sync(b->s);
+    }
+    zr_device_free(&b->dev, src);
+    zr_device_free(&b->dev, dst);
+    return st;
+}
+
+/*
+ * The roofline of a step next to the measured phases: prints a line of the table and writes
+ * the JSON line's fields (",\"copy_gbs\":...", from copy_gbs to launches) into js.
+ */
+static void print_roofline(const zr_gpt_config *cfg, int B, int T, double gemm, double copy,
+                           double ms, const double phase[NPH], char *js, size_t cap)
+{
+    zr_roofline_row rows[ZR_ROOFLINE_MAX_ROWS];
+    int n = zr_roofline_ledger(cfg, B, T, 2, rows);
+    double total = zr_roofline_ms(rows, n, ZR_ROOFLINE_PHASES, gemm, copy);
+    zr_roofline_sum all = zr_roofline_sum_phase(rows, n, ZR_ROOFLINE_PHASES);
+    size_t off = (size_t)snprintf(js, cap, ",\"copy_gbs\":%.1f,\"roofline_ms\":{", copy);
+    printf("roofline (ms at bf16 GEMM %.1f TFLOP/s and copy %.0f GB/s; measured / roofline):", gemm,
+           copy);
+    for (int k = 0; k < NPH; k++) {
+        double roof = zr_roofline_ms(rows, n, k, gemm, copy);
+        printf("%s %s %.3f (%.1fx)", k > 0 ? "," : "", ph_name[k], roof,
+               roof > 0 ? phase[k] / roof : 0.0);
+        off += (size_t)snprintf(js + off, off < cap ? cap - off : 0, "%s\"%s\":%.4f",
+                                k > 0 ? "," : "", ph_name[k], roof);
+    }
+    printf("; step %.3f, measured %.3f = %.2fx; %.1f GFLOP, %.2f GB, %ld kernel launches + %ld "
+           "GEMM calls a step (the ledger's)\n",
+           total, ms, total > 0 ? ms / total : 0.0, all.flops * 1e-9, all.bytes * 1e-9, all.kernels,
+           all.gemms);
+    snprintf(js + off, off < cap ? cap - off : 0,
+             "},\"roofline_step_ms\":%.4f,\"vs_roofline\":%.3f,\"ledger_gflop\":%.3f,"
+             "\"ledger_gb\":%.4f,\"launches\":{\"kernels\":%ld,\"gemms\":%ld}",
+             total, total > 0 ? ms / total : 0.0, all.flops * 1e-9, all.bytes * 1e-9, all.kernels,
+             all.gemms);
+}
+
 /* The largest micro-batch of the ladder that is predicted to fit and then does. */
 static zr_status fit_batch(gstate *b, const zr_gpt_config *cfg, int T, int quick, int *B)
 {
@@ -324,7 +394,7 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
            quick ? "; --quick: a smoke test, not a measurement" : "");
     int B = 0;
     double ms = 0, phase[NPH] = {0}, phased = 0;
-    double gemm = 0;
+    double gemm = 0, copy = 0;
     st = zr_stream_create(&b.dev, &b.s);
     if (st == ZR_OK) {
         st = zr_event_create(&b.dev, &b.e0);
@@ -344,6 +414,9 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
     state_free(&b);
     if (st == ZR_OK) {
         st = gemm_rate(&b, B * T, cfg->padded_vocab, cfg->channels, reps, &gemm);
+    }
+    if (st == ZR_OK) {
+        st = copy_rate(&b, quick ? (size_t)8 << 20 : (size_t)1 << 30, reps, &copy);
     }
     zr_event_destroy(b.e0);
     zr_event_destroy(b.e1);
@@ -369,6 +442,8 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
            phase[PH_FWD_BLOCKS] / cfg->layers, phase[PH_FWD_HEAD], phase[PH_BWD_HEAD],
            phase[PH_BWD_BLOCKS], phase[PH_BWD_BLOCKS] / cfg->layers, phase[PH_BWD_EMBED],
            phase[PH_OPTIM]);
+    char js[1024];
+    print_roofline(cfg, B, T, gemm, copy, ms, phase, js, sizeof js);
     if (json) {
         printf("{\"bench\":\"model\",\"device\":\"%s\",\"config\":\"%s\",\"dtype\":\"bf16\","
                "\"B\":%d,\"T\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.3f,"
@@ -379,7 +454,7 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
         for (int k = 0; k < NPH; k++) {
             printf("%s\"%s\":%.4f", k > 0 ? "," : "", ph_name[k], phase[k]);
         }
-        printf("}}\n");
+        printf("}%s}\n", js);
     }
     return 0;
 }

@@ -5,10 +5,13 @@
 # goes to $OUT/log.txt too; the test logs, sanitizer reports and bench tables
 # to $OUT (at most 7 files: a lease returns 8).
 #
-#   scripts/gpu_remote.sh DIR [suite] [memcheck] [bench] [plan] [cpu]   (default: suite bench)
+#   scripts/gpu_remote.sh DIR [suite|suite-short] [memcheck] [bench] [plan] [cpu] [compare]
+#                         [profile]   (default: suite bench)
 #   BUDGET=seconds (default 420): stop starting stages past it
 #
 #   suite     tests/run.sh --suite gpu (make gpu-test's first pass)
+#   suite-short  the gpu suite's single-process kernel and model tests and test_gpu_train on
+#             one rank (not the multi-rank transports and collectives, the --launch stalls)
 #   memcheck  the gpu suite again under compute-sanitizer memcheck, then racecheck and
 #             synccheck on the single-process kernel tests (make gpu-test runs all three
 #             tools on the whole suite: longer than a lease; racecheck alone took over 90 s
@@ -21,7 +24,9 @@
 #   compare   zr bench model and zr bench quant --device cuda of this build and of the
 #             previous main's zr (DIR/old/zr, where gpu_bundle.sh was given OLD=) side by
 #             side, then the PyTorch reference (bench/gpu/torch_gpt2.py: eager and
-#             torch.compile) at zr's micro-batch, all in this one call
+#             torch.compile) at zr's micro-batch, all in this one call; then the table side
+#             by side (bench/gpu/compare_table.py, with attention's ms where a profile stage
+#             ran before it)
 #   profile   the GPU time of each kernel of zr bench model's steps (ncu, one metric,
 #             --clock-control none), summed by kernel name and divided into steps
 #
@@ -95,6 +100,11 @@ for stage in $stages; do
             tests/run.sh --suite gpu
             tar czf "$O/test-logs.tar.gz" build/test-logs
             ;;
+        suite-short)
+            tests/run.sh --suite gpu --filter \
+                '^(test_device|test_cudalib|test_gpu_quant|test_gemm_plan|test_gpu_ops|test_gpu_model) np=-|^test_gpu_train np=1 '
+            tar czf "$O/test-logs.tar.gz" build/test-logs
+            ;;
         memcheck)
             # --report-api-errors no: see scripts/gpu_test.sh
             ZR_TEST_WRAP="$san --tool memcheck --report-api-errors no --error-exitcode 99" \
@@ -142,6 +152,9 @@ for stage in $stages; do
             b=$(grep -o '"B":[0-9]*' "$O/compare.txt" | head -n 1 | cut -d: -f2)
             PYTHONUNBUFFERED=1 timeout $(($(left) - 20)) python3 bench/gpu/torch_gpt2.py \
                 --batch "${b:-32}" --json 2>&1 | grep -v Warning | tee -a "$O/compare.txt"
+            prof=()
+            [ -s "$O/profile.txt" ] && prof=(--profile "$O/profile.txt")
+            python3 bench/gpu/compare_table.py "$O/compare.txt" "${prof[@]}" | tee "$O/compare-table.txt"
             ;;
         profile)
             n=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)

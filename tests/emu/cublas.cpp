@@ -220,6 +220,7 @@ cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cu
     if (enqueue(s, o, call, acc) != cudaSuccess) {
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
+    count_gemm();
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -202,6 +202,9 @@ zr_emu_stream *resolve_stream(cudaStream_t s);
  * cudaErrorLaunchFailure is returned. Under api_mutex. */
 cudaError_t enqueue(zr_emu_stream *s, op *o, const char *what, const std::vector<mem_access> &acc,
                     vclock *clock_out = nullptr);
+/* The counters of zr_emu_launch_counts (zr_emu.h): a kernel launch or a GEMM call queued. */
+void count_kernel();
+void count_gemm();
 /* Waits (without api_mutex held) until s has completed `seq` operations. */
 void wait_completed(zr_emu_stream *s, uint64_t seq);
 /* Work the host owes while it waits on the runtime: the emulated NCCL moves

@@ -14,6 +14,7 @@
  */
 #include "emu.h"
 
+#include <atomic>
 #include <unordered_map>
 
 namespace zr_emu {
@@ -21,6 +22,7 @@ namespace zr_emu {
 namespace {
 
 std::mutex g_attr_mu;
+std::atomic<long long> g_kernels{0}, g_gemms{0};        /* zr_emu_launch_counts */
 std::unordered_map<const void *, size_t> g_max_dynamic; /* cudaFuncSetAttribute */
 
 size_t static_bytes(const void *fn)
@@ -127,10 +129,30 @@ cudaError_t launch(const char *name, const void *kernel, dim3 grid, dim3 block, 
     }
     op *o = make_kernel_op(name, kernel, grid, block, shmem, std::move(own));
     std::string what = std::string("kernel '") + name + "'";
-    return set_last_error(enqueue(s, o, what.c_str(), acc));
+    e = enqueue(s, o, what.c_str(), acc);
+    if (e == cudaSuccess) {
+        count_kernel();
+    }
+    return set_last_error(e);
+}
+
+void count_kernel()
+{
+    g_kernels.fetch_add(1, std::memory_order_relaxed);
+}
+
+void count_gemm()
+{
+    g_gemms.fetch_add(1, std::memory_order_relaxed);
 }
 
 } // namespace zr_emu
+
+extern "C" void zr_emu_launch_counts(long long *kernels, long long *gemms)
+{
+    *kernels = zr_emu::g_kernels.load(std::memory_order_relaxed);
+    *gemms = zr_emu::g_gemms.load(std::memory_order_relaxed);
+}
 
 extern "C" cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr,
                                             int value)

@@ -28,6 +28,12 @@ int zr_emu_error_count(void);
  * cudaErrorLaunchFailure so the test can go on using the device. */
 int zr_emu_take_errors(char *msg, size_t cap);
 
+/* Kernel launches (ZR_LAUNCH) and cuBLAS GEMM calls (cublasGemmEx,
+ * cublasGemmStridedBatchedEx) queued since the start, on every stream and
+ * thread; a refused launch or call is not counted. Tests take differences
+ * (the launches of one training step: tests/test_roofline.c). */
+void zr_emu_launch_counts(long long *kernels, long long *gemms);
+
 /* Every ncclSend / ncclRecv as the emulated NCCL takes it (call is "ncclSend" or
  * "ncclRecv", peer the communicator rank, bytes = count * type size), for tests
  * that compare a transport's calls with its plan; NULL stops. Not thread-safe:
