@@ -208,6 +208,17 @@ __device__ __forceinline__ void fa_store_rows(zr_bf16_t *dst, frag_c *acc, float
 }
 
 /*
+ * Where lane 2r + h (row r, columns 32 h..32 h + 31) starts its walk over
+ * the columns: at r + 16 h, so that with the row stride FA_SW = 72 (8 banks
+ * on) the 32 lanes read 32 different banks at every step (9 r + 16 h + step
+ * is distinct mod 32 for r < 16, h < 2).
+ */
+__device__ __forceinline__ int fa_rot(int lane)
+{
+    return lane / 2 + 16 * (lane % 2);
+}
+
+/*
  * The online softmax of one key tile on the warp's scores f (16 x 16 nkf):
  * lanes 2r and 2r+1 take row r (query i), 32 columns each; key k0 + c is
  * seen when c < 16 nkf, k0 + c <= i and k0 + c < T. Writes P (bf16) to p,
@@ -217,17 +228,19 @@ __device__ __forceinline__ void fa_store_rows(zr_bf16_t *dst, frag_c *acc, float
 __device__ __forceinline__ float fa_softmax(const float *f, fa_bf16 *p, int i, int k0, int nkf,
                                             int T, float sl2, float *m, float *l)
 {
-    const int lane = threadIdx.x % 32, r = lane / 2, c0 = (lane % 2) * 32;
+    const int lane = threadIdx.x % 32, r = lane / 2, c0 = (lane % 2) * 32, rot = fa_rot(lane);
     const int cend = min(16 * nkf, min(i + 1, T) - k0); /* columns seen: c < cend */
     float mt = -INFINITY;
-    for (int c = c0; c < c0 + 32; c++) {
+    for (int it = 0; it < 32; it++) {
+        const int c = c0 + ((it + rot) & 31);
         mt = c < cend ? fmaxf(mt, f[r * FA_SW + c] * sl2) : mt;
     }
     mt = fmaxf(mt, __shfl_xor_sync(ZR_FULL_MASK, mt, 1));
     const float mn = fmaxf(*m, mt); /* finite: key k0 <= i is seen on every tile */
     const float alpha = exp2f(*m - mn);
     float ls = 0.0f;
-    for (int c = c0; c < c0 + 32; c++) {
+    for (int it = 0; it < 32; it++) {
+        const int c = c0 + ((it + rot) & 31);
         float pv = c < cend ? exp2f(f[r * FA_SW + c] * sl2 - mn) : 0.0f;
         ls += pv;
         p[r * FA_PW + c] = __float2bfloat16(pv);
@@ -322,10 +335,10 @@ __device__ __forceinline__ void fa_dscores(const float *f, fa_bf16 *dsb, fa_bf16
                                            int i0, int T, float sl2, const float *Ls,
                                            const float *Ds, float Lr, float Dr)
 {
-    const int lane = threadIdx.x % 32, r = lane / 2, c0 = (lane % 2) * 32;
+    const int lane = threadIdx.x % 32, r = lane / 2, c0 = (lane % 2) * 32, rot = fa_rot(lane);
     ZR_UNROLL
-    for (int c = c0; c < c0 + 32; c++) {
-        const int x = i0 + c;
+    for (int it = 0; it < 32; it++) {
+        const int c = c0 + ((it + rot) & 31), x = i0 + c;
         const bool seen = KEYS ? kj <= x && x < T : x <= kj && x < T;
         const float L = KEYS ? Ls[c] : Lr, D = KEYS ? Ds[c] : Dr;
         float p = seen ? exp2f(f[r * FA_SW + c] * sl2 - L) : 0.0f;
