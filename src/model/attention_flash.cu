@@ -57,9 +57,9 @@ template <int HS> struct fa_cfg {
     static constexpr int WF = 16 * 2 * FA_SW;            /* floats of a warp's two fp32 tiles */
     static constexpr int WB = 16 * 2 * FA_PW;            /* bf16 of a warp's two bf16 tiles */
     /* bytes: two bf16 tiles, L and D, then per warp two fp32 and two bf16 tiles */
-    static constexpr size_t SHMEM =
-        2 * TILE * sizeof(fa_bf16) + 2 * FA_ROWS * sizeof(float) +
-        4 * (WF * sizeof(float) + WB * sizeof(fa_bf16));
+    /* (+ 32: the start rounded up to 32 bytes, wmma's alignment, whatever the base's) */
+    static constexpr size_t SHMEM = 32 + 2 * TILE * sizeof(fa_bf16) + 2 * FA_ROWS * sizeof(float) +
+                                    4 * (WF * sizeof(float) + WB * sizeof(fa_bf16));
 };
 
 /* A block's shared memory, carved from one dynamic buffer (every part 32-byte aligned). */
@@ -68,9 +68,10 @@ template <int HS> struct fa_smem {
     float *Ls, *Ds;   /* a query tile's L (base 2) and D */
     float *f;         /* this warp's fp32 tiles: f [16][FA_SW], f + 16 FA_SW */
     fa_bf16 *p;       /* this warp's bf16 tiles: p [16][FA_PW], p + 16 FA_PW */
-    __device__ fa_smem(char *base, int w)
+    __device__ fa_smem(char *raw, int w)
     {
         typedef fa_cfg<HS> c;
+        char *base = raw + ((32 - ((uintptr_t)raw & 31u)) & 31u);
         t0 = reinterpret_cast<fa_bf16 *>(base);
         t1 = t0 + c::TILE;
         Ls = reinterpret_cast<float *>(t1 + c::TILE);
