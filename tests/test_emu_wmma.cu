@@ -179,8 +179,8 @@ static void test_product(void)
                 float g = dcol ? got[j * 16 + i] : got[i * 16 + j];
                 TEST_CHECKF(g == want[i * 16 + j] && again[i * 16 + j] == want[i * 16 + j],
                             "b %s, d %s: d[%d][%d] = %g (reloaded %g), want %g",
-                            bcol ? "col" : "row", dcol ? "col" : "row", i, j, g,
-                            again[i * 16 + j], want[i * 16 + j]);
+                            bcol ? "col" : "row", dcol ? "col" : "row", i, j, g, again[i * 16 + j],
+                            want[i * 16 + j]);
             }
         }
     }

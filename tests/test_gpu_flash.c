@@ -77,9 +77,9 @@ static void check_close(const char *what, const float *got, const float *want, s
         worst = err > worst ? err : worst;
     }
     worst_seen = abs || worst / scale < worst_seen ? worst_seen : worst / scale;
-    TEST_CHECKF(bad == 0, "%s: %zu of %zu beyond %.2g x %.3g (first at %zu: %.9g vs %.9g), worst %.3g",
-                what, bad, n, tol, scale, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0,
-                worst);
+    TEST_CHECKF(bad == 0,
+                "%s: %zu of %zu beyond %.2g x %.3g (first at %zu: %.9g vs %.9g), worst %.3g", what,
+                bad, n, tol, scale, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0, worst);
 }
 
 /* fp64 causal attention of one head: out, lse and dqkv (accumulated) of qkv, dout. */
@@ -143,8 +143,14 @@ typedef struct flash_ref {
 static flash_ref make_ref(const flash_case *c)
 {
     int C = c->NH * c->hs, T = c->T;
-    flash_ref r = {(size_t)c->B * T * 3 * C, (size_t)c->B * T * C, (size_t)c->B * c->NH * T, NULL,
-                   NULL, NULL, NULL, NULL};
+    flash_ref r = {(size_t)c->B * T * 3 * C,
+                   (size_t)c->B * T * C,
+                   (size_t)c->B * c->NH * T,
+                   NULL,
+                   NULL,
+                   NULL,
+                   NULL,
+                   NULL};
     zr_test_rng rng = {(uint64_t)(c->B * 7919 + T * 131 + C)};
     r.qkv = malloc(r.nq * 4), r.dout = malloc(r.no * 4), r.out = malloc(r.no * 4);
     r.lse = malloc(r.nl * 4), r.dqkv = malloc(r.nq * 4);
@@ -195,8 +201,8 @@ static void run(const flash_case *c, const flash_dev *d, int scalar, float *out,
         TEST_OK(zr_op_cuda_attention_bwd_scalar(ZR_DTYPE_BF16, d->dqkv, d->delta, d->dout, qkv,
                                                 d->out, d->lse, c->B, c->T, C, c->NH, st));
     } else {
-        TEST_OK(zr_op_cuda_attention_fwd(ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B, c->T, C, c->NH,
-                                         st));
+        TEST_OK(
+            zr_op_cuda_attention_fwd(ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B, c->T, C, c->NH, st));
         TEST_OK(zr_op_cuda_attention_bwd(ZR_DTYPE_BF16, d->dqkv, d->delta, d->dout, qkv, d->out,
                                          d->lse, c->B, c->T, C, c->NH, st));
     }
@@ -234,8 +240,11 @@ static void check_all(const char *what, const float *out, const float *lse, cons
 static void flash_case_run(const flash_case *c)
 {
     flash_ref r = make_ref(c);
-    flash_dev d = {dput(r.qkv, r.nq, 1, (size_t)c->off), dput(r.dout, r.no, 1, 0),
-                   dput(r.out, r.no, 1, 0), dput(r.qkv, r.nq, 1, 0), dput(r.lse, r.nl, 0, 0),
+    flash_dev d = {dput(r.qkv, r.nq, 1, (size_t)c->off),
+                   dput(r.dout, r.no, 1, 0),
+                   dput(r.out, r.no, 1, 0),
+                   dput(r.qkv, r.nq, 1, 0),
+                   dput(r.lse, r.nl, 0, 0),
                    dput(r.lse, r.nl, 0, 0)};
     float *out[3], *lse[3], *dq[3];
     for (int k = 0; k < 3; k++) {

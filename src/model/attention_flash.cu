@@ -43,19 +43,19 @@ typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, fa_bf16, wmma::col_major> fra
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 
 #define FA_THREADS 128
-#define FA_ROWS 64 /* rows of a block (16 per warp) and of a tile */
-#define FA_SW 72   /* row stride of a warp's fp32 16 x 64 tile (floats, padded) */
-#define FA_PW 72   /* row stride of a warp's bf16 16 x 64 tile */
-#define FA_LOG2E 1.4426950408889634f
-#define FA_LN2 0.6931471805599453f
+#define FA_ROWS    64 /* rows of a block (16 per warp) and of a tile */
+#define FA_SW      72 /* row stride of a warp's fp32 16 x 64 tile (floats, padded) */
+#define FA_PW      72 /* row stride of a warp's bf16 16 x 64 tile */
+#define FA_LOG2E   1.4426950408889634f
+#define FA_LN2     0.6931471805599453f
 
 template <int HS> struct fa_cfg {
-    static constexpr int NF = HS / 16;                   /* 16-wide parts of a head */
-    static constexpr int LD = HS + 8;                    /* bf16 tile row stride */
-    static constexpr int TILE = FA_ROWS * LD;            /* elements of a bf16 tile */
+    static constexpr int NF = HS / 16;                      /* 16-wide parts of a head */
+    static constexpr int LD = HS + 8;                       /* bf16 tile row stride */
+    static constexpr int TILE = FA_ROWS * LD;               /* elements of a bf16 tile */
     static constexpr int OW = HS <= 64 ? FA_SW : 2 * FA_SW; /* fp32 output rows' stride */
-    static constexpr int WF = 16 * 2 * FA_SW;            /* floats of a warp's two fp32 tiles */
-    static constexpr int WB = 16 * 2 * FA_PW;            /* bf16 of a warp's two bf16 tiles */
+    static constexpr int WF = 16 * 2 * FA_SW;               /* floats of a warp's two fp32 tiles */
+    static constexpr int WB = 16 * 2 * FA_PW;               /* bf16 of a warp's two bf16 tiles */
     /* bytes: two bf16 tiles, L and D, then per warp two fp32 and two bf16 tiles */
     /* (+ 32: the start rounded up to 32 bytes, wmma's alignment, whatever the base's) */
     static constexpr size_t SHMEM = 32 + 2 * TILE * sizeof(fa_bf16) + 2 * FA_ROWS * sizeof(float) +
@@ -112,8 +112,7 @@ __device__ __forceinline__ void fa_load_rows(float *x, const float *v, int r0, i
 }
 
 /* The warp's 16 x HS fragments a[] from rows 16 w.. of a bf16 tile. */
-template <int HS>
-__device__ __forceinline__ void fa_rows_a(frag_a *a, const fa_bf16 *tile, int w)
+template <int HS> __device__ __forceinline__ void fa_rows_a(frag_a *a, const fa_bf16 *tile, int w)
 {
     ZR_UNROLL
     for (int d = 0; d < fa_cfg<HS>::NF; d++) {
@@ -141,8 +140,8 @@ __device__ __forceinline__ void fa_scores(float *f, const frag_a *a, const fa_bf
 
 /* acc[n] += columns 16 f0..16 nf of p (bf16, stride FA_PW) times those rows of tile. */
 template <int HS>
-__device__ __forceinline__ void fa_accum(frag_c *acc, const fa_bf16 *p, const fa_bf16 *tile,
-                                         int f0, int nf)
+__device__ __forceinline__ void fa_accum(frag_c *acc, const fa_bf16 *p, const fa_bf16 *tile, int f0,
+                                         int nf)
 {
     for (int kf = f0; kf < nf; kf++) {
         frag_a a;

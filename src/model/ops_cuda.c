@@ -346,8 +346,8 @@ zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const v
 }
 
 zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
-                                          const void *qkv, const void *out, const float *lse,
-                                          int B, int T, int C, int NH, zr_stream *s)
+                                          const void *qkv, const void *out, const float *lse, int B,
+                                          int T, int C, int NH, zr_stream *s)
 {
     return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, 1);
 }
@@ -501,8 +501,8 @@ zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, con
 }
 
 zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
-                                          const void *qkv, const void *out, const float *lse,
-                                          int B, int T, int C, int NH, zr_stream *s)
+                                          const void *qkv, const void *out, const float *lse, int B,
+                                          int T, int C, int NH, zr_stream *s)
 {
     return no_cuda("cuda attention backward");
 }

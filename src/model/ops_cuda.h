@@ -100,8 +100,8 @@ zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const v
 zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, const void *qkv, int B,
                                           int T, int C, int NH, zr_stream *s);
 zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
-                                          const void *qkv, const void *out, const float *lse,
-                                          int B, int T, int C, int NH, zr_stream *s);
+                                          const void *qkv, const void *out, const float *lse, int B,
+                                          int T, int C, int NH, zr_stream *s);
 
 /*
  * Row i of logits [N, Vp] (V valid columns): lse[i] = log sum exp, and

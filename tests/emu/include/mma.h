@@ -88,13 +88,22 @@ template <typename Use, int M, int N, int K, typename T, typename Layout = void>
 namespace zr_emu {
 
 template <> struct wmma_map<nvcuda::wmma::matrix_a> {
-    static int pos(int lane, int e) { return wmma_pos(37, 11, lane, e); }
+    static int pos(int lane, int e)
+    {
+        return wmma_pos(37, 11, lane, e);
+    }
 };
 template <> struct wmma_map<nvcuda::wmma::matrix_b> {
-    static int pos(int lane, int e) { return wmma_pos(101, 59, lane, e); }
+    static int pos(int lane, int e)
+    {
+        return wmma_pos(101, 59, lane, e);
+    }
 };
 template <> struct wmma_map<nvcuda::wmma::accumulator> {
-    static int pos(int lane, int e) { return wmma_pos(97, 23, lane, e); }
+    static int pos(int lane, int e)
+    {
+        return wmma_pos(97, 23, lane, e);
+    }
 };
 
 /* the lane of the calling thread in its warp */
@@ -142,8 +151,8 @@ inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, uns
 }
 
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
-                             unsigned int ldm, layout_t layout,
-                             const char *file = __builtin_FILE(), int line = __builtin_LINE())
+                             unsigned int ldm, layout_t layout, const char *file = __builtin_FILE(),
+                             int line = __builtin_LINE())
 {
     zr_emu::wmma_check(p, ldm, sizeof(float),
                        "wmma::load_matrix_sync: pointer not 32-byte aligned or ldm not a "
