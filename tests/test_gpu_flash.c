@@ -1,8 +1,9 @@
 /*
  * test_gpu_flash.c - the tensor-core attention (src/model/attention_flash.cu,
  * issue 42), which zr_op_cuda_attention_fwd/_bwd run for bf16 storage with
- * head size 32, 64 or 128, against an fp64 reference and against the scalar
- * kernels (zr_op_cuda_attention_*_scalar) on the same bf16 inputs.
+ * head size 32, 64 or 128, against an fp64 reference, the CPU operators
+ * (zr_op_attention_fwd/_bwd, fp32) and the scalar kernels
+ * (zr_op_cuda_attention_*_scalar) on the same bf16 inputs.
  *
  * Cases: T = 1, 15, 64, 100, 257 (one tile, T short of a tile, whole
  * tiles, T past a tile) x head sizes 32, 64, 128, B * NH = 3 (B 1 x NH 3
@@ -12,8 +13,8 @@
  * Bounds: out, dQ, dK, dV within 1e-2 of the largest magnitude of the fp64
  * reference (bf16 storage of the outputs, 2^-9 relative, and P rounded to
  * bf16 before the products: about 4e-3 measured, printed as "worst"), the
- * log-sum-exp within 1e-3 absolute (fp32 throughout); the scalar kernels
- * within the same 1e-2. Outputs are poisoned with NaN first: every element
+ * log-sum-exp within 1e-3 absolute (fp32 throughout); the CPU operators and
+ * the scalar kernels within the same bounds. Outputs are poisoned with NaN first: every element
  * must be written (rows < T) and finite. Forward and backward run twice:
  * the same bits (no atomics). Runs on the emulator (suite emu) and on a GPU
  * (suite gpu); without a device it says so and counts as skipped.
@@ -21,6 +22,7 @@
 #include "test.h"
 #include "zr/model_cuda.h"
 
+#include "../src/model/ops.h"      /* the CPU operators: internal to src/model */
 #include "../src/model/ops_cuda.h" /* the CUDA operators: internal to src/model */
 
 static zr_device gpu;
@@ -59,13 +61,16 @@ static void dget(float *x, const void *d, size_t n, int bf16)
     free(h);
 }
 
-/* Every |got - want| <= tol * scale (scale: the largest |want|, or 1 with abs); NaN fails. */
-static void check_close(const char *what, const float *got, const float *want, size_t n, double tol,
-                        int abs)
+/*
+ * Every |got - want| <= tol * scale (scale: the largest |ref|, the fp64
+ * reference's, or 1 with abs or when that is 0); NaN fails.
+ */
+static void check_close(const char *what, const float *got, const float *want, const float *ref,
+                        size_t n, double tol, int abs)
 {
     double scale = 0.0, worst = 0.0;
     for (size_t i = 0; i < n; i++) {
-        scale = fabs(want[i]) > scale ? fabs(want[i]) : scale;
+        scale = fabs(ref[i]) > scale ? fabs(ref[i]) : scale;
     }
     scale = abs || scale == 0.0 ? 1.0 : scale;
     size_t bad = 0, first = 0;
@@ -219,22 +224,24 @@ static void check_all(const char *what, const float *out, const float *lse, cons
 {
     char m[200];
     snprintf(m, sizeof m, "%s: out", what);
-    check_close(m, out, wout, r->no, 1e-2, 0);
+    check_close(m, out, wout, r->out, r->no, 1e-2, 0);
     snprintf(m, sizeof m, "%s: lse", what);
-    check_close(m, lse, wlse, r->nl, 1e-3, 1);
+    check_close(m, lse, wlse, r->lse, r->nl, 1e-3, 1);
     int C = c->NH * c->hs;
     size_t rows = (size_t)c->B * c->T;
-    float *g = malloc(r->no * 4), *w = malloc(r->no * 4);
+    float *g = malloc(r->no * 4), *w = malloc(r->no * 4), *f = malloc(r->no * 4);
     static const char *names[3] = {"dQ", "dK", "dV"};
     for (int part = 0; part < 3; part++) {
         for (size_t i = 0; i < rows; i++) {
-            memcpy(g + i * C, dqkv + i * 3 * C + (size_t)part * C, C * sizeof(float));
-            memcpy(w + i * C, wdqkv + i * 3 * C + (size_t)part * C, C * sizeof(float));
+            size_t at = i * 3 * C + (size_t)part * C;
+            memcpy(g + i * C, dqkv + at, C * sizeof(float));
+            memcpy(w + i * C, wdqkv + at, C * sizeof(float));
+            memcpy(f + i * C, r->dqkv + at, C * sizeof(float));
         }
         snprintf(m, sizeof m, "%s: %s", what, names[part]);
-        check_close(m, g, w, r->no, 1e-2, 0);
+        check_close(m, g, w, f, r->no, 1e-2, 0);
     }
-    free(g), free(w);
+    free(g), free(w), free(f);
 }
 
 static void flash_case_run(const flash_case *c)
@@ -267,6 +274,14 @@ static void flash_case_run(const flash_case *c)
     char sw[200];
     snprintf(sw, sizeof sw, "%s vs the scalar kernels", what);
     check_all(sw, out[0], lse[0], dq[0], out[2], lse[2], dq[2], c, &r);
+    /* the CPU operators (fp32) on the same inputs */
+    int C = c->NH * c->hs;
+    float *scratch = malloc(r.nl * 4);
+    zr_op_attention_fwd(out[1], lse[1], r.qkv, c->B, c->T, C, c->NH);
+    zr_op_attention_bwd(dq[1], scratch, r.dout, r.qkv, out[1], lse[1], c->B, c->T, C, c->NH);
+    snprintf(sw, sizeof sw, "%s vs the CPU operators", what);
+    check_all(sw, out[0], lse[0], dq[0], out[1], lse[1], dq[1], c, &r);
+    free(scratch);
     for (int k = 0; k < 3; k++) {
         free(out[k]), free(lse[k]), free(dq[k]);
     }
@@ -287,7 +302,7 @@ static void test_flash(void)
     }
     flash_case u = {1, 100, 3, 64, 1};
     flash_case_run(&u);
-    printf("  worst error of all (vs fp64 and vs the scalar kernels): %.2e\n", worst_seen);
+    printf("  worst error of all (vs fp64, the CPU operators, the scalar kernels): %.2e\n", worst_seen);
 }
 
 int main(void)
