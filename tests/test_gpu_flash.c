@@ -302,7 +302,8 @@ static void test_flash(void)
     }
     flash_case u = {1, 100, 3, 64, 1};
     flash_case_run(&u);
-    printf("  worst error of all (vs fp64, the CPU operators, the scalar kernels): %.2e\n", worst_seen);
+    printf("  worst error of all (vs fp64, the CPU operators, the scalar kernels): %.2e\n",
+           worst_seen);
 }
 
 int main(void)
