@@ -282,8 +282,15 @@ static zr_status attention_args(const char *what, zr_op_k_att *a)
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
-                                   int C, int NH, zr_stream *s)
+/* bf16 with a head size the tensor-core kernels take, unless scalar */
+static int attention_flash(zr_dtype t, const zr_op_k_att *a, int scalar)
+{
+    int hs = a->C / a->NH;
+    return !scalar && is_bf16(t) && (hs == 32 || hs == 64 || hs == 128);
+}
+
+static zr_status attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
+                               int C, int NH, zr_stream *s, int scalar)
 {
     const char *what = "cuda attention forward";
     cudaStream_t cs;
@@ -292,13 +299,17 @@ zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
     zr_op_k_att a = {out, NULL, lse, NULL, qkv, NULL, NULL, B, T, C, NH, 0, 0, 0.0f};
     ZR_CHECK(attention_args(what, &a));
-    ZR_CUDA_CHECK(zr_op_k_launch_attention_fwd(is_bf16(t), &a, cs));
+    if (attention_flash(t, &a, scalar)) {
+        ZR_CUDA_CHECK(zr_op_k_launch_flash_fwd(&a, cs));
+    } else {
+        ZR_CUDA_CHECK(zr_op_k_launch_attention_fwd(is_bf16(t), &a, cs));
+    }
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
-                                   const void *qkv, const void *out, const float *lse, int B, int T,
-                                   int C, int NH, zr_stream *s)
+static zr_status attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
+                               const void *qkv, const void *out, const float *lse, int B, int T,
+                               int C, int NH, zr_stream *s, int scalar)
 {
     const char *what = "cuda attention backward";
     cudaStream_t cs;
@@ -307,8 +318,38 @@ zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const v
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
     zr_op_k_att a = {NULL, dqkv, (float *)lse, delta, qkv, dout, out, B, T, C, NH, 0, 0, 0.0f};
     ZR_CHECK(attention_args(what, &a));
-    ZR_CUDA_CHECK(zr_op_k_launch_attention_bwd(is_bf16(t), &a, cs));
+    if (attention_flash(t, &a, scalar)) {
+        ZR_CUDA_CHECK(zr_op_k_launch_flash_bwd(&a, cs));
+    } else {
+        ZR_CUDA_CHECK(zr_op_k_launch_attention_bwd(is_bf16(t), &a, cs));
+    }
     return ZR_OK;
+}
+
+zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
+                                   int C, int NH, zr_stream *s)
+{
+    return attention_fwd(t, out, lse, qkv, B, T, C, NH, s, 0);
+}
+
+zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, const void *qkv, int B,
+                                          int T, int C, int NH, zr_stream *s)
+{
+    return attention_fwd(t, out, lse, qkv, B, T, C, NH, s, 1);
+}
+
+zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
+                                   const void *qkv, const void *out, const float *lse, int B, int T,
+                                   int C, int NH, zr_stream *s)
+{
+    return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, 0);
+}
+
+zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
+                                          const void *qkv, const void *out, const float *lse, int B,
+                                          int T, int C, int NH, zr_stream *s)
+{
+    return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, 1);
 }
 
 static zr_status xent_args(const char *what, zr_dtype t, zr_stream *s, int N, int V, int Vp,
@@ -449,6 +490,19 @@ zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void
 zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
                                    const void *qkv, const void *out, const float *lse, int B, int T,
                                    int C, int NH, zr_stream *s)
+{
+    return no_cuda("cuda attention backward");
+}
+
+zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, const void *qkv, int B,
+                                          int T, int C, int NH, zr_stream *s)
+{
+    return no_cuda("cuda attention forward");
+}
+
+zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
+                                          const void *qkv, const void *out, const float *lse, int B,
+                                          int T, int C, int NH, zr_stream *s)
 {
     return no_cuda("cuda attention backward");
 }

@@ -83,7 +83,10 @@ zr_status zr_op_cuda_gelu_bwd(zr_dtype t, void *dinp, const void *inp, const voi
 /*
  * Causal self-attention of qkv [B, T, 3C] into out [B, T, C], and lse
  * [B, NH, T], each row's log-sum-exp of its scaled scores. Head size
- * C / NH at most 256.
+ * C / NH at most 256. bf16 with head size 32, 64 or 128 runs on tensor
+ * cores (attention_flash.cu), everything else on the scalar kernels
+ * (attention_cuda.cu); the _scalar forms always take the scalar kernels
+ * (the reference the tensor-core ones are tested against).
  */
 zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
                                    int C, int NH, zr_stream *s);
@@ -94,6 +97,11 @@ zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void
 zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
                                    const void *qkv, const void *out, const float *lse, int B, int T,
                                    int C, int NH, zr_stream *s);
+zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, const void *qkv, int B,
+                                          int T, int C, int NH, zr_stream *s);
+zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
+                                          const void *qkv, const void *out, const float *lse, int B,
+                                          int T, int C, int NH, zr_stream *s);
 
 /*
  * Row i of logits [N, Vp] (V valid columns): lse[i] = log sum exp, and

@@ -68,8 +68,12 @@ typedef struct zr_op_k_att {
     int B, T, C, NH, g, vec;
     float scale;
 } zr_op_k_att;
+/* the scalar kernels (attention_cuda.cu): fp32 or bf16, head sizes up to 256 */
 cudaError_t zr_op_k_launch_attention_fwd(int bf16, const zr_op_k_att *a, cudaStream_t s);
 cudaError_t zr_op_k_launch_attention_bwd(int bf16, const zr_op_k_att *a, cudaStream_t s);
+/* the tensor-core kernels (attention_flash.cu): bf16, head size 32, 64 or 128 */
+cudaError_t zr_op_k_launch_flash_fwd(const zr_op_k_att *a, cudaStream_t s);
+cudaError_t zr_op_k_launch_flash_bwd(const zr_op_k_att *a, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -68,7 +68,7 @@ namespace zr_emu {
 namespace {
 
 enum thread_state : int { T_IDLE = 0, T_RUNNING, T_BAR, T_WARP, T_EXITED };
-enum warp_kind : int { K_SYNC = 0, K_SHFL, K_VOTE };
+enum warp_kind : int { K_SYNC = 0, K_SHFL, K_VOTE, K_WMMA };
 
 struct kernel_abort {};
 
@@ -98,6 +98,10 @@ struct warp {
     unsigned int used = 0, open = 0;
     unsigned int exited = 0;          /* lanes that returned or do not exist; under mu */
     std::atomic<uint32_t> pending{0}; /* union of the masks of open entries */
+    /* mma_sync's operands (mma.h): two buffers of A, B, C used in turn, and
+     * each lane's count of products in this block (the same for all lanes) */
+    float wmma[2][768];
+    unsigned int wmma_seq[32];
 };
 
 struct launch_rec {
@@ -617,6 +621,7 @@ bool run_block(const launch_rec &L, uint3 idx, const std::vector<shared_var> &st
         wp.pending.store(0);
         wp.used = 0;
         wp.open = 0;
+        memset(wp.wmma_seq, 0, sizeof wp.wmma_seq);
     }
     for (const shared_var &v : statics) {
         memset(v.addr, 0xff, v.size);
@@ -799,6 +804,24 @@ vote_result vote(unsigned int mask, int pred, const char *what, const char *file
     }
     leave(*M().warps[t_tid / 32], e);
     return r;
+}
+
+void wmma_sync(const char *what, const char *file, int line)
+{
+    warp_entry *e = arrive(K_WMMA, 0xffffffffu, 0, what, file, line);
+    unsigned int arrived = e->arrived;
+    leave(*M().warps[t_tid / 32], e);
+    if (arrived != 0xffffffffu) {
+        fail_here("%s at %s:%d: a warp matrix operation needs all 32 lanes of the warp; lanes "
+                  "0x%08x have exited",
+                  what, file, line, ~arrived);
+    }
+}
+
+float *wmma_scratch(void)
+{
+    warp &w = *M().warps[t_tid / 32];
+    return w.wmma[w.wmma_seq[t_tid % 32]++ & 1u];
 }
 
 void *dynamic_shared(void)

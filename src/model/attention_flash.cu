@@ -1,0 +1,509 @@
+/*
+ * attention_flash.cu - causal self-attention on tensor cores for bf16
+ * storage (issue 42): FlashAttention-2 (Dao 2023) with nvcuda::wmma bf16
+ * 16x16x16 products and fp32 accumulators, head sizes 32, 64 and 128. Same
+ * contract as attention_cuda.cu (qkv [B, T, 3C], out [B, T, C], lse [B, NH,
+ * T] = m + log(l) in natural units, dqkv written once), which stays the path
+ * for fp32 storage and other head sizes, and the reference of the tests.
+ *
+ * A block of 4 warps takes 64 rows (16 per warp) of one (batch, head); the
+ * other operand comes in tiles of 64 rows, bf16 in shared memory (16-byte
+ * loads where the C side allows, zero past T). Products go through a per-warp
+ * fp32 tile in shared memory, where the warp's lanes (two per row, 32
+ * columns each) do the softmax; the results return as bf16 matrix_a tiles.
+ *
+ *   flash_fwd      S = Q K^T per key tile up to the block's diagonal (later
+ *                  tiles never loaded; on the diagonal a warp multiplies only
+ *                  the 16-key parts at or before its last row), online
+ *                  softmax in base 2, O (fragments) rescaled per tile by a
+ *                  row-scale fragment, O += P V; O / l and L at the end.
+ *   fa_delta       D = rowsum(dO * O) (no tensor cores: not flash_).
+ *   flash_bwd_dkv  a block of keys walks the query tiles at or after it:
+ *                  P^T = exp(K Q^T - L), dP^T = V dO^T, dS^T = P^T (dP^T -
+ *                  D), dV += P^T dO, dK += dS^T Q.
+ *   flash_bwd_dq   a block of queries walks the key tiles up to its
+ *                  diagonal: dQ += dS K.
+ * Every gradient has one writer: no atomics, the same bits every run.
+ *
+ * Fragments are used only through load/store/mma/fill and operations that
+ * are the same for every element, or element by element between two
+ * accumulators loaded the same way (the row scale): never by which element
+ * is which entry (the emulator's layout is not the hardware's, mma.h).
+ */
+#include "ops_cuda_impl.h"
+#include "ops_cuda_vec.h"
+
+#include <mma.h>
+
+namespace wmma = nvcuda::wmma;
+typedef __nv_bfloat16 fa_bf16;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, fa_bf16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, fa_bf16, wmma::row_major> frag_br;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, fa_bf16, wmma::col_major> frag_bc;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+
+#define FA_THREADS 128
+#define FA_ROWS    64 /* rows of a block (16 per warp) and of a tile */
+#define FA_SW      72 /* row stride of a warp's fp32 16 x 64 tile (floats, padded) */
+#define FA_PW      72 /* row stride of a warp's bf16 16 x 64 tile */
+#define FA_LOG2E   1.4426950408889634f
+#define FA_LN2     0.6931471805599453f
+
+template <int HS> struct fa_cfg {
+    static constexpr int NF = HS / 16;                      /* 16-wide parts of a head */
+    static constexpr int LD = HS + 8;                       /* bf16 tile row stride */
+    static constexpr int TILE = FA_ROWS * LD;               /* elements of a bf16 tile */
+    static constexpr int OW = HS <= 64 ? FA_SW : 2 * FA_SW; /* fp32 output rows' stride */
+    static constexpr int WF = 16 * 2 * FA_SW;               /* floats of a warp's two fp32 tiles */
+    static constexpr int WB = 16 * 2 * FA_PW;               /* bf16 of a warp's two bf16 tiles */
+    /* bytes: two bf16 tiles, L and D, then per warp two fp32 and two bf16 tiles */
+    /* (+ 32: the start rounded up to 32 bytes, wmma's alignment, whatever the base's) */
+    static constexpr size_t SHMEM = 32 + 2 * TILE * sizeof(fa_bf16) + 2 * FA_ROWS * sizeof(float) +
+                                    4 * (WF * sizeof(float) + WB * sizeof(fa_bf16));
+};
+
+/* A block's shared memory, carved from one dynamic buffer (every part 32-byte aligned). */
+template <int HS> struct fa_smem {
+    fa_bf16 *t0, *t1; /* two 64-row tiles */
+    float *Ls, *Ds;   /* a query tile's L (base 2) and D */
+    float *f;         /* this warp's fp32 tiles: f [16][FA_SW], f + 16 FA_SW */
+    fa_bf16 *p;       /* this warp's bf16 tiles: p [16][FA_PW], p + 16 FA_PW */
+    __device__ fa_smem(char *raw, int w)
+    {
+        typedef fa_cfg<HS> c;
+        char *base = raw + ((32 - ((uintptr_t)raw & 31u)) & 31u);
+        t0 = reinterpret_cast<fa_bf16 *>(base);
+        t1 = t0 + c::TILE;
+        Ls = reinterpret_cast<float *>(t1 + c::TILE);
+        Ds = Ls + FA_ROWS;
+        f = Ds + FA_ROWS + w * c::WF;
+        p = reinterpret_cast<fa_bf16 *>(Ds + FA_ROWS + 4 * c::WF) + w * c::WB;
+    }
+};
+
+/* dst [64][LD] = rows r0.. of src (HS bf16 each, row stride ld), zero past T. */
+template <int HS>
+__device__ __forceinline__ void fa_load_tile(fa_bf16 *dst, const zr_bf16_t *src, int r0, int T,
+                                             size_t ld, int vec)
+{
+    constexpr int CH = HS / 8, LD = fa_cfg<HS>::LD;
+    for (int q = threadIdx.x; q < FA_ROWS * CH; q += FA_THREADS) {
+        int rr = q / CH, c = (q % CH) * 8, r = r0 + rr;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < T) {
+            const zr_bf16_t *s = src + (size_t)r * ld + c;
+            if (vec) {
+                v = *reinterpret_cast<const uint4 *>(s);
+            } else {
+                v.x = s[0] | (unsigned int)s[1] << 16, v.y = s[2] | (unsigned int)s[3] << 16;
+                v.z = s[4] | (unsigned int)s[5] << 16, v.w = s[6] | (unsigned int)s[7] << 16;
+            }
+        }
+        *reinterpret_cast<uint4 *>(dst + rr * LD + c) = v;
+    }
+}
+
+/* x[t] = v[r0 + t] (0 past T) for t < 64, times mul. */
+__device__ __forceinline__ void fa_load_rows(float *x, const float *v, int r0, int T, float mul)
+{
+    for (int t = threadIdx.x; t < FA_ROWS; t += FA_THREADS) {
+        x[t] = r0 + t < T ? v[r0 + t] * mul : 0.0f;
+    }
+}
+
+/* The warp's 16 x HS fragments a[] from rows 16 w.. of a bf16 tile. */
+template <int HS> __device__ __forceinline__ void fa_rows_a(frag_a *a, const fa_bf16 *tile, int w)
+{
+    ZR_UNROLL
+    for (int d = 0; d < fa_cfg<HS>::NF; d++) {
+        wmma::load_matrix_sync(a[d], tile + 16 * w * fa_cfg<HS>::LD + 16 * d, fa_cfg<HS>::LD);
+    }
+}
+
+/* f[0..16)[16 kf..) = a (16 x HS) times rows 16 kf.. of tile, transposed, for f0 <= kf < nf. */
+template <int HS>
+__device__ __forceinline__ void fa_scores(float *f, const frag_a *a, const fa_bf16 *tile, int f0,
+                                          int nf)
+{
+    for (int kf = f0; kf < nf; kf++) {
+        frag_c s;
+        wmma::fill_fragment(s, 0.0f);
+        ZR_UNROLL
+        for (int d = 0; d < fa_cfg<HS>::NF; d++) {
+            frag_bc b;
+            wmma::load_matrix_sync(b, tile + 16 * kf * fa_cfg<HS>::LD + 16 * d, fa_cfg<HS>::LD);
+            wmma::mma_sync(s, a[d], b, s);
+        }
+        wmma::store_matrix_sync(f + 16 * kf, s, FA_SW, wmma::mem_row_major);
+    }
+}
+
+/* acc[n] += columns 16 f0..16 nf of p (bf16, stride FA_PW) times those rows of tile. */
+template <int HS>
+__device__ __forceinline__ void fa_accum(frag_c *acc, const fa_bf16 *p, const fa_bf16 *tile, int f0,
+                                         int nf)
+{
+    for (int kf = f0; kf < nf; kf++) {
+        frag_a a;
+        wmma::load_matrix_sync(a, p + 16 * kf, FA_PW);
+        ZR_UNROLL
+        for (int n = 0; n < fa_cfg<HS>::NF; n++) {
+            frag_br b;
+            wmma::load_matrix_sync(b, tile + 16 * kf * fa_cfg<HS>::LD + 16 * n, fa_cfg<HS>::LD);
+            wmma::mma_sync(acc[n], a, b, acc[n]);
+        }
+    }
+}
+
+/*
+ * Multiply row r of the warp's accumulators by this lane pair's v (lanes 2r
+ * and 2r+1 pass the same v): a 16 x 16 tile of row scales in f, loaded as an
+ * accumulator, multiplies element by element (both fragments have the
+ * accumulator's layout, whatever it is).
+ */
+template <int NF> __device__ __forceinline__ void fa_scale_rows(frag_c *acc, float *f, float v)
+{
+    const int lane = threadIdx.x % 32, r = lane / 2, h = lane % 2;
+    __syncwarp();
+    ZR_UNROLL
+    for (int c = 0; c < 8; c++) {
+        f[r * 16 + h * 8 + c] = v;
+    }
+    __syncwarp();
+    frag_c sc;
+    wmma::load_matrix_sync(sc, f, 16, wmma::mem_row_major);
+    ZR_UNROLL
+    for (int n = 0; n < NF; n++) {
+        ZR_UNROLL
+        for (int e = 0; e < sc.num_elements; e++) {
+            acc[n].x[e] *= sc.x[e];
+        }
+    }
+}
+
+/* Row r (this lane pair's) of the warp's accumulators, times mul, into dst (HS bf16) when r < T. */
+template <int HS>
+__device__ __forceinline__ void fa_store_rows(zr_bf16_t *dst, frag_c *acc, float *f, bool live,
+                                              float mul, int vec)
+{
+    constexpr int OW = fa_cfg<HS>::OW;
+    const int lane = threadIdx.x % 32, r = lane / 2, h = lane % 2;
+    __syncwarp();
+    ZR_UNROLL
+    for (int n = 0; n < fa_cfg<HS>::NF; n++) {
+        wmma::store_matrix_sync(f + 16 * n, acc[n], OW, wmma::mem_row_major);
+    }
+    __syncwarp();
+    if (live) {
+        ZR_UNROLL
+        for (int c = h * HS / 2; c < (h + 1) * HS / 2; c += 8) {
+            float v[8];
+            ZR_UNROLL
+            for (int e = 0; e < 8; e++) {
+                v[e] = f[r * OW + c + e] * mul;
+            }
+            store8(dst + c, 8, vec != 0, v);
+        }
+    }
+}
+
+/*
+ * Where lane 2r + h (row r, columns 32 h..32 h + 31) starts its walk over
+ * the columns: at r + 16 h, so that with the row stride FA_SW = 72 (8 banks
+ * on) the 32 lanes read 32 different banks at every step (9 r + 16 h + step
+ * is distinct mod 32 for r < 16, h < 2).
+ */
+__device__ __forceinline__ int fa_rot(int lane)
+{
+    return lane / 2 + 16 * (lane % 2);
+}
+
+/*
+ * The online softmax of one key tile on the warp's scores f (16 x 16 nkf):
+ * lanes 2r and 2r+1 take row r (query i), 32 columns each; key k0 + c is
+ * seen when c < 16 nkf, k0 + c <= i and k0 + c < T. Writes P (bf16) to p,
+ * updates the row's running maximum m and sum l (base 2), returns the
+ * factor the row's output must be multiplied by.
+ */
+__device__ __forceinline__ float fa_softmax(const float *f, fa_bf16 *p, int i, int k0, int nkf,
+                                            int T, float sl2, float *m, float *l)
+{
+    const int lane = threadIdx.x % 32, r = lane / 2, c0 = (lane % 2) * 32, rot = fa_rot(lane);
+    const int cend = min(16 * nkf, min(i + 1, T) - k0); /* columns seen: c < cend */
+    float mt = -INFINITY;
+    for (int it = 0; it < 32; it++) {
+        const int c = c0 + ((it + rot) & 31);
+        mt = c < cend ? fmaxf(mt, f[r * FA_SW + c] * sl2) : mt;
+    }
+    mt = fmaxf(mt, __shfl_xor_sync(ZR_FULL_MASK, mt, 1));
+    const float mn = fmaxf(*m, mt); /* finite: key k0 <= i is seen on every tile */
+    const float alpha = exp2f(*m - mn);
+    float ls = 0.0f;
+    for (int it = 0; it < 32; it++) {
+        const int c = c0 + ((it + rot) & 31);
+        float pv = c < cend ? exp2f(f[r * FA_SW + c] * sl2 - mn) : 0.0f;
+        ls += pv;
+        p[r * FA_PW + c] = __float2bfloat16(pv);
+    }
+    ls += __shfl_xor_sync(ZR_FULL_MASK, ls, 1);
+    *l = *l * alpha + ls;
+    *m = mn;
+    return alpha;
+}
+
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS, 1)
+    flash_fwd(zr_bf16_t *out, float *lse, const zr_bf16_t *qkv, int T, int C, int NH, float scale,
+              int vec)
+{
+    typedef fa_cfg<HS> cf;
+    ZR_SHARED_DYNAMIC(char, smraw);
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    fa_smem<HS> sm(smraw, w);
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* the longest blocks first */
+    const size_t ld = 3 * (size_t)C;
+    const zr_bf16_t *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    frag_a qa[cf::NF];
+    frag_c o[cf::NF];
+    fa_load_tile<HS>(sm.t0, base, q0, T, ld, vec);
+    __syncthreads();
+    fa_rows_a<HS>(qa, sm.t0, w);
+    ZR_UNROLL
+    for (int n = 0; n < cf::NF; n++) {
+        wmma::fill_fragment(o[n], 0.0f);
+    }
+    const int i = q0 + 16 * w + lane / 2; /* this lane pair's query row */
+    const float sl2 = scale * FA_LOG2E;
+    float m = -INFINITY, l = 0.0f;
+    for (int k0 = 0; k0 <= q0; k0 += FA_ROWS) {
+        __syncthreads(); /* the previous tiles (and Q) are no longer read */
+        fa_load_tile<HS>(sm.t0, base + C, k0, T, ld, vec);
+        fa_load_tile<HS>(sm.t1, base + 2 * C, k0, T, ld, vec);
+        __syncthreads();
+        const int nkf = k0 == q0 ? w + 1 : 4; /* on the diagonal: keys up to the warp's last row */
+        fa_scores<HS>(sm.f, qa, sm.t0, 0, nkf);
+        __syncwarp();
+        float alpha = fa_softmax(sm.f, sm.p, i, k0, nkf, T, sl2, &m, &l);
+        fa_scale_rows<cf::NF>(o, sm.f + 16 * FA_SW, alpha);
+        fa_accum<HS>(o, sm.p, sm.t1, 0, nkf);
+    }
+    fa_scale_rows<cf::NF>(o, sm.f + 16 * FA_SW, 1.0f / l);
+    fa_store_rows<HS>(out + ((size_t)b * T + min(i, T - 1)) * C + (size_t)h * HS, o, sm.f, i < T,
+                      1.0f, vec);
+    if (i < T && lane % 2 == 0) {
+        lse[(size_t)bh * T + i] = (m + log2f(l)) * FA_LN2;
+    }
+}
+
+/* delta[bh, t] = dO . O of row t of head bh: HS/8 lanes a row, 8 elements each. */
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS, 1)
+    fa_delta(float *delta, const zr_bf16_t *dout, const zr_bf16_t *o, int T, int C, int NH,
+             int rows, int vec)
+{
+    constexpr int G = HS / 8;
+    const int first = blockIdx.x * (FA_THREADS / G);
+    const int row = first + threadIdx.x / G, g = threadIdx.x % G;
+    if (first + (int)(threadIdx.x / 32) * (32 / G) >= rows) {
+        return; /* the whole warp (its first row is past the end; no barrier here) */
+    }
+    const int r = min(row, rows - 1), bh = r / T, t = r % T, b = bh / NH, h = bh % NH;
+    const size_t at = ((size_t)b * T + t) * C + (size_t)h * HS + 8 * g;
+    float x[8], y[8], acc = 0.0f;
+    load8(dout + at, 8, vec != 0, x);
+    load8(o + at, 8, vec != 0, y);
+    ZR_UNROLL
+    for (int e = 0; e < 8; e++) {
+        acc += x[e] * y[e];
+    }
+    acc = group_sum<G>(acc);
+    if (row < rows && g == 0) {
+        delta[r] = acc;
+    }
+}
+
+/*
+ * dS (or P) of one tile from the warp's two fp32 tiles (f: scores, f +
+ * 16 FA_SW: dP), lanes 2r and 2r+1 on row r, 32 columns each. Row r is key
+ * kj (dkv: columns are queries i0 + c, seen when kj <= i0 + c < T) or query
+ * kj (dq: columns are keys i0 + c, seen when i0 + c <= kj and < T); L, D per
+ * column (dkv) or per row (dq, Lr and Dr). Writes dS, and P when pb.
+ */
+template <bool KEYS>
+__device__ __forceinline__ void fa_dscores(const float *f, fa_bf16 *dsb, fa_bf16 *pb, int kj,
+                                           int i0, int T, float sl2, const float *Ls,
+                                           const float *Ds, float Lr, float Dr)
+{
+    const int lane = threadIdx.x % 32, r = lane / 2, c0 = (lane % 2) * 32, rot = fa_rot(lane);
+    ZR_UNROLL
+    for (int it = 0; it < 32; it++) {
+        const int c = c0 + ((it + rot) & 31), x = i0 + c;
+        const bool seen = KEYS ? kj <= x && x < T : x <= kj && x < T;
+        const float L = KEYS ? Ls[c] : Lr, D = KEYS ? Ds[c] : Dr;
+        float p = seen ? exp2f(f[r * FA_SW + c] * sl2 - L) : 0.0f;
+        float ds = seen ? p * (f[16 * FA_SW + r * FA_SW + c] - D) : 0.0f;
+        dsb[r * FA_PW + c] = __float2bfloat16(ds);
+        if (pb != nullptr) {
+            pb[r * FA_PW + c] = __float2bfloat16(p);
+        }
+    }
+}
+
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS, 1)
+    flash_bwd_dkv(zr_bf16_t *dqkv, const zr_bf16_t *qkv, const zr_bf16_t *dout, const float *lse,
+                  const float *delta, int T, int C, int NH, float scale, int vec)
+{
+    typedef fa_cfg<HS> cf;
+    ZR_SHARED_DYNAMIC(char, smraw);
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    fa_smem<HS> sm(smraw, w);
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = blockIdx.x * FA_ROWS;
+    const size_t ld = 3 * (size_t)C;
+    const zr_bf16_t *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const zr_bf16_t *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    frag_a ka[cf::NF], va[cf::NF];
+    frag_c dk[cf::NF], dv[cf::NF];
+    fa_load_tile<HS>(sm.t0, base + C, k0, T, ld, vec);
+    fa_load_tile<HS>(sm.t1, base + 2 * C, k0, T, ld, vec);
+    __syncthreads();
+    fa_rows_a<HS>(ka, sm.t0, w);
+    fa_rows_a<HS>(va, sm.t1, w);
+    ZR_UNROLL
+    for (int n = 0; n < cf::NF; n++) {
+        wmma::fill_fragment(dk[n], 0.0f);
+        wmma::fill_fragment(dv[n], 0.0f);
+    }
+    const int j = k0 + 16 * w + lane / 2; /* this lane pair's key row */
+    const float sl2 = scale * FA_LOG2E;
+    for (int i0 = k0; i0 < T; i0 += FA_ROWS) {
+        __syncthreads(); /* the previous tiles (and K, V) are no longer read */
+        fa_load_tile<HS>(sm.t0, base, i0, T, ld, vec);
+        fa_load_tile<HS>(sm.t1, dbase, i0, T, (size_t)C, vec);
+        fa_load_rows(sm.Ls, lse + (size_t)bh * T, i0, T, FA_LOG2E);
+        fa_load_rows(sm.Ds, delta + (size_t)bh * T, i0, T, 1.0f);
+        __syncthreads();
+        /* query parts at or after the warp's first key, and before T (warp-uniform) */
+        const int f0 = i0 == k0 ? w : 0, nf = min(4, (T - i0 + 15) / 16);
+        if (f0 >= nf) {
+            continue;
+        }
+        fa_scores<HS>(sm.f, ka, sm.t0, f0, nf);
+        fa_scores<HS>(sm.f + 16 * FA_SW, va, sm.t1, f0, nf);
+        __syncwarp();
+        fa_dscores<true>(sm.f, sm.p + 16 * FA_PW, sm.p, j, i0, T, sl2, sm.Ls, sm.Ds, 0, 0);
+        __syncwarp();
+        fa_accum<HS>(dv, sm.p, sm.t1, f0, nf);
+        fa_accum<HS>(dk, sm.p + 16 * FA_PW, sm.t0, f0, nf);
+        __syncwarp(); /* p and f are read before the next tile writes them */
+    }
+    zr_bf16_t *dst = dqkv + ((size_t)b * T + min(j, T - 1)) * ld + (size_t)h * HS;
+    fa_store_rows<HS>(dst + C, dk, sm.f, j < T, scale, vec);
+    fa_store_rows<HS>(dst + 2 * C, dv, sm.f, j < T, 1.0f, vec);
+}
+
+template <int HS>
+__global__ void __launch_bounds__(FA_THREADS, 1)
+    flash_bwd_dq(zr_bf16_t *dqkv, const zr_bf16_t *qkv, const zr_bf16_t *dout, const float *lse,
+                 const float *delta, int T, int C, int NH, float scale, int vec)
+{
+    typedef fa_cfg<HS> cf;
+    ZR_SHARED_DYNAMIC(char, smraw);
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    fa_smem<HS> sm(smraw, w);
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* the longest blocks first */
+    const size_t ld = 3 * (size_t)C;
+    const zr_bf16_t *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    frag_a qa[cf::NF], ga[cf::NF];
+    frag_c dq[cf::NF];
+    fa_load_tile<HS>(sm.t0, base, q0, T, ld, vec);
+    fa_load_tile<HS>(sm.t1, dout + (size_t)b * T * C + (size_t)h * HS, q0, T, (size_t)C, vec);
+    __syncthreads();
+    fa_rows_a<HS>(qa, sm.t0, w);
+    fa_rows_a<HS>(ga, sm.t1, w);
+    ZR_UNROLL
+    for (int n = 0; n < cf::NF; n++) {
+        wmma::fill_fragment(dq[n], 0.0f);
+    }
+    const int i = q0 + 16 * w + lane / 2, ri = min(i, T - 1); /* this lane pair's query row */
+    const float sl2 = scale * FA_LOG2E;
+    const float Lr = lse[(size_t)bh * T + ri] * FA_LOG2E, Dr = delta[(size_t)bh * T + ri];
+    for (int k0 = 0; k0 <= q0; k0 += FA_ROWS) {
+        __syncthreads(); /* the previous tiles (and Q, dO) are no longer read */
+        fa_load_tile<HS>(sm.t0, base + C, k0, T, ld, vec);
+        fa_load_tile<HS>(sm.t1, base + 2 * C, k0, T, ld, vec);
+        __syncthreads();
+        const int nkf = k0 == q0 ? w + 1 : 4; /* on the diagonal: keys up to the warp's last row */
+        fa_scores<HS>(sm.f, qa, sm.t0, 0, nkf);
+        fa_scores<HS>(sm.f + 16 * FA_SW, ga, sm.t1, 0, nkf);
+        __syncwarp();
+        fa_dscores<false>(sm.f, sm.p, nullptr, i, k0, T, sl2, nullptr, nullptr, Lr, Dr);
+        __syncwarp();
+        fa_accum<HS>(dq, sm.p, sm.t0, 0, nkf);
+        __syncwarp();
+    }
+    fa_store_rows<HS>(dqkv + ((size_t)b * T + ri) * ld + (size_t)h * HS, dq, sm.f, i < T, scale,
+                      vec);
+}
+
+/* ---- launchers -------------------------------------------------------------------------- */
+
+template <typename K> static cudaError_t fa_shmem(K kernel, size_t bytes)
+{
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+template <int HS> static cudaError_t fa_fwd(const zr_op_k_att *a, cudaStream_t s)
+{
+    const size_t shm = fa_cfg<HS>::SHMEM;
+    cudaError_t err = fa_shmem(flash_fwd<HS>, shm);
+    if (err != cudaSuccess) {
+        return err;
+    }
+    dim3 grid((unsigned int)((a->T + FA_ROWS - 1) / FA_ROWS), (unsigned int)(a->B * a->NH));
+    ZR_LAUNCH((flash_fwd<HS>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->out), a->lse,
+              sptr<zr_bf16_t>(a->qkv), a->T, a->C, a->NH, a->scale, a->vec);
+    return cudaGetLastError();
+}
+
+template <int HS> static cudaError_t fa_bwd(const zr_op_k_att *a, cudaStream_t s)
+{
+    const size_t shm = fa_cfg<HS>::SHMEM;
+    cudaError_t err = fa_shmem(flash_bwd_dkv<HS>, shm);
+    err = err == cudaSuccess ? fa_shmem(flash_bwd_dq<HS>, shm) : err;
+    if (err != cudaSuccess) {
+        return err;
+    }
+    const int rows = a->B * a->NH * a->T, per = FA_THREADS / (HS / 8);
+    ZR_LAUNCH((fa_delta<HS>), (unsigned int)((rows + per - 1) / per), FA_THREADS, 0, s, a->delta,
+              sptr<zr_bf16_t>(a->dout), sptr<zr_bf16_t>(a->o), a->T, a->C, a->NH, rows, a->vec);
+    if ((err = cudaGetLastError()) != cudaSuccess) {
+        return err;
+    }
+    const float *delta = a->delta;
+    dim3 grid((unsigned int)((a->T + FA_ROWS - 1) / FA_ROWS), (unsigned int)(a->B * a->NH));
+    ZR_LAUNCH((flash_bwd_dkv<HS>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->dqkv),
+              sptr<zr_bf16_t>(a->qkv), sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C, a->NH,
+              a->scale, a->vec);
+    if ((err = cudaGetLastError()) != cudaSuccess) {
+        return err;
+    }
+    ZR_LAUNCH((flash_bwd_dq<HS>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->dqkv),
+              sptr<zr_bf16_t>(a->qkv), sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C, a->NH,
+              a->scale, a->vec);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t zr_op_k_launch_flash_fwd(const zr_op_k_att *a, cudaStream_t s)
+{
+    int hs = a->C / a->NH;
+    return hs == 32 ? fa_fwd<32>(a, s) : hs == 64 ? fa_fwd<64>(a, s) : fa_fwd<128>(a, s);
+}
+
+extern "C" cudaError_t zr_op_k_launch_flash_bwd(const zr_op_k_att *a, cudaStream_t s)
+{
+    int hs = a->C / a->NH;
+    return hs == 32 ? fa_bwd<32>(a, s) : hs == 64 ? fa_bwd<64>(a, s) : fa_bwd<128>(a, s);
+}
