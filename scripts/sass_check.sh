@@ -25,11 +25,10 @@
 set -eu
 
 # Prefixes of kernels that must run on tensor cores, one a line.
+# flash_: the attention kernels (src/model/attention_flash.cu)
 TC_PREFIXES="
+flash_
 "
-# enabled at merge (h-flash's tensor-core attention kernels): add the line
-#   flash_
-# to TC_PREFIXES above.
 
 extra=""
 while [ $# -gt 0 ]; do
