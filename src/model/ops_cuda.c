@@ -225,7 +225,9 @@ zr_status zr_op_cuda_colsum_acc(zr_dtype t, void *db, const void *d, int N, int 
     ZR_CHECK(dims_ok(what, N, OC));
     const void *p[] = {db, d, scratch};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    ZR_CUDA_CHECK(zr_op_k_launch_colsum(is_bf16(t), db, d, N, OC, scratch, cs));
+    const void *v[] = {d};
+    ZR_CUDA_CHECK(
+        zr_op_k_launch_colsum(is_bf16(t), db, d, N, OC, scratch, vec_ok(OC, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
@@ -333,7 +335,9 @@ zr_status zr_op_cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void 
     if (targets != NULL && losses == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: targets without a losses output", what);
     }
-    ZR_CUDA_CHECK(zr_op_k_launch_xent_fwd(is_bf16(t), losses, lse, logits, targets, N, V, Vp, cs));
+    const void *v[] = {logits};
+    ZR_CUDA_CHECK(zr_op_k_launch_xent_fwd(is_bf16(t), losses, lse, logits, targets, N, V, Vp,
+                                          vec_ok(Vp, v, NPTR(v)), cs));
     return ZR_OK;
 }
 

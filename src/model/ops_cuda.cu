@@ -17,17 +17,22 @@
  *     the host builds (gpt_cuda.c), the position embedding's each position
  *     over the batch in order. Results are the same bits on every run.
  *
- * Built by nvcc (--fmad=false: no contraction, as the CPU) and by the GPU
- * emulator (g++).
+ * Built by nvcc (--fmad=true: multiply-adds contract, so results differ from
+ * the CPU's in the last bits where a product meets a sum; single additions,
+ * the residual and bias adds, still give the CPU's bits) and by the GPU
+ * emulator (g++, no contraction).
  */
 #include "ops_cuda_impl.h"
 #include "ops_cuda_vec.h"
+#include "ops_index.h"
 
-#define EW_THREADS 256 /* elementwise kernels */
-#define ROW_WARPS  4   /* rows (one warp each) per block of the row kernels */
-#define COL_TILE   32  /* columns of a column-sum block (one per lane) */
-#define COL_ROWS   8   /* row lanes of a column-sum block */
-#define MAX_PARTS  64  /* row ranges of a column sum */
+#define EW_THREADS  256                /* elementwise kernels */
+#define ROW_WARPS   4                  /* rows (one warp each) per block of the row kernels */
+#define COL_ROWS    8                  /* row lanes (warps) of a column-sum block */
+#define COL_THREADS (32 * COL_ROWS)    /* threads of a column-sum block */
+#define COL_SPAN    (32 * ZR_OP_CHUNK) /* columns of a column-sum block: 8 a thread */
+#define PART_ROWS   16                 /* the fewest rows of a column sum's row range */
+#define MAX_PARTS   256                /* row ranges of a column sum (blocks to fill a GPU) */
 
 #define GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
 
@@ -49,20 +54,19 @@ __global__ void __launch_bounds__(EW_THREADS)
     encoder_fwd(S *out, const int *inp, const S *wte, const S *wpe, int T, int C, uint64_t rows,
                 int vec)
 {
-    int c8 = (C + 7) / 8;
-    FOR_CHUNKS(q, rows * (uint64_t)c8)
+    FOR_CHUNKS(q, zr_op_chunks(rows, C))
     {
-        uint64_t row = q / (uint64_t)c8;
-        int c = (int)(q % (uint64_t)c8) * 8, m = min(8, C - c);
-        int t = (int)(row % (uint64_t)T);
+        uint64_t row;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, C, &row, &c, &m);
         float e[8], p[8];
-        load8(wte + (size_t)inp[row] * C + c, m, vec, e);
-        load8(wpe + (size_t)t * C + c, m, vec, p);
+        load8(wte + zr_op_offset((uint64_t)inp[row], C, c), m, vec, e);
+        load8(wpe + zr_op_offset(row % (uint64_t)T, C, c), m, vec, p);
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
             e[i] = e[i] + p[i];
         }
-        store8(out + row * (uint64_t)C + c, m, vec, e);
+        store8(out + at, m, vec, e);
     }
 }
 
@@ -77,12 +81,12 @@ __global__ void __launch_bounds__(128)
         return;
     }
     int m = min(8, C - c), bucket = blockIdx.x;
-    S *dst = dwte + (size_t)btoken[bucket] * C + c;
+    S *dst = dwte + zr_op_offset((uint64_t)btoken[bucket], C, c);
     float acc[8];
     load8(dst, m, vec, acc);
     for (int p = bstart[bucket]; p < bstart[bucket + 1]; p++) {
         float d[8];
-        load8(dout + (size_t)bpos[p] * C + c, m, vec, d);
+        load8(dout + zr_op_offset((uint64_t)bpos[p], C, c), m, vec, d);
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
             acc[i] = acc[i] + d[i];
@@ -96,21 +100,22 @@ template <typename S>
 __global__ void __launch_bounds__(EW_THREADS)
     encoder_bwd_wpe(S *dwpe, const S *dout, int B, int T, int C, int vec)
 {
-    int c8 = (C + 7) / 8;
-    FOR_CHUNKS(q, (uint64_t)T * c8)
+    FOR_CHUNKS(q, zr_op_chunks((uint64_t)T, C))
     {
-        int t = (int)(q / (uint64_t)c8), c = (int)(q % (uint64_t)c8) * 8, m = min(8, C - c);
+        uint64_t t;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, C, &t, &c, &m);
         float acc[8];
-        load8(dwpe + (size_t)t * C + c, m, vec, acc);
+        load8(dwpe + at, m, vec, acc);
         for (int b = 0; b < B; b++) {
             float d[8];
-            load8(dout + ((size_t)b * T + t) * C + c, m, vec, d);
+            load8(dout + zr_op_offset((uint64_t)b * (uint64_t)T + t, C, c), m, vec, d);
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
                 acc[i] = acc[i] + d[i];
             }
         }
-        store8(dwpe + (size_t)t * C + c, m, vec, acc);
+        store8(dwpe + at, m, vec, acc);
     }
 }
 
@@ -130,7 +135,7 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
     if (row >= N) {
         return; /* the whole warp: no lane waits in a shuffle for it */
     }
-    size_t off = (size_t)row * C;
+    uint64_t off = zr_op_offset((uint64_t)row, C, 0);
     const S *src = RES ? res + off : inp + off;
     float sum = 0.0f;
     for (int c = lane * 8; c < C; c += 256) {
@@ -192,14 +197,14 @@ template <typename S>
 __global__ void __launch_bounds__(EW_THREADS)
     residual(S *res, const S *a, const S *x, const S *xbias, uint64_t N, int C, int vec)
 {
-    int c8 = (C + 7) / 8;
-    FOR_CHUNKS(q, N * (uint64_t)c8)
+    FOR_CHUNKS(q, zr_op_chunks(N, C))
     {
-        uint64_t row = q / (uint64_t)c8;
-        int c = (int)(q % (uint64_t)c8) * 8, m = min(8, C - c);
+        uint64_t row;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, C, &row, &c, &m);
         float av[8], xv[8], bv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        load8(a + row * C + c, m, vec, av);
-        load8(x + row * C + c, m, vec, xv);
+        load8(a + at, m, vec, av);
+        load8(x + at, m, vec, xv);
         if (xbias != nullptr) {
             load8(xbias + c, m, vec, bv);
         }
@@ -207,7 +212,7 @@ __global__ void __launch_bounds__(EW_THREADS)
         for (int i = 0; i < 8; i++) {
             av[i] = av[i] + (xv[i] + bv[i]);
         }
-        store8(res + row * C + c, m, vec, av);
+        store8(res + at, m, vec, av);
     }
 }
 
@@ -221,7 +226,7 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
     if (row >= N) {
         return;
     }
-    size_t off = (size_t)row * C;
+    uint64_t off = zr_op_offset((uint64_t)row, C, 0);
     float mu = mean[row], rs = rstd[row], a1 = 0.0f, a2 = 0.0f;
     for (int c = lane * 8; c < C; c += 256) {
         int m = min(8, C - c);
@@ -259,61 +264,94 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
 /* ---- column sums ------------------------------------------------------------------------ */
 
 /*
- * Pass 1 of a sum over rows: block (32 columns, 8 row lanes) sums rows
- * [p * rpp, (p + 1) * rpp) of its columns, each row lane every 8th row in
- * order, then the 8 lanes in order. LN (NOUT = 2): part 0 sums
- * (x - mean) * rstd * d (the weight's gradient), part 1 sums d.
+ * Pass 1 of a sum over rows: a block of COL_ROWS row lanes x 32 threads
+ * covers COL_SPAN = 256 columns, 8 a thread (one 16-byte access in bf16,
+ * two in fp32, where vec), and sums rows [p * rpp, (p + 1) * rpp): row lane
+ * y every COL_ROWS-th row from the range's start + y, in order; then thread
+ * t of the block adds the row lanes' sums of column t in lane order. LN
+ * (NOUT = 2): part 0 sums (x - mean) * rstd * d (the weight's gradient),
+ * part 1 sums d. The order depends on N and C only: the same bits every run.
  */
 template <typename S, int NOUT>
-__global__ void __launch_bounds__(COL_TILE *COL_ROWS)
+__global__ void __launch_bounds__(COL_THREADS)
     colsum_part(float *part, const S *d, const S *x, const float *mean, const float *rstd, int N,
-                int C, int rpp)
+                int C, int rpp, int vec)
 {
-    __shared__ float sh[NOUT][COL_ROWS][COL_TILE + 1];
-    int col = blockIdx.x * COL_TILE + threadIdx.x, p = blockIdx.y;
-    int r0 = p * rpp, r1 = min(N, r0 + rpp);
-    float a0 = 0.0f, a1 = 0.0f;
-    if (col < C) {
-        for (int r = r0 + (int)threadIdx.y; r < r1; r += COL_ROWS) {
-            float dv = ld1(d + (size_t)r * C + col);
-            a1 += dv;
+    __shared__ float sh[NOUT][COL_ROWS][COL_SPAN];
+    int tx = (int)threadIdx.x % 32, y = (int)threadIdx.x / 32;
+    int c0 = (int)blockIdx.x * COL_SPAN, col = c0 + tx * ZR_OP_CHUNK, p = (int)blockIdx.y;
+    int r0 = p * rpp, r1 = min(N, r0 + rpp), m = min(ZR_OP_CHUNK, C - col);
+    float a0[8] = {0, 0, 0, 0, 0, 0, 0, 0}, a1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (m > 0) {
+        for (int r = r0 + y; r < r1; r += COL_ROWS) {
+            float dv[8];
+            load8(d + zr_op_offset((uint64_t)r, C, col), m, vec, dv);
             if (NOUT == 2) {
-                a0 += (ld1(x + (size_t)r * C + col) - mean[r]) * rstd[r] * dv;
+                float xv[8], mu = mean[r], rs = rstd[r];
+                load8(x + zr_op_offset((uint64_t)r, C, col), m, vec, xv);
+                ZR_UNROLL
+                for (int i = 0; i < 8; i++) {
+                    a0[i] += (xv[i] - mu) * rs * dv[i];
+                }
+            }
+            ZR_UNROLL
+            for (int i = 0; i < 8; i++) {
+                a1[i] += dv[i];
             }
         }
     }
-    sh[NOUT - 1][threadIdx.y][threadIdx.x] = a1;
-    sh[0][threadIdx.y][threadIdx.x] = NOUT == 2 ? a0 : a1;
+    ZR_UNROLL
+    for (int i = 0; i < 8; i++) {
+        sh[NOUT - 1][y][tx * ZR_OP_CHUNK + i] = a1[i];
+        sh[0][y][tx * ZR_OP_CHUNK + i] = NOUT == 2 ? a0[i] : a1[i];
+    }
     __syncthreads();
-    if (threadIdx.y == 0 && col < C) {
+    int t = (int)threadIdx.x;
+    if (c0 + t < C) {
         ZR_UNROLL
         for (int o = 0; o < NOUT; o++) {
-            float s = sh[o][0][threadIdx.x];
-            for (int y = 1; y < COL_ROWS; y++) {
-                s += sh[o][y][threadIdx.x];
+            float s = sh[o][0][t];
+            for (int k = 1; k < COL_ROWS; k++) {
+                s += sh[o][k][t];
             }
-            part[((size_t)p * NOUT + o) * C + col] = s;
+            part[((size_t)p * NOUT + o) * C + c0 + t] = s;
         }
     }
 }
 
-/* Pass 2: out_o[col] += the partials of every row range, in range order. */
+/*
+ * Pass 2: out_o[col] += the partials of every row range. A block of
+ * COL_ROWS part lanes x 32 columns: part lane y adds ranges y, y + COL_ROWS,
+ * ... in order, then the lanes are added in lane order.
+ */
 template <typename S, int NOUT>
-__global__ void __launch_bounds__(EW_THREADS)
+__global__ void __launch_bounds__(COL_THREADS)
     colsum_final(S *out0, S *out1, const float *part, int parts, int C)
 {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= C) {
-        return;
-    }
+    __shared__ float sh[NOUT][COL_ROWS][32];
+    int tx = (int)threadIdx.x % 32, y = (int)threadIdx.x / 32;
+    int col = (int)blockIdx.x * 32 + tx;
     ZR_UNROLL
     for (int o = 0; o < NOUT; o++) {
-        float s = part[(size_t)o * C + col];
-        for (int p = 1; p < parts; p++) {
-            s += part[((size_t)p * NOUT + o) * C + col];
+        float s = 0.0f;
+        if (col < C) {
+            for (int p = y; p < parts; p += COL_ROWS) {
+                s += part[((size_t)p * NOUT + o) * C + col];
+            }
         }
-        S *out = o == 0 ? out0 : out1;
-        st1(out + col, ld1(out + col) + s);
+        sh[o][y][tx] = s;
+    }
+    __syncthreads();
+    if (y == 0 && col < C) {
+        ZR_UNROLL
+        for (int o = 0; o < NOUT; o++) {
+            float s = sh[o][0][tx];
+            for (int k = 1; k < COL_ROWS; k++) {
+                s += sh[o][k][tx];
+            }
+            S *out = o == 0 ? out0 : out1;
+            st1(out + col, ld1(out + col) + s);
+        }
     }
 }
 
@@ -330,20 +368,20 @@ template <typename S>
 __global__ void __launch_bounds__(EW_THREADS)
     bias_gelu(S *out, S *pre, const S *bias, uint64_t N, int OC, int vec)
 {
-    int c8 = (OC + 7) / 8;
-    FOR_CHUNKS(q, N * (uint64_t)c8)
+    FOR_CHUNKS(q, zr_op_chunks(N, OC))
     {
-        uint64_t row = q / (uint64_t)c8;
-        int c = (int)(q % (uint64_t)c8) * 8, m = min(8, OC - c);
+        uint64_t row;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, OC, &row, &c, &m);
         float v[8], bv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        load8(pre + row * OC + c, m, vec, v);
+        load8(pre + at, m, vec, v);
         if (bias != nullptr) {
             load8(bias + c, m, vec, bv);
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
                 v[i] = as_stored(v[i] + bv[i], pre);
             }
-            store8(pre + row * OC + c, m, vec, v);
+            store8(pre + at, m, vec, v);
         }
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
@@ -351,7 +389,7 @@ __global__ void __launch_bounds__(EW_THREADS)
             float u = GELU_S * (x + 0.044715f * x * x * x);
             v[i] = 0.5f * x * (1.0f + tanh_form(u));
         }
-        store8(out + row * OC + c, m, vec, v);
+        store8(out + at, m, vec, v);
     }
 }
 
@@ -385,19 +423,19 @@ template <typename S>
 __global__ void __launch_bounds__(EW_THREADS)
     bias_add(S *x, const S *bias, uint64_t N, int OC, int vec)
 {
-    int c8 = (OC + 7) / 8;
-    FOR_CHUNKS(q, N * (uint64_t)c8)
+    FOR_CHUNKS(q, zr_op_chunks(N, OC))
     {
-        uint64_t row = q / (uint64_t)c8;
-        int c = (int)(q % (uint64_t)c8) * 8, m = min(8, OC - c);
+        uint64_t row;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, OC, &row, &c, &m);
         float v[8], bv[8];
-        load8(x + row * OC + c, m, vec, v);
+        load8(x + at, m, vec, v);
         load8(bias + c, m, vec, bv);
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
             v[i] = v[i] + bv[i];
         }
-        store8(x + row * OC + c, m, vec, v);
+        store8(x + at, m, vec, v);
     }
 }
 
@@ -405,7 +443,7 @@ __global__ void __launch_bounds__(EW_THREADS)
 
 extern "C" int zr_op_k_colsum_parts(int N)
 {
-    int p = (N + 31) / 32;
+    int p = (N + PART_ROWS - 1) / PART_ROWS;
     return p < 1 ? 1 : p > MAX_PARTS ? MAX_PARTS : p;
 }
 
@@ -414,7 +452,7 @@ static cudaError_t encoder_fwd_t(void *out, const int *inp, const void *wte, con
                                  int T, int C, int vec, cudaStream_t s)
 {
     uint64_t rows = (uint64_t)B * T;
-    ZR_LAUNCH(encoder_fwd<S>, grid_for(rows * ((C + 7) / 8), EW_THREADS), EW_THREADS, 0, s,
+    ZR_LAUNCH(encoder_fwd<S>, grid_for(zr_op_chunks(rows, C), EW_THREADS), EW_THREADS, 0, s,
               sptr<S>(out), inp, sptr<S>(wte), sptr<S>(wpe), T, C, rows, vec);
     return cudaGetLastError();
 }
@@ -432,7 +470,7 @@ static cudaError_t encoder_bwd_t(void *dwte, void *dwpe, const void *dout, const
                                  const int *bstart, const int *bpos, int nbuckets, int B, int T,
                                  int C, int vec, cudaStream_t s)
 {
-    int c8 = (C + 7) / 8;
+    int c8 = zr_op_row_chunks(C);
     if (nbuckets > 0) {
         dim3 grid((unsigned int)nbuckets, (unsigned int)((c8 + 127) / 128));
         ZR_LAUNCH(encoder_bwd_wte<S>, grid, 128, 0, s, sptr<S>(dwte), sptr<S>(dout), btoken, bstart,
@@ -442,8 +480,8 @@ static cudaError_t encoder_bwd_t(void *dwte, void *dwpe, const void *dout, const
             return err;
         }
     }
-    ZR_LAUNCH(encoder_bwd_wpe<S>, grid_for((uint64_t)T * c8, EW_THREADS), EW_THREADS, 0, s,
-              sptr<S>(dwpe), sptr<S>(dout), B, T, C, vec);
+    ZR_LAUNCH(encoder_bwd_wpe<S>, grid_for(zr_op_chunks((uint64_t)T, C), EW_THREADS), EW_THREADS, 0,
+              s, sptr<S>(dwpe), sptr<S>(dout), B, T, C, vec);
     return cudaGetLastError();
 }
 
@@ -483,7 +521,7 @@ template <typename S>
 static cudaError_t residual_t(void *res, const void *a, const void *x, const void *xbias, int N,
                               int C, int vec, cudaStream_t s)
 {
-    ZR_LAUNCH(residual<S>, grid_for((uint64_t)N * ((C + 7) / 8), EW_THREADS), EW_THREADS, 0, s,
+    ZR_LAUNCH(residual<S>, grid_for(zr_op_chunks((uint64_t)N, C), EW_THREADS), EW_THREADS, 0, s,
               sptr<S>(res), sptr<S>(a), sptr<S>(x), sptr<S>(xbias), (uint64_t)N, C, vec);
     return cudaGetLastError();
 }
@@ -499,17 +537,18 @@ extern "C" cudaError_t zr_op_k_launch_residual(int bf16, void *res, const void *
 /* The two passes of a column sum into out0 (and out1 for a LayerNorm's weights). */
 template <typename S, int NOUT>
 static cudaError_t colsum_t(void *out0, void *out1, const void *d, const void *x, const float *mean,
-                            const float *rstd, int N, int C, float *scratch, cudaStream_t s)
+                            const float *rstd, int N, int C, float *scratch, int vec,
+                            cudaStream_t s)
 {
     int parts = zr_op_k_colsum_parts(N), rpp = (N + parts - 1) / parts;
-    dim3 grid((unsigned int)((C + COL_TILE - 1) / COL_TILE), (unsigned int)parts);
-    ZR_LAUNCH((colsum_part<S, NOUT>), grid, dim3(COL_TILE, COL_ROWS), 0, s, scratch, sptr<S>(d),
-              sptr<S>(x), mean, rstd, N, C, rpp);
+    dim3 grid((unsigned int)((C + COL_SPAN - 1) / COL_SPAN), (unsigned int)parts);
+    ZR_LAUNCH((colsum_part<S, NOUT>), grid, COL_THREADS, 0, s, scratch, sptr<S>(d), sptr<S>(x),
+              mean, rstd, N, C, rpp, vec);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
         return err;
     }
-    ZR_LAUNCH((colsum_final<S, NOUT>), grid_for((uint64_t)C, EW_THREADS), EW_THREADS, 0, s,
+    ZR_LAUNCH((colsum_final<S, NOUT>), (unsigned int)((C + 31) / 32), COL_THREADS, 0, s,
               sptr<S>(out0), sptr<S>(out1), scratch, parts, C);
     return cudaGetLastError();
 }
@@ -527,7 +566,7 @@ static cudaError_t layernorm_bwd_t(void *dinp, void *dw, void *db, const void *d
     if (err != cudaSuccess) {
         return err;
     }
-    return colsum_t<S, 2>(dw, db, dout, inp, mean, rstd, N, C, scratch, s);
+    return colsum_t<S, 2>(dw, db, dout, inp, mean, rstd, N, C, scratch, vec, s);
 }
 
 extern "C" cudaError_t zr_op_k_launch_layernorm_bwd(int bf16, void *dinp, void *dw, void *db,
@@ -543,18 +582,18 @@ extern "C" cudaError_t zr_op_k_launch_layernorm_bwd(int bf16, void *dinp, void *
 }
 
 extern "C" cudaError_t zr_op_k_launch_colsum(int bf16, void *db, const void *d, int N, int OC,
-                                             float *scratch, cudaStream_t s)
+                                             float *scratch, int vec, cudaStream_t s)
 {
     const float *none = nullptr;
-    return bf16 ? colsum_t<zr_bf16_t, 1>(db, db, d, d, none, none, N, OC, scratch, s)
-                : colsum_t<float, 1>(db, db, d, d, none, none, N, OC, scratch, s);
+    return bf16 ? colsum_t<zr_bf16_t, 1>(db, db, d, d, none, none, N, OC, scratch, vec, s)
+                : colsum_t<float, 1>(db, db, d, d, none, none, N, OC, scratch, vec, s);
 }
 
 template <typename S>
 static cudaError_t bias_gelu_t(void *out, void *pre, const void *bias, int N, int OC, int vec,
                                cudaStream_t s)
 {
-    ZR_LAUNCH(bias_gelu<S>, grid_for((uint64_t)N * ((OC + 7) / 8), EW_THREADS), EW_THREADS, 0, s,
+    ZR_LAUNCH(bias_gelu<S>, grid_for(zr_op_chunks((uint64_t)N, OC), EW_THREADS), EW_THREADS, 0, s,
               sptr<S>(out), sptr<S>(pre), sptr<S>(bias), (uint64_t)N, OC, vec);
     return cudaGetLastError();
 }
@@ -586,7 +625,7 @@ extern "C" cudaError_t zr_op_k_launch_gelu_bwd(int bf16, void *dinp, const void 
 template <typename S>
 static cudaError_t bias_add_t(void *x, const void *bias, int N, int OC, int vec, cudaStream_t s)
 {
-    ZR_LAUNCH(bias_add<S>, grid_for((uint64_t)N * ((OC + 7) / 8), EW_THREADS), EW_THREADS, 0, s,
+    ZR_LAUNCH(bias_add<S>, grid_for(zr_op_chunks((uint64_t)N, OC), EW_THREADS), EW_THREADS, 0, s,
               sptr<S>(x), sptr<S>(bias), (uint64_t)N, OC, vec);
     return cudaGetLastError();
 }

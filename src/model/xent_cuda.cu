@@ -3,7 +3,8 @@
  * the mean loss, on a CUDA device. The probabilities are never stored.
  *
  *   forward   one block per row: each thread keeps an online (max, sum of
- *             exp) over its columns, merged across the warp by an xor
+ *             exp) over its chunks of 8 columns (16-byte loads, two in
+ *             flight), merged across the warp by an xor
  *             butterfly and across warps in warp order (the merge gives the
  *             same bits either way round); the row's log-sum-exp is kept
  *             (fp32) and the loss is lse - logit(target).
@@ -13,10 +14,11 @@
  *   mean      one block sums the losses in double in a fixed order, so the
  *             loss the host sees is the same bits on every run.
  *
- * Built by nvcc (--fmad=false) and by the GPU emulator (g++).
+ * Built by nvcc (--fmad=true: see ops_cuda.cu) and by the GPU emulator (g++).
  */
 #include "ops_cuda_impl.h"
 #include "ops_cuda_vec.h"
+#include "ops_index.h"
 
 #define XENT_THREADS 128
 
@@ -32,21 +34,51 @@ __device__ __forceinline__ void lse_merge(float &m, float &s, float m2, float s2
     s = a + b;
 }
 
-/* One block per row: lse = log sum exp of the V logits, loss = lse - logit(target). */
+/*
+ * (m, s) of a set, extended by the chunk v[0..n-1]: first the chunk's max
+ * (NaNs skipped), the sum rescaled to it when it is larger, then the
+ * chunk's terms in order. A NaN logit makes s NaN (the loss shows it).
+ */
+__device__ __forceinline__ void lse_chunk(float &m, float &s, const float v[8], int n)
+{
+    float mc = -INFINITY;
+    ZR_UNROLL
+    for (int i = 0; i < 8; i++) {
+        mc = i < n && v[i] > mc ? v[i] : mc;
+    }
+    if (mc > m) {
+        s = m == -INFINITY ? 0.0f : s * expf(m - mc);
+        m = mc;
+    }
+    ZR_UNROLL
+    for (int i = 0; i < 8; i++) {
+        s += i < n ? expf(v[i] - m) : 0.0f;
+    }
+}
+
+/*
+ * One block per row: lse = log sum exp of the V logits, loss = lse -
+ * logit(target). Thread t takes the chunks of 8 at t, t + XENT_THREADS, ...
+ * in order, two loads in flight (16-byte accesses where vec).
+ */
 template <typename S>
 __global__ void __launch_bounds__(XENT_THREADS)
-    xent_fwd(float *losses, float *lse, const S *logits, const int *targets, int V, int Vp)
+    xent_fwd(float *losses, float *lse, const S *logits, const int *targets, int V, int Vp, int vec)
 {
     __shared__ float wm[XENT_THREADS / 32], wsum[XENT_THREADS / 32];
-    const S *x = logits + (size_t)blockIdx.x * Vp;
+    const S *x = logits + zr_op_offset(blockIdx.x, Vp, 0);
     float m = -INFINITY, s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += XENT_THREADS) {
-        float v = ld1(x + j);
-        if (v > m) {
-            s = (m == -INFINITY ? 0.0f : s * expf(m - v)) + 1.0f;
-            m = v;
-        } else {
-            s += expf(v - m); /* a NaN logit lands here and makes the loss NaN */
+    const int step = XENT_THREADS * ZR_OP_CHUNK;
+    for (int j = (int)threadIdx.x * ZR_OP_CHUNK; j < V; j += 2 * step) {
+        int n0 = min(ZR_OP_CHUNK, V - j), n1 = min(ZR_OP_CHUNK, V - j - step);
+        float a[8], b[8];
+        load8(x + j, n0, vec, a);
+        if (n1 > 0) {
+            load8(x + j + step, n1, vec, b);
+        }
+        lse_chunk(m, s, a, n0);
+        if (n1 > 0) {
+            lse_chunk(m, s, b, n1);
         }
     }
     for (int off = 16; off > 0; off /= 2) {
@@ -78,7 +110,7 @@ template <typename S>
 __global__ void __launch_bounds__(XENT_THREADS)
     xent_bwd(S *logits, const float *lse, const int *targets, float dloss, int V, int Vp, int vec)
 {
-    S *x = logits + (size_t)blockIdx.x * Vp;
+    S *x = logits + zr_op_offset(blockIdx.x, Vp, 0);
     float l = lse[blockIdx.x];
     int t = targets[blockIdx.x];
     for (int j = threadIdx.x * 8; j < V; j += XENT_THREADS * 8) {
@@ -118,14 +150,14 @@ __global__ void __launch_bounds__(256) mean_kernel(float *out, const float *x, i
 
 extern "C" cudaError_t zr_op_k_launch_xent_fwd(int bf16, float *losses, float *lse,
                                                const void *logits, const int *targets, int N, int V,
-                                               int Vp, cudaStream_t s)
+                                               int Vp, int vec, cudaStream_t s)
 {
     if (bf16) {
         ZR_LAUNCH(xent_fwd<zr_bf16_t>, (unsigned int)N, XENT_THREADS, 0, s, losses, lse,
-                  sptr<zr_bf16_t>(logits), targets, V, Vp);
+                  sptr<zr_bf16_t>(logits), targets, V, Vp, vec);
     } else {
         ZR_LAUNCH(xent_fwd<float>, (unsigned int)N, XENT_THREADS, 0, s, losses, lse,
-                  sptr<float>(logits), targets, V, Vp);
+                  sptr<float>(logits), targets, V, Vp, vec);
     }
     return cudaGetLastError();
 }
