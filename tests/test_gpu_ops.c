@@ -14,8 +14,10 @@
  *   LayerNorm     forward, fused residual + LayerNorm (the residual's bits
  *                 equal), backward (accumulating dinp, dw, db): within 2e-6
  *                 of zr_op_layernorm_fwd / _bwd_acc, C = 64 (16-byte
- *                 accesses) and C = 36 (element by element), 7 rows; the
- *                 backward also C = 264 over 37 rows.
+ *                 accesses) and C = 36 (element by element), 7 rows, the
+ *                 row in registers (C <= 1024: 300, 768, 776) and streamed
+ *                 (1030); the backward also C = 264 over 37 rows, 768,
+ *                 770 (registers) and 1032 (streamed).
  *   bias, sums    bias add and residual bit-identical; column sums over 1 to
  *                 4103 rows (1 to 256 row ranges, widths 5 to 264: one and
  *                 two column blocks, 16-byte and element by element) within
@@ -340,9 +342,16 @@ static void test_layernorm(void)
     layernorm_case(7, 64, ZR_DTYPE_F32);
     layernorm_case(7, 36, ZR_DTYPE_F32);
     layernorm_case(5, 64, ZR_DTYPE_BF16);
+    layernorm_case(7, 776, ZR_DTYPE_F32);  /* 4 chunks a lane in registers, the last short */
+    layernorm_case(3, 300, ZR_DTYPE_BF16); /* 2 chunks a lane, element by element */
+    layernorm_case(3, 1030, ZR_DTYPE_F32); /* above 1024: the streaming kernel */
+    layernorm_case(3, 768, ZR_DTYPE_BF16); /* GPT-2's: 3 chunks a lane */
     layernorm_bwd_case(7, 64);
     layernorm_bwd_case(9, 36);
     layernorm_bwd_case(37, 264); /* two column blocks of the weight gradients */
+    layernorm_bwd_case(5, 1032); /* above 1024: the streaming kernel */
+    layernorm_bwd_case(5, 770);  /* 4 chunks a lane, element by element */
+    layernorm_bwd_case(3, 768);  /* GPT-2's: 3 chunks a lane */
 }
 
 /* ---- bias, column sums, GELU ---------------------------------------------------------------- */

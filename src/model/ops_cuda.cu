@@ -122,6 +122,29 @@ __global__ void __launch_bounds__(EW_THREADS)
 /* ---- LayerNorm ------------------------------------------------------------------------- */
 
 /*
+ * v = chunk c (m elements, 0 beyond; none when m <= 0) of the row at off:
+ * inp's, or RES: res = inp + (x + xbias), stored, as stored.
+ */
+template <typename S, bool RES>
+__device__ __forceinline__ void ln_load(float v[8], S *res, const S *inp, const S *x,
+                                        const S *xbias, uint64_t off, int c, int m, int vec)
+{
+    load8(inp + off + c, m, vec, v);
+    if (RES) {
+        float xv[8], bv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        load8(x + off + c, m, vec, xv);
+        if (xbias != nullptr) {
+            load8(xbias + c, m, vec, bv);
+        }
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            v[i] = as_stored(v[i] + (xv[i] + bv[i]), res);
+        }
+        store8(res + off + c, m, vec, v);
+    }
+}
+
+/*
  * One warp per row. RES: the row is first res = a + (x + xbias) (a = inp),
  * stored, and normalized as stored. Three passes over the row: the sum, the
  * centred sum of squares, the output; the later ones read from cache.
@@ -141,21 +164,7 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
     for (int c = lane * 8; c < C; c += 256) {
         int m = min(8, C - c);
         float v[8];
-        if (RES) {
-            float xv[8], bv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            load8(inp + off + c, m, vec, v);
-            load8(x + off + c, m, vec, xv);
-            if (xbias != nullptr) {
-                load8(xbias + c, m, vec, bv);
-            }
-            ZR_UNROLL
-            for (int i = 0; i < 8; i++) {
-                v[i] = as_stored(v[i] + (xv[i] + bv[i]), res);
-            }
-            store8(res + off + c, m, vec, v);
-        } else {
-            load8(src + c, m, vec, v);
-        }
+        ln_load<S, RES>(v, res, inp, x, xbias, off, c, m, vec);
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
             sum += v[i]; /* 0 beyond m */
@@ -185,6 +194,63 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
             v[i] = (v[i] - mu) * rs * wv[i] + bv[i];
         }
         store8(out + off + c, m, vec, v);
+    }
+    if (lane == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+}
+
+/*
+ * The same LayerNorm with the row kept in registers: lane l holds chunks
+ * l, l + 32, ... (CH of them, C <= 256 CH), all loaded before the first
+ * sum, so the row is read once with CH 16-byte loads a lane in flight. The
+ * sums run in the order of layernorm_fwd's, so the results are its bits.
+ */
+template <typename S, bool RES, int CH>
+__global__ void __launch_bounds__(ROW_WARPS * 32)
+    layernorm_fwd_reg(S *out, S *res, float *mean, float *rstd, const S *inp, const S *x,
+                      const S *xbias, const S *w, const S *b, int N, int C, int vec)
+{
+    int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) {
+        return;
+    }
+    uint64_t off = zr_op_offset((uint64_t)row, C, 0);
+    float v[CH][8], sum = 0.0f, ss = 0.0f;
+    ZR_UNROLL
+    for (int k = 0; k < CH; k++) {
+        int c = lane * 8 + k * 256;
+        ln_load<S, RES>(v[k], res, inp, x, xbias, off, c, min(8, C - c), vec);
+    }
+    ZR_UNROLL
+    for (int k = 0; k < CH; k++) {
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            sum += v[k][i]; /* 0 beyond C */
+        }
+    }
+    float mu = group_sum<32>(sum) / (float)C;
+    ZR_UNROLL
+    for (int k = 0; k < CH; k++) {
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            float d = v[k][i] - mu;
+            ss += lane * 8 + k * 256 + i < C ? d * d : 0.0f;
+        }
+    }
+    float rs = 1.0f / sqrtf(group_sum<32>(ss) / (float)C + 1e-5f);
+    ZR_UNROLL
+    for (int k = 0; k < CH; k++) {
+        int c = lane * 8 + k * 256, m = min(8, C - c);
+        float wv[8], bv[8];
+        load8(w + c, m, vec, wv);
+        load8(b + c, m, vec, bv);
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            v[k][i] = (v[k][i] - mu) * rs * wv[i] + bv[i];
+        }
+        store8(out + off + c, m, vec, v[k]);
     }
     if (lane == 0) {
         mean[row] = mu;
@@ -255,6 +321,61 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
         for (int i = 0; i < 8; i++) {
             float nrm = (xv[i] - mu) * rs;
             float g = (wv[i] * d[i] - dn_mean - nrm * dnn_mean) * rs;
+            dx[i] = accumulate ? dx[i] + g : g;
+        }
+        store8(dinp + off + c, m, vec, dx);
+    }
+}
+
+/*
+ * The same input gradient with the row in registers (CH chunks a lane,
+ * C <= 256 CH): dout, inp and w read once, CH loads of each in flight; the
+ * sums in layernorm_bwd_rows' order.
+ */
+template <typename S, int CH>
+__global__ void __launch_bounds__(ROW_WARPS * 32)
+    layernorm_bwd_reg(S *dinp, const S *dout, const S *inp, const S *w, const float *mean,
+                      const float *rstd, int N, int C, int accumulate, int vec)
+{
+    int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) {
+        return;
+    }
+    uint64_t off = zr_op_offset((uint64_t)row, C, 0);
+    float mu = mean[row], rs = rstd[row], a1 = 0.0f, a2 = 0.0f;
+    float dn[CH][8], nrm[CH][8];
+    ZR_UNROLL
+    for (int k = 0; k < CH; k++) {
+        int c = lane * 8 + k * 256, m = min(8, C - c);
+        float wv[8];
+        load8(dout + off + c, m, vec, dn[k]);
+        load8(inp + off + c, m, vec, nrm[k]);
+        load8(w + c, m, vec, wv);
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            dn[k][i] = wv[i] * dn[k][i];
+            nrm[k][i] = (nrm[k][i] - mu) * rs;
+        }
+    }
+    ZR_UNROLL
+    for (int k = 0; k < CH; k++) {
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            a1 += dn[k][i];
+            a2 += lane * 8 + k * 256 + i < C ? dn[k][i] * nrm[k][i] : 0.0f;
+        }
+    }
+    float dn_mean = group_sum<32>(a1) / (float)C, dnn_mean = group_sum<32>(a2) / (float)C;
+    ZR_UNROLL
+    for (int k = 0; k < CH; k++) {
+        int c = lane * 8 + k * 256, m = min(8, C - c);
+        float dx[8];
+        if (accumulate) {
+            load8(dinp + off + c, m, vec, dx);
+        }
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            float g = (dn[k][i] - dn_mean - nrm[k][i] * dnn_mean) * rs;
             dx[i] = accumulate ? dx[i] + g : g;
         }
         store8(dinp + off + c, m, vec, dx);
@@ -496,20 +617,51 @@ extern "C" cudaError_t zr_op_k_launch_encoder_bwd(int bf16, void *dwte, void *dw
                                        vec, s);
 }
 
-template <typename S> static cudaError_t layernorm_fwd_t(const zr_op_k_ln *a, cudaStream_t s)
+/* Rows in registers (CH chunks a lane) where C <= 256 CH; else the streaming kernel (CH 0). */
+template <typename S, bool RES, int CH>
+static void layernorm_fwd_ch(const zr_op_k_ln *a, S *res, unsigned int grid, cudaStream_t s)
 {
-    unsigned int grid = (unsigned int)((a->N + ROW_WARPS - 1) / ROW_WARPS);
-    if (a->res != nullptr) {
-        ZR_LAUNCH((layernorm_fwd<S, true>), grid, ROW_WARPS * 32, 0, s, sptr<S>(a->out),
-                  sptr<S>(a->res), a->mean, a->rstd, sptr<S>(a->inp), sptr<S>(a->x),
-                  sptr<S>(a->xbias), sptr<S>(a->w), sptr<S>(a->b), a->N, a->C, a->vec);
-    } else {
-        S *none = nullptr;
-        ZR_LAUNCH((layernorm_fwd<S, false>), grid, ROW_WARPS * 32, 0, s, sptr<S>(a->out), none,
+    if (CH == 0) {
+        ZR_LAUNCH((layernorm_fwd<S, RES>), grid, ROW_WARPS * 32, 0, s, sptr<S>(a->out), res,
                   a->mean, a->rstd, sptr<S>(a->inp), sptr<S>(a->x), sptr<S>(a->xbias),
                   sptr<S>(a->w), sptr<S>(a->b), a->N, a->C, a->vec);
+    } else {
+        ZR_LAUNCH((layernorm_fwd_reg < S, RES, CH == 0 ? 1 : CH >), grid, ROW_WARPS * 32, 0, s,
+                  sptr<S>(a->out), res, a->mean, a->rstd, sptr<S>(a->inp), sptr<S>(a->x),
+                  sptr<S>(a->xbias), sptr<S>(a->w), sptr<S>(a->b), a->N, a->C, a->vec);
+    }
+}
+
+template <typename S, bool RES>
+static cudaError_t layernorm_fwd_res(const zr_op_k_ln *a, S *res, cudaStream_t s)
+{
+    unsigned int grid = (unsigned int)((a->N + ROW_WARPS - 1) / ROW_WARPS);
+    switch ((a->C + 255) / 256) {
+    case 1:
+        layernorm_fwd_ch<S, RES, 1>(a, res, grid, s);
+        break;
+    case 2:
+        layernorm_fwd_ch<S, RES, 2>(a, res, grid, s);
+        break;
+    case 3:
+        layernorm_fwd_ch<S, RES, 3>(a, res, grid, s);
+        break;
+    case 4:
+        layernorm_fwd_ch<S, RES, 4>(a, res, grid, s);
+        break;
+    default:
+        layernorm_fwd_ch<S, RES, 0>(a, res, grid, s);
     }
     return cudaGetLastError();
+}
+
+template <typename S> static cudaError_t layernorm_fwd_t(const zr_op_k_ln *a, cudaStream_t s)
+{
+    if (a->res != nullptr) {
+        return layernorm_fwd_res<S, true>(a, sptr<S>(a->res), s);
+    }
+    S *none = nullptr;
+    return layernorm_fwd_res<S, false>(a, none, s);
 }
 
 extern "C" cudaError_t zr_op_k_launch_layernorm_fwd(int bf16, const zr_op_k_ln *a, cudaStream_t s)
@@ -559,9 +711,30 @@ static cudaError_t layernorm_bwd_t(void *dinp, void *dw, void *db, const void *d
                                    const float *rstd, int N, int C, int accumulate, float *scratch,
                                    int vec, cudaStream_t s)
 {
-    ZR_LAUNCH(layernorm_bwd_rows<S>, (unsigned int)((N + ROW_WARPS - 1) / ROW_WARPS),
-              ROW_WARPS * 32, 0, s, sptr<S>(dinp), sptr<S>(dout), sptr<S>(inp), sptr<S>(w), mean,
-              rstd, N, C, accumulate, vec);
+    unsigned int grid = (unsigned int)((N + ROW_WARPS - 1) / ROW_WARPS);
+    S *di = sptr<S>(dinp);
+    const S *d = sptr<S>(dout), *x = sptr<S>(inp), *wp = sptr<S>(w);
+    switch ((C + 255) / 256) {
+    case 1:
+        ZR_LAUNCH((layernorm_bwd_reg<S, 1>), grid, ROW_WARPS * 32, 0, s, di, d, x, wp, mean, rstd,
+                  N, C, accumulate, vec);
+        break;
+    case 2:
+        ZR_LAUNCH((layernorm_bwd_reg<S, 2>), grid, ROW_WARPS * 32, 0, s, di, d, x, wp, mean, rstd,
+                  N, C, accumulate, vec);
+        break;
+    case 3:
+        ZR_LAUNCH((layernorm_bwd_reg<S, 3>), grid, ROW_WARPS * 32, 0, s, di, d, x, wp, mean, rstd,
+                  N, C, accumulate, vec);
+        break;
+    case 4:
+        ZR_LAUNCH((layernorm_bwd_reg<S, 4>), grid, ROW_WARPS * 32, 0, s, di, d, x, wp, mean, rstd,
+                  N, C, accumulate, vec);
+        break;
+    default:
+        ZR_LAUNCH(layernorm_bwd_rows<S>, grid, ROW_WARPS * 32, 0, s, di, d, x, wp, mean, rstd, N, C,
+                  accumulate, vec);
+    }
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
         return err;
