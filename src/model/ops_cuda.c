@@ -1,8 +1,8 @@
 /*
  * ops_cuda.c - the C API of GPT-2's CUDA operators (ops_cuda.h): argument
  * checks, where 16-byte accesses are allowed, the attention's lane count,
- * and launch errors as zr_status. The kernels are ops_cuda.cu and
- * attention_cuda.cu, seen only through their launchers (ops_cuda_impl.h).
+ * and launch errors as zr_status. The kernels are ops_cuda.cu, norm_cuda.cu,
+ * xent_cuda.cu and attention_cuda.cu, seen only through their launchers (ops_cuda_impl.h).
  *
  * zr_token_buckets, the host half of the embedding's deterministic
  * backward, is plain C and exists in every build; without CUDA every device

@@ -1,7 +1,8 @@
 /*
  * ops_index.h - the index arithmetic of the device model's kernels
- * (ops_cuda.cu, xent_cuda.cu), written once as ZR_HD functions so that the
- * CPU tests check the same code the kernels run (tests/test_ops_index.c).
+ * (ops_cuda.cu, norm_cuda.cu, xent_cuda.cu), written once as ZR_HD
+ * functions so that the CPU tests check the same code the kernels run
+ * (tests/test_ops_index.c).
  *
  * Every element offset is 64-bit: GPT-2 at B 64, T 1024 has B T Vp =
  * 3.3e9 logits, past 2^31, so no product of sizes may be formed in int.
