@@ -4,9 +4,14 @@
  *
  * Runs on whatever CUDA device answers: the GPU emulator's (suite emu) or a
  * real GPU (suite gpu); without one it prints one line saying why and counts
- * as skipped. Every bound is stated where it is checked; in fp32 they are
- * relative to the largest magnitude of the reference tensor (elementwise
- * operations that round once, as the CPU's, must give the same bits):
+ * as skipped. On a GPU the kernels are built with --fmad=true (multiply-adds
+ * contract to FFMA; the emulator never contracts, so only the gpu suite
+ * checks that): every bound below is the GPU-vs-CPU tolerance with
+ * contraction, and the bit-identical claims are about additions only,
+ * which contraction cannot change. Every bound is stated where it is
+ * checked; in fp32 they are relative to the largest magnitude of the
+ * reference tensor (elementwise operations that round once, as the CPU's,
+ * must give the same bits):
  *
  *   embedding     forward bit-identical to zr_op_encoder_fwd (one addition);
  *                 backward within 1e-6 of zr_op_encoder_bwd (repeated tokens);
