@@ -39,9 +39,11 @@
  *                 backward run twice gives the same bits (no atomics).
  *   softmax+xent  losses within 1e-6 relative of zr_op_softmax_xent_fwd,
  *                 dlogits within (1e-6 + 2^-22 max|logit|) dloss of its
- *                 backward (lse's own rounding), logits of order 1 and 1000; padded columns never
- * written; the mean loss within 1e-6. arguments     NULL pointers, a CPU stream, a head size over
- * 256 refused.
+ *                 backward (lse's own rounding), logits of order 1 and 1000;
+ *                 padded columns never written; the mean loss within 1e-6;
+ *                 V up to 3001 (three chunks a thread); the fused pass the
+ *                 same bits as the two kernels, its outputs NaN-poisoned.
+ *   arguments     NULL pointers, a CPU stream, a head size over 256 refused.
  */
 #include "test.h"
 #include "zr/model_cuda.h"
@@ -680,6 +682,21 @@ static void xent_case(int N, int V, int Vp, float amp, zr_dtype t)
     }
     TEST_CHECKF(bad == 0, "%s: %d dlogits beyond the bound (or a padded column written)", what,
                 bad);
+    /* the fused pass: the same bits as forward then backward, outputs poisoned first */
+    float glse[16], flse[16], flosses[16];
+    float *fused = malloc(n * 4);
+    dget(glse, d_lse, N, ZR_DTYPE_F32);
+    void *d_l2 = dput(logits, n, t);
+    float *d_fl = dput(lse, N, ZR_DTYPE_F32), *d_flse = dput(lse, N, ZR_DTYPE_F32);
+    TEST_OK(zr_op_cuda_xent_fused(t, d_fl, d_flse, d_l2, d_tgt, dloss, N, V, Vp, st));
+    dget(fused, d_l2, n, t);
+    dget(flosses, d_fl, N, ZR_DTYPE_F32);
+    dget(flse, d_flse, N, ZR_DTYPE_F32);
+    check_same("xent fused: dlogits", fused, got, n);
+    check_same("xent fused: losses", flosses, glosses, N);
+    check_same("xent fused: lse", flse, glse, N);
+    dfree(d_l2), dfree(d_fl), dfree(d_flse);
+    free(fused);
     dfree(d_logits), dfree(d_tgt), dfree(d_losses), dfree(d_lse), dfree(d_mean);
     free(logits), free(probs), free(got);
 }

@@ -355,6 +355,20 @@ zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const 
     return ZR_OK;
 }
 
+zr_status zr_op_cuda_xent_fused(zr_dtype t, float *losses, float *lse, void *logits,
+                                const int *targets, float dloss, int N, int V, int Vp, zr_stream *s)
+{
+    const char *what = "cuda softmax cross-entropy forward and backward";
+    cudaStream_t cs;
+    ZR_CHECK(xent_args(what, t, s, N, V, Vp, &cs));
+    const void *p[] = {losses, lse, logits, targets};
+    ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
+    const void *v[] = {logits};
+    ZR_CUDA_CHECK(zr_op_k_launch_xent_fused(is_bf16(t), losses, lse, logits, targets, dloss, N, V,
+                                            Vp, vec_ok(Vp, v, NPTR(v)), cs));
+    return ZR_OK;
+}
+
 zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s)
 {
     const char *what = "cuda mean";
@@ -467,6 +481,12 @@ zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const 
                               float dloss, int N, int V, int Vp, zr_stream *s)
 {
     return no_cuda("cuda softmax cross-entropy backward");
+}
+
+zr_status zr_op_cuda_xent_fused(zr_dtype t, float *losses, float *lse, void *logits,
+                                const int *targets, float dloss, int N, int V, int Vp, zr_stream *s)
+{
+    return no_cuda("cuda softmax cross-entropy forward and backward");
 }
 
 zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s)

@@ -59,6 +59,10 @@ cudaError_t zr_op_k_launch_xent_fwd(int bf16, float *losses, float *lse, const v
                                     cudaStream_t s);
 cudaError_t zr_op_k_launch_xent_bwd(int bf16, void *logits, const float *lse, const int *targets,
                                     float dloss, int N, int V, int Vp, int vec, cudaStream_t s);
+/* xent_fwd then xent_bwd in one pass (targets required) */
+cudaError_t zr_op_k_launch_xent_fused(int bf16, float *losses, float *lse, void *logits,
+                                      const int *targets, float dloss, int N, int V, int Vp,
+                                      int vec, cudaStream_t s);
 cudaError_t zr_op_k_launch_mean(float *out, const float *x, int n, cudaStream_t s);
 
 /* Attention: g = lanes per query row (1, 2, 4, 8 or 16, 16 * g >= head size). */

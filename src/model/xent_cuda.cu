@@ -11,6 +11,9 @@
  *   backward  in place over the logits: (exp(x - lse) - onehot) * dloss,
  *             16-byte accesses where the C side found rows aligned; the
  *             padded columns V..Vp are neither read nor written.
+ *   fused     both in one kernel, the row read once from memory (again
+ *             from cache): for a caller that needs no logits after the
+ *             loss; the same bits as forward then backward.
  *   mean      one block sums the losses in double in a fixed order, so the
  *             loss the host sees is the same bits on every run.
  *
@@ -57,16 +60,15 @@ __device__ __forceinline__ void lse_chunk(float &m, float &s, const float v[8], 
 }
 
 /*
- * One block per row: lse = log sum exp of the V logits, loss = lse -
- * logit(target). Thread t takes the chunks of 8 at t, t + XENT_THREADS, ...
- * in order, two loads in flight (16-byte accesses where vec).
+ * The log-sum-exp of the row x[0..V-1], the same bits in every thread of
+ * the block: thread t takes the chunks of 8 at t, t + XENT_THREADS, ... in
+ * order, two loads in flight (16-byte accesses where vec), the lanes merge
+ * by an xor butterfly, the warps in warp order (wm, wsum: the kernel's
+ * shared arrays). Contains a __syncthreads: every thread must call it.
  */
 template <typename S>
-__global__ void __launch_bounds__(XENT_THREADS)
-    xent_fwd(float *losses, float *lse, const S *logits, const int *targets, int V, int Vp, int vec)
+__device__ __forceinline__ float row_lse(const S *x, int V, int vec, float *wm, float *wsum)
 {
-    __shared__ float wm[XENT_THREADS / 32], wsum[XENT_THREADS / 32];
-    const S *x = logits + zr_op_offset(blockIdx.x, Vp, 0);
     float m = -INFINITY, s = 0.0f;
     const int step = XENT_THREADS * ZR_OP_CHUNK;
     for (int j = (int)threadIdx.x * ZR_OP_CHUNK; j < V; j += 2 * step) {
@@ -91,13 +93,39 @@ __global__ void __launch_bounds__(XENT_THREADS)
         wsum[threadIdx.x / 32] = s;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        m = wm[0];
-        s = wsum[0];
-        for (int w = 1; w < XENT_THREADS / 32; w++) {
-            lse_merge(m, s, wm[w], wsum[w]);
+    m = wm[0];
+    s = wsum[0];
+    for (int w = 1; w < XENT_THREADS / 32; w++) {
+        lse_merge(m, s, wm[w], wsum[w]);
+    }
+    return m + logf(s);
+}
+
+/* x[0..V-1] (in place) = (exp(x - l) - onehot(t)) * dloss; the padded columns stay. */
+template <typename S>
+__device__ __forceinline__ void row_dlogits(S *x, float l, int t, float dloss, int V, int vec)
+{
+    for (int j = threadIdx.x * 8; j < V; j += XENT_THREADS * 8) {
+        int m = min(8, V - j);
+        float v[8];
+        load8(x + j, m, vec, v);
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            v[i] = (expf(v[i] - l) - (j + i == t ? 1.0f : 0.0f)) * dloss;
         }
-        float l = m + logf(s);
+        store8(x + j, m, vec, v);
+    }
+}
+
+/* One block per row: lse = log sum exp of the V logits, loss = lse - logit(target). */
+template <typename S>
+__global__ void __launch_bounds__(XENT_THREADS)
+    xent_fwd(float *losses, float *lse, const S *logits, const int *targets, int V, int Vp, int vec)
+{
+    __shared__ float wm[XENT_THREADS / 32], wsum[XENT_THREADS / 32];
+    const S *x = logits + zr_op_offset(blockIdx.x, Vp, 0);
+    float l = row_lse(x, V, vec, wm, wsum);
+    if (threadIdx.x == 0) {
         lse[blockIdx.x] = l;
         if (targets != nullptr) {
             losses[blockIdx.x] = l - ld1(x + targets[blockIdx.x]);
@@ -111,18 +139,29 @@ __global__ void __launch_bounds__(XENT_THREADS)
     xent_bwd(S *logits, const float *lse, const int *targets, float dloss, int V, int Vp, int vec)
 {
     S *x = logits + zr_op_offset(blockIdx.x, Vp, 0);
-    float l = lse[blockIdx.x];
+    row_dlogits(x, lse[blockIdx.x], targets[blockIdx.x], dloss, V, vec);
+}
+
+/*
+ * Both in one pass over the row: xent_fwd's lse and loss (the target's
+ * logit read before the row changes), then xent_bwd's dlogits in place,
+ * the row read again from cache. The same bits as the two kernels.
+ */
+template <typename S>
+__global__ void __launch_bounds__(XENT_THREADS)
+    xent_fused(float *losses, float *lse, S *logits, const int *targets, float dloss, int V, int Vp,
+               int vec)
+{
+    __shared__ float wm[XENT_THREADS / 32], wsum[XENT_THREADS / 32];
+    S *x = logits + zr_op_offset(blockIdx.x, Vp, 0);
     int t = targets[blockIdx.x];
-    for (int j = threadIdx.x * 8; j < V; j += XENT_THREADS * 8) {
-        int m = min(8, V - j);
-        float v[8];
-        load8(x + j, m, vec, v);
-        ZR_UNROLL
-        for (int i = 0; i < 8; i++) {
-            v[i] = (expf(v[i] - l) - (j + i == t ? 1.0f : 0.0f)) * dloss;
-        }
-        store8(x + j, m, vec, v);
+    float xt = threadIdx.x == 0 ? ld1(x + t) : 0.0f; /* before row_lse's barrier */
+    float l = row_lse(x, V, vec, wm, wsum);
+    if (threadIdx.x == 0) {
+        lse[blockIdx.x] = l;
+        losses[blockIdx.x] = l - xt;
     }
+    row_dlogits(x, l, t, dloss, V, vec);
 }
 
 /* out[0] = mean of x[0..n-1], summed in double in a fixed order (one block). */
@@ -172,6 +211,20 @@ extern "C" cudaError_t zr_op_k_launch_xent_bwd(int bf16, void *logits, const flo
     } else {
         ZR_LAUNCH(xent_bwd<float>, (unsigned int)N, XENT_THREADS, 0, s, sptr<float>(logits), lse,
                   targets, dloss, V, Vp, vec);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t zr_op_k_launch_xent_fused(int bf16, float *losses, float *lse, void *logits,
+                                                 const int *targets, float dloss, int N, int V,
+                                                 int Vp, int vec, cudaStream_t s)
+{
+    if (bf16) {
+        ZR_LAUNCH(xent_fused<zr_bf16_t>, (unsigned int)N, XENT_THREADS, 0, s, losses, lse,
+                  sptr<zr_bf16_t>(logits), targets, dloss, V, Vp, vec);
+    } else {
+        ZR_LAUNCH(xent_fused<float>, (unsigned int)N, XENT_THREADS, 0, s, losses, lse,
+                  sptr<float>(logits), targets, dloss, V, Vp, vec);
     }
     return cudaGetLastError();
 }
