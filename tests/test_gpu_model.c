@@ -337,16 +337,18 @@ static void test_order(void)
                "multiple of 8");
     TEST_FAILS(zr_gpt_cuda_init(&refused, &tiny, 1, 25, ZR_DTYPE_F32, st), ZR_ERR_INVALID,
                "max_t = 24");
-    /* the kernels index B T Vp and B T 4C with 32-bit integers: GPT-2 at T = 1024 takes at most
-       B = 41 (an H200's memory would hold 64: zr bench model asked for it and was refused) */
-    const zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768}, wide = {64, 256, 256, 2, 4, 1024};
-    TEST_CHECK(zr_gpt_cuda_max_batch(&gpt2, 1024) == 41);
-    TEST_CHECK(zr_gpt_cuda_max_batch(&gpt2, 1) == 42690);
-    TEST_CHECK(zr_gpt_cuda_max_batch(&wide, 64) == 8191); /* 4C = 4096 above Vp */
-    TEST_FAILS(zr_gpt_cuda_init(&refused, &gpt2, 42, 1024, ZR_DTYPE_BF16, st), ZR_ERR_INVALID,
-               "micro-batch B = 42 at T = 1024 (need 1 <= B <= 41");
-    TEST_FAILS(zr_gpt_cuda_init(&refused, &wide, 8192, 64, ZR_DTYPE_BF16, st), ZR_ERR_INVALID,
-               "B T 4C = 2147483648");
+    /* B T rows up to 2^30 and B heads attention blocks up to 65535, offsets 64-bit: GPT-2 at
+       T = 1024 takes B = 64 (B T Vp = 3.3e9 logits; before: 41, its 32-bit limit) */
+    const zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768},
+                        wide = {1 << 20, 256, 256, 2, 4, 1024};
+    TEST_CHECK(zr_gpt_cuda_max_batch(&gpt2, 1024) == 5461);
+    TEST_CHECK(zr_gpt_cuda_max_batch(&gpt2, 1) == 5461);
+    TEST_CHECK(zr_gpt_cuda_max_batch(&wide, 64) == 16383);     /* 4 heads */
+    TEST_CHECK(zr_gpt_cuda_max_batch(&wide, 1 << 20) == 1024); /* 2^30 rows */
+    TEST_FAILS(zr_gpt_cuda_init(&refused, &gpt2, 5462, 1024, ZR_DTYPE_BF16, st), ZR_ERR_INVALID,
+               "micro-batch B = 5462 at T = 1024 (need 1 <= B <= 5461");
+    TEST_FAILS(zr_gpt_cuda_init(&refused, &wide, 16384, 64, ZR_DTYPE_BF16, st), ZR_ERR_INVALID,
+               "B heads = 65536 attention blocks");
     zr_gpt_cuda_free(&refused);
 }
 

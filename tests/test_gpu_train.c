@@ -306,22 +306,21 @@ static void test_bf16(void)
 
 /* Nothing is left on the device after the runs. */
 /*
- * A micro-batch the device model cannot index (B T Vp over 2^31: here a vocabulary of 2^24 at
- * T 16 takes at most 7) is refused at start-up, naming the key, before anything is allocated.
+ * A micro-batch the device model cannot take (B heads attention blocks over 65535: here 2 heads
+ * take at most 32767) is refused at start-up, naming the key, before anything is allocated.
  */
 static void test_micro_batch_limit(void)
 {
     zr_train_config c;
     TEST_OK(config(&c, &modes[3], "cuda", 1));
-    c.vocab_size = 1 << 24;
-    c.train_micro_batch_size_per_gpu = 8;
+    c.train_micro_batch_size_per_gpu = 32768;
     c.train_batch_size = 0;
     TEST_OK(zr_config_finalize(&c, W));
     float losses[STEPS];
     unwritten(losses);
     TEST_FAILS(run(&c, 0, losses, NULL), ZR_ERR_INVALID,
-               "train_micro_batch_size_per_gpu 8 at zr.model.seq_len 16 is more than the GPU "
-               "model takes (7:");
+               "train_micro_batch_size_per_gpu 32768 at zr.model.seq_len 16 is more than the GPU "
+               "model takes (32767:");
     TEST_CHECK(zr_mem_device_current() == 0);
 }
 

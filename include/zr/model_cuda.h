@@ -133,9 +133,10 @@ void zr_gpt_cuda_free(zr_gpt_cuda *m);
 /* Device bytes zr_gpt_cuda_init allocates for this shape (cfg must be valid). */
 size_t zr_gpt_cuda_activation_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type);
 /*
- * The largest micro-batch zr_gpt_cuda_init accepts at T (0 when none): the
- * kernels index B T 4C and B T Vp elements with 32-bit integers (GPT-2 124M
- * at T = 1024: 41). cfg must be valid and 1 <= T <= max_t.
+ * The largest micro-batch zr_gpt_cuda_init accepts at T (0 when none): B T
+ * rows at most 2^30 and B heads attention blocks at most 65535; element
+ * offsets are 64-bit (GPT-2 124M at T = 1024: 5461, memory permitting).
+ * cfg must be valid and 1 <= T <= max_t.
  */
 int zr_gpt_cuda_max_batch(const zr_gpt_config *cfg, int T);
 

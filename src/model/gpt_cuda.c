@@ -115,10 +115,10 @@ static const void *block_input(const zr_gpt_cuda *m, int l)
 int zr_gpt_cuda_max_batch(const zr_gpt_config *cfg, int T)
 {
     ZR_ASSERT(T > 0);
-    long long row = (long long)T * (4LL * cfg->channels > cfg->padded_vocab ? 4LL * cfg->channels
-                                                                            : cfg->padded_vocab);
-    long long b = (long long)INT32_MAX / row;
-    return b > INT32_MAX ? INT32_MAX : (int)b;
+    /* rows B T are int in the launchers (the token buckets' check takes 2^30); the attention
+       kernels' grid has B NH blocks in y, at most 65535; offsets are 64-bit (ops_index.h) */
+    long long rows = (1LL << 30) / T, grid = 65535 / cfg->heads;
+    return (int)(rows < grid ? rows : grid);
 }
 
 static zr_status shape_ok(const zr_gpt_config *cfg, int B, int T, zr_dtype type, zr_stream *s)
@@ -140,10 +140,9 @@ static zr_status shape_ok(const zr_gpt_config *cfg, int B, int T, zr_dtype type,
     int bmax = zr_gpt_cuda_max_batch(cfg, T);
     if (B <= 0 || B > bmax) {
         ZR_FAIL(ZR_ERR_INVALID,
-                "GPT on CUDA: micro-batch B = %d at T = %d (need 1 <= B <= %d: the kernels index "
-                "B T 4C = %lld and B T Vp = %lld elements with 32-bit integers)",
-                B, T, bmax, (long long)B * T * 4 * cfg->channels,
-                (long long)B * T * cfg->padded_vocab);
+                "GPT on CUDA: micro-batch B = %d at T = %d (need 1 <= B <= %d: the kernels take "
+                "B T = %lld rows up to 2^30 and B heads = %lld attention blocks up to 65535)",
+                B, T, bmax, (long long)B * T, (long long)B * cfg->heads);
     }
     if (cfg->channels % 8 != 0 || cfg->channels / cfg->heads > 256) {
         ZR_FAIL(ZR_ERR_INVALID,

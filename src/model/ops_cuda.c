@@ -1,8 +1,8 @@
 /*
  * ops_cuda.c - the C API of GPT-2's CUDA operators (ops_cuda.h): argument
  * checks, where 16-byte accesses are allowed, the attention's lane count,
- * and launch errors as zr_status. The kernels are ops_cuda.cu and
- * attention_cuda.cu, seen only through their launchers (ops_cuda_impl.h).
+ * and launch errors as zr_status. The kernels are ops_cuda.cu, norm_cuda.cu,
+ * xent_cuda.cu and attention_cuda.cu, seen only through their launchers (ops_cuda_impl.h).
  *
  * zr_token_buckets, the host half of the embedding's deterministic
  * backward, is plain C and exists in every build; without CUDA every device
@@ -225,7 +225,9 @@ zr_status zr_op_cuda_colsum_acc(zr_dtype t, void *db, const void *d, int N, int 
     ZR_CHECK(dims_ok(what, N, OC));
     const void *p[] = {db, d, scratch};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    ZR_CUDA_CHECK(zr_op_k_launch_colsum(is_bf16(t), db, d, N, OC, scratch, cs));
+    const void *v[] = {d};
+    ZR_CUDA_CHECK(
+        zr_op_k_launch_colsum(is_bf16(t), db, d, N, OC, scratch, vec_ok(OC, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
@@ -374,7 +376,9 @@ zr_status zr_op_cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void 
     if (targets != NULL && losses == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: targets without a losses output", what);
     }
-    ZR_CUDA_CHECK(zr_op_k_launch_xent_fwd(is_bf16(t), losses, lse, logits, targets, N, V, Vp, cs));
+    const void *v[] = {logits};
+    ZR_CUDA_CHECK(zr_op_k_launch_xent_fwd(is_bf16(t), losses, lse, logits, targets, N, V, Vp,
+                                          vec_ok(Vp, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
@@ -389,6 +393,20 @@ zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const 
     const void *v[] = {logits};
     ZR_CUDA_CHECK(zr_op_k_launch_xent_bwd(is_bf16(t), logits, lse, targets, dloss, N, V, Vp,
                                           vec_ok(Vp, v, NPTR(v)), cs));
+    return ZR_OK;
+}
+
+zr_status zr_op_cuda_xent_fused(zr_dtype t, float *losses, float *lse, void *logits,
+                                const int *targets, float dloss, int N, int V, int Vp, zr_stream *s)
+{
+    const char *what = "cuda softmax cross-entropy forward and backward";
+    cudaStream_t cs;
+    ZR_CHECK(xent_args(what, t, s, N, V, Vp, &cs));
+    const void *p[] = {losses, lse, logits, targets};
+    ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
+    const void *v[] = {logits};
+    ZR_CUDA_CHECK(zr_op_k_launch_xent_fused(is_bf16(t), losses, lse, logits, targets, dloss, N, V,
+                                            Vp, vec_ok(Vp, v, NPTR(v)), cs));
     return ZR_OK;
 }
 
@@ -517,6 +535,12 @@ zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const 
                               float dloss, int N, int V, int Vp, zr_stream *s)
 {
     return no_cuda("cuda softmax cross-entropy backward");
+}
+
+zr_status zr_op_cuda_xent_fused(zr_dtype t, float *losses, float *lse, void *logits,
+                                const int *targets, float dloss, int N, int V, int Vp, zr_stream *s)
+{
+    return no_cuda("cuda softmax cross-entropy forward and backward");
 }
 
 zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s)

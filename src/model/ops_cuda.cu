@@ -1,11 +1,11 @@
 /*
- * ops_cuda.cu - GPT-2's elementwise and per-row kernels: embedding,
- * LayerNorm (plain and fused with the residual add), bias + GELU, bias add
- * and column sums. Attention is attention_cuda.cu's, softmax +
- * cross-entropy xent_cuda.cu's, the matrix products cuBLAS'.
+ * ops_cuda.cu - GPT-2's elementwise kernels: embedding, residual add, bias +
+ * GELU, bias add. LayerNorm and the column sums are norm_cuda.cu's,
+ * attention attention_cuda.cu's, softmax + cross-entropy xent_cuda.cu's,
+ * the matrix products cuBLAS'.
  *
- * Every kernel is templated on the storage type (float or bf16 bits,
- * ops_cuda_vec.h) and computes in fp32. The shapes:
+ * Every kernel of the model is templated on the storage type (float or bf16
+ * bits, ops_cuda_vec.h) and computes in fp32. The shapes:
  *   - elementwise work: one thread per chunk of 8 elements of a row, 16-byte
  *     accesses where the C side (ops_cuda.c) found every row aligned;
  *   - per-row reductions (LayerNorm forward and backward): one warp per row,
@@ -17,17 +17,16 @@
  *     the host builds (gpt_cuda.c), the position embedding's each position
  *     over the batch in order. Results are the same bits on every run.
  *
- * Built by nvcc (--fmad=false: no contraction, as the CPU) and by the GPU
- * emulator (g++).
+ * Built by nvcc (--fmad=true: multiply-adds contract, so results differ from
+ * the CPU's in the last bits where a product meets a sum; single additions,
+ * the residual and bias adds, still give the CPU's bits) and by the GPU
+ * emulator (g++, no contraction).
  */
 #include "ops_cuda_impl.h"
 #include "ops_cuda_vec.h"
+#include "ops_index.h"
 
 #define EW_THREADS 256 /* elementwise kernels */
-#define ROW_WARPS  4   /* rows (one warp each) per block of the row kernels */
-#define COL_TILE   32  /* columns of a column-sum block (one per lane) */
-#define COL_ROWS   8   /* row lanes of a column-sum block */
-#define MAX_PARTS  64  /* row ranges of a column sum */
 
 #define GELU_S 0.7978845608028654f /* sqrt(2 / pi) */
 
@@ -49,20 +48,19 @@ __global__ void __launch_bounds__(EW_THREADS)
     encoder_fwd(S *out, const int *inp, const S *wte, const S *wpe, int T, int C, uint64_t rows,
                 int vec)
 {
-    int c8 = (C + 7) / 8;
-    FOR_CHUNKS(q, rows * (uint64_t)c8)
+    FOR_CHUNKS(q, zr_op_chunks(rows, C))
     {
-        uint64_t row = q / (uint64_t)c8;
-        int c = (int)(q % (uint64_t)c8) * 8, m = min(8, C - c);
-        int t = (int)(row % (uint64_t)T);
+        uint64_t row;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, C, &row, &c, &m);
         float e[8], p[8];
-        load8(wte + (size_t)inp[row] * C + c, m, vec, e);
-        load8(wpe + (size_t)t * C + c, m, vec, p);
+        load8(wte + zr_op_offset((uint64_t)inp[row], C, c), m, vec, e);
+        load8(wpe + zr_op_offset(row % (uint64_t)T, C, c), m, vec, p);
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
             e[i] = e[i] + p[i];
         }
-        store8(out + row * (uint64_t)C + c, m, vec, e);
+        store8(out + at, m, vec, e);
     }
 }
 
@@ -77,12 +75,12 @@ __global__ void __launch_bounds__(128)
         return;
     }
     int m = min(8, C - c), bucket = blockIdx.x;
-    S *dst = dwte + (size_t)btoken[bucket] * C + c;
+    S *dst = dwte + zr_op_offset((uint64_t)btoken[bucket], C, c);
     float acc[8];
     load8(dst, m, vec, acc);
     for (int p = bstart[bucket]; p < bstart[bucket + 1]; p++) {
         float d[8];
-        load8(dout + (size_t)bpos[p] * C + c, m, vec, d);
+        load8(dout + zr_op_offset((uint64_t)bpos[p], C, c), m, vec, d);
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
             acc[i] = acc[i] + d[i];
@@ -96,110 +94,40 @@ template <typename S>
 __global__ void __launch_bounds__(EW_THREADS)
     encoder_bwd_wpe(S *dwpe, const S *dout, int B, int T, int C, int vec)
 {
-    int c8 = (C + 7) / 8;
-    FOR_CHUNKS(q, (uint64_t)T * c8)
+    FOR_CHUNKS(q, zr_op_chunks((uint64_t)T, C))
     {
-        int t = (int)(q / (uint64_t)c8), c = (int)(q % (uint64_t)c8) * 8, m = min(8, C - c);
+        uint64_t t;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, C, &t, &c, &m);
         float acc[8];
-        load8(dwpe + (size_t)t * C + c, m, vec, acc);
+        load8(dwpe + at, m, vec, acc);
         for (int b = 0; b < B; b++) {
             float d[8];
-            load8(dout + ((size_t)b * T + t) * C + c, m, vec, d);
+            load8(dout + zr_op_offset((uint64_t)b * (uint64_t)T + t, C, c), m, vec, d);
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
                 acc[i] = acc[i] + d[i];
             }
         }
-        store8(dwpe + (size_t)t * C + c, m, vec, acc);
+        store8(dwpe + at, m, vec, acc);
     }
 }
 
-/* ---- LayerNorm ------------------------------------------------------------------------- */
-
-/*
- * One warp per row. RES: the row is first res = a + (x + xbias) (a = inp),
- * stored, and normalized as stored. Three passes over the row: the sum, the
- * centred sum of squares, the output; the later ones read from cache.
- */
-template <typename S, bool RES>
-__global__ void __launch_bounds__(ROW_WARPS * 32)
-    layernorm_fwd(S *out, S *res, float *mean, float *rstd, const S *inp, const S *x,
-                  const S *xbias, const S *w, const S *b, int N, int C, int vec)
-{
-    int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) {
-        return; /* the whole warp: no lane waits in a shuffle for it */
-    }
-    size_t off = (size_t)row * C;
-    const S *src = RES ? res + off : inp + off;
-    float sum = 0.0f;
-    for (int c = lane * 8; c < C; c += 256) {
-        int m = min(8, C - c);
-        float v[8];
-        if (RES) {
-            float xv[8], bv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            load8(inp + off + c, m, vec, v);
-            load8(x + off + c, m, vec, xv);
-            if (xbias != nullptr) {
-                load8(xbias + c, m, vec, bv);
-            }
-            ZR_UNROLL
-            for (int i = 0; i < 8; i++) {
-                v[i] = as_stored(v[i] + (xv[i] + bv[i]), res);
-            }
-            store8(res + off + c, m, vec, v);
-        } else {
-            load8(src + c, m, vec, v);
-        }
-        ZR_UNROLL
-        for (int i = 0; i < 8; i++) {
-            sum += v[i]; /* 0 beyond m */
-        }
-    }
-    float mu = group_sum<32>(sum) / (float)C;
-    float ss = 0.0f;
-    for (int c = lane * 8; c < C; c += 256) {
-        int m = min(8, C - c);
-        float v[8];
-        load8(src + c, m, vec, v);
-        ZR_UNROLL
-        for (int i = 0; i < 8; i++) {
-            float d = v[i] - mu;
-            ss += i < m ? d * d : 0.0f;
-        }
-    }
-    float rs = 1.0f / sqrtf(group_sum<32>(ss) / (float)C + 1e-5f);
-    for (int c = lane * 8; c < C; c += 256) {
-        int m = min(8, C - c);
-        float v[8], wv[8], bv[8];
-        load8(src + c, m, vec, v);
-        load8(w + c, m, vec, wv);
-        load8(b + c, m, vec, bv);
-        ZR_UNROLL
-        for (int i = 0; i < 8; i++) {
-            v[i] = (v[i] - mu) * rs * wv[i] + bv[i];
-        }
-        store8(out + off + c, m, vec, v);
-    }
-    if (lane == 0) {
-        mean[row] = mu;
-        rstd[row] = rs;
-    }
-}
+/* ---- residual ------------------------------------------------------------------------ */
 
 /* res = a + (x + xbias), elementwise over rows of C. */
 template <typename S>
 __global__ void __launch_bounds__(EW_THREADS)
     residual(S *res, const S *a, const S *x, const S *xbias, uint64_t N, int C, int vec)
 {
-    int c8 = (C + 7) / 8;
-    FOR_CHUNKS(q, N * (uint64_t)c8)
+    FOR_CHUNKS(q, zr_op_chunks(N, C))
     {
-        uint64_t row = q / (uint64_t)c8;
-        int c = (int)(q % (uint64_t)c8) * 8, m = min(8, C - c);
+        uint64_t row;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, C, &row, &c, &m);
         float av[8], xv[8], bv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        load8(a + row * C + c, m, vec, av);
-        load8(x + row * C + c, m, vec, xv);
+        load8(a + at, m, vec, av);
+        load8(x + at, m, vec, xv);
         if (xbias != nullptr) {
             load8(xbias + c, m, vec, bv);
         }
@@ -207,113 +135,7 @@ __global__ void __launch_bounds__(EW_THREADS)
         for (int i = 0; i < 8; i++) {
             av[i] = av[i] + (xv[i] + bv[i]);
         }
-        store8(res + row * C + c, m, vec, av);
-    }
-}
-
-/* The input gradient of a LayerNorm, one warp per row: dinp (+)= ... */
-template <typename S>
-__global__ void __launch_bounds__(ROW_WARPS * 32)
-    layernorm_bwd_rows(S *dinp, const S *dout, const S *inp, const S *w, const float *mean,
-                       const float *rstd, int N, int C, int accumulate, int vec)
-{
-    int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (row >= N) {
-        return;
-    }
-    size_t off = (size_t)row * C;
-    float mu = mean[row], rs = rstd[row], a1 = 0.0f, a2 = 0.0f;
-    for (int c = lane * 8; c < C; c += 256) {
-        int m = min(8, C - c);
-        float d[8], xv[8], wv[8];
-        load8(dout + off + c, m, vec, d);
-        load8(inp + off + c, m, vec, xv);
-        load8(w + c, m, vec, wv);
-        ZR_UNROLL
-        for (int i = 0; i < 8; i++) {
-            float dn = wv[i] * d[i], nrm = (xv[i] - mu) * rs;
-            a1 += dn;
-            a2 += i < m ? dn * nrm : 0.0f;
-        }
-    }
-    float dn_mean = group_sum<32>(a1) / (float)C, dnn_mean = group_sum<32>(a2) / (float)C;
-    for (int c = lane * 8; c < C; c += 256) {
-        int m = min(8, C - c);
-        float d[8], xv[8], wv[8], dx[8];
-        load8(dout + off + c, m, vec, d);
-        load8(inp + off + c, m, vec, xv);
-        load8(w + c, m, vec, wv);
-        if (accumulate) {
-            load8(dinp + off + c, m, vec, dx);
-        }
-        ZR_UNROLL
-        for (int i = 0; i < 8; i++) {
-            float nrm = (xv[i] - mu) * rs;
-            float g = (wv[i] * d[i] - dn_mean - nrm * dnn_mean) * rs;
-            dx[i] = accumulate ? dx[i] + g : g;
-        }
-        store8(dinp + off + c, m, vec, dx);
-    }
-}
-
-/* ---- column sums ------------------------------------------------------------------------ */
-
-/*
- * Pass 1 of a sum over rows: block (32 columns, 8 row lanes) sums rows
- * [p * rpp, (p + 1) * rpp) of its columns, each row lane every 8th row in
- * order, then the 8 lanes in order. LN (NOUT = 2): part 0 sums
- * (x - mean) * rstd * d (the weight's gradient), part 1 sums d.
- */
-template <typename S, int NOUT>
-__global__ void __launch_bounds__(COL_TILE *COL_ROWS)
-    colsum_part(float *part, const S *d, const S *x, const float *mean, const float *rstd, int N,
-                int C, int rpp)
-{
-    __shared__ float sh[NOUT][COL_ROWS][COL_TILE + 1];
-    int col = blockIdx.x * COL_TILE + threadIdx.x, p = blockIdx.y;
-    int r0 = p * rpp, r1 = min(N, r0 + rpp);
-    float a0 = 0.0f, a1 = 0.0f;
-    if (col < C) {
-        for (int r = r0 + (int)threadIdx.y; r < r1; r += COL_ROWS) {
-            float dv = ld1(d + (size_t)r * C + col);
-            a1 += dv;
-            if (NOUT == 2) {
-                a0 += (ld1(x + (size_t)r * C + col) - mean[r]) * rstd[r] * dv;
-            }
-        }
-    }
-    sh[NOUT - 1][threadIdx.y][threadIdx.x] = a1;
-    sh[0][threadIdx.y][threadIdx.x] = NOUT == 2 ? a0 : a1;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < C) {
-        ZR_UNROLL
-        for (int o = 0; o < NOUT; o++) {
-            float s = sh[o][0][threadIdx.x];
-            for (int y = 1; y < COL_ROWS; y++) {
-                s += sh[o][y][threadIdx.x];
-            }
-            part[((size_t)p * NOUT + o) * C + col] = s;
-        }
-    }
-}
-
-/* Pass 2: out_o[col] += the partials of every row range, in range order. */
-template <typename S, int NOUT>
-__global__ void __launch_bounds__(EW_THREADS)
-    colsum_final(S *out0, S *out1, const float *part, int parts, int C)
-{
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= C) {
-        return;
-    }
-    ZR_UNROLL
-    for (int o = 0; o < NOUT; o++) {
-        float s = part[(size_t)o * C + col];
-        for (int p = 1; p < parts; p++) {
-            s += part[((size_t)p * NOUT + o) * C + col];
-        }
-        S *out = o == 0 ? out0 : out1;
-        st1(out + col, ld1(out + col) + s);
+        store8(res + at, m, vec, av);
     }
 }
 
@@ -330,20 +152,20 @@ template <typename S>
 __global__ void __launch_bounds__(EW_THREADS)
     bias_gelu(S *out, S *pre, const S *bias, uint64_t N, int OC, int vec)
 {
-    int c8 = (OC + 7) / 8;
-    FOR_CHUNKS(q, N * (uint64_t)c8)
+    FOR_CHUNKS(q, zr_op_chunks(N, OC))
     {
-        uint64_t row = q / (uint64_t)c8;
-        int c = (int)(q % (uint64_t)c8) * 8, m = min(8, OC - c);
+        uint64_t row;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, OC, &row, &c, &m);
         float v[8], bv[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        load8(pre + row * OC + c, m, vec, v);
+        load8(pre + at, m, vec, v);
         if (bias != nullptr) {
             load8(bias + c, m, vec, bv);
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
                 v[i] = as_stored(v[i] + bv[i], pre);
             }
-            store8(pre + row * OC + c, m, vec, v);
+            store8(pre + at, m, vec, v);
         }
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
@@ -351,7 +173,7 @@ __global__ void __launch_bounds__(EW_THREADS)
             float u = GELU_S * (x + 0.044715f * x * x * x);
             v[i] = 0.5f * x * (1.0f + tanh_form(u));
         }
-        store8(out + row * OC + c, m, vec, v);
+        store8(out + at, m, vec, v);
     }
 }
 
@@ -385,36 +207,30 @@ template <typename S>
 __global__ void __launch_bounds__(EW_THREADS)
     bias_add(S *x, const S *bias, uint64_t N, int OC, int vec)
 {
-    int c8 = (OC + 7) / 8;
-    FOR_CHUNKS(q, N * (uint64_t)c8)
+    FOR_CHUNKS(q, zr_op_chunks(N, OC))
     {
-        uint64_t row = q / (uint64_t)c8;
-        int c = (int)(q % (uint64_t)c8) * 8, m = min(8, OC - c);
+        uint64_t row;
+        int c, m;
+        uint64_t at = zr_op_chunk_at(q, OC, &row, &c, &m);
         float v[8], bv[8];
-        load8(x + row * OC + c, m, vec, v);
+        load8(x + at, m, vec, v);
         load8(bias + c, m, vec, bv);
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
             v[i] = v[i] + bv[i];
         }
-        store8(x + row * OC + c, m, vec, v);
+        store8(x + at, m, vec, v);
     }
 }
 
 /* ---- launchers ------------------------------------------------------------------------------ */
-
-extern "C" int zr_op_k_colsum_parts(int N)
-{
-    int p = (N + 31) / 32;
-    return p < 1 ? 1 : p > MAX_PARTS ? MAX_PARTS : p;
-}
 
 template <typename S>
 static cudaError_t encoder_fwd_t(void *out, const int *inp, const void *wte, const void *wpe, int B,
                                  int T, int C, int vec, cudaStream_t s)
 {
     uint64_t rows = (uint64_t)B * T;
-    ZR_LAUNCH(encoder_fwd<S>, grid_for(rows * ((C + 7) / 8), EW_THREADS), EW_THREADS, 0, s,
+    ZR_LAUNCH(encoder_fwd<S>, grid_for(zr_op_chunks(rows, C), EW_THREADS), EW_THREADS, 0, s,
               sptr<S>(out), inp, sptr<S>(wte), sptr<S>(wpe), T, C, rows, vec);
     return cudaGetLastError();
 }
@@ -432,7 +248,7 @@ static cudaError_t encoder_bwd_t(void *dwte, void *dwpe, const void *dout, const
                                  const int *bstart, const int *bpos, int nbuckets, int B, int T,
                                  int C, int vec, cudaStream_t s)
 {
-    int c8 = (C + 7) / 8;
+    int c8 = zr_op_row_chunks(C);
     if (nbuckets > 0) {
         dim3 grid((unsigned int)nbuckets, (unsigned int)((c8 + 127) / 128));
         ZR_LAUNCH(encoder_bwd_wte<S>, grid, 128, 0, s, sptr<S>(dwte), sptr<S>(dout), btoken, bstart,
@@ -442,8 +258,8 @@ static cudaError_t encoder_bwd_t(void *dwte, void *dwpe, const void *dout, const
             return err;
         }
     }
-    ZR_LAUNCH(encoder_bwd_wpe<S>, grid_for((uint64_t)T * c8, EW_THREADS), EW_THREADS, 0, s,
-              sptr<S>(dwpe), sptr<S>(dout), B, T, C, vec);
+    ZR_LAUNCH(encoder_bwd_wpe<S>, grid_for(zr_op_chunks((uint64_t)T, C), EW_THREADS), EW_THREADS, 0,
+              s, sptr<S>(dwpe), sptr<S>(dout), B, T, C, vec);
     return cudaGetLastError();
 }
 
@@ -458,32 +274,11 @@ extern "C" cudaError_t zr_op_k_launch_encoder_bwd(int bf16, void *dwte, void *dw
                                        vec, s);
 }
 
-template <typename S> static cudaError_t layernorm_fwd_t(const zr_op_k_ln *a, cudaStream_t s)
-{
-    unsigned int grid = (unsigned int)((a->N + ROW_WARPS - 1) / ROW_WARPS);
-    if (a->res != nullptr) {
-        ZR_LAUNCH((layernorm_fwd<S, true>), grid, ROW_WARPS * 32, 0, s, sptr<S>(a->out),
-                  sptr<S>(a->res), a->mean, a->rstd, sptr<S>(a->inp), sptr<S>(a->x),
-                  sptr<S>(a->xbias), sptr<S>(a->w), sptr<S>(a->b), a->N, a->C, a->vec);
-    } else {
-        S *none = nullptr;
-        ZR_LAUNCH((layernorm_fwd<S, false>), grid, ROW_WARPS * 32, 0, s, sptr<S>(a->out), none,
-                  a->mean, a->rstd, sptr<S>(a->inp), sptr<S>(a->x), sptr<S>(a->xbias),
-                  sptr<S>(a->w), sptr<S>(a->b), a->N, a->C, a->vec);
-    }
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t zr_op_k_launch_layernorm_fwd(int bf16, const zr_op_k_ln *a, cudaStream_t s)
-{
-    return bf16 ? layernorm_fwd_t<zr_bf16_t>(a, s) : layernorm_fwd_t<float>(a, s);
-}
-
 template <typename S>
 static cudaError_t residual_t(void *res, const void *a, const void *x, const void *xbias, int N,
                               int C, int vec, cudaStream_t s)
 {
-    ZR_LAUNCH(residual<S>, grid_for((uint64_t)N * ((C + 7) / 8), EW_THREADS), EW_THREADS, 0, s,
+    ZR_LAUNCH(residual<S>, grid_for(zr_op_chunks((uint64_t)N, C), EW_THREADS), EW_THREADS, 0, s,
               sptr<S>(res), sptr<S>(a), sptr<S>(x), sptr<S>(xbias), (uint64_t)N, C, vec);
     return cudaGetLastError();
 }
@@ -496,65 +291,11 @@ extern "C" cudaError_t zr_op_k_launch_residual(int bf16, void *res, const void *
                 : residual_t<float>(res, a, x, xbias, N, C, vec, s);
 }
 
-/* The two passes of a column sum into out0 (and out1 for a LayerNorm's weights). */
-template <typename S, int NOUT>
-static cudaError_t colsum_t(void *out0, void *out1, const void *d, const void *x, const float *mean,
-                            const float *rstd, int N, int C, float *scratch, cudaStream_t s)
-{
-    int parts = zr_op_k_colsum_parts(N), rpp = (N + parts - 1) / parts;
-    dim3 grid((unsigned int)((C + COL_TILE - 1) / COL_TILE), (unsigned int)parts);
-    ZR_LAUNCH((colsum_part<S, NOUT>), grid, dim3(COL_TILE, COL_ROWS), 0, s, scratch, sptr<S>(d),
-              sptr<S>(x), mean, rstd, N, C, rpp);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) {
-        return err;
-    }
-    ZR_LAUNCH((colsum_final<S, NOUT>), grid_for((uint64_t)C, EW_THREADS), EW_THREADS, 0, s,
-              sptr<S>(out0), sptr<S>(out1), scratch, parts, C);
-    return cudaGetLastError();
-}
-
-template <typename S>
-static cudaError_t layernorm_bwd_t(void *dinp, void *dw, void *db, const void *dout,
-                                   const void *inp, const void *w, const float *mean,
-                                   const float *rstd, int N, int C, int accumulate, float *scratch,
-                                   int vec, cudaStream_t s)
-{
-    ZR_LAUNCH(layernorm_bwd_rows<S>, (unsigned int)((N + ROW_WARPS - 1) / ROW_WARPS),
-              ROW_WARPS * 32, 0, s, sptr<S>(dinp), sptr<S>(dout), sptr<S>(inp), sptr<S>(w), mean,
-              rstd, N, C, accumulate, vec);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) {
-        return err;
-    }
-    return colsum_t<S, 2>(dw, db, dout, inp, mean, rstd, N, C, scratch, s);
-}
-
-extern "C" cudaError_t zr_op_k_launch_layernorm_bwd(int bf16, void *dinp, void *dw, void *db,
-                                                    const void *dout, const void *inp,
-                                                    const void *w, const float *mean,
-                                                    const float *rstd, int N, int C, int accumulate,
-                                                    float *scratch, int vec, cudaStream_t s)
-{
-    return bf16 ? layernorm_bwd_t<zr_bf16_t>(dinp, dw, db, dout, inp, w, mean, rstd, N, C,
-                                             accumulate, scratch, vec, s)
-                : layernorm_bwd_t<float>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, accumulate,
-                                         scratch, vec, s);
-}
-
-extern "C" cudaError_t zr_op_k_launch_colsum(int bf16, void *db, const void *d, int N, int OC,
-                                             float *scratch, cudaStream_t s)
-{
-    const float *none = nullptr;
-    return bf16 ? colsum_t<zr_bf16_t, 1>(db, db, d, d, none, none, N, OC, scratch, s)
-                : colsum_t<float, 1>(db, db, d, d, none, none, N, OC, scratch, s);
-}
-
 template <typename S>
 static cudaError_t bias_gelu_t(void *out, void *pre, const void *bias, int N, int OC, int vec,
                                cudaStream_t s)
 {
-    ZR_LAUNCH(bias_gelu<S>, grid_for((uint64_t)N * ((OC + 7) / 8), EW_THREADS), EW_THREADS, 0, s,
+    ZR_LAUNCH(bias_gelu<S>, grid_for(zr_op_chunks((uint64_t)N, OC), EW_THREADS), EW_THREADS, 0, s,
               sptr<S>(out), sptr<S>(pre), sptr<S>(bias), (uint64_t)N, OC, vec);
     return cudaGetLastError();
 }
@@ -586,7 +327,7 @@ extern "C" cudaError_t zr_op_k_launch_gelu_bwd(int bf16, void *dinp, const void 
 template <typename S>
 static cudaError_t bias_add_t(void *x, const void *bias, int N, int OC, int vec, cudaStream_t s)
 {
-    ZR_LAUNCH(bias_add<S>, grid_for((uint64_t)N * ((OC + 7) / 8), EW_THREADS), EW_THREADS, 0, s,
+    ZR_LAUNCH(bias_add<S>, grid_for(zr_op_chunks((uint64_t)N, OC), EW_THREADS), EW_THREADS, 0, s,
               sptr<S>(x), sptr<S>(bias), (uint64_t)N, OC, vec);
     return cudaGetLastError();
 }

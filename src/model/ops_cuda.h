@@ -113,6 +113,15 @@ zr_status zr_op_cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void 
 /* In place: logits[:, :V] become (softmax - onehot(target)) * dloss. */
 zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const int *targets,
                               float dloss, int N, int V, int Vp, zr_stream *s);
+/*
+ * Both in one pass that reads the logits once from memory: losses and lse as
+ * zr_op_cuda_xent_fwd's (targets required), then logits[:, :V] become
+ * dlogits as zr_op_cuda_xent_bwd's, the same bits; for a step that needs no
+ * logits after its loss.
+ */
+zr_status zr_op_cuda_xent_fused(zr_dtype t, float *losses, float *lse, void *logits,
+                                const int *targets, float dloss, int N, int V, int Vp,
+                                zr_stream *s);
 /* out[0] = the mean of x[0..n-1] (summed in double, in a fixed order). */
 zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s);
 

@@ -52,12 +52,17 @@ cudaError_t zr_op_k_launch_gelu_bwd(int bf16, void *dinp, const void *inp, const
 cudaError_t zr_op_k_launch_bias_add(int bf16, void *x, const void *bias, int N, int OC, int vec,
                                     cudaStream_t s);
 cudaError_t zr_op_k_launch_colsum(int bf16, void *db, const void *d, int N, int OC, float *scratch,
-                                  cudaStream_t s);
+                                  int vec, cudaStream_t s);
 
 cudaError_t zr_op_k_launch_xent_fwd(int bf16, float *losses, float *lse, const void *logits,
-                                    const int *targets, int N, int V, int Vp, cudaStream_t s);
+                                    const int *targets, int N, int V, int Vp, int vec,
+                                    cudaStream_t s);
 cudaError_t zr_op_k_launch_xent_bwd(int bf16, void *logits, const float *lse, const int *targets,
                                     float dloss, int N, int V, int Vp, int vec, cudaStream_t s);
+/* xent_fwd then xent_bwd in one pass (targets required) */
+cudaError_t zr_op_k_launch_xent_fused(int bf16, float *losses, float *lse, void *logits,
+                                      const int *targets, float dloss, int N, int V, int Vp,
+                                      int vec, cudaStream_t s);
 cudaError_t zr_op_k_launch_mean(float *out, const float *x, int n, cudaStream_t s);
 
 /* Attention: g = lanes per query row (1, 2, 4, 8 or 16, 16 * g >= head size). */

@@ -507,7 +507,7 @@ static zr_status probe_all(zr_comm *c, const zr_train_config *cfg, int vocab, in
     zr_gpt_config whole = g;
     whole.layers = cfg->layers;
     zr_probe_reference_steps(c, cfg, &whole, s, out);
-    /* the device model indexes B T Vp with 32-bit integers: a larger micro-batch cannot run
+    /* the device model takes at most zr_gpt_cuda_max_batch: a larger micro-batch cannot run
        there, so the plan must not be offered one (where not even B = 1 can, the measurement at 1
        says why) */
     int cap = s != NULL ? zr_gpt_cuda_max_batch(&g, cfg->seq_len) : max_b;

@@ -96,11 +96,10 @@ static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
     const zr_train_config *c = &t->cfg;
     int bmax = zr_gpt_cuda_max_batch(&t->mcfg, T);
     if (B > bmax) {
-        /* found on an H200, whose memory fits B = 64 of GPT-2 at T = 1024 where 41 is the most */
         ZR_FAIL(ZR_ERR_INVALID,
                 "train_micro_batch_size_per_gpu %d at zr.model.seq_len %d is more than the GPU "
-                "model takes (%d: its kernels index micro-batch x seq_len x the larger of 4 x "
-                "channels and the padded vocabulary with 32-bit integers); lower "
+                "model takes (%d: its kernels take micro-batch x seq_len rows up to 2^30 and "
+                "micro-batch x heads attention blocks up to 65535); lower "
                 "train_micro_batch_size_per_gpu and raise gradient_accumulation_steps",
                 B, T, bmax);
     }

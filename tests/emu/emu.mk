@@ -16,7 +16,8 @@
 EMU_CXX := mpicxx.openmpi
 EMU_DEFS := -DZR_CUDA=1 -DZR_CUDA_EMU=1 -DZR_NCCL=1 -Itests/emu/include
 # the kernels: as the contract says (-O1 keeps a block's threads cheap to
-# start and the code easy to debug; no FMA contraction, as nvcc --fmad=false)
+# start and the code easy to debug; no FMA contraction, as nvcc --fmad=false
+# for src/quant and src/optim; src/model's FFMA is checked on a GPU only)
 EMU_CUFLAGS := -std=c++17 -O1 -g -ffp-contract=off -pthread $(EMU_DEFS) -Iinclude \
                -Wall -Wextra -Wno-unused-parameter -MMD -MP
 # the emulator itself (its cuBLAS runs on OpenBLAS: cblas.h)
