@@ -325,8 +325,10 @@ static zr_status final_forward(zr_gpt_cuda *m, const void *p, const void *p0)
     ZR_CHECK(zr_op_cuda_layernorm_fwd(t, m->lnf, m->lnf_mean, m->lnf_rstd,
                                       block_input(m, m->cfg.layers), tensor(m, m->final_desc, 0, p),
                                       tensor(m, m->final_desc, 1, p), BT, C, s));
-    /* logits of the V real tokens only; the padded rows of wte are never read */
-    ZR_CHECK(mm_fwd(m, m->logits, m->lnf, tensor(m, m->unit0_desc, 0, p0), BT, C, V, Vp));
+    /* logits over the aligned Vp (cuBLAS's fast kernels want N % 8 == 0; at N = V = 50257 it
+       ran sm_75 CUTLASS kernels, ~15x slower on an H200): columns V..Vp come from wte's padded
+       rows, whatever they hold; the loss never reads them and the backward zeroes them */
+    ZR_CHECK(mm_fwd(m, m->logits, m->lnf, tensor(m, m->unit0_desc, 0, p0), BT, C, Vp, Vp));
     if (!m->has_targets) {
         return ZR_OK;
     }
@@ -397,8 +399,10 @@ static zr_status final_backward(zr_gpt_cuda *m, const void *p, const void *p0, v
     zr_stream *s = m->stream;
     ZR_CHECK(zr_op_cuda_xent_bwd(t, m->logits, m->xent_lse, dev_targets(m), 1.0f / (float)BT, BT, V,
                                  Vp, s));
-    ZR_CHECK(mm_dinp(m, m->dln, m->logits, tensor(m, m->unit0_desc, 0, p0), BT, C, V, Vp));
-    ZR_CHECK(mm_dw(m, tensor(m, m->unit0_desc, 0, g0), m->logits, m->lnf, BT, C, V, Vp));
+    /* over Vp: dlogits' padded columns are exactly 0 (xent_bwd writes them), so they add
+       nothing to dln and the padded rows of wte's gradient get + 0 (they stay 0, as on the CPU) */
+    ZR_CHECK(mm_dinp(m, m->dln, m->logits, tensor(m, m->unit0_desc, 0, p0), BT, C, Vp, Vp));
+    ZR_CHECK(mm_dw(m, tensor(m, m->unit0_desc, 0, g0), m->logits, m->lnf, BT, C, Vp, Vp));
     /* dres is written here (not accumulated): the residual stream's gradient starts */
     return zr_op_cuda_layernorm_bwd(t, m->dres, tensor(m, m->final_desc, 0, g),
                                     tensor(m, m->final_desc, 1, g), m->dln,

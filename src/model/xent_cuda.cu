@@ -9,7 +9,9 @@
  *             (fp32) and the loss is lse - logit(target).
  *   backward  in place over the logits: (exp(x - lse) - onehot) * dloss,
  *             16-byte accesses where the C side found rows aligned; the
- *             padded columns V..Vp are neither read nor written.
+ *             padded columns V..Vp are written 0 (the classifier's GEMMs run
+ *             over Vp: those columns must add nothing to dX nor to wte's
+ *             padded rows).
  *   mean      one block sums the losses in double in a fixed order, so the
  *             loss the host sees is the same bits on every run.
  *
@@ -73,7 +75,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
     }
 }
 
-/* In place: logits become (softmax - onehot(target)) * dloss; the padded columns stay. */
+/* In place: logits become (softmax - onehot(target)) * dloss; the padded columns 0. */
 template <typename S>
 __global__ void __launch_bounds__(XENT_THREADS)
     xent_bwd(S *logits, const float *lse, const int *targets, float dloss, int V, int Vp, int vec)
@@ -81,13 +83,13 @@ __global__ void __launch_bounds__(XENT_THREADS)
     S *x = logits + (size_t)blockIdx.x * Vp;
     float l = lse[blockIdx.x];
     int t = targets[blockIdx.x];
-    for (int j = threadIdx.x * 8; j < V; j += XENT_THREADS * 8) {
-        int m = min(8, V - j);
+    for (int j = threadIdx.x * 8; j < Vp; j += XENT_THREADS * 8) {
+        int m = min(8, Vp - j);
         float v[8];
         load8(x + j, m, vec, v);
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
-            v[i] = (expf(v[i] - l) - (j + i == t ? 1.0f : 0.0f)) * dloss;
+            v[i] = j + i < V ? (expf(v[i] - l) - (j + i == t ? 1.0f : 0.0f)) * dloss : 0.0f;
         }
         store8(x + j, m, vec, v);
     }
