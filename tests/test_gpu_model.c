@@ -19,6 +19,9 @@
  *   bf16       the first GPT (B = 1) with bf16 parameters, activations and
  *              gradients: the loss within 1e-2 relative, every gradient
  *              tensor within 5e-2 relative (L2) of the CPU's fp32 ones.
+ *   unfused    the same fp32 and bf16 GPTs with ZR_GEMM_EPILOGUE=0 (plain GEMMs
+ *              and the bias, bias+GELU, GELU-backward kernels; the default
+ *              is the cuBLASLt epilogues) against the CPU, same bounds.
  *   repeat     (L = 1) forward and backward again from zeroed gradients: the same
  *              loss and the same gradient bits (no atomics anywhere); a
  *              second backward without zeroing accumulates (twice the
@@ -30,6 +33,8 @@
  *              relative (L2) per tensor. Not run yet: no GPU was at hand
  *              when this was written.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
+
 #include "test.h"
 #include "zr/model.h"
 #include "zr/model_cuda.h"
@@ -55,6 +60,11 @@ static void units_init(units *us, const zr_gpt *m, zr_dtype t, uint64_t seed)
         TEST_OK(zr_alloc_at((void **)&us->p[u], n * 4, __FILE__, __LINE__));
         TEST_OK(zr_alloc_at((void **)&us->g[u], n * 4, __FILE__, __LINE__));
         zr_gpt_unit_init_params(m, u, us->p[u], seed);
+        /* GPT-2's biases start at 0, where a lost bias add would not show: give them values */
+        zr_test_rng rng = {seed + (uint64_t)u};
+        for (size_t i = 0; i < n; i++) {
+            us->p[u][i] = us->p[u][i] == 0.0f ? 0.05f * zr_test_rng_uniform(&rng) : us->p[u][i];
+        }
         TEST_OK(zr_device_alloc_at(&gpu, &us->dp[u], n * es, __FILE__, __LINE__));
         TEST_OK(zr_device_alloc_at(&gpu, &us->dg[u], n * es, __FILE__, __LINE__));
         void *h = malloc(n * es);
@@ -261,10 +271,10 @@ static void model_vs_cpu(const model_case *c)
     double worst = compare_grads(&cpu, &us, c->t, 1e-5, bf16 ? 5e-2 : 0.0);
     size_t nz = dlogits_padding_nonzero(&dev);
     TEST_CHECKF(nz == 0, "dlogits: %zu bytes of the padded columns V..Vp are not 0", nz);
-    printf("  %s L %d C %d NH %d B %d T %d V %d: loss %.8f (CPU %.8f), worst gradient figure "
+    printf("  %s%s L %d C %d NH %d B %d T %d V %d: loss %.8f (CPU %.8f), worst gradient figure "
            "%.3g\n",
-           zr_dtype_name(c->t), c->cfg.layers, c->cfg.channels, c->cfg.heads, c->B, c->T,
-           c->cfg.vocab, lg, lc, worst);
+           zr_dtype_name(c->t), dev.fused ? "" : " unfused", c->cfg.layers, c->cfg.channels,
+           c->cfg.heads, c->B, c->T, c->cfg.vocab, lg, lc, worst);
     free(inp);
     free(tgt);
     units_free(&us);
@@ -286,6 +296,23 @@ static void test_bf16_vs_cpu(void)
 {
     model_case a = {tiny, 1, 16, ZR_DTYPE_BF16};
     model_vs_cpu(&a);
+}
+
+/* The unfused GEMMs (ZR_GEMM_EPILOGUE=0: plain GEMMs, bias_add, bias_gelu, gelu_bwd) as well. */
+static void test_unfused_vs_cpu(void)
+{
+    zr_gpt_cuda dev;
+    TEST_OK(setenv("ZR_GEMM_EPILOGUE", "0", 1) == 0 ? ZR_OK : ZR_ERR_INVALID);
+    TEST_OK(zr_gpt_cuda_init(&dev, &tiny, 1, 4, ZR_DTYPE_F32, st));
+    TEST_CHECK(dev.stream == NULL || dev.fused == 0);
+    zr_gpt_cuda_free(&dev);
+    model_case a = {tiny, 2, 16, ZR_DTYPE_F32}, b = {tiny, 1, 16, ZR_DTYPE_BF16};
+    model_vs_cpu(&a);
+    model_vs_cpu(&b);
+    TEST_OK(unsetenv("ZR_GEMM_EPILOGUE") == 0 ? ZR_OK : ZR_ERR_INVALID);
+    TEST_OK(zr_gpt_cuda_init(&dev, &tiny, 1, 4, ZR_DTYPE_F32, st));
+    TEST_CHECK(dev.stream == NULL || dev.fused == 1); /* the default: fused */
+    zr_gpt_cuda_free(&dev);
 }
 
 /* Two runs from zeroed gradients: the same bits; a third without zeroing: twice as much. */
@@ -448,6 +475,7 @@ int main(void)
     if (st != NULL) {
         TEST_RUN(test_fp32_vs_cpu);
         TEST_RUN(test_bf16_vs_cpu);
+        TEST_RUN(test_unfused_vs_cpu);
         TEST_RUN(test_repeat);
         TEST_RUN(test_order);
 #if !ZR_CUDA_EMU
