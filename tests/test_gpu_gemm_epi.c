@@ -20,10 +20,15 @@
  *   unfused    the same BIAS_GELU and DGELU products through zr_blas_gemm +
  *              zr_op_cuda_bias_gelu_fwd / zr_op_cuda_gelu_bwd: fp32 within
  *              1e-5; a second fused call of a kept shape gives the same bits.
+ *   no algo    (emulator: ZR_EMU_LT_NO_ALGO=1, its heuristic finds none) the
+ *              epilogues fall back to the plain GEMM + kernel, same bounds;
+ *              an aux with spare columns is then refused (ZR_ERR_DEVICE).
  *   arguments  an aux row stride not a multiple of 8 or below N, beta != 0
  *              with an epilogue, batch 2, a NULL bias: ZR_ERR_INVALID naming
  *              the problem.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
+
 #include "test.h"
 #include "zr/model_cuda.h"
 
@@ -105,15 +110,15 @@ typedef struct epi_case {
 static const char *const kind_name[] = {"none", "bias", "bias+gelu", "dgelu"};
 
 /* One product with epilogue on the device against the CPU operators. */
-static void epi_vs_cpu(zr_blas *b, const epi_case *c, zr_dtype t, uint64_t seed)
+static void epi_vs_cpu(zr_blas *b, const epi_case *c, zr_dtype t, uint64_t seed, int spare)
 {
-    const int M = c->M, N = c->N, K = c->K, ldaux = N + 8;
+    const int M = c->M, N = c->N, K = c->K, ldaux = N + spare;
     const int lda = c->ta ? M : K, ldb = c->tb ? K : N;
     const size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N, nx = (size_t)M * ldaux;
     zr_test_rng rng = {seed};
     float *A = rand_buf(&rng, na, 1.0f, t), *B = rand_buf(&rng, nb, 1.0f, t);
     float *bias = rand_buf(&rng, (size_t)N, 0.5f, t), *aux = rand_buf(&rng, nx, 2.0f, t);
-    float *want = malloc(nc * 4), *got = malloc(nc * 4), *want_aux = malloc(nx * 4);
+    float *want = malloc(nc * 4), *got = calloc(nc, 4), *want_aux = malloc(nx * 4);
     float *got_aux = malloc(nx * 4);
     memcpy(want_aux, aux, nx * 4);
     zr_op_sgemm(c->ta, c->tb, M, N, K, A, lda, B, ldb, 0.0f, want, N);
@@ -143,7 +148,13 @@ static void epi_vs_cpu(zr_blas *b, const epi_case *c, zr_dtype t, uint64_t seed)
     int has_bias = c->kind == ZR_GEMM_EPI_BIAS || c->kind == ZR_GEMM_EPI_BIAS_GELU;
     int has_aux = c->kind == ZR_GEMM_EPI_BIAS_GELU || c->kind == ZR_GEMM_EPI_DGELU;
     zr_gemm_epi e = {c->kind, has_bias ? dbias : NULL, has_aux ? daux : NULL, ldaux};
-    TEST_OK(zr_blas_gemm_epi(b, &g, &e, dA, dB, dC));
+    if (spare > 0 && has_aux && getenv("ZR_EMU_LT_NO_ALGO") != NULL) {
+        TEST_FAILS(zr_blas_gemm_epi(b, &g, &e, dA, dB, dC), ZR_ERR_DEVICE, "rows without gaps");
+        memcpy(want, got, nc * 4);
+        memcpy(want_aux, aux, nx * 4);
+    } else {
+        TEST_OK(zr_blas_gemm_epi(b, &g, &e, dA, dB, dC));
+    }
     dget(got, dC, nc, t);
     dget(got_aux, daux, nx, t);
     double tol = t == ZR_DTYPE_BF16 ? 1e-2 : 1e-5;
@@ -173,13 +184,34 @@ static void test_epilogues(void)
         zr_blas *b = NULL;
         TEST_OK(zr_blas_create(st, types[ti], &b));
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-            epi_vs_cpu(b, &cases[i], types[ti], 100 + i);
+            epi_vs_cpu(b, &cases[i], types[ti], 100 + i, 8);
         }
         zr_blas_destroy(b);
     }
 }
 
 /* BIAS_GELU then DGELU fused, and through zr_blas_gemm + the element-wise kernels (fp32). */
+/* The epilogues again where cuBLASLt's heuristic finds no algorithm (the emulator's knob). */
+static void test_no_algorithm(void)
+{
+    TEST_OK(setenv("ZR_EMU_LT_NO_ALGO", "1", 1) == 0 ? ZR_OK : ZR_ERR_INVALID);
+    static const epi_case cases[] = {
+        {ZR_GEMM_EPI_BIAS, 0, 1, 7, 13, 9},
+        {ZR_GEMM_EPI_BIAS_GELU, 0, 1, 33, 16, 19},
+        {ZR_GEMM_EPI_DGELU, 0, 0, 7, 24, 5},
+    };
+    zr_blas *b = NULL;
+    TEST_OK(zr_blas_create(st, ZR_DTYPE_F32, &b));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        epi_vs_cpu(b, &cases[i], ZR_DTYPE_F32, 200 + i, 0);
+    }
+    /* the unfused kernels need rows without gaps: an aux with spare columns is refused */
+    epi_case gap = {ZR_GEMM_EPI_BIAS_GELU, 0, 1, 5, 8, 3};
+    epi_vs_cpu(b, &gap, ZR_DTYPE_F32, 300, 8);
+    zr_blas_destroy(b);
+    TEST_OK(unsetenv("ZR_EMU_LT_NO_ALGO") == 0 ? ZR_OK : ZR_ERR_INVALID);
+}
+
 static void test_fused_vs_unfused(void)
 {
     const int M = 19, N = 32, K = 24;
@@ -279,6 +311,9 @@ int main(void)
     if (st != NULL) {
         TEST_RUN(test_epilogues);
         TEST_RUN(test_fused_vs_unfused);
+#if ZR_CUDA_EMU
+        TEST_RUN(test_no_algorithm);
+#endif
         TEST_RUN(test_arguments);
     }
     zr_stream_destroy(st);

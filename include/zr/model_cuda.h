@@ -104,6 +104,9 @@ typedef struct zr_gemm_epi {
  * alignment, the heuristic's algorithm (chosen once). fp32 handles compute
  * in plain fp32 (CUBLAS_COMPUTE_32F with fp32 operands: no TF32), bf16 ones
  * accumulate in fp32, the epilogue in fp32, one rounding of C and of aux.
+ * Where cuBLASLt's heuristic has no algorithm for a shape (decided once per
+ * shape), the product runs unfused: zr_blas_gemm and the element-wise
+ * kernel (which needs ldc and ldaux equal to N).
  */
 zr_status zr_blas_gemm_epi(zr_blas *b, const zr_gemm *g, const zr_gemm_epi *e, const void *A,
                            const void *B, void *C);

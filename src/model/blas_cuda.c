@@ -27,6 +27,7 @@
 
 #include "../base/cudalib.h"
 #include "../base/device_impl.h"
+#include "ops_cuda.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -82,6 +83,7 @@ typedef struct lt_plan {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulAlgo_t algo;
+    int unfused; /* the heuristic had no algorithm: a plain GEMM and the element-wise kernel */
 } lt_plan;
 
 struct zr_blas {
@@ -291,7 +293,7 @@ static zr_status lt_choose(zr_blas *b, lt_plan *q, const int align[4])
 {
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t r;
-    int n = 0;
+    int n = 0, asked = 0;
     uint64_t ws = LT_WORKSPACE;
     const char *call = "cublasLtMatmulPreferenceCreate";
     cublasStatus_t st = b->lt->cublasLtMatmulPreferenceCreate(&pref);
@@ -309,17 +311,21 @@ static zr_status lt_choose(zr_blas *b, lt_plan *q, const int align[4])
     }
     if (st == CUBLAS_STATUS_SUCCESS) {
         call = "cublasLtMatmulAlgoGetHeuristic";
+        asked = 1;
         st = b->lt->cublasLtMatmulAlgoGetHeuristic(b->lth, q->desc, q->la, q->lb, q->lc, q->lc,
                                                    pref, 1, &r, &n);
     }
+    int none = asked && n < 1 && (st == CUBLAS_STATUS_SUCCESS || st == CUBLAS_STATUS_NOT_SUPPORTED);
     if (pref != NULL) {
         b->lt->cublasLtMatmulPreferenceDestroy(pref);
     }
+    if (none) { /* this shape and epilogue on this GPU: the unfused path, decided once */
+        ZR_DEBUG("cuBLASLt: no algorithm for %s; epilogue unfused", call);
+        q->unfused = 1;
+        return ZR_OK;
+    }
     if (st != CUBLAS_STATUS_SUCCESS) {
         return lt_fail(b->lt, st, call, __FILE__, __LINE__);
-    }
-    if (n < 1) {
-        ZR_FAIL(ZR_ERR_DEVICE, "cublasLtMatmulAlgoGetHeuristic found no algorithm");
     }
     q->algo = r.algo;
     return ZR_OK;
@@ -383,6 +389,31 @@ static zr_status lt_plan_get(zr_blas *b, const int key[LT_KEY], const zr_gemm_pl
     return ZR_OK;
 }
 
+/* e as a plain GEMM and the element-wise kernel, where cuBLASLt has no algorithm for it. */
+static zr_status epi_unfused(zr_blas *b, const zr_gemm *g, const zr_gemm_epi *e, const void *A,
+                             const void *B, void *C)
+{
+    if (g->ldc != g->N || (e->aux != NULL && e->ldaux != g->N)) {
+        ZR_FAIL(ZR_ERR_DEVICE,
+                "gemm epilogue %d: cuBLASLt has no algorithm for M %d N %d K %d, and the unfused "
+                "path needs rows without gaps (ldc %d, ldaux %d, N %d)",
+                (int)e->kind, g->M, g->N, g->K, g->ldc, e->ldaux, g->N);
+    }
+    switch (e->kind) {
+    case ZR_GEMM_EPI_BIAS:
+        ZR_CHECK(zr_blas_gemm(b, g, A, B, C));
+        return zr_op_cuda_bias_add(b->type, C, e->bias, g->M, g->N, b->s);
+    case ZR_GEMM_EPI_BIAS_GELU:
+        ZR_CHECK(zr_blas_gemm(b, g, A, B, e->aux));
+        return zr_op_cuda_bias_gelu_fwd(b->type, C, e->aux, e->bias, g->M, g->N, b->s);
+    case ZR_GEMM_EPI_DGELU:
+        ZR_CHECK(zr_blas_gemm(b, g, A, B, C));
+        return zr_op_cuda_gelu_bwd(b->type, C, e->aux, C, (size_t)g->M * (size_t)g->N, b->s);
+    default:
+        return zr_blas_gemm(b, g, A, B, C);
+    }
+}
+
 zr_status zr_blas_gemm_epi(zr_blas *b, const zr_gemm *g, const zr_gemm_epi *e, const void *A,
                            const void *B, void *C)
 {
@@ -409,6 +440,9 @@ zr_status zr_blas_gemm_epi(zr_blas *b, const zr_gemm *g, const zr_gemm_epi *e, c
                              0};
     lt_plan *q;
     ZR_CHECK(lt_plan_get(b, key, &p, e, &q));
+    if (q->unfused) {
+        return epi_unfused(b, g, e, A, B, C);
+    }
     if (e->bias != NULL) {
         LT_SET(b, q->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, e->bias);
     }

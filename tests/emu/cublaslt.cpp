@@ -22,6 +22,8 @@
 
 #include <cblas.h>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 using namespace zr_emu;
@@ -444,6 +446,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     cublasStatus_t st = check(operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &s);
     if (st != CUBLAS_STATUS_SUCCESS) {
         return st;
+    }
+    const char *none = getenv("ZR_EMU_LT_NO_ALGO"); /* tests: a GPU with no algorithm for it */
+    if (none != nullptr && strcmp(none, "0") != 0) {
+        return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     cublasLtMatmulHeuristicResult_t r;
     memset(&r, 0, sizeof r);
