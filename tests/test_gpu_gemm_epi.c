@@ -191,6 +191,7 @@ static void test_epilogues(void)
 }
 
 /* BIAS_GELU then DGELU fused, and through zr_blas_gemm + the element-wise kernels (fp32). */
+#if ZR_CUDA_EMU
 /* The epilogues again where cuBLASLt's heuristic finds no algorithm (the emulator's knob). */
 static void test_no_algorithm(void)
 {
@@ -211,6 +212,7 @@ static void test_no_algorithm(void)
     zr_blas_destroy(b);
     TEST_OK(unsetenv("ZR_EMU_LT_NO_ALGO") == 0 ? ZR_OK : ZR_ERR_INVALID);
 }
+#endif
 
 static void test_fused_vs_unfused(void)
 {
