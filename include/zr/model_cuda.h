@@ -110,6 +110,8 @@ typedef struct zr_gemm_epi {
  */
 zr_status zr_blas_gemm_epi(zr_blas *b, const zr_gemm *g, const zr_gemm_epi *e, const void *A,
                            const void *B, void *C);
+/* The device bytes of the workspace a handle allocates at its first zr_blas_gemm_epi. */
+size_t zr_blas_epi_workspace_bytes(void);
 
 /* ---- the model on the device -------------------------------------------------------- */
 
@@ -168,7 +170,8 @@ zr_status zr_gpt_cuda_init(zr_gpt_cuda *m, const zr_gpt_config *cfg, int B, int 
                            zr_stream *s);
 /* Safe on a zeroed struct and after a failed init; waits for the stream. */
 void zr_gpt_cuda_free(zr_gpt_cuda *m);
-/* Device bytes zr_gpt_cuda_init allocates for this shape (cfg must be valid). */
+/* Device bytes the model allocates for this shape (cfg must be valid): its activations, and
+   with the GEMM epilogues on (ZR_GEMM_EPILOGUE) its handle's cuBLASLt workspace. */
 size_t zr_gpt_cuda_activation_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type);
 /*
  * The largest micro-batch zr_gpt_cuda_init accepts at T (0 when none): the

@@ -70,11 +70,16 @@ zr_status zr_gemm_plan_make(const zr_gemm *g, zr_gemm_plan *p)
     return ZR_OK;
 }
 
-#if ZR_CUDA
-
 #define LT_WORKSPACE (32u << 20) /* bytes: what cuBLAS itself takes per handle on sm_90 */
 #define LT_PLANS     16          /* shapes kept; the model makes 3 */
 #define LT_KEY       16
+
+size_t zr_blas_epi_workspace_bytes(void)
+{
+    return LT_WORKSPACE;
+}
+
+#if ZR_CUDA
 
 /* One shape's cuBLASLt descriptors and the algorithm the heuristic chose for them. */
 typedef struct lt_plan {

@@ -175,6 +175,13 @@ static zr_status init_buffers(zr_gpt_cuda *m)
     return ZR_OK;
 }
 
+/* The GEMM epilogues unless ZR_GEMM_EPILOGUE=0 (read at each init). */
+static int epilogues_on(void)
+{
+    const char *epi = getenv("ZR_GEMM_EPILOGUE");
+    return epi == NULL || strcmp(epi, "0") != 0;
+}
+
 zr_status zr_gpt_cuda_init(zr_gpt_cuda *m, const zr_gpt_config *cfg, int B, int T, zr_dtype type,
                            zr_stream *s)
 {
@@ -186,8 +193,7 @@ zr_status zr_gpt_cuda_init(zr_gpt_cuda *m, const zr_gpt_config *cfg, int B, int 
     m->type = type;
     m->es = zr_dtype_size(type);
     m->stream = s;
-    const char *epi = getenv("ZR_GEMM_EPILOGUE");
-    m->fused = epi == NULL || strcmp(epi, "0") != 0;
+    m->fused = epilogues_on();
     zr_gpt_config_unit_tensors(cfg, 0, m->unit0_desc);
     zr_gpt_config_unit_tensors(cfg, 1, m->block_desc);
     zr_gpt_config_unit_tensors(cfg, cfg->layers + 1, m->final_desc);
@@ -225,7 +231,8 @@ size_t zr_gpt_cuda_activation_bytes(const zr_gpt_config *cfg, int B, int T, zr_d
     m.B = B;
     m.T = T;
     m.es = zr_dtype_size(type);
-    return layout(&m, NULL);
+    /* the fused GEMMs' first call gives the model's cuBLAS handle its cuBLASLt workspace */
+    return layout(&m, NULL) + (epilogues_on() ? zr_blas_epi_workspace_bytes() : 0);
 }
 
 /* ---- matrix products ------------------------------------------------------------------- */
