@@ -8,7 +8,7 @@
  *     a node without CUDA;
  *   - a process that ran CPU work (the model's forward and backward, the CPU
  *     device) maps none of them (/proc/self/maps);
- *   - the first load of cuBLAS and of NCCL opens them (with a toolkit: here
+ *   - the first load of cuBLAS, of cuBLASLt and of NCCL opens them (with a toolkit: here
  *     cuBLAS and cuBLASLt, NCCL; their calls answer: ncclGetVersion gives
  *     the headers' major version, ncclGetUniqueId works without a GPU,
  *     cublasCreate succeeds or says why), a second load gives the same
@@ -263,6 +263,28 @@ static void test_first_use_loads_cublas(void)
     }
 }
 
+/* cuBLASLt alone (the epilogue GEMMs): the same table twice, the emulator's functions there. */
+static void test_first_use_loads_cublaslt(void)
+{
+    const zr_cudalib_cublaslt *t = NULL, *again = NULL;
+    TEST_OK(zr_cudalib_load_cublaslt(&t));
+    TEST_OK(zr_cudalib_load_cublaslt(&again));
+    TEST_CHECK(t != NULL && t == again);
+    if (t == NULL) {
+        return;
+    }
+#if ZR_CUDA_EMU
+    TEST_CHECK(t->cublasLtCreate == cublasLtCreate && t->cublasLtMatmul == cublasLtMatmul &&
+               t->cublasLtMatmulAlgoGetHeuristic == cublasLtMatmulAlgoGetHeuristic);
+#else
+    char mapped[4096];
+    mapped_cuda_libs(mapped, sizeof mapped);
+    TEST_CHECKF(strstr(mapped, "libcublasLt.so." STR(CUBLAS_VER_MAJOR)) != NULL,
+                "after the first load: %s", mapped);
+#endif
+    TEST_CHECK(strlen(t->cublasLtGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)) > 0);
+}
+
 #if ZR_NCCL
 static void test_first_use_loads_nccl(void)
 {
@@ -316,6 +338,11 @@ static void test_missing_library(void)
             printf("  the message: %s\n", msg);
         }
     }
+    const zr_cudalib_cublaslt *lt = NULL;
+    TEST_FAILS(zr_cudalib_load_cublaslt(&lt), ZR_ERR_DEVICE, "cuBLASLt could not be loaded");
+    TEST_CHECKF(strstr(zr_error_message(), NOWHERE "/libcublasLt.so." STR(CUBLAS_VER_MAJOR)) !=
+                    NULL,
+                "the message: %s", zr_error_message());
 #if ZR_NCCL
     const zr_cudalib_nccl *n = NULL;
     TEST_FAILS(zr_cudalib_load_nccl(&n), ZR_ERR_DEVICE, "NCCL could not be loaded");
@@ -354,6 +381,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_cpu_work_maps_none);
 #if ZR_CUDA
     TEST_RUN(test_first_use_loads_cublas);
+    TEST_RUN(test_first_use_loads_cublaslt);
 #if ZR_NCCL
     TEST_RUN(test_first_use_loads_nccl);
 #endif

@@ -12,10 +12,16 @@
  *              relative of the CPU's, every gradient tensor within 1e-5 of
  *              its largest CPU magnitude (the matrix products, attention and
  *              sums add in other orders than the CPU's), the padded rows of
- *              wte untouched; the device's loss is the control buffer's.
+ *              wte's gradient untouched; the device's loss is the control
+ *              buffer's. wte's padded rows hold non-zero values (the CPU
+ *              never reads them; the device's classifier runs over Vp):
+ *              dlogits' padded columns must be exactly 0 after the backward.
  *   bf16       the first GPT (B = 1) with bf16 parameters, activations and
  *              gradients: the loss within 1e-2 relative, every gradient
  *              tensor within 5e-2 relative (L2) of the CPU's fp32 ones.
+ *   unfused    the same fp32 and bf16 GPTs with ZR_GEMM_EPILOGUE=0 (plain GEMMs
+ *              and the bias, bias+GELU, GELU-backward kernels; the default
+ *              is the cuBLASLt epilogues) against the CPU, same bounds.
  *   repeat     (L = 1) forward and backward again from zeroed gradients: the same
  *              loss and the same gradient bits (no atomics anywhere); a
  *              second backward without zeroing accumulates (twice the
@@ -27,6 +33,8 @@
  *              relative (L2) per tensor. Not run yet: no GPU was at hand
  *              when this was written.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv, unsetenv */
+
 #include "test.h"
 #include "zr/model.h"
 #include "zr/model_cuda.h"
@@ -52,6 +60,11 @@ static void units_init(units *us, const zr_gpt *m, zr_dtype t, uint64_t seed)
         TEST_OK(zr_alloc_at((void **)&us->p[u], n * 4, __FILE__, __LINE__));
         TEST_OK(zr_alloc_at((void **)&us->g[u], n * 4, __FILE__, __LINE__));
         zr_gpt_unit_init_params(m, u, us->p[u], seed);
+        /* GPT-2's biases start at 0, where a lost bias add would not show: give them values */
+        zr_test_rng rng = {seed + (uint64_t)u};
+        for (size_t i = 0; i < n; i++) {
+            us->p[u][i] = us->p[u][i] == 0.0f ? 0.05f * zr_test_rng_uniform(&rng) : us->p[u][i];
+        }
         TEST_OK(zr_device_alloc_at(&gpu, &us->dp[u], n * es, __FILE__, __LINE__));
         TEST_OK(zr_device_alloc_at(&gpu, &us->dg[u], n * es, __FILE__, __LINE__));
         void *h = malloc(n * es);
@@ -64,6 +77,47 @@ static void units_init(units *us, const zr_gpt *m, zr_dtype t, uint64_t seed)
         TEST_OK(zr_stream_sync(st));
         free(h);
     }
+}
+
+/*
+ * wte's padded rows (V..Vp) set to non-zero values on the host and the device: the CPU model never
+ * reads them; the device's classifier runs over Vp, so they reach logits' padded columns, and the
+ * loss, dln and wte's gradient must not see them.
+ */
+static void units_fill_padding(units *us, const zr_gpt *m, zr_dtype t)
+{
+    size_t C = (size_t)m->cfg.channels, V = (size_t)m->cfg.vocab;
+    size_t n = ((size_t)m->cfg.padded_vocab - V) * C, es = zr_dtype_size(t);
+    float *w = us->p[0] + V * C;
+    for (size_t i = 0; i < n; i++) {
+        w[i] = 3.0f + (float)(i % 7); /* large enough to move a loss that read them */
+    }
+    void *h = malloc(n * es + 1);
+    if (t == ZR_DTYPE_BF16) {
+        zr_bf16_from_f32_n(h, w, n);
+    } else {
+        memcpy(h, w, n * es);
+    }
+    TEST_OK(zr_memcpy_async((char *)us->dp[0] + V * C * es, h, n * es, st));
+    TEST_OK(zr_stream_sync(st));
+    free(h);
+}
+
+/* After a backward: dlogits' padded columns (V..Vp) are exactly 0; returns how many are not. */
+static size_t dlogits_padding_nonzero(const zr_gpt_cuda *m)
+{
+    size_t BT = (size_t)m->B * m->T, V = (size_t)m->cfg.vocab, Vp = (size_t)m->cfg.padded_vocab;
+    size_t es = zr_dtype_size(m->type), nz = 0;
+    unsigned char *h = malloc(BT * Vp * es);
+    TEST_OK(zr_memcpy_async(h, m->logits, BT * Vp * es, st));
+    TEST_OK(zr_stream_sync(st));
+    for (size_t r = 0; r < BT; r++) {
+        for (size_t j = V * es; j < Vp * es; j++) {
+            nz += h[r * Vp * es + j] != 0; /* +0.0 only: every byte 0 */
+        }
+    }
+    free(h);
+    return nz;
 }
 
 static void units_zero_grads(units *us, zr_dtype t)
@@ -202,6 +256,7 @@ static void model_vs_cpu(const model_case *c)
         return;
     }
     units_init(&us, &cpu, c->t, 1234);
+    units_fill_padding(&us, &cpu, c->t);
     units_zero_grads(&us, c->t);
     int BT = c->B * c->T, *inp = malloc(BT * sizeof(int)), *tgt = malloc(BT * sizeof(int));
     zr_test_rng rng = {77};
@@ -214,10 +269,12 @@ static void model_vs_cpu(const model_case *c)
                 "the CPU",
                 zr_dtype_name(c->t), c->cfg.layers, c->cfg.channels, c->cfg.heads, c->T, lg, lc);
     double worst = compare_grads(&cpu, &us, c->t, 1e-5, bf16 ? 5e-2 : 0.0);
-    printf("  %s L %d C %d NH %d B %d T %d V %d: loss %.8f (CPU %.8f), worst gradient figure "
+    size_t nz = dlogits_padding_nonzero(&dev);
+    TEST_CHECKF(nz == 0, "dlogits: %zu bytes of the padded columns V..Vp are not 0", nz);
+    printf("  %s%s L %d C %d NH %d B %d T %d V %d: loss %.8f (CPU %.8f), worst gradient figure "
            "%.3g\n",
-           zr_dtype_name(c->t), c->cfg.layers, c->cfg.channels, c->cfg.heads, c->B, c->T,
-           c->cfg.vocab, lg, lc, worst);
+           zr_dtype_name(c->t), dev.fused ? "" : " unfused", c->cfg.layers, c->cfg.channels,
+           c->cfg.heads, c->B, c->T, c->cfg.vocab, lg, lc, worst);
     free(inp);
     free(tgt);
     units_free(&us);
@@ -239,6 +296,23 @@ static void test_bf16_vs_cpu(void)
 {
     model_case a = {tiny, 1, 16, ZR_DTYPE_BF16};
     model_vs_cpu(&a);
+}
+
+/* The unfused GEMMs (ZR_GEMM_EPILOGUE=0: plain GEMMs, bias_add, bias_gelu, gelu_bwd) as well. */
+static void test_unfused_vs_cpu(void)
+{
+    zr_gpt_cuda dev;
+    TEST_OK(setenv("ZR_GEMM_EPILOGUE", "0", 1) == 0 ? ZR_OK : ZR_ERR_INVALID);
+    TEST_OK(zr_gpt_cuda_init(&dev, &tiny, 1, 4, ZR_DTYPE_F32, st));
+    TEST_CHECK(dev.stream == NULL || dev.fused == 0);
+    zr_gpt_cuda_free(&dev);
+    model_case a = {tiny, 2, 16, ZR_DTYPE_F32}, b = {tiny, 1, 16, ZR_DTYPE_BF16};
+    model_vs_cpu(&a);
+    model_vs_cpu(&b);
+    TEST_OK(unsetenv("ZR_GEMM_EPILOGUE") == 0 ? ZR_OK : ZR_ERR_INVALID);
+    TEST_OK(zr_gpt_cuda_init(&dev, &tiny, 1, 4, ZR_DTYPE_F32, st));
+    TEST_CHECK(dev.stream == NULL || dev.fused == 1); /* the default: fused */
+    zr_gpt_cuda_free(&dev);
 }
 
 /* Two runs from zeroed gradients: the same bits; a third without zeroing: twice as much. */
@@ -403,6 +477,7 @@ int main(void)
     if (st != NULL) {
         TEST_RUN(test_fp32_vs_cpu);
         TEST_RUN(test_bf16_vs_cpu);
+        TEST_RUN(test_unfused_vs_cpu);
         TEST_RUN(test_repeat);
         TEST_RUN(test_order);
 #if !ZR_CUDA_EMU

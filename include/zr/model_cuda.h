@@ -78,6 +78,41 @@ void zr_blas_destroy(zr_blas *b);
 /* Queues g on the handle's stream; A, B, C device memory of the handle's type. */
 zr_status zr_blas_gemm(zr_blas *b, const zr_gemm *g, const void *A, const void *B, void *C);
 
+/*
+ * What a product does to its result before storing it (zr_blas_gemm_epi), in
+ * the row-major terms of zr_gemm: P = alpha op(A) op(B), C [M, N].
+ */
+typedef enum zr_gemm_epilogue {
+    ZR_GEMM_EPI_NONE = 0,  /* C = P + beta C */
+    ZR_GEMM_EPI_BIAS,      /* C = P + bias[N] (broadcast over the M rows) */
+    ZR_GEMM_EPI_BIAS_GELU, /* aux = P + bias (GELU's input, kept), C = GELU(aux), tanh form */
+    ZR_GEMM_EPI_DGELU      /* C = P * GELU'(aux) (the backward through a GELU of input aux) */
+} zr_gemm_epilogue;
+
+typedef struct zr_gemm_epi {
+    zr_gemm_epilogue kind;
+    const void *bias; /* [N], the handle's type (BIAS, BIAS_GELU) */
+    void *aux;        /* [M, N], row stride ldaux (BIAS_GELU writes it, DGELU reads it) */
+    int ldaux;        /* >= N and a multiple of 8 (cuBLASLt's rule) */
+} zr_gemm_epi;
+
+/*
+ * g with the epilogue e, through cuBLASLt (opened on first use): one call,
+ * one pass over C, where the plain path needs a GEMM and an element-wise
+ * kernel. Only batch 1; beta must be 0 unless e->kind is NONE. The handle
+ * keeps a 32 MiB workspace and, per shape, transposes, epilogue and operand
+ * alignment, the heuristic's algorithm (chosen once). fp32 handles compute
+ * in plain fp32 (CUBLAS_COMPUTE_32F with fp32 operands: no TF32), bf16 ones
+ * accumulate in fp32, the epilogue in fp32, one rounding of C and of aux.
+ * Where cuBLASLt's heuristic has no algorithm for a shape (decided once per
+ * shape), the product runs unfused: zr_blas_gemm and the element-wise
+ * kernel (which needs ldc and ldaux equal to N).
+ */
+zr_status zr_blas_gemm_epi(zr_blas *b, const zr_gemm *g, const zr_gemm_epi *e, const void *A,
+                           const void *B, void *C);
+/* The device bytes of the workspace a handle allocates at its first zr_blas_gemm_epi. */
+size_t zr_blas_epi_workspace_bytes(void);
+
 /* ---- the model on the device -------------------------------------------------------- */
 
 /* Where one block's activations live in the device arena (byte offsets are pointers). */
@@ -96,6 +131,9 @@ typedef struct zr_gpt_cuda {
     zr_tensor_desc unit0_desc[2], block_desc[ZR_GPT_BLOCK_TENSORS], final_desc[2];
     zr_stream *stream; /* every kernel and GEMM runs on it; not owned */
     zr_blas *blas;
+    /* 1: bias, bias + GELU and GELU's backward are GEMM epilogues (cuBLASLt), 0: a plain GEMM
+       and the element-wise kernels; read from ZR_GEMM_EPILOGUE ("0" = unfused) at init */
+    int fused;
 
     void *arena; /* device: every activation, scratch buffer and token array */
     size_t arena_bytes;
@@ -124,13 +162,16 @@ typedef struct zr_gpt_cuda {
 /*
  * Activations for B x T tokens on s's device in compute type `type`. The
  * configuration must pass zr_gpt_config_check, have channels a multiple of
- * 8 and a head size of at most 256. Free with zr_gpt_cuda_free.
+ * 8 and a head size of at most 256. Free with zr_gpt_cuda_free. The
+ * environment variable ZR_GEMM_EPILOGUE=0 selects the unfused GEMMs (for
+ * timing both); anything else, or unset, the fused ones.
  */
 zr_status zr_gpt_cuda_init(zr_gpt_cuda *m, const zr_gpt_config *cfg, int B, int T, zr_dtype type,
                            zr_stream *s);
 /* Safe on a zeroed struct and after a failed init; waits for the stream. */
 void zr_gpt_cuda_free(zr_gpt_cuda *m);
-/* Device bytes zr_gpt_cuda_init allocates for this shape (cfg must be valid). */
+/* Device bytes the model allocates for this shape (cfg must be valid): its activations, and
+   with the GEMM epilogues on (ZR_GEMM_EPILOGUE) its handle's cuBLASLt workspace. */
 size_t zr_gpt_cuda_activation_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type);
 /*
  * The largest micro-batch zr_gpt_cuda_init accepts at T (0 when none): B T

@@ -1,5 +1,5 @@
 /*
- * cudalib.c - cuBLAS and NCCL opened on first use (cudalib.h says why and
+ * cudalib.c - cuBLAS, cuBLASLt and NCCL opened on first use (cudalib.h says why and
  * where from).
  *
  * A library is a list of files opened in order from one place (cuBLAS:
@@ -194,6 +194,43 @@ zr_status zr_cudalib_load_cublas(const zr_cudalib_cublas **out)
     pthread_once(&cublas_lib.once, cublas_once);
     ZR_CHECK(outcome(&cublas_lib));
     *out = &cublas;
+    return ZR_OK;
+}
+
+/* ---- cuBLASLt ---------------------------------------------------------------------- */
+
+static lib cublaslt_lib = {
+    .name = "cuBLASLt",
+    .dir = ZR_CUBLAS_DIR,
+    .files = {"libcublasLt.so." STR(CUBLAS_VER_MAJOR)},
+    .built = "cuBLAS " STR(CUBLAS_VER_MAJOR) "." STR(CUBLAS_VER_MINOR) "." STR(CUBLAS_VER_PATCH),
+    .once = PTHREAD_ONCE_INIT,
+};
+static zr_cudalib_cublaslt cublaslt;
+
+static void cublaslt_once(void)
+{
+    lib *l = &cublaslt_lib;
+    zr_cudalib_cublaslt *t = &cublaslt;
+    void *h = NULL;
+    int ok =
+        open_lib(l, &h) && SYM(l, h, t, cublasLtCreate) && SYM(l, h, t, cublasLtDestroy) &&
+        SYM(l, h, t, cublasLtGetStatusName) && SYM(l, h, t, cublasLtGetStatusString) &&
+        SYM(l, h, t, cublasLtMatmulDescCreate) && SYM(l, h, t, cublasLtMatmulDescDestroy) &&
+        SYM(l, h, t, cublasLtMatmulDescSetAttribute) && SYM(l, h, t, cublasLtMatrixLayoutCreate) &&
+        SYM(l, h, t, cublasLtMatrixLayoutDestroy) && SYM(l, h, t, cublasLtMatmulPreferenceCreate) &&
+        SYM(l, h, t, cublasLtMatmulPreferenceDestroy) &&
+        SYM(l, h, t, cublasLtMatmulPreferenceSetAttribute) &&
+        SYM(l, h, t, cublasLtMatmulAlgoGetHeuristic) && SYM(l, h, t, cublasLtMatmul);
+    settle(l, ok);
+}
+
+zr_status zr_cudalib_load_cublaslt(const zr_cudalib_cublaslt **out)
+{
+    *out = NULL;
+    pthread_once(&cublaslt_lib.once, cublaslt_once);
+    ZR_CHECK(outcome(&cublaslt_lib));
+    *out = &cublaslt;
     return ZR_OK;
 }
 

@@ -1,5 +1,5 @@
 /*
- * cudalib.h - cuBLAS and NCCL loaded on first use: a table of the
+ * cudalib.h - cuBLAS, cuBLASLt and NCCL loaded on first use: a table of the
  * functions zr calls in each library, filled once per process, through
  * which every call site calls them (blas_cuda.c, transport_nccl.c,
  * bench_comm_cuda.c).
@@ -43,6 +43,7 @@
 #include "zr/base.h"
 
 #if ZR_CUDA
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 /* The cuBLAS functions zr calls (blas_cuda.c). */
@@ -59,6 +60,27 @@ typedef struct zr_cudalib_cublas {
 
 /* Open cuBLAS (with cuBLASLt, which it needs) on the first call; *out: its table. */
 zr_status zr_cudalib_load_cublas(const zr_cudalib_cublas **out);
+
+/* The cuBLASLt functions zr calls (blas_cuda.c: the GEMMs with epilogues). */
+typedef struct zr_cudalib_cublaslt {
+    __typeof__(cublasLtCreate) *cublasLtCreate;
+    __typeof__(cublasLtDestroy) *cublasLtDestroy;
+    __typeof__(cublasLtGetStatusName) *cublasLtGetStatusName;
+    __typeof__(cublasLtGetStatusString) *cublasLtGetStatusString;
+    __typeof__(cublasLtMatmulDescCreate) *cublasLtMatmulDescCreate;
+    __typeof__(cublasLtMatmulDescDestroy) *cublasLtMatmulDescDestroy;
+    __typeof__(cublasLtMatmulDescSetAttribute) *cublasLtMatmulDescSetAttribute;
+    __typeof__(cublasLtMatrixLayoutCreate) *cublasLtMatrixLayoutCreate;
+    __typeof__(cublasLtMatrixLayoutDestroy) *cublasLtMatrixLayoutDestroy;
+    __typeof__(cublasLtMatmulPreferenceCreate) *cublasLtMatmulPreferenceCreate;
+    __typeof__(cublasLtMatmulPreferenceDestroy) *cublasLtMatmulPreferenceDestroy;
+    __typeof__(cublasLtMatmulPreferenceSetAttribute) *cublasLtMatmulPreferenceSetAttribute;
+    __typeof__(cublasLtMatmulAlgoGetHeuristic) *cublasLtMatmulAlgoGetHeuristic;
+    __typeof__(cublasLtMatmul) *cublasLtMatmul;
+} zr_cudalib_cublaslt;
+
+/* Open cuBLASLt (libcublasLt.so.<cuBLAS major>) on the first call; *out: its table. */
+zr_status zr_cudalib_load_cublaslt(const zr_cudalib_cublaslt **out);
 
 #if ZR_NCCL
 #include <nccl.h>

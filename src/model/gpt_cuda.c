@@ -27,6 +27,7 @@
 #include "ops_cuda.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define CARVE_ALIGN 256
@@ -173,6 +174,13 @@ static zr_status init_buffers(zr_gpt_cuda *m)
     return ZR_OK;
 }
 
+/* The GEMM epilogues unless ZR_GEMM_EPILOGUE=0 (read at each init). */
+static int epilogues_on(void)
+{
+    const char *epi = getenv("ZR_GEMM_EPILOGUE");
+    return epi == NULL || strcmp(epi, "0") != 0;
+}
+
 zr_status zr_gpt_cuda_init(zr_gpt_cuda *m, const zr_gpt_config *cfg, int B, int T, zr_dtype type,
                            zr_stream *s)
 {
@@ -184,6 +192,7 @@ zr_status zr_gpt_cuda_init(zr_gpt_cuda *m, const zr_gpt_config *cfg, int B, int 
     m->type = type;
     m->es = zr_dtype_size(type);
     m->stream = s;
+    m->fused = epilogues_on();
     zr_gpt_config_unit_tensors(cfg, 0, m->unit0_desc);
     zr_gpt_config_unit_tensors(cfg, 1, m->block_desc);
     zr_gpt_config_unit_tensors(cfg, cfg->layers + 1, m->final_desc);
@@ -221,7 +230,8 @@ size_t zr_gpt_cuda_activation_bytes(const zr_gpt_config *cfg, int B, int T, zr_d
     m.B = B;
     m.T = T;
     m.es = zr_dtype_size(type);
-    return layout(&m, NULL);
+    /* the fused GEMMs' first call gives the model's cuBLAS handle its cuBLASLt workspace */
+    return layout(&m, NULL) + (epilogues_on() ? zr_blas_epi_workspace_bytes() : 0);
 }
 
 /* ---- matrix products ------------------------------------------------------------------- */
@@ -239,6 +249,24 @@ static zr_status mm_fwd(zr_gpt_cuda *m, void *out, const void *inp, const void *
                         int OC, int ldo)
 {
     return mm(m, 0, 1, N, OC, K, K, K, ldo, 0.0f, inp, w, out);
+}
+
+/* out[N, OC] = epilogue(inp[N, K] w[OC, K]^T) with bias [OC] and aux [N, OC] (zr_gemm_epi) */
+static zr_status mm_fwd_epi(zr_gpt_cuda *m, void *out, const void *inp, const void *w, int N, int K,
+                            int OC, zr_gemm_epilogue kind, const void *bias, void *aux)
+{
+    zr_gemm g = {0, 1, N, OC, K, K, K, OC, 0, 0, 0, 1, 1.0f, 0.0f};
+    zr_gemm_epi e = {kind, bias, aux, OC};
+    return zr_blas_gemm_epi(m->blas, &g, &e, inp, w, out);
+}
+
+/* dinp[N, K] = (dout[N, OC] (row stride ldd) w[OC, K]) * GELU'(pre[N, K]) */
+static zr_status mm_dinp_dgelu(zr_gpt_cuda *m, void *dinp, const void *dout, const void *w,
+                               const void *pre, int N, int K, int OC, int ldd)
+{
+    zr_gemm g = {0, 0, N, K, OC, ldd, K, K, 0, 0, 0, 1, 1.0f, 0.0f};
+    zr_gemm_epi e = {ZR_GEMM_EPI_DGELU, NULL, (void *)pre, K};
+    return zr_blas_gemm_epi(m->blas, &g, &e, dout, w, dinp);
 }
 
 /* dinp[N, K] = dout[N, OC] (row stride ldd) w[OC, K] */
@@ -300,15 +328,25 @@ static zr_status block_forward(zr_gpt_cuda *m, int l, const void *p)
 #define W(i) tensor(m, d, (i), p)
     ZR_CHECK(zr_op_cuda_layernorm_fwd(t, a->ln1, a->ln1_mean, a->ln1_rstd, inp, W(T_LN1W),
                                       W(T_LN1B), BT, C, s));
-    ZR_CHECK(mm_fwd(m, a->qkv, a->ln1, W(T_QKVW), BT, C, 3 * C, 3 * C));
-    ZR_CHECK(zr_op_cuda_bias_add(t, a->qkv, W(T_QKVB), BT, 3 * C, s));
+    if (m->fused) {
+        ZR_CHECK(mm_fwd_epi(m, a->qkv, a->ln1, W(T_QKVW), BT, C, 3 * C, ZR_GEMM_EPI_BIAS, W(T_QKVB),
+                            NULL));
+    } else {
+        ZR_CHECK(mm_fwd(m, a->qkv, a->ln1, W(T_QKVW), BT, C, 3 * C, 3 * C));
+        ZR_CHECK(zr_op_cuda_bias_add(t, a->qkv, W(T_QKVB), BT, 3 * C, s));
+    }
     ZR_CHECK(zr_op_cuda_attention_fwd(t, a->atty, a->att_lse, a->qkv, B, T, C, NH, s));
     ZR_CHECK(mm_fwd(m, m->tmp, a->atty, W(T_ATTPROJW), BT, C, C, C));
     ZR_CHECK(zr_op_cuda_residual_layernorm_fwd(t, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, inp,
                                                m->tmp, W(T_ATTPROJB), W(T_LN2W), W(T_LN2B), BT, C,
                                                s));
-    ZR_CHECK(mm_fwd(m, a->fch, a->ln2, W(T_FCW), BT, C, 4 * C, 4 * C));
-    ZR_CHECK(zr_op_cuda_bias_gelu_fwd(t, a->fch_gelu, a->fch, W(T_FCB), BT, 4 * C, s));
+    if (m->fused) { /* fch keeps GELU's input for the backward */
+        ZR_CHECK(mm_fwd_epi(m, a->fch_gelu, a->ln2, W(T_FCW), BT, C, 4 * C, ZR_GEMM_EPI_BIAS_GELU,
+                            W(T_FCB), a->fch));
+    } else {
+        ZR_CHECK(mm_fwd(m, a->fch, a->ln2, W(T_FCW), BT, C, 4 * C, 4 * C));
+        ZR_CHECK(zr_op_cuda_bias_gelu_fwd(t, a->fch_gelu, a->fch, W(T_FCB), BT, 4 * C, s));
+    }
     ZR_CHECK(mm_fwd(m, m->tmp, a->fch_gelu, W(T_FCPROJW), BT, 4 * C, C, C));
     ZR_CHECK(zr_op_cuda_residual_fwd(t, a->res3, a->res2, m->tmp, W(T_FCPROJB), BT, C, s));
 #undef W
@@ -324,8 +362,10 @@ static zr_status final_forward(zr_gpt_cuda *m, const void *p, const void *p0)
     ZR_CHECK(zr_op_cuda_layernorm_fwd(t, m->lnf, m->lnf_mean, m->lnf_rstd,
                                       block_input(m, m->cfg.layers), tensor(m, m->final_desc, 0, p),
                                       tensor(m, m->final_desc, 1, p), BT, C, s));
-    /* logits of the V real tokens only; the padded rows of wte are never read */
-    ZR_CHECK(mm_fwd(m, m->logits, m->lnf, tensor(m, m->unit0_desc, 0, p0), BT, C, V, Vp));
+    /* logits over the aligned Vp (cuBLAS's fast kernels want N % 8 == 0; at N = V = 50257 it
+       ran sm_75 CUTLASS kernels, ~15x slower on an H200): columns V..Vp come from wte's padded
+       rows, whatever they hold; the loss never reads them and the backward zeroes them */
+    ZR_CHECK(mm_fwd(m, m->logits, m->lnf, tensor(m, m->unit0_desc, 0, p0), BT, C, Vp, Vp));
     if (!m->has_targets) {
         return ZR_OK;
     }
@@ -396,8 +436,10 @@ static zr_status final_backward(zr_gpt_cuda *m, const void *p, const void *p0, v
     zr_stream *s = m->stream;
     ZR_CHECK(zr_op_cuda_xent_bwd(t, m->logits, m->xent_lse, dev_targets(m), 1.0f / (float)BT, BT, V,
                                  Vp, s));
-    ZR_CHECK(mm_dinp(m, m->dln, m->logits, tensor(m, m->unit0_desc, 0, p0), BT, C, V, Vp));
-    ZR_CHECK(mm_dw(m, tensor(m, m->unit0_desc, 0, g0), m->logits, m->lnf, BT, C, V, Vp));
+    /* over Vp: dlogits' padded columns are exactly 0 (xent_bwd writes them), so they add
+       nothing to dln and the padded rows of wte's gradient get + 0 (they stay 0, as on the CPU) */
+    ZR_CHECK(mm_dinp(m, m->dln, m->logits, tensor(m, m->unit0_desc, 0, p0), BT, C, Vp, Vp));
+    ZR_CHECK(mm_dw(m, tensor(m, m->unit0_desc, 0, g0), m->logits, m->lnf, BT, C, Vp, Vp));
     /* dres is written here (not accumulated): the residual stream's gradient starts */
     return zr_op_cuda_layernorm_bwd(t, m->dres, tensor(m, m->final_desc, 0, g),
                                     tensor(m, m->final_desc, 1, g), m->dln,
@@ -415,10 +457,16 @@ static zr_status block_backward_mlp(zr_gpt_cuda *m, int l, const void *p, void *
     const zr_gpt_cuda_layer *a = &m->layers[l];
 #define W(i) tensor(m, d, (i), p)
 #define G(i) tensor(m, d, (i), g)
-    ZR_CHECK(mm_dinp(m, m->dbig, m->dres, W(T_FCPROJW), BT, 4 * C, C, C));
+    if (m->fused) {
+        ZR_CHECK(mm_dinp_dgelu(m, m->dbig, m->dres, W(T_FCPROJW), a->fch, BT, 4 * C, C, C));
+    } else {
+        ZR_CHECK(mm_dinp(m, m->dbig, m->dres, W(T_FCPROJW), BT, 4 * C, C, C));
+    }
     ZR_CHECK(mm_dw(m, G(T_FCPROJW), m->dres, a->fch_gelu, BT, 4 * C, C, C));
     ZR_CHECK(zr_op_cuda_colsum_acc(t, G(T_FCPROJB), m->dres, BT, C, m->colsum, s));
-    ZR_CHECK(zr_op_cuda_gelu_bwd(t, m->dbig, a->fch, m->dbig, (size_t)BT * 4 * C, s));
+    if (!m->fused) {
+        ZR_CHECK(zr_op_cuda_gelu_bwd(t, m->dbig, a->fch, m->dbig, (size_t)BT * 4 * C, s));
+    }
     ZR_CHECK(zr_op_cuda_colsum_acc(t, G(T_FCB), m->dbig, BT, 4 * C, m->colsum, s));
     ZR_CHECK(mm_dinp(m, m->dln, m->dbig, W(T_FCW), BT, C, 4 * C, 4 * C));
     ZR_CHECK(mm_dw(m, G(T_FCW), m->dbig, a->ln2, BT, C, 4 * C, 4 * C));

@@ -110,7 +110,7 @@ zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, 
  */
 zr_status zr_op_cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void *logits,
                               const int *targets, int N, int V, int Vp, zr_stream *s);
-/* In place: logits[:, :V] become (softmax - onehot(target)) * dloss. */
+/* In place: logits[:, :V] become (softmax - onehot(target)) * dloss, logits[:, V:Vp] 0. */
 zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const int *targets,
                               float dloss, int N, int V, int Vp, zr_stream *s);
 /*

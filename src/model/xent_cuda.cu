@@ -10,7 +10,9 @@
  *             (fp32) and the loss is lse - logit(target).
  *   backward  in place over the logits: (exp(x - lse) - onehot) * dloss,
  *             16-byte accesses where the C side found rows aligned; the
- *             padded columns V..Vp are neither read nor written.
+ *             padded columns V..Vp are written 0 (the classifier's GEMMs run
+ *             over Vp: those columns must add nothing to dX nor to wte's
+ *             padded rows).
  *   fused     both in one kernel, the row read once from memory (again
  *             from cache): for a caller that needs no logits after the
  *             loss; the same bits as forward then backward.
@@ -101,17 +103,21 @@ __device__ __forceinline__ float row_lse(const S *x, int V, int vec, float *wm, 
     return m + logf(s);
 }
 
-/* x[0..V-1] (in place) = (exp(x - l) - onehot(t)) * dloss; the padded columns stay. */
+/*
+ * x[0..V-1] (in place) = (exp(x - l) - onehot(t)) * dloss, and x[V..Vp-1] = 0:
+ * the classifier's GEMMs run over Vp, so the padded columns must add nothing.
+ */
 template <typename S>
-__device__ __forceinline__ void row_dlogits(S *x, float l, int t, float dloss, int V, int vec)
+__device__ __forceinline__ void row_dlogits(S *x, float l, int t, float dloss, int V, int Vp,
+                                            int vec)
 {
-    for (int j = threadIdx.x * 8; j < V; j += XENT_THREADS * 8) {
-        int m = min(8, V - j);
+    for (int j = threadIdx.x * 8; j < Vp; j += XENT_THREADS * 8) {
+        int m = min(8, Vp - j);
         float v[8];
         load8(x + j, m, vec, v);
         ZR_UNROLL
         for (int i = 0; i < 8; i++) {
-            v[i] = (expf(v[i] - l) - (j + i == t ? 1.0f : 0.0f)) * dloss;
+            v[i] = j + i < V ? (expf(v[i] - l) - (j + i == t ? 1.0f : 0.0f)) * dloss : 0.0f;
         }
         store8(x + j, m, vec, v);
     }
@@ -133,13 +139,13 @@ __global__ void __launch_bounds__(XENT_THREADS)
     }
 }
 
-/* In place: logits become (softmax - onehot(target)) * dloss; the padded columns stay. */
+/* In place: logits become (softmax - onehot(target)) * dloss; the padded columns 0. */
 template <typename S>
 __global__ void __launch_bounds__(XENT_THREADS)
     xent_bwd(S *logits, const float *lse, const int *targets, float dloss, int V, int Vp, int vec)
 {
     S *x = logits + zr_op_offset(blockIdx.x, Vp, 0);
-    row_dlogits(x, lse[blockIdx.x], targets[blockIdx.x], dloss, V, vec);
+    row_dlogits(x, lse[blockIdx.x], targets[blockIdx.x], dloss, V, Vp, vec);
 }
 
 /*
@@ -161,7 +167,7 @@ __global__ void __launch_bounds__(XENT_THREADS)
         lse[blockIdx.x] = l;
         losses[blockIdx.x] = l - xt;
     }
-    row_dlogits(x, l, t, dloss, V, vec);
+    row_dlogits(x, l, t, dloss, V, Vp, vec);
 }
 
 /* out[0] = mean of x[0..n-1], summed in double in a fixed order (one block). */

@@ -43,7 +43,7 @@ EMU_CU_OBJ := $(EMU_CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 EMU_TEST_SRC := $(wildcard tests/test_*.cu)
 EMU_TEST_BIN := $(EMU_TEST_SRC:tests/%.cu=$(BUILD)/tests/%)
 
-LDLIBS += $(EMU_LIB) $(BLAS_LIBS) $(DEPS_LIBS) -lstdc++ -pthread
+LDLIBS += $(EMU_LIB) $(BLAS_LIBS) $(DEPS_LIBS) -lstdc++ -lm -pthread
 FLAGS_ID += EMU $(EMU_CXX) $(EMU_CUFLAGS) $(EMU_LIBFLAGS)
 
 .PHONY: emu-tests
