@@ -12,10 +12,12 @@
  * ops_cuda.c and zr bench model's optimizer make them today. THE ONE PLACE to
  * update when a kernel is fused, split, added or removed: tests/test_roofline.c
  * counts the launches of a step in the GPU emulator and compares them with
- * these sums. Today, per block 24 kernels and 12 GEMM calls; once per step
- * 10 kernels and 3 GEMM calls; 3 kernels per parameter unit in the optimizer:
- * 16 + 27 L kernels and 3 + 12 L GEMM calls a step (GPT-2 124M: 340 + 147,
- * and cuBLAS's split-K reductions on a GPU on top).
+ * these sums. Today (bf16, the cuBLASLt epilogues on: ZR_GEMM_EPILOGUE=0
+ * adds bias_add, bias_gelu and gelu_bwd back to each block), per block 21
+ * kernels and 12 GEMM calls; once per step 10 kernels and 3 GEMM calls; 3
+ * kernels per parameter unit in the optimizer: 16 + 24 L kernels and
+ * 3 + 12 L GEMM calls a step (GPT-2 124M: 304 + 147, and cuBLAS's split-K
+ * reductions on a GPU on top).
  */
 static const struct {
     const char *name;
@@ -23,31 +25,31 @@ static const struct {
 } launch_table[] = {
     {"fwd.encoder", 1, 0},         /* encoder_fwd */
     {"fwd.ln1", 1, 0},             /* layernorm_fwd */
-    {"fwd.qkv", 1, 1},             /* GEMM, bias_add */
-    {"fwd.attention", 1, 0},       /* att_fwd */
+    {"fwd.qkv", 0, 1},             /* GEMM, bias in its epilogue (cuBLASLt) */
+    {"fwd.attention", 1, 0},       /* flash_fwd (bf16), att_fwd */
     {"fwd.attproj", 0, 1},         /* GEMM */
     {"fwd.residual1", 1, 0},       /* residual + bias + LayerNorm 2, one kernel */
     {"fwd.ln2", 0, 0},             /* in fwd.residual1's kernel */
-    {"fwd.fc", 0, 1},              /* GEMM */
-    {"fwd.gelu", 1, 0},            /* bias_gelu */
+    {"fwd.fc", 0, 1},              /* GEMM, bias + GELU in its epilogue */
+    {"fwd.gelu", 0, 0},            /* in fwd.fc's epilogue */
     {"fwd.fcproj", 0, 1},          /* GEMM */
     {"fwd.residual2", 1, 0},       /* residual + bias */
     {"fwd.lnf", 1, 0},             /* layernorm_fwd */
-    {"fwd.classifier", 0, 1},      /* GEMM over V */
+    {"fwd.classifier", 0, 1},      /* GEMM over Vp */
     {"fwd.xent", 2, 0},            /* xent_fwd, mean */
     {"bwd.xent", 1, 0},            /* xent_bwd, in place */
     {"bwd.classifier_dinp", 0, 1}, /* GEMM */
     {"bwd.classifier_dw", 0, 1},   /* GEMM */
     {"bwd.lnf", 3, 0},             /* layernorm_bwd_rows, colsum_part, colsum_final */
-    {"bwd.fcproj_dinp", 0, 1},     /* GEMM */
+    {"bwd.fcproj_dinp", 0, 1},     /* GEMM, GELU's backward in its epilogue */
     {"bwd.fcproj_dw", 2, 1},       /* GEMM; bias: colsum_part, colsum_final */
-    {"bwd.gelu", 1, 0},            /* gelu_bwd */
+    {"bwd.gelu", 0, 0},            /* in bwd.fcproj_dinp's epilogue */
     {"bwd.fc_dinp", 0, 1},         /* GEMM */
     {"bwd.fc_dw", 2, 1},           /* GEMM; bias: colsum_part, colsum_final */
     {"bwd.ln2", 3, 0},             /* layernorm_bwd_rows, colsum_part, colsum_final */
     {"bwd.attproj_dinp", 0, 1},    /* GEMM */
     {"bwd.attproj_dw", 2, 1},      /* GEMM; bias: colsum_part, colsum_final */
-    {"bwd.attention", 3, 0},       /* att_delta, att_bwd_kv, att_bwd_q */
+    {"bwd.attention", 3, 0},       /* fa_delta, flash_bwd_dkv, flash_bwd_dq (bf16; att_* fp32) */
     {"bwd.qkv_dinp", 0, 1},        /* GEMM */
     {"bwd.qkv_dw", 2, 1},          /* GEMM; bias: colsum_part, colsum_final */
     {"bwd.ln1", 3, 0},             /* layernorm_bwd_rows, colsum_part, colsum_final */

@@ -539,6 +539,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     if (enqueue(zs, o, call, acc) != cudaSuccess) {
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
+    count_gemm(); /* the launch counters (zr_emu_launch_counts): one GEMM call */
     return CUBLAS_STATUS_SUCCESS;
 }
 
