@@ -26,7 +26,9 @@
 #             side, then the PyTorch reference (bench/gpu/torch_gpt2.py: eager and
 #             torch.compile) at zr's micro-batch, all in this one call; then the table side
 #             by side (bench/gpu/compare_table.py, with attention's ms where a profile stage
-#             ran before it)
+#             ran before it); TORCH=0 leaves PyTorch and the table out
+#   tests     each program named in TESTS (default: the single-process gpu tests), directly,
+#             or under compute-sanitizer --tool $SAN where SAN is set
 #   profile   the GPU time of each kernel of zr bench model's steps (ncu, one metric,
 #             --clock-control none), summed by kernel name and divided into steps
 #
@@ -102,7 +104,7 @@ for stage in $stages; do
             ;;
         suite-short)
             tests/run.sh --suite gpu --filter \
-                '^(test_device|test_cudalib|test_gpu_quant|test_gemm_plan|test_gpu_ops|test_gpu_model) np=-|^test_gpu_train np=1 '
+                '^(test_device|test_cudalib|test_gpu_quant|test_gemm_plan|test_gpu_ops|test_gpu_flash|test_gpu_gemm_epi|test_gpu_model) np=-|^test_gpu_train np=1 '
             tar czf "$O/test-logs.tar.gz" build/test-logs
             ;;
         memcheck)
@@ -150,11 +152,22 @@ for stage in $stages; do
                 timeout 60 "$z" bench quant --device cuda --json
             done 2>&1 | tee "$O/compare.txt"
             b=$(grep -o '"B":[0-9]*' "$O/compare.txt" | head -n 1 | cut -d: -f2)
+            [ "${TORCH:-1}" = 0 ] && continue
             PYTHONUNBUFFERED=1 timeout $(($(left) - 20)) python3 bench/gpu/torch_gpt2.py \
                 --batch "${b:-32}" --json 2>&1 | grep -v Warning | tee -a "$O/compare.txt"
             prof=()
             [ -s "$O/profile.txt" ] && prof=(--profile "$O/profile.txt")
             python3 bench/gpu/compare_table.py "$O/compare.txt" "${prof[@]}" | tee "$O/compare-table.txt"
+            ;;
+        tests)
+            for t in ${TESTS:-test_device test_cudalib test_gpu_quant test_gpu_ops test_gpu_model}; do
+                # SAN=memcheck (or racecheck, synccheck): each under compute-sanitizer
+                w=()
+                [ -n "${SAN:-}" ] && w=("$san" --tool "$SAN" --error-exitcode 99)
+                timeout 120 "${w[@]}" build/release/tests/$t >"/tmp/zr-$t.txt" 2>&1
+                echo "$t: exit $? $(grep -E '^[0-9]+ passed' "/tmp/zr-$t.txt")"
+                cat "/tmp/zr-$t.txt" >>"$O/tests.txt"
+            done
             ;;
         profile)
             n=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
