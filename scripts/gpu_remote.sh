@@ -29,6 +29,8 @@
 #             ran before it); TORCH=0 leaves PyTorch and the table out
 #   tests     each program named in TESTS (default: the single-process gpu tests), directly,
 #             or under compute-sanitizer --tool $SAN where SAN is set
+#   variants  this build's zr bench model with ZR_GEMM_EPILOGUE=0 (the unfused GEMMs, for
+#             the fused ones' gain) and zr bench attention (each attention kernel variant)
 #   profile   the GPU time of each kernel of zr bench model's steps (ncu, one metric,
 #             --clock-control none), summed by kernel name and divided into steps
 #
@@ -168,6 +170,12 @@ for stage in $stages; do
                 echo "$t: exit $? $(grep -E '^[0-9]+ passed' "/tmp/zr-$t.txt")"
                 cat "/tmp/zr-$t.txt" >>"$O/tests.txt"
             done
+            ;;
+        variants)
+            {
+                ZR_GEMM_EPILOGUE=0 timeout 100 $B bench model --device cuda --json
+                timeout 120 $B bench attention --device cuda --json
+            } 2>&1 | tee "$O/variants.txt"
             ;;
         profile)
             n=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
