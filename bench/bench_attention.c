@@ -7,7 +7,8 @@
  * Shapes: GPT-2's B 32 x T 1024 x NH 12 at head sizes 64 and 128 (C = 12
  * hs), bf16 inputs uniform in [-1, 1). Variants: the scalar kernels
  * (attention_cuda.cu), then each tensor-core variant of attention_flash.cu
- * (ZR_OP_CUDA_ATT_VARIANTS: 0 the default, 1 double-buffered tiles). Each
+ * (ZR_OP_CUDA_ATT_VARIANTS: 0 the default, 1 double-buffered tiles, 2 the
+ * forward's rescale skipped where no row's maximum moved). Each
  * kernel is timed alone with CUDA events, the median of the timed runs after
  * one warm-up: forward, the whole backward, and for the tensor-core variants
  * its parts (dO . O rows, dK/dV, dQ). TFLOP/s counts the causal products
@@ -177,9 +178,10 @@ static zr_status bench_variant(att_bench *a, int v, int hs)
     }
     ZR_CHECK(max_diff(a, a->out, a->out0, no, &dout));
     ZR_CHECK(max_diff(a, a->dqkv, a->dqkv0, n3, &dgrad));
-    static const char *const names[ZR_OP_CUDA_ATT_VARIANTS] = {"flash_v0", "flash_v1_db"};
+    static const char *const names[ZR_OP_CUDA_ATT_VARIANTS] = {"flash_v0", "flash_v1_db",
+                                                               "flash_v2_skip"};
     const char *name = v < 0 ? "scalar" : names[v];
-    printf("  hs %3d %-12s", hs, name);
+    printf("  hs %3d %-13s", hs, name);
     for (int k = 0; k < NK; k++) {
         if (ms[k] > 0) {
             printf("  %s %.3f ms %.1f TF/s", k_name[k], ms[k], k_prod[k] * causal / ms[k] * 1e-9);

@@ -307,7 +307,7 @@ __device__ __forceinline__ float fa_softmax(const float *f, fa_bf16 *p, int i, i
     return alpha;
 }
 
-template <int HS, bool DB>
+template <int HS, bool DB, bool SKIP>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     flash_fwd(zr_bf16_t *out, float *lse, const zr_bf16_t *qkv, int T, int C, int NH, float scale,
               int vec)
@@ -353,7 +353,10 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         fa_scores<HS>(sm.f, qa, sm.tile(bf, 0), 0, nkf);
         __syncwarp();
         float alpha = fa_softmax(sm.f, sm.p, i, k0, nkf, T, sl2, &m, &l);
-        fa_scale_rows<cf::NF>(o, sm.f + 16 * FA_SW, alpha);
+        /* SKIP: not when every row's maximum stayed (alpha 1: the same bits either way) */
+        if (!SKIP || __ballot_sync(ZR_FULL_MASK, alpha != 1.0f) != 0) {
+            fa_scale_rows<cf::NF>(o, sm.f + 16 * FA_SW, alpha);
+        }
         fa_accum<HS>(o, sm.p, sm.tile(bf, 1), 0, nkf);
     }
     fa_scale_rows<cf::NF>(o, sm.f + 16 * FA_SW, 1.0f / l);
@@ -554,15 +557,16 @@ template <typename K> static cudaError_t fa_shmem(K kernel, size_t bytes)
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-template <int HS, bool DB> static cudaError_t fa_fwd(const zr_op_k_att *a, cudaStream_t s)
+template <int HS, bool DB, bool SKIP>
+static cudaError_t fa_fwd(const zr_op_k_att *a, cudaStream_t s)
 {
     const size_t shm = fa_cfg<HS, DB>::SHMEM;
-    cudaError_t err = fa_shmem(flash_fwd<HS, DB>, shm);
+    cudaError_t err = fa_shmem(flash_fwd<HS, DB, SKIP>, shm);
     if (err != cudaSuccess) {
         return err;
     }
     dim3 grid((unsigned int)((a->T + FA_ROWS - 1) / FA_ROWS), (unsigned int)(a->B * a->NH));
-    ZR_LAUNCH((flash_fwd<HS, DB>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->out), a->lse,
+    ZR_LAUNCH((flash_fwd<HS, DB, SKIP>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->out), a->lse,
               sptr<zr_bf16_t>(a->qkv), a->T, a->C, a->NH, a->scale, a->vec);
     return cudaGetLastError();
 }
@@ -603,10 +607,16 @@ template <int HS, bool DB> static cudaError_t fa_bwd(const zr_op_k_att *a, cudaS
     return cudaGetLastError();
 }
 
-/* a->variant: 0 one buffer per operand (round 1), 1 double-buffered (cp.async) */
+/*
+ * a->variant: 0 one buffer per operand (round 1), 1 double-buffered
+ * (cp.async), 2 as 0 with the forward's rescale of O skipped on the tiles
+ * where no row's maximum moved (the backward is 0's)
+ */
 template <int HS> static cudaError_t fa_fwd_v(const zr_op_k_att *a, cudaStream_t s)
 {
-    return a->variant == 1 ? fa_fwd<HS, true>(a, s) : fa_fwd<HS, false>(a, s);
+    return a->variant == 1   ? fa_fwd<HS, true, false>(a, s)
+           : a->variant == 2 ? fa_fwd<HS, false, true>(a, s)
+                             : fa_fwd<HS, false, false>(a, s);
 }
 
 template <int HS> static cudaError_t fa_bwd_v(const zr_op_k_att *a, cudaStream_t s)
