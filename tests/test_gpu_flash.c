@@ -17,13 +17,20 @@
  * the scalar kernels within the same bounds. Outputs are poisoned with NaN first: every element
  * must be written (rows < T) and finite. Forward and backward run twice:
  * the same bits (no atomics). Runs on the emulator (suite emu) and on a GPU
- * (suite gpu); without a device it says so and counts as skipped.
+ * (suite gpu); without a device it says so and counts as skipped. Every
+ * other variant of the tensor-core kernels (ZR_OP_CUDA_ATT_VARIANTS) gives
+ * the same bits as the default, twice; zr bench attention --quick runs and
+ * says the same.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "test.h"
 #include "zr/model_cuda.h"
 
 #include "../src/model/ops.h"      /* the CPU operators: internal to src/model */
 #include "../src/model/ops_cuda.h" /* the CUDA operators: internal to src/model */
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 static zr_device gpu;
 static zr_stream *st;
@@ -186,7 +193,7 @@ typedef struct flash_dev {
     float *lse, *delta;
 } flash_dev;
 
-static void run(const flash_case *c, const flash_dev *d, int scalar, float *out, float *lse,
+static void run(const flash_case *c, const flash_dev *d, int variant, float *out, float *lse,
                 float *dqkv, const flash_ref *r)
 {
     int C = c->NH * c->hs;
@@ -200,7 +207,13 @@ static void run(const flash_case *c, const flash_dev *d, int scalar, float *out,
     TEST_OK(zr_memcpy_async(d->lse, pl, r->nl * 4, st));
     TEST_OK(zr_memcpy_async(d->dqkv, pd, r->nq * 2, st));
     const void *qkv = (const char *)d->qkv + (size_t)c->off * 2;
-    if (scalar) {
+    if (variant > 0) {
+        TEST_OK(zr_op_cuda_attention_fwd_variant(variant, ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B,
+                                                 c->T, C, c->NH, st));
+        TEST_OK(zr_op_cuda_attention_bwd_variant(variant, 0, ZR_DTYPE_BF16, d->dqkv, d->delta,
+                                                 d->dout, qkv, d->out, d->lse, c->B, c->T, C, c->NH,
+                                                 st));
+    } else if (variant < 0) {
         TEST_OK(zr_op_cuda_attention_fwd_scalar(ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B, c->T, C,
                                                 c->NH, st));
         TEST_OK(zr_op_cuda_attention_bwd_scalar(ZR_DTYPE_BF16, d->dqkv, d->delta, d->dout, qkv,
@@ -270,7 +283,17 @@ static void flash_case_run(const flash_case *c)
     TEST_CHECKF(memcmp(out[0], out[1], r.no * 4) == 0 && memcmp(lse[0], lse[1], r.nl * 4) == 0 &&
                     memcmp(dq[0], dq[1], r.nq * 4) == 0,
                 "%s: the second run differs", what);
-    run(c, &d, 1, out[2], lse[2], dq[2], &r); /* the scalar kernels */
+    /* every other variant: the same bits as the default's, twice */
+    for (int v = 1; v < ZR_OP_CUDA_ATT_VARIANTS; v++) {
+        for (int k = 1; k <= 2; k++) {
+            run(c, &d, v, out[k], lse[k], dq[k], &r);
+            TEST_CHECKF(memcmp(out[0], out[k], r.no * 4) == 0 &&
+                            memcmp(lse[0], lse[k], r.nl * 4) == 0 &&
+                            memcmp(dq[0], dq[k], r.nq * 4) == 0,
+                        "%s: variant %d (run %d) differs from variant 0", what, v, k);
+        }
+    }
+    run(c, &d, -1, out[2], lse[2], dq[2], &r); /* the scalar kernels */
     char sw[200];
     snprintf(sw, sizeof sw, "%s vs the scalar kernels", what);
     check_all(sw, out[0], lse[0], dq[0], out[2], lse[2], dq[2], c, &r);
@@ -306,6 +329,60 @@ static void test_flash(void)
            worst_seen);
 }
 
+/* Run `zr bench attention ARGS` (this build's zr) into out; its wait status, or -1. */
+static int bench_attention(const char *args, char *out, size_t size)
+{
+    char exe[4096], cmd[4400];
+    out[0] = '\0';
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    TEST_CHECK(n > 0);
+    if (n <= 0) {
+        return -1;
+    }
+    exe[n] = '\0';
+    *strrchr(exe, '/') = '\0'; /* build/<variant>/tests */
+    snprintf(cmd, sizeof cmd, "'%s/../zr' bench attention %s 2>&1", exe, args);
+    FILE *p = popen(cmd, "r");
+    TEST_CHECK(p != NULL);
+    if (p == NULL) {
+        return -1;
+    }
+    size_t got = fread(out, 1, size - 1, p);
+    out[got] = '\0';
+    return pclose(p);
+}
+
+/*
+ * zr bench attention --quick --json: exits 0 with every variant at both head
+ * sizes, each tensor-core variant's out and dqkv the same bits as variant
+ * 0's (difference 0), the scalar kernels' within bf16 rounding of them.
+ */
+static void test_bench_attention(void)
+{
+    static char out[65536];
+    int status = bench_attention("--quick --json", out, sizeof out);
+    TEST_CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "zr bench attention --quick: status %d, output: %s", status, out);
+    const char *at = strstr(out, "{\"bench\":\"attention\"");
+    TEST_CHECKF(at != NULL, "no JSON line in: %s", out);
+    int runs = 0;
+    while (at != NULL && (at = strstr(at, "{\"hs\":")) != NULL) {
+        int hs = 0;
+        char name[32] = "";
+        double dout = -1, dgrad = -1;
+        int got =
+            sscanf(at, "{\"hs\":%d,\"variant\":\"%31[^\"]\",\"diff_out\":%lf,\"diff_dqkv\":%lf",
+                   &hs, name, &dout, &dgrad);
+        double tol = strcmp(name, "scalar") == 0 ? 0.05 : 0.0;
+        TEST_CHECKF(got == 4 && dout >= 0 && dout <= tol && dgrad >= 0 && dgrad <= tol,
+                    "hs %d %s: |out - v0| %g, |dqkv - v0| %g (at most %g)", hs, name, dout, dgrad,
+                    tol);
+        runs++;
+        at++;
+    }
+    TEST_CHECKF(runs == 2 * (ZR_OP_CUDA_ATT_VARIANTS + 1), "%d runs in: %s", runs, out);
+}
+
 int main(void)
 {
     int n = 0;
@@ -317,6 +394,7 @@ int main(void)
     TEST_OK(zr_stream_create(&gpu, &st));
     if (st != NULL) {
         TEST_RUN(test_flash);
+        TEST_RUN(test_bench_attention);
     }
     zr_stream_destroy(st);
     return zr_test_finish();

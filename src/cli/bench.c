@@ -24,6 +24,8 @@ static const bench_entry benches[] = {
     {"comm", zr_bench_comm,
      "collectives: time, algbw/busbw, intra/inter-node bytes; ZeRO-3 vs ZeRO++"},
     {"noise", zr_bench_noise, "how steady this machine is: a fixed loop per core, timed"},
+    {"attention", zr_bench_attention,
+     "CUDA causal attention kernels: ms and TFLOP/s per kernel, every variant side by side"},
     {NULL, NULL, NULL},
 };
 
@@ -32,7 +34,7 @@ int zr_cli_bench(int argc, char **argv)
     if (argc < 2 || strcmp(argv[1], "--help") == 0) {
         printf("usage: zr bench <name> [--json] [options]\n\nbenchmarks:\n");
         for (const bench_entry *b = benches; b->name != NULL; b++) {
-            printf("  %-8s %s\n", b->name, b->help);
+            printf("  %-9s %s\n", b->name, b->help);
         }
         return argc < 2 ? 2 : 0;
     }

@@ -72,6 +72,7 @@ typedef struct zr_bench_comm_args {
 int zr_bench_comm_cuda(const zr_bench_comm_args *a);
 int zr_bench_memory(int argc, char **argv);
 int zr_bench_noise(int argc, char **argv);
+int zr_bench_attention(int argc, char **argv);
 /* zr bench quant --device cuda[:N] (bench/bench_quant_cuda.c); 1 without a GPU. */
 /* zr bench model --device cuda (bench/bench_model_cuda.c). */
 int zr_bench_model_cuda(const char *spec, int json, int quick);

@@ -33,6 +33,7 @@
 #include "ops_cuda_impl.h"
 #include "ops_cuda_vec.h"
 
+#include <cuda_pipeline.h>
 #include <mma.h>
 
 namespace wmma = nvcuda::wmma;
@@ -49,7 +50,13 @@ typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 #define FA_LOG2E   1.4426950408889634f
 #define FA_LN2     0.6931471805599453f
 
-template <int HS> struct fa_cfg {
+/*
+ * DB: the variant with double-buffered tiles (zr_op_k_att.variant 1): the
+ * next tile of the walked operand is copied to shared memory with cp.async
+ * (__pipeline_memcpy_async) while the warps compute on the current one;
+ * four tiles, L and D twice.
+ */
+template <int HS, bool DB = false> struct fa_cfg {
     static constexpr int NF = HS / 16;                      /* 16-wide parts of a head */
     static constexpr int LD = HS + 8;                       /* bf16 tile row stride */
     static constexpr int TILE = FA_ROWS * LD;               /* elements of a bf16 tile */
@@ -58,28 +65,56 @@ template <int HS> struct fa_cfg {
     static constexpr int WB = 16 * 2 * FA_PW;               /* bf16 of a warp's two bf16 tiles */
     /* bytes: two bf16 tiles, L and D, then per warp two fp32 and two bf16 tiles */
     /* (+ 32: the start rounded up to 32 bytes, wmma's alignment, whatever the base's) */
-    static constexpr size_t SHMEM = 32 + 2 * TILE * sizeof(fa_bf16) + 2 * FA_ROWS * sizeof(float) +
+    static constexpr int NT = DB ? 4 : 2; /* bf16 tiles */
+    static constexpr size_t SHMEM = 32 + NT * TILE * sizeof(fa_bf16) +
+                                    NT * FA_ROWS * sizeof(float) +
                                     4 * (WF * sizeof(float) + WB * sizeof(fa_bf16));
 };
 
 /* A block's shared memory, carved from one dynamic buffer (every part 32-byte aligned). */
-template <int HS> struct fa_smem {
-    fa_bf16 *t0, *t1; /* two 64-row tiles */
-    float *Ls, *Ds;   /* a query tile's L (base 2) and D */
+template <int HS, bool DB = false> struct fa_smem {
+    fa_bf16 *t0, *t1; /* two 64-row tiles (the first pair with DB) */
+    float *Ls, *Ds;   /* a query tile's L (base 2) and D (the first pair with DB) */
     float *f;         /* this warp's fp32 tiles: f [16][FA_SW], f + 16 FA_SW */
     fa_bf16 *p;       /* this warp's bf16 tiles: p [16][FA_PW], p + 16 FA_PW */
     __device__ fa_smem(char *raw, int w)
     {
-        typedef fa_cfg<HS> c;
+        typedef fa_cfg<HS, DB> c;
         char *base = raw + ((32 - ((uintptr_t)raw & 31u)) & 31u);
         t0 = reinterpret_cast<fa_bf16 *>(base);
         t1 = t0 + c::TILE;
-        Ls = reinterpret_cast<float *>(t1 + c::TILE);
+        Ls = reinterpret_cast<float *>(t0 + c::NT * c::TILE);
         Ds = Ls + FA_ROWS;
-        f = Ds + FA_ROWS + w * c::WF;
-        p = reinterpret_cast<fa_bf16 *>(Ds + FA_ROWS + 4 * c::WF) + w * c::WB;
+        float *wb = Ls + c::NT * FA_ROWS;
+        f = wb + w * c::WF;
+        p = reinterpret_cast<fa_bf16 *>(wb + 4 * c::WF) + w * c::WB;
+    }
+    /* buffer k of a pair of tiles (DB: 0 or 1), its L and D */
+    __device__ fa_bf16 *tile(int k, int which) const
+    {
+        return t0 + (2 * k + which) * fa_cfg<HS, DB>::TILE;
+    }
+    __device__ float *rows(int k, int which) const
+    {
+        return Ls + (2 * k + which) * FA_ROWS;
     }
 };
+
+/* The same as fa_load_tile, the 16-byte rows' copies asynchronous (cp.async, vec only). */
+template <int HS>
+__device__ __forceinline__ void fa_issue_tile(fa_bf16 *dst, const zr_bf16_t *src, int r0, int T,
+                                              size_t ld)
+{
+    constexpr int CH = HS / 8, LD = fa_cfg<HS>::LD;
+    for (int q = threadIdx.x; q < FA_ROWS * CH; q += FA_THREADS) {
+        int rr = q / CH, c = (q % CH) * 8, r = r0 + rr;
+        if (r < T) {
+            __pipeline_memcpy_async(dst + rr * LD + c, src + (size_t)r * ld + c, 16);
+        } else {
+            *reinterpret_cast<uint4 *>(dst + rr * LD + c) = make_uint4(0, 0, 0, 0);
+        }
+    }
+}
 
 /* dst [64][LD] = rows r0.. of src (HS bf16 each, row stride ld), zero past T. */
 template <int HS>
@@ -100,6 +135,27 @@ __device__ __forceinline__ void fa_load_tile(fa_bf16 *dst, const zr_bf16_t *src,
             }
         }
         *reinterpret_cast<uint4 *>(dst + rr * LD + c) = v;
+    }
+}
+
+/*
+ * Tiles d0, d1 = rows r0.. of s0 and s1 (row strides ld0, ld1): with DB and
+ * 16-byte rows by cp.async, committed as one batch; else loaded.
+ */
+template <int HS, bool DB>
+__device__ __forceinline__ void fa_fetch(fa_bf16 *d0, fa_bf16 *d1, const zr_bf16_t *s0,
+                                         const zr_bf16_t *s1, size_t ld0, size_t ld1, int r0, int T,
+                                         int vec)
+{
+    if (DB && vec) {
+        fa_issue_tile<HS>(d0, s0, r0, T, ld0);
+        fa_issue_tile<HS>(d1, s1, r0, T, ld1);
+    } else {
+        fa_load_tile<HS>(d0, s0, r0, T, ld0, vec);
+        fa_load_tile<HS>(d1, s1, r0, T, ld1, vec);
+    }
+    if (DB) {
+        __pipeline_commit();
     }
 }
 
@@ -251,15 +307,15 @@ __device__ __forceinline__ float fa_softmax(const float *f, fa_bf16 *p, int i, i
     return alpha;
 }
 
-template <int HS>
+template <int HS, bool DB, bool SKIP>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     flash_fwd(zr_bf16_t *out, float *lse, const zr_bf16_t *qkv, int T, int C, int NH, float scale,
               int vec)
 {
-    typedef fa_cfg<HS> cf;
+    typedef fa_cfg<HS, DB> cf;
     ZR_SHARED_DYNAMIC(char, smraw);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    fa_smem<HS> sm(smraw, w);
+    fa_smem<HS, DB> sm(smraw, w);
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* the longest blocks first */
     const size_t ld = 3 * (size_t)C;
@@ -276,17 +332,32 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     const int i = q0 + 16 * w + lane / 2; /* this lane pair's query row */
     const float sl2 = scale * FA_LOG2E;
     float m = -INFINITY, l = 0.0f;
-    for (int k0 = 0; k0 <= q0; k0 += FA_ROWS) {
-        __syncthreads(); /* the previous tiles (and Q) are no longer read */
-        fa_load_tile<HS>(sm.t0, base + C, k0, T, ld, vec);
-        fa_load_tile<HS>(sm.t1, base + 2 * C, k0, T, ld, vec);
-        __syncthreads();
+    if (DB) {
+        __syncthreads(); /* Q is read: buffer 0 takes the first key tile */
+        fa_fetch<HS, DB>(sm.t0, sm.t1, base + C, base + 2 * C, ld, ld, 0, T, vec);
+    }
+    for (int k0 = 0, bf = 0; k0 <= q0; k0 += FA_ROWS, bf ^= DB ? 1 : 0) {
+        if (DB) {
+            __pipeline_wait_prior(0);
+            __syncthreads(); /* tile bf is here; the other buffer is no longer read */
+            if (k0 + FA_ROWS <= q0) {
+                fa_fetch<HS, DB>(sm.tile(bf ^ 1, 0), sm.tile(bf ^ 1, 1), base + C, base + 2 * C, ld,
+                                 ld, k0 + FA_ROWS, T, vec);
+            }
+        } else {
+            __syncthreads(); /* the previous tiles (and Q) are no longer read */
+            fa_fetch<HS, DB>(sm.t0, sm.t1, base + C, base + 2 * C, ld, ld, k0, T, vec);
+            __syncthreads();
+        }
         const int nkf = k0 == q0 ? w + 1 : 4; /* on the diagonal: keys up to the warp's last row */
-        fa_scores<HS>(sm.f, qa, sm.t0, 0, nkf);
+        fa_scores<HS>(sm.f, qa, sm.tile(bf, 0), 0, nkf);
         __syncwarp();
         float alpha = fa_softmax(sm.f, sm.p, i, k0, nkf, T, sl2, &m, &l);
-        fa_scale_rows<cf::NF>(o, sm.f + 16 * FA_SW, alpha);
-        fa_accum<HS>(o, sm.p, sm.t1, 0, nkf);
+        /* SKIP: not when every row's maximum stayed (alpha 1: the same bits either way) */
+        if (!SKIP || __ballot_sync(ZR_FULL_MASK, alpha != 1.0f) != 0) {
+            fa_scale_rows<cf::NF>(o, sm.f + 16 * FA_SW, alpha);
+        }
+        fa_accum<HS>(o, sm.p, sm.tile(bf, 1), 0, nkf);
     }
     fa_scale_rows<cf::NF>(o, sm.f + 16 * FA_SW, 1.0f / l);
     fa_store_rows<HS>(out + ((size_t)b * T + min(i, T - 1)) * C + (size_t)h * HS, o, sm.f, i < T,
@@ -350,15 +421,15 @@ __device__ __forceinline__ void fa_dscores(const float *f, fa_bf16 *dsb, fa_bf16
     }
 }
 
-template <int HS>
+template <int HS, bool DB>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     flash_bwd_dkv(zr_bf16_t *dqkv, const zr_bf16_t *qkv, const zr_bf16_t *dout, const float *lse,
                   const float *delta, int T, int C, int NH, float scale, int vec)
 {
-    typedef fa_cfg<HS> cf;
+    typedef fa_cfg<HS, DB> cf;
     ZR_SHARED_DYNAMIC(char, smraw);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    fa_smem<HS> sm(smraw, w);
+    fa_smem<HS, DB> sm(smraw, w);
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = blockIdx.x * FA_ROWS;
     const size_t ld = 3 * (size_t)C;
     const zr_bf16_t *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
@@ -377,25 +448,44 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     }
     const int j = k0 + 16 * w + lane / 2; /* this lane pair's key row */
     const float sl2 = scale * FA_LOG2E;
-    for (int i0 = k0; i0 < T; i0 += FA_ROWS) {
-        __syncthreads(); /* the previous tiles (and K, V) are no longer read */
-        fa_load_tile<HS>(sm.t0, base, i0, T, ld, vec);
-        fa_load_tile<HS>(sm.t1, dbase, i0, T, (size_t)C, vec);
-        fa_load_rows(sm.Ls, lse + (size_t)bh * T, i0, T, FA_LOG2E);
-        fa_load_rows(sm.Ds, delta + (size_t)bh * T, i0, T, 1.0f);
-        __syncthreads();
+    if (DB) {
+        __syncthreads(); /* K, V are read: buffer 0 takes the first query tile */
+        fa_fetch<HS, DB>(sm.t0, sm.t1, base, dbase, ld, (size_t)C, k0, T, vec);
+        fa_load_rows(sm.Ls, lse + (size_t)bh * T, k0, T, FA_LOG2E);
+        fa_load_rows(sm.Ds, delta + (size_t)bh * T, k0, T, 1.0f);
+    }
+    for (int i0 = k0, bf = 0; i0 < T; i0 += FA_ROWS, bf ^= DB ? 1 : 0) {
+        if (DB) {
+            __pipeline_wait_prior(0);
+            __syncthreads(); /* tile bf is here; the other buffer is no longer read */
+            if (i0 + FA_ROWS < T) {
+                const int n0 = i0 + FA_ROWS, nb = bf ^ 1;
+                fa_fetch<HS, DB>(sm.tile(nb, 0), sm.tile(nb, 1), base, dbase, ld, (size_t)C, n0, T,
+                                 vec);
+                fa_load_rows(sm.rows(nb, 0), lse + (size_t)bh * T, n0, T, FA_LOG2E);
+                fa_load_rows(sm.rows(nb, 1), delta + (size_t)bh * T, n0, T, 1.0f);
+            }
+        } else {
+            __syncthreads(); /* the previous tiles (and K, V) are no longer read */
+            fa_fetch<HS, DB>(sm.t0, sm.t1, base, dbase, ld, (size_t)C, i0, T, vec);
+            fa_load_rows(sm.Ls, lse + (size_t)bh * T, i0, T, FA_LOG2E);
+            fa_load_rows(sm.Ds, delta + (size_t)bh * T, i0, T, 1.0f);
+            __syncthreads();
+        }
         /* query parts at or after the warp's first key, and before T (warp-uniform) */
         const int f0 = i0 == k0 ? w : 0, nf = min(4, (T - i0 + 15) / 16);
         if (f0 >= nf) {
             continue;
         }
-        fa_scores<HS>(sm.f, ka, sm.t0, f0, nf);
-        fa_scores<HS>(sm.f + 16 * FA_SW, va, sm.t1, f0, nf);
+        const fa_bf16 *qt = sm.tile(bf, 0), *gt = sm.tile(bf, 1);
+        fa_scores<HS>(sm.f, ka, qt, f0, nf);
+        fa_scores<HS>(sm.f + 16 * FA_SW, va, gt, f0, nf);
         __syncwarp();
-        fa_dscores<true>(sm.f, sm.p + 16 * FA_PW, sm.p, j, i0, T, sl2, sm.Ls, sm.Ds, 0, 0);
+        fa_dscores<true>(sm.f, sm.p + 16 * FA_PW, sm.p, j, i0, T, sl2, sm.rows(bf, 0),
+                         sm.rows(bf, 1), 0, 0);
         __syncwarp();
-        fa_accum<HS>(dv, sm.p, sm.t1, f0, nf);
-        fa_accum<HS>(dk, sm.p + 16 * FA_PW, sm.t0, f0, nf);
+        fa_accum<HS>(dv, sm.p, gt, f0, nf);
+        fa_accum<HS>(dk, sm.p + 16 * FA_PW, qt, f0, nf);
         __syncwarp(); /* p and f are read before the next tile writes them */
     }
     zr_bf16_t *dst = dqkv + ((size_t)b * T + min(j, T - 1)) * ld + (size_t)h * HS;
@@ -403,15 +493,15 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     fa_store_rows<HS>(dst + 2 * C, dv, sm.f, j < T, 1.0f, vec);
 }
 
-template <int HS>
+template <int HS, bool DB>
 __global__ void __launch_bounds__(FA_THREADS, 1)
     flash_bwd_dq(zr_bf16_t *dqkv, const zr_bf16_t *qkv, const zr_bf16_t *dout, const float *lse,
                  const float *delta, int T, int C, int NH, float scale, int vec)
 {
-    typedef fa_cfg<HS> cf;
+    typedef fa_cfg<HS, DB> cf;
     ZR_SHARED_DYNAMIC(char, smraw);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    fa_smem<HS> sm(smraw, w);
+    fa_smem<HS, DB> sm(smraw, w);
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* the longest blocks first */
     const size_t ld = 3 * (size_t)C;
@@ -430,18 +520,30 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     const int i = q0 + 16 * w + lane / 2, ri = min(i, T - 1); /* this lane pair's query row */
     const float sl2 = scale * FA_LOG2E;
     const float Lr = lse[(size_t)bh * T + ri] * FA_LOG2E, Dr = delta[(size_t)bh * T + ri];
-    for (int k0 = 0; k0 <= q0; k0 += FA_ROWS) {
-        __syncthreads(); /* the previous tiles (and Q, dO) are no longer read */
-        fa_load_tile<HS>(sm.t0, base + C, k0, T, ld, vec);
-        fa_load_tile<HS>(sm.t1, base + 2 * C, k0, T, ld, vec);
-        __syncthreads();
+    if (DB) {
+        __syncthreads(); /* Q, dO are read: buffer 0 takes the first key tile */
+        fa_fetch<HS, DB>(sm.t0, sm.t1, base + C, base + 2 * C, ld, ld, 0, T, vec);
+    }
+    for (int k0 = 0, bf = 0; k0 <= q0; k0 += FA_ROWS, bf ^= DB ? 1 : 0) {
+        if (DB) {
+            __pipeline_wait_prior(0);
+            __syncthreads(); /* tile bf is here; the other buffer is no longer read */
+            if (k0 + FA_ROWS <= q0) {
+                fa_fetch<HS, DB>(sm.tile(bf ^ 1, 0), sm.tile(bf ^ 1, 1), base + C, base + 2 * C, ld,
+                                 ld, k0 + FA_ROWS, T, vec);
+            }
+        } else {
+            __syncthreads(); /* the previous tiles (and Q, dO) are no longer read */
+            fa_fetch<HS, DB>(sm.t0, sm.t1, base + C, base + 2 * C, ld, ld, k0, T, vec);
+            __syncthreads();
+        }
         const int nkf = k0 == q0 ? w + 1 : 4; /* on the diagonal: keys up to the warp's last row */
-        fa_scores<HS>(sm.f, qa, sm.t0, 0, nkf);
-        fa_scores<HS>(sm.f + 16 * FA_SW, ga, sm.t1, 0, nkf);
+        fa_scores<HS>(sm.f, qa, sm.tile(bf, 0), 0, nkf);
+        fa_scores<HS>(sm.f + 16 * FA_SW, ga, sm.tile(bf, 1), 0, nkf);
         __syncwarp();
         fa_dscores<false>(sm.f, sm.p, nullptr, i, k0, T, sl2, nullptr, nullptr, Lr, Dr);
         __syncwarp();
-        fa_accum<HS>(dq, sm.p, sm.t0, 0, nkf);
+        fa_accum<HS>(dq, sm.p, sm.tile(bf, 0), 0, nkf);
         __syncwarp();
     }
     fa_store_rows<HS>(dqkv + ((size_t)b * T + ri) * ld + (size_t)h * HS, dq, sm.f, i < T, scale,
@@ -455,55 +557,81 @@ template <typename K> static cudaError_t fa_shmem(K kernel, size_t bytes)
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-template <int HS> static cudaError_t fa_fwd(const zr_op_k_att *a, cudaStream_t s)
+template <int HS, bool DB, bool SKIP>
+static cudaError_t fa_fwd(const zr_op_k_att *a, cudaStream_t s)
 {
-    const size_t shm = fa_cfg<HS>::SHMEM;
-    cudaError_t err = fa_shmem(flash_fwd<HS>, shm);
+    const size_t shm = fa_cfg<HS, DB>::SHMEM;
+    cudaError_t err = fa_shmem(flash_fwd<HS, DB, SKIP>, shm);
     if (err != cudaSuccess) {
         return err;
     }
     dim3 grid((unsigned int)((a->T + FA_ROWS - 1) / FA_ROWS), (unsigned int)(a->B * a->NH));
-    ZR_LAUNCH((flash_fwd<HS>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->out), a->lse,
+    ZR_LAUNCH((flash_fwd<HS, DB, SKIP>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->out), a->lse,
               sptr<zr_bf16_t>(a->qkv), a->T, a->C, a->NH, a->scale, a->vec);
     return cudaGetLastError();
 }
 
-template <int HS> static cudaError_t fa_bwd(const zr_op_k_att *a, cudaStream_t s)
+/* a->part: 0 all three kernels, else only fa_delta (1), flash_bwd_dkv (2) or flash_bwd_dq (3) */
+template <int HS, bool DB> static cudaError_t fa_bwd(const zr_op_k_att *a, cudaStream_t s)
 {
-    const size_t shm = fa_cfg<HS>::SHMEM;
-    cudaError_t err = fa_shmem(flash_bwd_dkv<HS>, shm);
-    err = err == cudaSuccess ? fa_shmem(flash_bwd_dq<HS>, shm) : err;
+    const size_t shm = fa_cfg<HS, DB>::SHMEM;
+    cudaError_t err = fa_shmem(flash_bwd_dkv<HS, DB>, shm);
+    err = err == cudaSuccess ? fa_shmem(flash_bwd_dq<HS, DB>, shm) : err;
     if (err != cudaSuccess) {
         return err;
     }
     const int rows = a->B * a->NH * a->T, per = FA_THREADS / (HS / 8);
-    ZR_LAUNCH((fa_delta<HS>), (unsigned int)((rows + per - 1) / per), FA_THREADS, 0, s, a->delta,
-              sptr<zr_bf16_t>(a->dout), sptr<zr_bf16_t>(a->o), a->T, a->C, a->NH, rows, a->vec);
-    if ((err = cudaGetLastError()) != cudaSuccess) {
-        return err;
+    if (a->part == 0 || a->part == 1) {
+        ZR_LAUNCH((fa_delta<HS>), (unsigned int)((rows + per - 1) / per), FA_THREADS, 0, s,
+                  a->delta, sptr<zr_bf16_t>(a->dout), sptr<zr_bf16_t>(a->o), a->T, a->C, a->NH,
+                  rows, a->vec);
+        if ((err = cudaGetLastError()) != cudaSuccess) {
+            return err;
+        }
     }
     const float *delta = a->delta;
     dim3 grid((unsigned int)((a->T + FA_ROWS - 1) / FA_ROWS), (unsigned int)(a->B * a->NH));
-    ZR_LAUNCH((flash_bwd_dkv<HS>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->dqkv),
-              sptr<zr_bf16_t>(a->qkv), sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C, a->NH,
-              a->scale, a->vec);
-    if ((err = cudaGetLastError()) != cudaSuccess) {
-        return err;
+    if (a->part == 0 || a->part == 2) {
+        ZR_LAUNCH((flash_bwd_dkv<HS, DB>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->dqkv),
+                  sptr<zr_bf16_t>(a->qkv), sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C,
+                  a->NH, a->scale, a->vec);
+        if ((err = cudaGetLastError()) != cudaSuccess) {
+            return err;
+        }
     }
-    ZR_LAUNCH((flash_bwd_dq<HS>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->dqkv),
-              sptr<zr_bf16_t>(a->qkv), sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C, a->NH,
-              a->scale, a->vec);
+    if (a->part == 0 || a->part == 3) {
+        ZR_LAUNCH((flash_bwd_dq<HS, DB>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->dqkv),
+                  sptr<zr_bf16_t>(a->qkv), sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C,
+                  a->NH, a->scale, a->vec);
+    }
     return cudaGetLastError();
+}
+
+/*
+ * a->variant: 0 one buffer per operand (round 1), 1 double-buffered
+ * (cp.async), 2 as 0 with the forward's rescale of O skipped on the tiles
+ * where no row's maximum moved (the backward is 0's)
+ */
+template <int HS> static cudaError_t fa_fwd_v(const zr_op_k_att *a, cudaStream_t s)
+{
+    return a->variant == 1   ? fa_fwd<HS, true, false>(a, s)
+           : a->variant == 2 ? fa_fwd<HS, false, true>(a, s)
+                             : fa_fwd<HS, false, false>(a, s);
+}
+
+template <int HS> static cudaError_t fa_bwd_v(const zr_op_k_att *a, cudaStream_t s)
+{
+    return a->variant == 1 ? fa_bwd<HS, true>(a, s) : fa_bwd<HS, false>(a, s);
 }
 
 extern "C" cudaError_t zr_op_k_launch_flash_fwd(const zr_op_k_att *a, cudaStream_t s)
 {
     int hs = a->C / a->NH;
-    return hs == 32 ? fa_fwd<32>(a, s) : hs == 64 ? fa_fwd<64>(a, s) : fa_fwd<128>(a, s);
+    return hs == 32 ? fa_fwd_v<32>(a, s) : hs == 64 ? fa_fwd_v<64>(a, s) : fa_fwd_v<128>(a, s);
 }
 
 extern "C" cudaError_t zr_op_k_launch_flash_bwd(const zr_op_k_att *a, cudaStream_t s)
 {
     int hs = a->C / a->NH;
-    return hs == 32 ? fa_bwd<32>(a, s) : hs == 64 ? fa_bwd<64>(a, s) : fa_bwd<128>(a, s);
+    return hs == 32 ? fa_bwd_v<32>(a, s) : hs == 64 ? fa_bwd_v<64>(a, s) : fa_bwd_v<128>(a, s);
 }

@@ -284,24 +284,24 @@ static zr_status attention_args(const char *what, zr_op_k_att *a)
     return ZR_OK;
 }
 
-/* bf16 with a head size the tensor-core kernels take, unless scalar */
-static int attention_flash(zr_dtype t, const zr_op_k_att *a, int scalar)
+/* bf16 with a head size the tensor-core kernels take, unless the scalar kernels (variant -1) */
+static int attention_flash(zr_dtype t, const zr_op_k_att *a)
 {
     int hs = a->C / a->NH;
-    return !scalar && is_bf16(t) && (hs == 32 || hs == 64 || hs == 128);
+    return a->variant >= 0 && is_bf16(t) && (hs == 32 || hs == 64 || hs == 128);
 }
 
 static zr_status attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
-                               int C, int NH, zr_stream *s, int scalar)
+                               int C, int NH, zr_stream *s, int variant)
 {
     const char *what = "cuda attention forward";
     cudaStream_t cs;
     ZR_CHECK(setup(what, t, s, &cs));
     const void *p[] = {out, lse, qkv};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    zr_op_k_att a = {out, NULL, lse, NULL, qkv, NULL, NULL, B, T, C, NH, 0, 0, 0.0f};
+    zr_op_k_att a = {out, NULL, lse, NULL, qkv, NULL, NULL, B, T, C, NH, 0, 0, 0.0f, variant, 0};
     ZR_CHECK(attention_args(what, &a));
-    if (attention_flash(t, &a, scalar)) {
+    if (attention_flash(t, &a)) {
         ZR_CUDA_CHECK(zr_op_k_launch_flash_fwd(&a, cs));
     } else {
         ZR_CUDA_CHECK(zr_op_k_launch_attention_fwd(is_bf16(t), &a, cs));
@@ -311,16 +311,20 @@ static zr_status attention_fwd(zr_dtype t, void *out, float *lse, const void *qk
 
 static zr_status attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
                                const void *qkv, const void *out, const float *lse, int B, int T,
-                               int C, int NH, zr_stream *s, int scalar)
+                               int C, int NH, zr_stream *s, int variant, int part)
 {
     const char *what = "cuda attention backward";
     cudaStream_t cs;
     ZR_CHECK(setup(what, t, s, &cs));
     const void *p[] = {dqkv, delta, dout, qkv, out, lse};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    zr_op_k_att a = {NULL, dqkv, (float *)lse, delta, qkv, dout, out, B, T, C, NH, 0, 0, 0.0f};
+    zr_op_k_att a = {NULL, dqkv, (float *)lse, delta, qkv, dout, out,     B,
+                     T,    C,    NH,           0,     0,   0.0f, variant, part};
     ZR_CHECK(attention_args(what, &a));
-    if (attention_flash(t, &a, scalar)) {
+    if (variant >= ZR_OP_CUDA_ATT_VARIANTS || part < 0 || part > 3) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: variant %d, part %d", what, variant, part);
+    }
+    if (attention_flash(t, &a)) {
         ZR_CUDA_CHECK(zr_op_k_launch_flash_bwd(&a, cs));
     } else {
         ZR_CUDA_CHECK(zr_op_k_launch_attention_bwd(is_bf16(t), &a, cs));
@@ -334,24 +338,45 @@ zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void
     return attention_fwd(t, out, lse, qkv, B, T, C, NH, s, 0);
 }
 
+zr_status zr_op_cuda_attention_fwd_variant(int variant, zr_dtype t, void *out, float *lse,
+                                           const void *qkv, int B, int T, int C, int NH,
+                                           zr_stream *s)
+{
+    if (variant < -1 || variant >= ZR_OP_CUDA_ATT_VARIANTS) {
+        ZR_FAIL(ZR_ERR_INVALID, "cuda attention forward: variant %d", variant);
+    }
+    return attention_fwd(t, out, lse, qkv, B, T, C, NH, s, variant);
+}
+
 zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, const void *qkv, int B,
                                           int T, int C, int NH, zr_stream *s)
 {
-    return attention_fwd(t, out, lse, qkv, B, T, C, NH, s, 1);
+    return attention_fwd(t, out, lse, qkv, B, T, C, NH, s, -1);
 }
 
 zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
                                    const void *qkv, const void *out, const float *lse, int B, int T,
                                    int C, int NH, zr_stream *s)
 {
-    return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, 0);
+    return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, 0, 0);
+}
+
+zr_status zr_op_cuda_attention_bwd_variant(int variant, int part, zr_dtype t, void *dqkv,
+                                           float *delta, const void *dout, const void *qkv,
+                                           const void *out, const float *lse, int B, int T, int C,
+                                           int NH, zr_stream *s)
+{
+    if (variant < -1) {
+        ZR_FAIL(ZR_ERR_INVALID, "cuda attention backward: variant %d", variant);
+    }
+    return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, variant, part);
 }
 
 zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
                                           const void *qkv, const void *out, const float *lse, int B,
                                           int T, int C, int NH, zr_stream *s)
 {
-    return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, 1);
+    return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, -1, 0);
 }
 
 static zr_status xent_args(const char *what, zr_dtype t, zr_stream *s, int N, int V, int Vp,
@@ -516,6 +541,21 @@ zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, con
                                           int T, int C, int NH, zr_stream *s)
 {
     return no_cuda("cuda attention forward");
+}
+
+zr_status zr_op_cuda_attention_fwd_variant(int variant, zr_dtype t, void *out, float *lse,
+                                           const void *qkv, int B, int T, int C, int NH,
+                                           zr_stream *s)
+{
+    return no_cuda("cuda attention forward");
+}
+
+zr_status zr_op_cuda_attention_bwd_variant(int variant, int part, zr_dtype t, void *dqkv,
+                                           float *delta, const void *dout, const void *qkv,
+                                           const void *out, const float *lse, int B, int T, int C,
+                                           int NH, zr_stream *s)
+{
+    return no_cuda("cuda attention backward");
 }
 
 zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,

@@ -102,6 +102,23 @@ zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, con
 zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
                                           const void *qkv, const void *out, const float *lse, int B,
                                           int T, int C, int NH, zr_stream *s);
+/*
+ * The kernels by name, for zr bench attention and test_gpu_flash: variant
+ * -1 the scalar kernels, 0 .. ZR_OP_CUDA_ATT_VARIANTS - 1 the tensor-core
+ * ones where they apply (0: one buffer per operand, the default; 1: the
+ * walked tiles double-buffered with cp.async; 2: 0 with the forward's
+ * rescale skipped where no row's maximum moved). part (backward): 0 all, or
+ * only the dO . O rows (1), dK and dV (2) or dQ (3), each reading what the
+ * earlier parts wrote.
+ */
+#define ZR_OP_CUDA_ATT_VARIANTS 3
+zr_status zr_op_cuda_attention_fwd_variant(int variant, zr_dtype t, void *out, float *lse,
+                                           const void *qkv, int B, int T, int C, int NH,
+                                           zr_stream *s);
+zr_status zr_op_cuda_attention_bwd_variant(int variant, int part, zr_dtype t, void *dqkv,
+                                           float *delta, const void *dout, const void *qkv,
+                                           const void *out, const float *lse, int B, int T, int C,
+                                           int NH, zr_stream *s);
 
 /*
  * Row i of logits [N, Vp] (V valid columns): lse[i] = log sum exp, and

@@ -72,6 +72,8 @@ typedef struct zr_op_k_att {
     const void *qkv, *dout, *o;
     int B, T, C, NH, g, vec;
     float scale;
+    int variant; /* tensor-core kernels: 0 the default, 1, 2 (attention_flash.cu) */
+    int part;    /* backward: 0 every kernel, else only delta (1), dK/dV (2) or dQ (3) */
 } zr_op_k_att;
 /* the scalar kernels (attention_cuda.cu): fp32 or bf16, head sizes up to 256 */
 cudaError_t zr_op_k_launch_attention_fwd(int bf16, const zr_op_k_att *a, cudaStream_t s);
