@@ -6,9 +6,11 @@
  * the other (src/base/hd.h says how one source serves both).
  *
  * Bit-identity rests on: every operation below is one correctly rounded IEEE
- * operation in the order written (the CPU builds with -ffp-contract=off,
- * nvcc with --fmad=false, and neither with fast-math, so division and square
- * root are exact); rounding to an integer is nearbyintf in the default mode
+ * operation in the order written (the CPU builds with -ffp-contract=off and
+ * no fast-math; on a GPU the arithmetic of these rules is spelled with the
+ * round-to-nearest intrinsics, ZR_QUANT_FMUL and friends, which nvcc never
+ * contracts into an FMA nor approximates, so the codec does not depend on
+ * --fmad or --prec-div); rounding to an integer is nearbyintf in the default mode
  * (half to even); and the two places where processors disagree on NaNs are
  * spelled out: a non-finite group decodes to ZR_QUANT_QNAN_BITS, and an addition
  * involving a NaN returns the first NaN operand quieted (x86's rule; a GPU
@@ -20,6 +22,21 @@
 #include "bf16_rules.h"
 
 #include <math.h>
+
+/* One IEEE operation each, never contracted into an FMA on either side. */
+#ifdef __CUDA_ARCH__
+#define ZR_QUANT_FMUL(a, b) __fmul_rn((a), (b))
+#define ZR_QUANT_FADD(a, b) __fadd_rn((a), (b))
+#define ZR_QUANT_FSUB(a, b) __fsub_rn((a), (b))
+#define ZR_QUANT_FDIV(a, b) __fdiv_rn((a), (b))
+#define ZR_QUANT_FRCP(a)    __frcp_rn(a)
+#else
+#define ZR_QUANT_FMUL(a, b) ((a) * (b))
+#define ZR_QUANT_FADD(a, b) ((a) + (b))
+#define ZR_QUANT_FSUB(a, b) ((a) - (b))
+#define ZR_QUANT_FDIV(a, b) ((a) / (b))
+#define ZR_QUANT_FRCP(a)    (1.0f / (a))
+#endif
 
 /* the one NaN written as a scale and decoded from a non-finite group */
 #define ZR_QUANT_QNAN_BITS 0x7fc00000u
@@ -45,25 +62,32 @@ ZR_HD uint64_t zr_quant_payload_offset(int asym, uint64_t group, uint64_t count)
 }
 
 /*
- * How one group is coded. Encoding: t = v / div (sym) or (v - zero) / div
- * (asym), clamped to [lo, hi] in float, q = round_half_even(t). Decoding:
+ * How one group is coded. Encoding: t = v * inv (sym) or (v - zero) * inv
+ * (asym), clamped to [lo, hi] in float, q = round_half_even(t), where
+ * inv = 1 / div is one correctly rounded reciprocal per group. Where that
+ * reciprocal overflows (div below about 2^-128: a group of subnormal-sized
+ * values), `recip` is 0 and the group is coded by division, t = v / div,
+ * as every group was before the reciprocal (issue 42). Decoding:
  * x' = q * scale (sym) or zero + q * scale (asym). A zero scale is coded with
- * div = 1 and lo = hi = 0 so that the same loop yields q = 0 without a
- * division by zero.
+ * div = inv = 1 and lo = hi = 0 so that the same loop yields q = 0.
+ * The codes of an input may differ from the division rule's by one where
+ * v / div lies within an ulp of a half; the decoding is unchanged, so blocks
+ * and residuals of either rule read the same.
  */
 typedef struct zr_quant_group {
-    float div, lo, hi;
+    float div, inv, lo, hi;
     float scale, zero;
-    int bits; /* 8 or 4 */
+    int bits;  /* 8 or 4 */
     int asym;
+    int recip; /* 1: t = v * inv; 0: inv overflowed, t = v / div */
 } zr_quant_group;
 
 /* The value quantized: x * mul, then + r with error feedback. */
 ZR_HD float zr_quant_input(float x, float mul, int has_r, float r)
 {
-    float v = x * mul;
+    float v = ZR_QUANT_FMUL(x, mul);
     if (has_r) {
-        v = v + r;
+        v = ZR_QUANT_FADD(v, r);
     }
     return v;
 }
@@ -90,15 +114,15 @@ ZR_HD zr_quant_group zr_quant_group_make(int bits, int asym, uint32_t absbits, f
     g.bits = bits;
     g.asym = asym;
     if (!asym) {
-        g.scale = zr_quant_bits_f32(absbits) / (float)(1 << (bits - 1));
+        g.scale = ZR_QUANT_FDIV(zr_quant_bits_f32(absbits), (float)(1 << (bits - 1)));
         g.zero = 0.0f;
         g.lo = -(float)(1 << (bits - 1));
         g.hi = (float)((1 << (bits - 1)) - 1);
     } else {
         /* + 0.0f turns -0 into +0: which zero a min/max reduction returns
          * depends on its order, and the zero point is stored */
-        mn = mn + 0.0f;
-        mx = mx + 0.0f;
+        mn = ZR_QUANT_FADD(mn, 0.0f);
+        mx = ZR_QUANT_FADD(mx, 0.0f);
         /* the range in double cannot overflow for finite min and max */
         g.scale = (float)(((double)mx - (double)mn) / (double)((1 << bits) - 1));
         g.zero = mn;
@@ -112,13 +136,23 @@ ZR_HD zr_quant_group zr_quant_group_make(int bits, int asym, uint32_t absbits, f
         g.div = 1.0f;
         g.lo = g.hi = 0.0f;
     }
+    g.inv = ZR_QUANT_FRCP(g.div);
+    /* 1/div is at most 2^128 (rounded): Inf only for a subnormal div */
+    g.recip = zr_quant_absbits(g.inv) < 0x7f800000u;
     return g;
+}
+
+/* t of v in a finite group, before clamping and rounding. */
+ZR_HD float zr_quant_scaled(const zr_quant_group *g, float v)
+{
+    float d = g->asym ? ZR_QUANT_FSUB(v, g->zero) : v;
+    return g->recip ? ZR_QUANT_FMUL(d, g->inv) : ZR_QUANT_FDIV(d, g->div);
 }
 
 /* The code of v in a finite group. */
 ZR_HD int zr_quant_code(const zr_quant_group *g, float v)
 {
-    float t = g->asym ? (v - g->zero) / g->div : v / g->div;
+    float t = zr_quant_scaled(g, v);
     t = t < g->lo ? g->lo : t;
     t = t > g->hi ? g->hi : t;
     return (int)nearbyintf(t); /* the default rounding mode: half to even */
@@ -142,8 +176,8 @@ ZR_HD int zr_quant_unpack(int bits, int asym, uint32_t stored)
 /* x' of code q in a finite group. */
 ZR_HD float zr_quant_dequant(const zr_quant_group *g, int q)
 {
-    float p = (float)q * g->scale;
-    return g->asym ? g->zero + p : p;
+    float p = ZR_QUANT_FMUL((float)q, g->scale);
+    return g->asym ? ZR_QUANT_FADD(g->zero, p) : p;
 }
 
 /* A decoded group is non-finite when its stored scale is NaN. */
@@ -168,7 +202,7 @@ ZR_HD float zr_quant_add(float a, float b)
     if (b != b) {
         return zr_quant_bits_f32(zr_quant_f32_bits(b) | 0x00400000u);
     }
-    return a + b;
+    return ZR_QUANT_FADD(a, b);
 }
 
 #endif /* ZR_QUANT_RULES_H */
