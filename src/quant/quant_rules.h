@@ -77,7 +77,7 @@ ZR_HD uint64_t zr_quant_payload_offset(int asym, uint64_t group, uint64_t count)
 typedef struct zr_quant_group {
     float div, inv, lo, hi;
     float scale, zero;
-    int bits;  /* 8 or 4 */
+    int bits; /* 8 or 4 */
     int asym;
     int recip; /* 1: t = v * inv; 0: inv overflowed, t = v / div */
 } zr_quant_group;
