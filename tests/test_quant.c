@@ -15,6 +15,8 @@
 #include "zr/pool.h"
 #include "zr/quant.h"
 
+#include "../src/quant/quant_rules.h" /* zr_quant_rcp_refine, the GPU reciprocal under test */
+
 #include <float.h>
 
 static uint32_t f2u(float x)
@@ -555,10 +557,38 @@ static void test_zero_and_constant(void)
 }
 
 /*
+ * zr_quant_rcp_refine (quant_rules.h), the GPU's reciprocal: from a start a
+ * few ulps off, it gives the correctly rounded 1/d for every significand
+ * (all 2^23 in [1, 2), the ratio is the same at every exponent) and at
+ * random normal d of every exponent the rule uses.
+ */
+static void test_rcp_refine(void)
+{
+    long bad = 0;
+    for (uint32_t m = 0; m < (1u << 23); m++) {
+        float d = u2f(0x3f800000u | m), want = 1.0f / d;
+        for (int k = -3; k <= 3; k += 2) {
+            uint32_t y = f2u(want) + (uint32_t)k;
+            bad += zr_quant_rcp_refine(d, u2f(y)) != want;
+        }
+    }
+    zr_test_rng rng = {77};
+    for (int i = 0; i < 200000; i++) {
+        uint64_t x = zr_test_rng_next(&rng);
+        uint32_t e = 1 + (uint32_t)(x % 251); /* 2^-126 .. 2^124 */
+        float d = u2f(e << 23 | (uint32_t)(x >> 41));
+        float want = 1.0f / d;
+        bad += zr_quant_rcp_refine(d, u2f(f2u(want) + 1u)) != want;
+        bad += zr_quant_rcp_refine(d, u2f(f2u(want) - 1u)) != want;
+    }
+    TEST_EQ_INT(bad, 0);
+}
+
+/*
  * The rule of issue 42 (quant_rules.h): q = round(v * inv), inv = 1/div once
  * per group, not round(v / div). Known answers where the two differ, on
  * every implementation, with the residual of error feedback; and a group too
- * small for a finite reciprocal (inv = Inf), which is coded by division.
+ * small for a finite reciprocal (1/div = Inf), coded as (v * 2^64) * inv.
  */
 static void test_reciprocal_rule(void)
 {
@@ -584,7 +614,7 @@ static void test_reciprocal_rule(void)
             ok &= q[i] == 0xff && r[i] == v + s; /* q = -1, r = v - (-1 * s) */
         }
         TEST_CHECK(ok);
-        /* subnormal-sized values: div = 2^-147 has no finite reciprocal */
+        /* subnormal-sized values: div = 2^-147 has no finite reciprocal (pre 2^64) */
         for (int i = 0; i < 32; i++) {
             x[i] = i == 0 ? ldexpf(1.0f, -140) : (float)(i % 7 - 3) * ldexpf(1.0f, -145);
         }
@@ -991,6 +1021,7 @@ int main(void)
     TEST_RUN(test_exact_roundtrip);
     TEST_RUN(test_zero_and_constant);
     TEST_RUN(test_reciprocal_rule);
+    TEST_RUN(test_rcp_refine);
     TEST_RUN(test_properties);
     TEST_RUN(test_lengths);
     TEST_RUN(test_error_feedback);

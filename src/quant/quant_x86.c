@@ -7,7 +7,7 @@
  * round half to even, q * scale, v - x'. Nothing is contracted into an FMA
  * and the reciprocal is the rule's (computed once per group in scalar C), so
  * results are bit-identical to the scalar code; the last n % 16 elements of
- * a segment, and the rare groups coded by division (recip 0), are handed to
+ * a segment, and the rare groups of subnormal-sized values (recip 0), go to
  * the scalar kernel.
  *
  * The functions carry target attributes instead of relying on -march, so the
@@ -199,7 +199,7 @@ static void encode512(const zr_quant_group *g, zr_dtype t, const void *x, float 
                       float mul, uint8_t *payload)
 {
     if (!g->recip) {
-        zr_quant_kernels_scalar.encode(g, t, x, r, n, mul, payload); /* coded by division */
+        zr_quant_kernels_scalar.encode(g, t, x, r, n, mul, payload); /* recip 0: (v * pre) * inv */
         return;
     }
     enc512_table[t == ZR_DTYPE_BF16][g->asym != 0][g->bits == 8](g, x, r, n, mul, payload);
@@ -450,7 +450,7 @@ static void encode256(const zr_quant_group *g, zr_dtype t, const void *x, float 
                       float mul, uint8_t *payload)
 {
     if (!g->recip) {
-        zr_quant_kernels_scalar.encode(g, t, x, r, n, mul, payload); /* coded by division */
+        zr_quant_kernels_scalar.encode(g, t, x, r, n, mul, payload); /* recip 0: (v * pre) * inv */
         return;
     }
     enc256_table[t == ZR_DTYPE_BF16][g->asym != 0][g->bits == 8](g, x, r, n, mul, payload);
