@@ -86,7 +86,7 @@ static long diff_at(const void *a, const void *b, size_t n)
 
 /* ---- adversarial data ------------------------------------------------------------ */
 
-enum { K_GAUSS, K_SPECIAL, K_DENORMAL, K_EQUAL, K_HUGE, K_TIES, K_ZERO, K_COUNT };
+enum { K_GAUSS, K_SPECIAL, K_DENORMAL, K_EQUAL, K_HUGE, K_TIES, K_ZERO, K_RECIP, K_COUNT };
 
 static void fill(int kind, zr_test_rng *rng, float *x, size_t n, size_t group)
 {
@@ -120,6 +120,9 @@ static void fill(int kind, zr_test_rng *rng, float *x, size_t n, size_t group)
             break;
         case K_ZERO:
             x[i] = (i & 1) ? -0.0f : 0.0f;
+            break;
+        case K_RECIP: /* v / scale is -1.5 exactly, v * (1 / scale) just above (quant_rules.h) */
+            x[i] = i % group == 0 ? u2f(0x3f800001u) : (u < 0.5f ? -u2f(0x3c400001u) : u);
             break;
         }
     }

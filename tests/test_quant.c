@@ -15,6 +15,8 @@
 #include "zr/pool.h"
 #include "zr/quant.h"
 
+#include "../src/quant/quant_rules.h" /* zr_quant_rcp_refine, the GPU reciprocal under test */
+
 #include <float.h>
 
 static uint32_t f2u(float x)
@@ -554,6 +556,79 @@ static void test_zero_and_constant(void)
     TEST_CHECK(ok);
 }
 
+/*
+ * zr_quant_rcp_refine (quant_rules.h), the GPU's reciprocal: from a start a
+ * few ulps off, it gives the correctly rounded 1/d for every significand
+ * (all 2^23 in [1, 2), the ratio is the same at every exponent) and at
+ * random normal d of every exponent the rule uses.
+ */
+static void test_rcp_refine(void)
+{
+    long bad = 0;
+    for (uint32_t m = 0; m < (1u << 23); m++) {
+        float d = u2f(0x3f800000u | m), want = 1.0f / d;
+        for (int k = -3; k <= 3; k += 2) {
+            uint32_t y = f2u(want) + (uint32_t)k;
+            bad += zr_quant_rcp_refine(d, u2f(y)) != want;
+        }
+    }
+    zr_test_rng rng = {77};
+    for (int i = 0; i < 200000; i++) {
+        uint64_t x = zr_test_rng_next(&rng);
+        uint32_t e = 1 + (uint32_t)(x % 251); /* 2^-126 .. 2^124 */
+        float d = u2f(e << 23 | (uint32_t)(x >> 41));
+        float want = 1.0f / d;
+        bad += zr_quant_rcp_refine(d, u2f(f2u(want) + 1u)) != want;
+        bad += zr_quant_rcp_refine(d, u2f(f2u(want) - 1u)) != want;
+    }
+    TEST_EQ_INT(bad, 0);
+}
+
+/*
+ * The rule of issue 42 (quant_rules.h): q = round(v * inv), inv = 1/div once
+ * per group, not round(v / div). Known answers where the two differ, on
+ * every implementation, with the residual of error feedback; and a group too
+ * small for a finite reciprocal (1/div = Inf), coded as (v * 2^64) * inv.
+ */
+static void test_reciprocal_rule(void)
+{
+    zr_quant_impl im[3];
+    int nim = impls(im);
+    zr_quant_params p = {8, 32, ZR_QUANT_SYM};
+    float am = u2f(0x3f800001u), v = -u2f(0x3c400001u); /* 0x1.000002p+0, -0x1.800002p-7 */
+    float s = am / 128.0f, inv = 1.0f / s;
+    /* v / s is exactly -1.5 (code -2); v * inv rounds to just above (code -1) */
+    TEST_CHECK(v / s == -1.5f && v * inv > -1.5f);
+    float x[32], r[32], y[32];
+    uint8_t b[256];
+    for (int k = 0; k < nim; k++) {
+        TEST_OK(zr_quant_set_impl(im[k]));
+        for (int i = 0; i < 32; i++) {
+            x[i] = i == 0 ? am : v;
+            r[i] = 0.0f;
+        }
+        TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, x, 32, 1.0f, r, b, NULL));
+        const uint8_t *q = b + 32 + 4; /* header, one scale */
+        int ok = q[0] == 127;
+        for (int i = 1; i < 32; i++) {
+            ok &= q[i] == 0xff && r[i] == v + s; /* q = -1, r = v - (-1 * s) */
+        }
+        TEST_CHECK(ok);
+        /* subnormal-sized values: div = 2^-147 has no finite reciprocal (pre 2^64) */
+        for (int i = 0; i < 32; i++) {
+            x[i] = i == 0 ? ldexpf(1.0f, -140) : (float)(i % 7 - 3) * ldexpf(1.0f, -145);
+        }
+        TEST_OK(zr_quant_encode(&p, ZR_DTYPE_F32, x, 32, 1.0f, NULL, b, NULL));
+        TEST_OK(zr_quant_decode(b, ZR_DTYPE_F32, y, 32));
+        ok = q[0] == 127;
+        for (int i = 1; i < 32; i++) {
+            ok &= (int8_t)q[i] == 4 * (i % 7 - 3) && y[i] == x[i];
+        }
+        TEST_CHECK(ok);
+    }
+    TEST_OK(zr_quant_set_impl(ZR_QUANT_IMPL_AUTO));
+}
+
 /* Error feedback: over many steps the decoded sum tracks the true sum. */
 static void test_error_feedback(void)
 {
@@ -945,6 +1020,8 @@ int main(void)
     TEST_RUN(test_bf16);
     TEST_RUN(test_exact_roundtrip);
     TEST_RUN(test_zero_and_constant);
+    TEST_RUN(test_reciprocal_rule);
+    TEST_RUN(test_rcp_refine);
     TEST_RUN(test_properties);
     TEST_RUN(test_lengths);
     TEST_RUN(test_error_feedback);

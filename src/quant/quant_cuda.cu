@@ -12,8 +12,9 @@
  *     R <= 8 chunks of 8 values in registers between the scan and the coding,
  *     so the input is read once; larger groups get a block of 256 threads
  *     that reads the group twice (the second time from cache). The scan's
- *     reductions (largest |v| as integer bits, min, max) give the same result
- *     in any order; -0 and +0 are merged by the rule.
+ *     reductions (largest |v| as integer bits; asym also min, max) give the
+ *     same result in any order; -0 and +0 are merged by the rule. Scheme and
+ *     error feedback are template parameters (no per-element test of either).
  *   - decode and elementwise work: one thread per chunk of 8 elements.
  *   - chunks of 8 elements never straddle a group (groups are multiples of 8)
  *     and are loaded and stored with 16-byte accesses where the C side found
@@ -21,8 +22,8 @@
  * The header is written by thread 0 of block 0; the count of non-finite
  * groups is added atomically into a word the launcher zeroes first.
  *
- * Built by nvcc (--fmad=false) and by the GPU emulator (g++); uses only what
- * the emulator provides (docs: the CUDA build contract). The C side
+ * Built by nvcc and the GPU emulator (g++); the rules' arithmetic is spelled
+ * with __fmul_rn etc., so no --fmad flag changes a bit. The C side
  * (quant_cuda.c) checks every argument before a launch.
  */
 #include "../base/cuda_kernel.h"
@@ -51,15 +52,16 @@ __device__ __forceinline__ scan_t scan_join(scan_t a, scan_t b)
 }
 
 /* Butterfly over lanes l ^ off (off < width): every lane of a team ends
- * with the team's result. All 32 lanes of the warp take part. */
-__device__ __forceinline__ scan_t warp_join(scan_t s, int width)
+ * with the team's result (sym: the largest |v| only). All 32 lanes of the
+ * warp take part. */
+template <bool ASYM> __device__ __forceinline__ scan_t warp_join(scan_t s, int width)
 {
     for (int off = width / 2; off > 0; off /= 2) {
-        scan_t o;
-        o.absbits = __shfl_xor_sync(FULL_MASK, s.absbits, off);
-        o.mn = __shfl_xor_sync(FULL_MASK, s.mn, off);
-        o.mx = __shfl_xor_sync(FULL_MASK, s.mx, off);
-        s = scan_join(s, o);
+        s.absbits = max(s.absbits, __shfl_xor_sync(FULL_MASK, s.absbits, off));
+        if (ASYM) {
+            s.mn = fminf(s.mn, __shfl_xor_sync(FULL_MASK, s.mn, off));
+            s.mx = fmaxf(s.mx, __shfl_xor_sync(FULL_MASK, s.mx, off));
+        }
     }
     return s;
 }
@@ -74,11 +76,16 @@ struct in_hdr {
     int bits, asym;
 };
 
-/* d[i] = x' of elements e..e+m-1 of an input block (0 beyond m). */
-__device__ __forceinline__ void decode8(const in_hdr &h, uint64_t e, int m, float d[8])
+/*
+ * d[i] = x' of elements e..e+m-1 of an input block (0 beyond m), gi their
+ * group's index when the caller knows it (~0 otherwise). EXACT: a
+ * non-finite group decodes to ZR_QUANT_QNAN_BITS; without, to some NaN (a
+ * sum being requantized only asks whether a value is NaN).
+ */
+template <bool EXACT>
+__device__ __forceinline__ void decode8(const in_hdr &h, uint64_t gi, uint64_t e, int m, float d[8])
 {
-    /* a 32-bit division where it suffices: 64-bit ones are long on a GPU */
-    uint64_t gi = e >> 32 ? e / h.group : (uint32_t)e / h.group;
+    gi = gi == ~(uint64_t)0 ? zr_quant_div_group(e, h.group) : gi;
     const float *sc = reinterpret_cast<const float *>(h.base + ZR_QUANT_HEADER_BYTES);
     zr_quant_group g;
     g.bits = h.bits;
@@ -93,7 +100,8 @@ __device__ __forceinline__ void decode8(const in_hdr &h, uint64_t e, int m, floa
     for (int i = 0; i < 8; i++) {
         uint32_t f =
             h.bits == 8 ? ((i < 4 ? w0 : w1) >> (8 * (i & 3))) & 0xffu : (w0 >> (4 * i)) & 0xfu;
-        d[i] = i < m ? zr_quant_decode1(&g, zr_quant_unpack(h.bits, h.asym, f)) : 0.0f;
+        int q = zr_quant_unpack(h.bits, h.asym, f);
+        d[i] = i >= m ? 0.0f : EXACT ? zr_quant_decode1(&g, q) : zr_quant_dequant(&g, q);
     }
 }
 
@@ -186,78 +194,104 @@ struct enc_ptrs {
     uint8_t *block;
 };
 
-/* v = the values quantized for elements e..e+m-1 (x * mul, + r). */
-template <int SRC>
+/*
+ * v = the values quantized for elements e..e+m-1 of group gi (x * mul, + r
+ * with error feedback, EF). A sum of blocks adds with __fadd_rn, not the
+ * NaN-preserving zr_quant_add: a NaN only makes its group non-finite, which
+ * codes the same whatever the NaN's bits.
+ */
+template <int SRC, bool EF>
 __device__ __forceinline__ void load_values(const zr_quant_k_encode &a, const enc_ptrs &p,
-                                            const in_hdr *hs, uint64_t e, int m, float v[8])
+                                            const in_hdr *hs, uint64_t gi, uint64_t e, int m,
+                                            float v[8])
 {
     if (SRC == ZR_QUANT_K_SRC_F32) {
         load_f32(static_cast<const float *>(p.x) + e, m, a.vec_in, v);
     } else if (SRC == ZR_QUANT_K_SRC_BF16) {
         load_bf16(static_cast<const uint16_t *>(p.x) + e, m, a.vec_in, v);
     } else {
-        decode8(hs[0], e, m, v);
+        decode8<false>(hs[0], hs[0].group == (uint32_t)a.group ? gi : ~(uint64_t)0, e, m, v);
         for (int j = 1; j < a.k; j++) {
             float d[8];
-            decode8(hs[j], e, m, d);
+            decode8<false>(hs[j], hs[j].group == (uint32_t)a.group ? gi : ~(uint64_t)0, e, m, d);
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
-                v[i] = zr_quant_add(v[i], d[i]); /* in the order given, as on the CPU */
+                v[i] = __fadd_rn(v[i], d[i]); /* in the order given, as on the CPU */
             }
         }
     }
     float r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (p.r != NULL) {
+    if (EF) {
         load_f32<false>(p.r + e, m, a.vec_in, r);
     }
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
-        v[i] = zr_quant_input(v[i], a.mul, p.r != NULL, r[i]);
+        v[i] = zr_quant_input(v[i], a.mul, EF, r[i]);
     }
 }
 
-__device__ __forceinline__ void scan_chunk(scan_t &s, const float v[8], int m, int asym)
+/* The loads give 0 beyond m, which cannot raise the largest |v|: only the
+ * min and max (asym) test i < m. */
+template <bool ASYM> __device__ __forceinline__ void scan_chunk(scan_t &s, const float v[8], int m)
 {
+    if (ASYM) {
+        ZR_UNROLL
+        for (int i = 0; i < 8; i++) {
+            s.mn = i < m ? fminf(s.mn, v[i]) : s.mn;
+            s.mx = i < m ? fmaxf(s.mx, v[i]) : s.mx;
+        }
+    }
     ZR_UNROLL
     for (int i = 0; i < 8; i++) {
-        if (i < m) {
-            s.absbits = max(s.absbits, zr_quant_absbits(v[i]));
-            if (asym) {
-                s.mn = fminf(s.mn, v[i]);
-                s.mx = fmaxf(s.mx, v[i]);
-            }
-        }
+        s.absbits = max(s.absbits, zr_quant_absbits(v[i]));
     }
 }
 
 /* ---- coding one chunk, and a group's scales ---------------------------------------- */
 
+/*
+ * The codes of 8 values of a finite group packed into w0 (and w1 for INT8),
+ * and with EF the residuals. The group is coded as if recip were 0:
+ * (v * pre) * inv, which for pre = 1 is the same bits as v * inv, so that
+ * one straight path serves every finite group (no per-element branch).
+ */
+template <int BITS, bool EF>
+__device__ __forceinline__ void code8(const zr_quant_group &g, const float v[8], uint32_t &w0,
+                                      uint32_t &w1, float res[8])
+{
+    zr_quant_group gc = g;
+    gc.recip = 0;
+    w0 = w1 = 0;
+    ZR_UNROLL
+    for (int i = 0; i < 8; i++) {
+        int q = zr_quant_code(&gc, v[i]);
+        if (EF) {
+            res[i] = ZR_QUANT_FSUB(v[i], zr_quant_dequant(&gc, q));
+        }
+        uint32_t f = zr_quant_pack(BITS, q);
+        if (BITS == 8 && i >= 4) {
+            w1 |= f << (8 * (i - 4));
+        } else {
+            w0 |= f << (BITS * i);
+        }
+    }
+}
+
 /* Payload (codes of 0 beyond m, which is the block's zero padding) and residual. */
-template <int BITS>
+template <int BITS, bool EF>
 __device__ __forceinline__ void code_chunk(const zr_quant_k_encode &a, const enc_ptrs &p,
                                            const zr_quant_group &g, bool nonfinite, uint64_t e,
                                            int m, const float v[8])
 {
     uint32_t w0 = 0, w1 = 0;
-    float res[8];
-    ZR_UNROLL
-    for (int i = 0; i < 8; i++) {
-        int q = 0;
-        res[i] = 0.0f; /* a non-finite group's residual starts over */
-        if (!nonfinite && i < m) {
-            q = zr_quant_code(&g, v[i]);
-            res[i] = v[i] - zr_quant_dequant(&g, q);
-        }
-        uint32_t f = zr_quant_pack(BITS, q);
-        if (BITS == 8) {
-            if (i < 4) {
-                w0 |= f << (8 * i);
-            } else {
-                w1 |= f << (8 * (i - 4));
-            }
-        } else {
-            w0 |= f << (4 * i);
-        }
+    float res[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* a non-finite group's residual starts over */
+    if (!nonfinite) {
+        code8<BITS, EF>(g, v, w0, w1, res);
+    }
+    if (m < 8) { /* the block's last chunk: zero codes beyond m */
+        uint64_t keep = (1ull << (BITS * m)) - 1;
+        w0 &= (uint32_t)keep;
+        w1 &= (uint32_t)(keep >> 32);
     }
     uint8_t *out = p.block + a.payload_offset + (BITS == 8 ? e : e / 2);
     if (BITS == 8 && a.vec_out && m > 4) {
@@ -268,7 +302,7 @@ __device__ __forceinline__ void code_chunk(const zr_quant_k_encode &a, const enc
             reinterpret_cast<uint32_t *>(out)[1] = w1;
         }
     }
-    if (p.r != NULL) {
+    if (EF) {
         store_f32(p.r + e, m, a.vec_in, res);
     }
 }
@@ -338,7 +372,7 @@ __device__ __forceinline__ bool encode_prologue(const zr_quant_k_encode &a, cons
 #define ENCODE_PARAMS                                                                              \
     const zr_quant_k_encode a, const void *x, const uint8_t *in0, float *r, uint8_t *block
 
-template <int SRC, int BITS, int R>
+template <int SRC, int BITS, bool ASYM, bool EF, int R>
 __global__ void __launch_bounds__(TEAM_THREADS) encode_teams(ENCODE_PARAMS, int width)
 {
     __shared__ in_hdr hs[SRC == ZR_QUANT_K_SRC_BLOCKS ? ZR_QUANT_K_MAX_IN : 1];
@@ -354,33 +388,39 @@ __global__ void __launch_bounds__(TEAM_THREADS) encode_teams(ENCODE_PARAMS, int 
     bool active = start < a.count;
     int n = active ? (int)min((uint64_t)a.group, a.count - start) : 0;
     float v[R][8];
+    int mj[R]; /* elements of chunk j: 0..8 */
     scan_t s = {0u, INFINITY, -INFINITY};
     ZR_UNROLL
     for (int j = 0; j < R; j++) {
         int c = lane + j * width;
-        if (8 * c < n) {
-            int m = min(8, n - 8 * c);
-            load_values<SRC>(a, p, hs, start + 8 * (uint64_t)c, m, v[j]);
-            scan_chunk(s, v[j], m, a.asym);
+        mj[j] = max(0, min(8, n - 8 * c));
+        if (mj[j] > 0) {
+            load_values<SRC, EF>(a, p, hs, gi, start + 8 * (uint64_t)c, mj[j], v[j]);
+            scan_chunk<ASYM>(s, v[j], mj[j]);
         }
     }
-    s = warp_join(s, width);
+    s = warp_join<ASYM>(s, width);
+    ZR_UNROLL
+    for (int j = 0; j < R; j++) {
+        asm("" : "+r"(mj[j])); /* tests and offsets anew below: kept live, they spilled */
+    }
+    asm("" : "+r"(lane));
     bool nonfinite = zr_quant_nonfinite(s.absbits);
-    zr_quant_group g = zr_quant_group_make(BITS, a.asym, s.absbits, s.mn, s.mx);
+    zr_quant_group g = zr_quant_group_make(BITS, ASYM, s.absbits, s.mn, s.mx);
     if (active && lane == 0) {
         put_scales(a, p, gi, g, nonfinite);
     }
     ZR_UNROLL
     for (int j = 0; j < R; j++) {
-        int c = lane + j * width;
-        if (8 * c < n) {
-            code_chunk<BITS>(a, p, g, nonfinite, start + 8 * (uint64_t)c, min(8, n - 8 * c), v[j]);
+        if (mj[j] > 0) {
+            code_chunk<BITS, EF>(a, p, g, nonfinite, start + 8 * (uint64_t)(lane + j * width),
+                                 mj[j], v[j]);
         }
     }
 }
 
 /* One block per group (groups of more than 2048 elements): scan, then code. */
-template <int SRC, int BITS>
+template <int SRC, int BITS, bool ASYM, bool EF>
 __global__ void __launch_bounds__(GROUP_THREADS) encode_group(ENCODE_PARAMS)
 {
     __shared__ in_hdr hs[SRC == ZR_QUANT_K_SRC_BLOCKS ? ZR_QUANT_K_MAX_IN : 1];
@@ -397,10 +437,10 @@ __global__ void __launch_bounds__(GROUP_THREADS) encode_group(ENCODE_PARAMS)
     for (int c = threadIdx.x; 8 * c < n; c += blockDim.x) {
         float v[8];
         int m = min(8, n - 8 * c);
-        load_values<SRC>(a, p, hs, start + 8 * (uint64_t)c, m, v);
-        scan_chunk(s, v, m, a.asym);
+        load_values<SRC, EF>(a, p, hs, gi, start + 8 * (uint64_t)c, m, v);
+        scan_chunk<ASYM>(s, v, m);
     }
-    s = warp_join(s, 32);
+    s = warp_join<ASYM>(s, 32);
     if (threadIdx.x % 32 == 0) {
         part[threadIdx.x / 32] = s;
     }
@@ -410,15 +450,15 @@ __global__ void __launch_bounds__(GROUP_THREADS) encode_group(ENCODE_PARAMS)
         s = scan_join(s, part[w]);
     }
     bool nonfinite = zr_quant_nonfinite(s.absbits);
-    zr_quant_group g = zr_quant_group_make(BITS, a.asym, s.absbits, s.mn, s.mx);
+    zr_quant_group g = zr_quant_group_make(BITS, ASYM, s.absbits, s.mn, s.mx);
     if (n > 0 && threadIdx.x == 0) {
         put_scales(a, p, gi, g, nonfinite);
     }
     for (int c = threadIdx.x; 8 * c < n; c += blockDim.x) {
         float v[8];
         int m = min(8, n - 8 * c);
-        load_values<SRC>(a, p, hs, start + 8 * (uint64_t)c, m, v); /* again: from cache */
-        code_chunk<BITS>(a, p, g, nonfinite, start + 8 * (uint64_t)c, m, v);
+        load_values<SRC, EF>(a, p, hs, gi, start + 8 * (uint64_t)c, m, v); /* again: from cache */
+        code_chunk<BITS, EF>(a, p, g, nonfinite, start + 8 * (uint64_t)c, m, v);
     }
 }
 
@@ -444,7 +484,7 @@ __global__ void __launch_bounds__(EW_THREADS)
         int m = (int)min((uint64_t)8, a.count - e);
         float d[8];
         if (ok) {
-            decode8(h, e, m, d);
+            decode8<true>(h, ~(uint64_t)0, e, m, d);
         } else {
             ZR_UNROLL
             for (int i = 0; i < 8; i++) {
@@ -533,14 +573,18 @@ static unsigned int ew_grid(uint64_t n)
     return (unsigned int)(blocks < 1 ? 1 : blocks > 65535 ? 65535 : blocks);
 }
 
-template <int SRC, int BITS> static void launch_encode_t(const zr_quant_k_encode &a, cudaStream_t s)
+#define ENCODE_ARGS a, a.x, a.in[0], a.r, a.block
+
+template <int SRC, int BITS, bool ASYM, bool EF>
+static void launch_encode_t(const zr_quant_k_encode &a, cudaStream_t s)
 {
     uint64_t ngroups = (a.count + a.group - 1) / a.group;
     int nch = a.group / 8;
-    if (nch > 32 * MAX_R) {
+    /* sums: at most 2 chunks a lane (4 spilled a register on sm_90, ptxas 13) */
+    constexpr bool SUM = SRC == ZR_QUANT_K_SRC_BLOCKS;
+    if (nch > 32 * (SUM ? 2 : MAX_R)) {
         unsigned int grid = (unsigned int)(ngroups < 1 ? 1 : ngroups);
-        ZR_LAUNCH((encode_group<SRC, BITS>), grid, GROUP_THREADS, 0, s, a, a.x, a.in[0], a.r,
-                  a.block);
+        ZR_LAUNCH((encode_group<SRC, BITS, ASYM, EF>), grid, GROUP_THREADS, 0, s, ENCODE_ARGS);
         return;
     }
     int width = 1;
@@ -553,32 +597,31 @@ template <int SRC, int BITS> static void launch_encode_t(const zr_quant_k_encode
     }
     uint64_t teams = TEAM_THREADS / width;
     unsigned int grid = (unsigned int)(ngroups < 1 ? 1 : (ngroups + teams - 1) / teams);
-    switch (r) {
-    case 1:
-        ZR_LAUNCH((encode_teams<SRC, BITS, 1>), grid, TEAM_THREADS, 0, s, a, a.x, a.in[0], a.r,
-                  a.block, width);
-        break;
-    case 2:
-        ZR_LAUNCH((encode_teams<SRC, BITS, 2>), grid, TEAM_THREADS, 0, s, a, a.x, a.in[0], a.r,
-                  a.block, width);
-        break;
-    case 4:
-        ZR_LAUNCH((encode_teams<SRC, BITS, 4>), grid, TEAM_THREADS, 0, s, a, a.x, a.in[0], a.r,
-                  a.block, width);
-        break;
-    default:
-        ZR_LAUNCH((encode_teams<SRC, BITS, 8>), grid, TEAM_THREADS, 0, s, a, a.x, a.in[0], a.r,
-                  a.block, width);
-        break;
+    void (*k)(ENCODE_PARAMS, int) = r == 1   ? encode_teams<SRC, BITS, ASYM, EF, 1>
+                                    : r == 2 ? encode_teams<SRC, BITS, ASYM, EF, 2>
+                                             : r == 4 ? encode_teams < SRC,
+                             BITS, ASYM, EF, SUM ? 2 : 4 > : encode_teams < SRC, BITS, ASYM, EF,
+                             SUM ? 2 : 8 > ;
+    ZR_LAUNCH(k, grid, TEAM_THREADS, 0, s, ENCODE_ARGS, width);
+}
+
+template <int SRC, int BITS> static void launch_encode_b(const zr_quant_k_encode &a, cudaStream_t s)
+{
+    if (a.asym) {
+        a.r != NULL ? launch_encode_t<SRC, BITS, true, true>(a, s)
+                    : launch_encode_t<SRC, BITS, true, false>(a, s);
+    } else {
+        a.r != NULL ? launch_encode_t<SRC, BITS, false, true>(a, s)
+                    : launch_encode_t<SRC, BITS, false, false>(a, s);
     }
 }
 
 template <int SRC> static void launch_encode_src(const zr_quant_k_encode &a, cudaStream_t s)
 {
     if (a.bits == 8) {
-        launch_encode_t<SRC, 8>(a, s);
+        launch_encode_b<SRC, 8>(a, s);
     } else {
-        launch_encode_t<SRC, 4>(a, s);
+        launch_encode_b<SRC, 4>(a, s);
     }
 }
 

@@ -3,10 +3,12 @@
  *
  * Each kernel runs the same arithmetic as the scalar oracle (quant.c /
  * quant_impl.h) in the same order, one IEEE operation for one operation:
- * x * mul, + r, a true division by the scale, clamp, round half to even,
- * q * scale, v - x'. Nothing is contracted into an FMA and no reciprocal is
- * used, so results are bit-identical to the scalar code; the last n % 16
- * elements of a segment are handed to the scalar kernel.
+ * x * mul, + r, a product with the group's reciprocal (quant_rules.h), clamp,
+ * round half to even, q * scale, v - x'. Nothing is contracted into an FMA
+ * and the reciprocal is the rule's (computed once per group in scalar C), so
+ * results are bit-identical to the scalar code; the last n % 16 elements of
+ * a segment, and the rare groups of subnormal-sized values (recip 0), go to
+ * the scalar kernel.
  *
  * The functions carry target attributes instead of relying on -march, so the
  * library runs on any x86-64 and picks a path at run time
@@ -142,12 +144,12 @@ static T512 ALWAYS_INLINE void encode512_t(int bf16, int asym, int bits, const z
                                            uint8_t *payload)
 {
     size_t n16 = n & ~(size_t)15;
-    __m512 vm = _mm512_set1_ps(mul), div = _mm512_set1_ps(g->div);
+    __m512 vm = _mm512_set1_ps(mul), inv = _mm512_set1_ps(g->inv);
     __m512 lo = _mm512_set1_ps(g->lo), hi = _mm512_set1_ps(g->hi);
     __m512 scale = _mm512_set1_ps(g->scale), zero = _mm512_set1_ps(g->zero);
     for (size_t i = 0; i < n16; i += 16) {
         __m512 v = value16(bf16, x, r, i, vm);
-        __m512 t = _mm512_div_ps(asym ? _mm512_sub_ps(v, zero) : v, div);
+        __m512 t = _mm512_mul_ps(asym ? _mm512_sub_ps(v, zero) : v, inv);
         t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
         __m512i q = _mm512_cvt_roundps_epi32(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         if (r != NULL) {
@@ -196,6 +198,10 @@ static const enc_fn enc512_table[2][2][2] = {
 static void encode512(const zr_quant_group *g, zr_dtype t, const void *x, float *r, size_t n,
                       float mul, uint8_t *payload)
 {
+    if (!g->recip) {
+        zr_quant_kernels_scalar.encode(g, t, x, r, n, mul, payload); /* recip 0: (v * pre) * inv */
+        return;
+    }
     enc512_table[t == ZR_DTYPE_BF16][g->asym != 0][g->bits == 8](g, x, r, n, mul, payload);
 }
 
@@ -377,11 +383,11 @@ static T256 void scan256(zr_dtype t, const void *x, const float *r, size_t n, fl
 
 /* 8 codes of one half: v -> q (int32), with the residual update. */
 static T256 ALWAYS_INLINE __m256i code8(int bf16, int asym, const void *x, float *r, size_t i,
-                                        __m256 vm, __m256 div, __m256 lo, __m256 hi, __m256 scale,
+                                        __m256 vm, __m256 inv, __m256 lo, __m256 hi, __m256 scale,
                                         __m256 zero)
 {
     __m256 v = value8(bf16, x, r, i, vm);
-    __m256 t = _mm256_div_ps(asym ? _mm256_sub_ps(v, zero) : v, div);
+    __m256 t = _mm256_mul_ps(asym ? _mm256_sub_ps(v, zero) : v, inv);
     t = _mm256_min_ps(_mm256_max_ps(t, lo), hi);
     __m256i q = _mm256_cvtps_epi32(t); /* MXCSR rounding: half to even, like nearbyintf */
     if (r != NULL) {
@@ -399,12 +405,12 @@ static T256 ALWAYS_INLINE void encode256_t(int bf16, int asym, int bits, const z
                                            uint8_t *payload)
 {
     size_t n16 = n & ~(size_t)15;
-    __m256 vm = _mm256_set1_ps(mul), div = _mm256_set1_ps(g->div);
+    __m256 vm = _mm256_set1_ps(mul), inv = _mm256_set1_ps(g->inv);
     __m256 lo = _mm256_set1_ps(g->lo), hi = _mm256_set1_ps(g->hi);
     __m256 scale = _mm256_set1_ps(g->scale), zero = _mm256_set1_ps(g->zero);
     for (size_t i = 0; i < n16; i += 16) {
-        __m256i q0 = code8(bf16, asym, x, r, i, vm, div, lo, hi, scale, zero);
-        __m256i q1 = code8(bf16, asym, x, r, i + 8, vm, div, lo, hi, scale, zero);
+        __m256i q0 = code8(bf16, asym, x, r, i, vm, inv, lo, hi, scale, zero);
+        __m256i q1 = code8(bf16, asym, x, r, i + 8, vm, inv, lo, hi, scale, zero);
         /* packs work per 128-bit lane: restore element order before the byte pack */
         __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xd8);
         __m128i w0 = _mm256_castsi256_si128(w), w1 = _mm256_extracti128_si256(w, 1);
@@ -443,6 +449,10 @@ static const enc_fn enc256_table[2][2][2] = {
 static void encode256(const zr_quant_group *g, zr_dtype t, const void *x, float *r, size_t n,
                       float mul, uint8_t *payload)
 {
+    if (!g->recip) {
+        zr_quant_kernels_scalar.encode(g, t, x, r, n, mul, payload); /* recip 0: (v * pre) * inv */
+        return;
+    }
     enc256_table[t == ZR_DTYPE_BF16][g->asym != 0][g->bits == 8](g, x, r, n, mul, payload);
 }
 
