@@ -5,13 +5,13 @@
 #
 #   [OLD=zr-of-the-previous-main] scripts/gpu_bundle.sh [DIR]
 #
-# OLD: a zr program built from the previous main, packed as DIR/old/zr for
+# OLD: a zr program built from the previous main, packed as DIR/old/zr.xz for
 # gpu_remote.sh's compare stage (this build and the previous one in one call).
 #
 # Why not build there: a lent machine (a CUDA image, Ubuntu 24.04 on
 # 2026-11-27) has nvcc, cuBLAS, NCCL and its own Open MPI 4.1, but no OpenBLAS,
 # cJSON or default corpus, and cannot reach a package archive; its lease is
-# minutes. So the release build made here travels (stripped, ~25 MB packed:
+# minutes. So the release build made here travels (stripped, ~30 MB xz-packed:
 # the programs of the gpu suite and the small test programs test_cudalib
 # counts), with the Debian packages the build links against that such an image
 # lacks (OpenBLAS, cJSON, gfortran's runtime, fortunes, and Open MPI with
@@ -35,9 +35,11 @@ for t in build/release/tests/test_*; do
     fi
 done
 strip -o "$dir/release/zr" build/release/zr
-tar czf "$dir/release.tar.gz" -C "$dir" release
+# xz: the programs carry every kernel's cubins for two architectures (mostly
+# zeros and repeats); gzip left the bundle over a lease's 64 MiB
+tar cf - -C "$dir" release | xz -6 -T0 >"$dir/release.tar.xz"
 if [ -n "${OLD:-}" ]; then
-    mkdir -p "$dir/old" && strip -o "$dir/old/zr" "$OLD"
+    mkdir -p "$dir/old" && strip -o "$dir/old/zr" "$OLD" && xz -6 "$dir/old/zr"
 fi
 rm -rf "$dir/release"
 (cd "$dir/pkg" && apt-get download -qq libopenblas0-pthread libopenblas0 libcjson1 libgfortran5 \

@@ -22,7 +22,7 @@
 #             times, with 1 rank and with 2 ranks sharing the GPU as 2 emulated nodes (staged)
 #   cpu       zr bench model --quick --threads 1,2,8 on the machine's CPU (another kind)
 #   compare   zr bench model and zr bench quant --device cuda of this build and of the
-#             previous main's zr (DIR/old/zr, where gpu_bundle.sh was given OLD=) side by
+#             previous main's zr (DIR/old/zr.xz, where gpu_bundle.sh was given OLD=) side by
 #             side, then the PyTorch reference (bench/gpu/torch_gpt2.py: eager and
 #             torch.compile) at zr's micro-batch, all in this one call; then the table side
 #             by side (bench/gpu/compare_table.py, with attention's ms where a profile stage
@@ -86,7 +86,13 @@ for n in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
 done
 export LD_LIBRARY_PATH="/usr/lib/x86_64-linux-gnu/openblas-pthread$cu:${LD_LIBRARY_PATH:-}:/opt/zrdeps/usr/lib/x86_64-linux-gnu"
 mkdir -p build
-tar xzf "$dir/release.tar.gz" -C build
+# xz-packed (gpu_bundle.sh): through python3's lzma where the image has no xz
+unxz_to() { if command -v xz >/dev/null; then xz -dc "$1"; else python3 -c \
+    'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"; fi; }
+unxz_to "$dir/release.tar.xz" | tar xf - -C build
+if [ -f "$dir/old/zr.xz" ]; then
+    unxz_to "$dir/old/zr.xz" >/tmp/zr-old && chmod +x /tmp/zr-old
+fi
 ldd build/release/zr build/release/tests/test_gpu_train | grep "not found"
 
 . scripts/mpienv.sh
@@ -147,7 +153,7 @@ for stage in $stages; do
             done 2>&1 | tee "$O/plan-gpu.txt"
             ;;
         compare)
-            for z in "$B" "$dir/old/zr"; do
+            for z in "$B" /tmp/zr-old; do
                 [ -x "$z" ] || continue
                 echo "-- $z"
                 timeout 100 "$z" bench model --device cuda --json
