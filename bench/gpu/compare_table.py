@@ -30,7 +30,7 @@ def read_compare(path):
         for line in f:
             line = line.strip()
             if line.startswith("-- "):
-                side = "old" if "/old/" in line else "new"
+                side = "old" if ("/old/" in line or "zr-old" in line) else "new"
                 continue
             if not line.startswith("{"):
                 continue
@@ -93,14 +93,15 @@ def main():
     model = "GPT-2 124M" if (new or shape).get("config", "124M") == "124M" else "GPT (--quick)"
     print(f"\nside by side: {gpu}, {model}, B {shape['B']} x T {shape['T']}, bf16"
           + (f", zr's bf16 GEMM {gemm:.1f} TFLOP/s" if gemm else ""))
-    print(f"{'':18} {'ms/step':>9} {'tokens/s':>10} {'vs compiled':>11} {'flops_vs_gemm':>13} "
-          f"{'attention ms':>12} {'other ms':>9}")
+    print(f"{'':18} {'B':>3} {'ms/step':>9} {'tokens/s':>10} {'vs compiled':>11} "
+          f"{'flops_vs_gemm':>13} {'attention ms':>12} {'other ms':>9}")
     rows = [("zr old", r.get("old")), ("zr new", new), ("PyTorch eager", r.get("eager")),
             ("PyTorch compiled", r.get("compile"))]
     for name, d in rows:
         ms = d.get("ms_per_step") if d else None
         tok = d.get("tokens_per_s") if d else None
-        vs = best["ms_per_step"] / ms if (d and best) else None
+        # tokens/s, not ms: the builds may have run at different micro-batches
+        vs = tok / best["tokens_per_s"] if (d and best) else None
         fvg = d.get("flops_vs_gemm") if d else None
         if d and fvg is None and gemm and d.get("tflops"):
             fvg = d["tflops"] / gemm
@@ -108,12 +109,14 @@ def main():
         if name == "zr new" and att and d:
             a_ms = att[0]
             o_ms = (att[1] if att[1] is not None else ms) - a_ms
-        print(f"{name:18} {fmt(ms, '9.2f')} {fmt(tok, '10.0f')} {fmt(vs, '11.2f', 'x')} "
+        print(f"{name:18} {fmt(d.get('B') if d else None, '3d')} {fmt(ms, '9.2f')} "
+              f"{fmt(tok, '10.0f')} {fmt(vs, '11.2f', 'x')} "
               f"{fmt(fvg, '13.3f')} {fmt(a_ms, '12.1f')} {fmt(o_ms, '9.1f')}")
     if new or r.get("old"):
         roof = (new or {}).get("roofline_ms", {})
-        print(f"\nzr's phases (ms a step){'':4} {'zr old':>9} {'zr new':>9} {'roofline':>9} "
-              f"{'new/roofline':>12}")
+        bo, bn = (r.get("old") or {}).get("B", "-"), (new or {}).get("B", "-")
+        print(f"\nzr's phases (ms a step, B {bo} old, {bn} new) {'zr old':>9} {'zr new':>9} "
+              f"{'roofline':>9} {'new/roofline':>12}")
         for p in PHASES + ["step"]:
             get = (lambda d: d.get("ms_per_step")) if p == "step" else \
                 (lambda d, p=p: d.get("phases_ms", {}).get(p))
