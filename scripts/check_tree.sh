@@ -9,7 +9,7 @@
 #             of a layer above its own, or of another layer on its level:
 #             "zr/<x>.h" belongs to the layer whose src/<layer>/*.c defines
 #             the functions it declares, "../<layer>/..." to that layer
-#   sizes     no file of src/ over 700 lines, no function over 80 (from the
+#   sizes     no file of src/ (.c, .h, .cu) over 700 lines, no function over 80 (from the
 #             line at column 0 that starts its definition to its closing "}"
 #             at column 0, in the clang-formatted tree)
 #
@@ -166,13 +166,18 @@ over() {
     fi
 }
 
-for f in src/*/*.c src/*/*.h; do
+# the CUDA kernels too (.cu): the same limits as any source file
+for f in src/*/*.c src/*/*.h src/*/*.cu; do
     lines=$(wc -l <"$f")
     [ "$lines" -le $MAX_FILE ] || over "$f" "$f: $lines lines (at most $MAX_FILE)"
     while read -r at len name; do
         over "$f" "$f:$at: $name is $len lines (at most $MAX_FUNC)"
     done < <(awk -v MAX=$MAX_FUNC '
         /^[A-Za-z_]/ { start = NR; head = $0 }
+        # a kernel: "__global__ void __launch_bounds__(N)" then its name on the next line
+        /^[[:space:]]+[A-Za-z_][A-Za-z0-9_]*\(/ && start && !open && head ~ /__launch_bounds__/ {
+            head = $0
+        }
         /^\{[[:space:]]*$/ && start { open = start; name = head }
         /^\}[[:space:]]*$/ && open {
             n = NR - open + 1
