@@ -13,8 +13,8 @@
  * and the head each way, the optimizer: where a step's time goes, without
  * a profiler). The micro-batch is the largest of a ladder whose activations
  * and model state fit in the GPU's free memory (cudaMemGetInfo) and that the
- * device model indexes with 32-bit integers (zr_gpt_cuda_max_batch: 41 at
- * T = 1024, so 32 on an H200, whose memory would hold 64), backing off when
+ * device model takes (zr_gpt_cuda_max_batch: B T rows up to 2^30, B heads
+ * attention blocks up to 65535; 64 on an H200 at T = 1024), backing off when
  * the allocation fails anyway. Model FLOP/s counts 6 x params x tokens +
  * attention (zr_gpt_flops_per_step); flops_vs_gemm divides it by the rate
  * of one bf16 GEMM of the LM head's shape (B T x Vp x C). --quick runs a
