@@ -47,48 +47,13 @@
  *   arguments     NULL pointers, a CPU stream, a head size over 256 refused.
  */
 #include "test.h"
+#include "test_gpu.h"
 #include "zr/model_cuda.h"
 
 #include "../src/model/ops.h"      /* the CPU operators: internal to src/model */
 #include "../src/model/ops_cuda.h" /* the CUDA operators: internal to src/model */
 
-static zr_device gpu;
-static zr_stream *st;
-
 /* ---- device buffers ------------------------------------------------------------------ */
-
-/* A device copy of x[0..n-1] in storage type t (bf16: rounded). */
-static void *dput(const float *x, size_t n, zr_dtype t)
-{
-    void *d = NULL;
-    size_t es = zr_dtype_size(t);
-    TEST_OK(zr_device_alloc_at(&gpu, &d, n * es + 16, __FILE__, __LINE__));
-    void *h = malloc(n * es + 1);
-    if (t == ZR_DTYPE_BF16) {
-        zr_bf16_from_f32_n(h, x, n);
-    } else {
-        memcpy(h, x, n * es);
-    }
-    TEST_OK(zr_memcpy_async(d, h, n * es, st));
-    TEST_OK(zr_stream_sync(st));
-    free(h);
-    return d;
-}
-
-/* x[0..n-1] = the device buffer, widened to fp32. */
-static void dget(float *x, const void *d, size_t n, zr_dtype t)
-{
-    size_t es = zr_dtype_size(t);
-    void *h = malloc(n * es + 1);
-    TEST_OK(zr_memcpy_async(h, d, n * es, st));
-    TEST_OK(zr_stream_sync(st));
-    if (t == ZR_DTYPE_BF16) {
-        zr_bf16_to_f32_n(x, h, n);
-    } else {
-        memcpy(x, h, n * es);
-    }
-    free(h);
-}
 
 static void *dput_int(const int *x, size_t n)
 {
