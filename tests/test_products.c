@@ -17,8 +17,9 @@
  *   - the GPT forward and backward with bf16 products against fp32: the loss
  *     within 1e-3 relative, every unit's gradient within 3% of its norm, the
  *     activation bytes counting the scratch; ZR_CPU_BF16=0 gives fp32's bits;
- *   - 300 AdamW steps of a small GPT on a repeated batch: the bf16 loss curve
- *     within 2% of fp32's at every 50th step.
+ *   - 300 AdamW steps of a small GPT, a fresh batch each step (half its
+ *     targets a rule of the input, half random): the bf16 loss within 2% of
+ *     fp32's at step 1 and every 50th, while fp32's falls by a fifth or more.
  */
 #define _GNU_SOURCE /* setenv */
 
@@ -273,18 +274,44 @@ static void test_model(void)
     state_free(&f), state_free(&h), state_free(&off);
 }
 
-/* 300 AdamW steps on one repeated batch: bf16's loss within 2% of fp32's at every 50th. */
+/*
+ * A fresh batch per step whose targets are a function of the input half the
+ * time and random otherwise: a model learns the rule, and the loss stays far
+ * above 0 (about half of ln V), so 2% of it is a real bound.
+ */
+static void half_rule_batch(int *in, int *tg, int n, int step)
+{
+    zr_test_rng r = {(uint64_t)step * 7919u + 3u};
+    for (int i = 0; i < n; i++) {
+        in[i] = (int)(zr_test_rng_next(&r) % (uint64_t)SMALL.vocab);
+        uint64_t x = zr_test_rng_next(&r);
+        tg[i] = (x & 1) ? (in[i] * 7 + 1) % SMALL.vocab : (int)((x >> 8) % (uint64_t)SMALL.vocab);
+    }
+}
+
+/* The largest |bf16 - fp32| / fp32 of the recorded losses. */
+static double largest_gap(float loss[2][7])
+{
+    double g = 0;
+    for (int i = 0; i < 7; i++) {
+        double d = fabs((double)loss[1][i] - loss[0][i]) / loss[0][i];
+        g = d > g ? d : g;
+    }
+    return g;
+}
+
+/* 300 AdamW steps: bf16's loss within 2% of fp32's at step 1 and every 50th. */
 static void test_training(void)
 {
-    enum { B = 2, T = 32, STEPS = 300 };
+    enum { B = 4, T = 32, STEPS = 300 };
     int in[B * T], tg[B * T];
-    tokens(in, tg, B * T);
     gpt_state s[2];
     float loss[2][STEPS / 50 + 1];
     zr_adamw hp = zr_adamw_default();
     for (int k = 0; k < 2; k++) {
         state_init(&s[k], B, T, k, NULL);
         for (int step = 1; step <= STEPS; step++) {
+            half_rule_batch(in, tg, B * T, step);
             float l = state_grads(&s[k], in, tg);
             if (step == 1 || step % 50 == 0) {
                 loss[k][step / 50] = l;
@@ -300,10 +327,10 @@ static void test_training(void)
         TEST_CHECKF(fabsf(loss[1][i] - loss[0][i]) <= 0.02f * loss[0][i],
                     "step %d: bf16 loss %.5f, fp32 %.5f", i ? i * 50 : 1, loss[1][i], loss[0][i]);
     }
-    TEST_CHECKF(loss[0][STEPS / 50] < 0.5f * loss[0][0], "fp32 did not learn: %.4f -> %.4f",
+    TEST_CHECKF(loss[0][STEPS / 50] < 0.8f * loss[0][0], "fp32 did not learn: %.4f -> %.4f",
                 loss[0][0], loss[0][STEPS / 50]);
-    printf("  300 steps: fp32 %.4f -> %.4f, bf16 %.4f -> %.4f\n", loss[0][0], loss[0][STEPS / 50],
-           loss[1][0], loss[1][STEPS / 50]);
+    printf("  300 steps: fp32 %.4f -> %.4f, bf16 %.4f -> %.4f (largest gap %.3f%%)\n", loss[0][0],
+           loss[0][STEPS / 50], loss[1][0], loss[1][STEPS / 50], 100.0 * largest_gap(loss));
 }
 
 int main(void)
