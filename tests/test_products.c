@@ -16,7 +16,8 @@
  *   - the same bits at 1, 2 and 3 threads (several bands of rows);
  *   - the GPT forward and backward with bf16 products against fp32: the loss
  *     within 1e-3 relative, every unit's gradient within 3% of its norm, the
- *     activation bytes counting the scratch; ZR_CPU_BF16=0 gives fp32's bits;
+ *     activation bytes counting the scratch as predicted
+ *     (zr_gpt_config_products_bytes); ZR_CPU_BF16=0 gives fp32's bits;
  *   - 300 AdamW steps of a small GPT, a fresh batch each step (half its
  *     targets a rule of the input, half random): the bf16 loss within 2% of
  *     fp32's at step 1 and every 50th, while fp32's falls by a fifth or more.
@@ -202,8 +203,10 @@ static void state_init(gpt_state *s, int B, int T, int bf16, const char *want_wh
     TEST_CHECKF(want_why == NULL || strstr(why, want_why) != NULL, "'%s' lacks '%s'", why,
                 want_why != NULL ? want_why : "");
     size_t after = zr_gpt_activation_bytes(&s->m);
-    TEST_CHECKF(got == 1 ? after > before : after == before,
-                "activation bytes %zu -> %zu with products %d", before, after, got);
+    size_t want = got == 1 ? zr_gpt_config_products_bytes(&SMALL, B, T, zr_threads_get()) : 0;
+    TEST_CHECKF(after - before == want && (got != 1 || want > 0),
+                "activation bytes %zu -> %zu with products %d, predicted scratch %zu", before,
+                after, got, want);
     s->nu = zr_gpt_unit_count(&s->m);
     for (int u = 0; u < s->nu; u++) {
         size_t n = zr_gpt_unit_numel(&s->m, u);

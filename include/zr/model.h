@@ -163,6 +163,8 @@ void zr_gpt_set_threads(int threads);
  * count either way; zr_gpt_activation_bytes counts the scratch.
  */
 int zr_gpt_set_products(zr_gpt *m, int bf16, char *why, size_t n);
+/* The bytes of that scratch for a B x T micro-batch at `threads` threads (for predictions). */
+size_t zr_gpt_config_products_bytes(const zr_gpt_config *cfg, int B, int T, int threads);
 /* The vector kernels the model's loops run on this CPU: "scalar", "avx2" or "avx512". */
 const char *zr_gpt_kernels_name(void);
 

@@ -300,12 +300,27 @@ void zr_gpt_set_threads(int threads)
 }
 
 /*
- * The bf16 products' scratch is sized here for the largest of the model's
- * products at the pool's present thread count: B up to the classifier's
- * V x C or the fc projection's input BT x 4C, a band of op(A) up to
- * ZR_GEMM_BF16_ROWS x the longest summed dimension (V in the classifier's
- * input gradient, BT in the weight gradients).
+ * The bf16 products' scratch, sized for the largest of the model's products:
+ * B up to the classifier's V x C or the fc projection's input BT x 4C, a
+ * band of op(A) up to ZR_GEMM_BF16_ROWS x the longest summed dimension (V in
+ * the classifier's input gradient, BT in the weight gradients, 4C).
  */
+static void products_size(const zr_gpt_config *c, int B, int T, size_t *a_per, size_t *b)
+{
+    size_t C = (size_t)c->channels, V = (size_t)c->vocab, BT = (size_t)B * (size_t)T;
+    size_t k = V > BT ? V : BT;
+    k = k > 4 * C ? k : 4 * C;
+    *a_per = ZR_GEMM_BF16_ROWS * k;
+    *b = V * C > BT * 4 * C ? V * C : BT * 4 * C;
+}
+
+size_t zr_gpt_config_products_bytes(const zr_gpt_config *cfg, int B, int T, int threads)
+{
+    size_t a_per, b;
+    products_size(cfg, B, T, &a_per, &b);
+    return ((size_t)(threads < 1 ? 1 : threads) * a_per + b) * sizeof(uint16_t);
+}
+
 int zr_gpt_set_products(zr_gpt *m, int bf16, char *why, size_t n)
 {
     zr_op_products_free(m->products);
@@ -326,14 +341,11 @@ int zr_gpt_set_products(zr_gpt *m, int bf16, char *why, size_t n)
         zr_error_clear();
         return 0;
     }
-    const zr_gpt_config *c = &m->cfg;
-    size_t C = (size_t)c->channels, V = (size_t)c->vocab, BT = (size_t)m->B * (size_t)m->T;
-    size_t k = V > BT ? V : BT, b = V * C > BT * 4 * C ? V * C : BT * 4 * C;
-    k = k > 4 * C ? k : 4 * C;
+    size_t a_per, b;
+    products_size(&m->cfg, m->B, m->T, &a_per, &b);
     zr_status st = ZR_OK;
     ZR_ALLOC_GOTO(m->products, 1, st, fail);
-    ZR_CHECK_GOTO(zr_op_products_reserve(m->products, zr_threads_get(), ZR_GEMM_BF16_ROWS * k, b),
-                  st, fail);
+    ZR_CHECK_GOTO(zr_op_products_reserve(m->products, zr_threads_get(), a_per, b), st, fail);
     m->products->bf16 = 1;
     char reason[128];
     snprintf(reason, sizeof reason, "%s", why);
