@@ -21,6 +21,8 @@
 #include "zr/metrics.h"
 #include "zr/model.h"
 
+#include "../src/base/blas.h" /* whether oneDNN can run bf16 products here */
+
 /* paths in this test are short; a truncated one would fail its check loudly
  * (gcc only: clang has no such warning and rejects its name) */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -405,6 +407,45 @@ static int compare_runs(const char *a, const char *b, int steps, double *worst)
         *worst = d > *worst ? d : *worst;
     }
     return same;
+}
+
+/*
+ * bf16.enabled's products on the CPU agree across ranks: with one rank's CPU
+ * told it has none (ZR_CPU_BF16=0) and the other forced to have them, every
+ * rank runs fp32 products (the same losses as two ranks without them), each
+ * says why; both forced give other losses (so the comparison can tell).
+ */
+static void test_bf16_ranks_agree(void)
+{
+    const char *kernel = NULL;
+    int have = zr_blas_bf16_load(&kernel) == ZR_OK; /* oneDNN 2 here: force can run */
+    zr_error_clear();
+    const char *env[3][2] = {{"force", "0"}, {"0", "0"}, {"force", "force"}};
+    const char *dir[3] = {"bf16_mixed", "bf16_off", "bf16_on"};
+    for (int i = 0; i < 3; i++) {
+        char one[4400], cmd[9000];
+        snprintf(one, sizeof one, "%s train" TINY " --steps 4 --ckpt-dir %s/%s", zr_bin, work,
+                 dir[i]);
+        snprintf(cmd, sizeof cmd,
+                 "timeout -k 5 120 mpirun.openmpi -np 1 -x ZR_RANKS_PER_NODE=2 -x ZR_CPU_BF16=%s "
+                 "%s : -np 1 -x ZR_RANKS_PER_NODE=2 -x ZR_CPU_BF16=%s %s",
+                 env[i][0], one, env[i][1], one);
+        TEST_EQ_INT(sh("%s", cmd), 0);
+        if (i == 0) {
+            TEST_CHECKF(strstr(res.out, "(rank 0): fp32 products: another rank's CPU has no bf16 "
+                                        "products") != NULL &&
+                            strstr(res.out, "(rank 1): ZR_CPU_BF16=0: fp32 products") != NULL,
+                        "%s", res.out);
+        }
+    }
+    double worst;
+    TEST_CHECKF(compare_runs(dir[0], dir[1], 4, &worst), "mixed ranks differ from fp32 by %.2e",
+                worst);
+    if (have) {
+        TEST_CHECKF(!compare_runs(dir[2], dir[1], 4, &worst) && worst < 0.02,
+                    "bf16 products on both ranks: losses %s fp32's (largest gap %.2e)",
+                    worst == 0 ? "equal to" : "too far from", worst);
+    }
 }
 
 static void test_resume_equals_uninterrupted(void)
@@ -1834,6 +1875,7 @@ int main(int argc, char **argv)
     RUN(test_export_and_plot); /* plots test_bad_input's run too */
     RUN(test_data_files);
     RUN(test_init_from_llmc);
+    RUN(test_bf16_ranks_agree);
     RUN(test_export_depth);
     RUN(test_sigkill);
     RUN(test_sigterm);
