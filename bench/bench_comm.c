@@ -174,26 +174,32 @@ static int usage(int code)
     return code;
 }
 
-int zr_bench_comm(int argc, char **argv)
+/* What the command line asked for. */
+typedef struct comm_opts {
+    int json, iters, chunks; /* iters 0: by size */
+    size_t min, max;
+    const char *device, *transport;
+} comm_opts;
+
+/* The command line into o: -1 to run, or the exit code (usage()'s: 0 for --help). */
+static int parse_args(int argc, char **argv, comm_opts *o)
 {
-    int json = 0, iters = 0, chunks = 4;
-    size_t min = 1024, max = (size_t)256 << 20;
-    const char *device = "cpu", *transport = NULL;
-    const zr_cli_int_flag nums[2] = {{"--iters", &iters, NULL, 0, 1e6},
-                                     {"--chunks", &chunks, NULL, 1, 1 << 16}};
+    *o = (comm_opts){.chunks = 4, .min = 1024, .max = (size_t)256 << 20, .device = "cpu"};
+    const zr_cli_int_flag nums[2] = {{"--iters", &o->iters, NULL, 0, 1e6},
+                                     {"--chunks", &o->chunks, NULL, 1, 1 << 16}};
     int got;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-            device = argv[++i];
+            o->device = argv[++i];
         } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
-            transport = argv[++i];
+            o->transport = argv[++i];
         } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
+            o->json = 1;
         } else if ((strcmp(argv[i], "--min") == 0 || strcmp(argv[i], "--max") == 0) &&
                    i + 1 < argc) {
             /* bytes, K/M/G allowed; anything else is refused by name (strtod read "1x" as 1) */
             if (!zr_cli_size("comm", argv[i], argv[i + 1], 1, (double)(1ull << 40),
-                             argv[i][3] == 'n' ? &min : &max)) {
+                             argv[i][3] == 'n' ? &o->min : &o->max)) {
                 return usage(2);
             }
             i++;
@@ -210,67 +216,75 @@ int zr_bench_comm(int argc, char **argv)
             return usage(strcmp(argv[i], "--help") == 0 ? 0 : 2);
         }
     }
-    if (min == 0 || max < min || iters < 0 || chunks < 1) {
+    if (o->min == 0 || o->max < o->min || o->iters < 0 || o->chunks < 1) {
         return usage(2);
     }
-    if (strcmp(device, "cpu") != 0) {
-        zr_bench_comm_args a = {device, transport, json, iters, chunks, min, max};
-        return zr_bench_comm_cuda(&a);
-    }
-    if (transport != NULL) {
-        fprintf(stderr, "zr bench comm: --transport goes with --device cuda\n");
-        return 2;
-    }
-    MPI_Init(&argc, &argv);
-    bench b;
-    memset(&b, 0, sizeof b);
-    b.chunks = chunks;
-    ZR_TRY(zr_comm_init(&b.c, MPI_COMM_WORLD, NULL), "check the rank count and ZR_RANKS_PER_NODE");
-    zr_comm *c = &b.c;
+    return -1;
+}
+
+/* The communicator and the buffers for sizes up to max bytes, filled. */
+static void bench_init(bench *b, const comm_opts *o)
+{
+    memset(b, 0, sizeof *b);
+    b->chunks = o->chunks;
+    ZR_TRY(zr_comm_init(&b->c, MPI_COMM_WORLD, NULL), "check the rank count and ZR_RANKS_PER_NODE");
+    const zr_comm *c = &b->c;
     int W = c->size[ZR_GROUP_WORLD], R = c->rank[ZR_GROUP_WORLD];
-    size_t max_elems = zr_round_up(max / sizeof(float), (size_t)W);
-    ZR_TRY(zr_alloc_at((void **)&b.full, max_elems * sizeof(float), __FILE__, __LINE__), "");
-    ZR_TRY(zr_alloc_at((void **)&b.out, max_elems * sizeof(float), __FILE__, __LINE__), "");
-    ZR_TRY(zr_alloc_at((void **)&b.shard, max_elems / W * sizeof(float), __FILE__, __LINE__), "");
+    size_t max_elems = zr_round_up(o->max / sizeof(float), (size_t)W);
+    ZR_TRY(zr_alloc_at((void **)&b->full, max_elems * sizeof(float), __FILE__, __LINE__), "");
+    ZR_TRY(zr_alloc_at((void **)&b->out, max_elems * sizeof(float), __FILE__, __LINE__), "");
+    ZR_TRY(zr_alloc_at((void **)&b->shard, max_elems / W * sizeof(float), __FILE__, __LINE__), "");
     /* the hpZ secondary: the full buffer over h ranks (W divides by h) */
     size_t sec_elems = max_elems / (size_t)c->size[ZR_GROUP_HPZ];
-    ZR_TRY(zr_alloc_at((void **)&b.sec, sec_elems * sizeof(float), __FILE__, __LINE__), "");
+    ZR_TRY(zr_alloc_at((void **)&b->sec, sec_elems * sizeof(float), __FILE__, __LINE__), "");
     /* gradients and weights of a plausible scale, different on every rank */
     uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(R + 1);
     for (size_t i = 0; i < max_elems; i++) {
         s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-        b.full[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5) * 0.02f;
+        b->full[i] = (float)((double)(s >> 11) / 9007199254740992.0 - 0.5) * 0.02f;
     }
-    memcpy(b.shard, b.full, max_elems / W * sizeof(float));
-    memcpy(b.sec, b.full, sec_elems * sizeof(float));
+    memcpy(b->shard, b->full, max_elems / W * sizeof(float));
+    memcpy(b->sec, b->full, sec_elems * sizeof(float));
+}
 
-    int nsizes = 0;
-    for (size_t sz = min; sz <= max; sz *= 4) {
-        nsizes++;
-    }
-    row *rows = NULL;
-    ZR_TRY(zr_alloc_at((void **)&rows, sizeof *rows * (size_t)nsizes * C_COUNT, __FILE__, __LINE__),
-           "");
-    int nrows = 0;
+static void bench_free(bench *b)
+{
+    zr_coll_op_free(&b->op);
+    zr_free(b->full);
+    zr_free(b->out);
+    zr_free(b->shard);
+    zr_free(b->sec);
+    zr_comm_free(&b->c);
+}
+
+/* Rank 0: the table's header. */
+static void print_header(const zr_comm *c)
+{
     char desc[256];
     zr_comm_describe(c, desc, sizeof desc);
-    if (R == 0) {
-        printf("# zr bench comm: %s\n", desc);
-        printf("# size = bytes of the full fp32 buffer; time = median over iterations of the "
-               "slowest rank\n");
-        printf("# busbw = algbw * (n-1)/n; bytes = sent by one rank per call (intra / inter "
-               "node)\n");
-        printf("# %11s  %-22s %11s %9s %9s %13s %13s %5s\n", "size", "collective", "time(us)",
-               "algbw", "busbw", "intra B/rank", "inter B/rank", "iters");
-        fflush(stdout);
-    }
-    for (size_t sz = min; sz <= max; sz *= 4) {
+    printf("# zr bench comm: %s\n", desc);
+    printf("# size = bytes of the full fp32 buffer; time = median over iterations of the "
+           "slowest rank\n");
+    printf("# busbw = algbw * (n-1)/n; bytes = sent by one rank per call (intra / inter "
+           "node)\n");
+    printf("# %11s  %-22s %11s %9s %9s %13s %13s %5s\n", "size", "collective", "time(us)", "algbw",
+           "busbw", "intra B/rank", "inter B/rank", "iters");
+    fflush(stdout);
+}
+
+/* Every size from min to max (powers of 4) and collective into rows; rank 0 prints each row.
+   Returns the row count. */
+static int run_sizes(bench *b, const comm_opts *o, row *rows)
+{
+    int W = b->c.size[ZR_GROUP_WORLD], R = b->c.rank[ZR_GROUP_WORLD];
+    int nrows = 0;
+    for (size_t sz = o->min; sz <= o->max; sz *= 4) {
         size_t count = zr_div_up(sz / sizeof(float), (size_t)W);
         count = count > 0 ? count : 1;
-        int it = iters > 0 ? iters : auto_iters(sz);
+        int it = o->iters > 0 ? o->iters : auto_iters(sz);
         for (int k = 0; k < C_COUNT; k++) {
             row *r = &rows[nrows++];
-            ZR_TRY(measure(&b, k, count, it, r), "");
+            ZR_TRY(measure(b, k, count, it, r), "");
             if (R == 0) {
                 char in[32], ex[32];
                 print_bytes(in, sizeof in, r->intra);
@@ -281,79 +295,128 @@ int zr_bench_comm(int argc, char **argv)
             }
         }
     }
-    /* ratios at 64 MiB, or at the largest size measured below it */
-    size_t at = 0;
+    return nrows;
+}
+
+/* The ratios of ZeRO++ to the bf16 baselines at one size. */
+typedef struct ratios {
+    size_t at;                     /* the size: 64 MiB, or the largest measured below it */
+    double ag, qw, rs, qg, tq, tp; /* inter bytes of each; qgZ's times, one chunk and pipelined */
+} ratios;
+
+static void ratios_of(const row *rows, int nrows, ratios *q)
+{
+    *q = (ratios){0};
     for (int i = 0; i < nrows; i++) {
-        if (rows[i].bytes <= ((size_t)64 << 20) && rows[i].bytes > at) {
-            at = rows[i].bytes;
+        if (rows[i].bytes <= ((size_t)64 << 20) && rows[i].bytes > q->at) {
+            q->at = rows[i].bytes;
         }
     }
-    double ag = 0, qw = 0, rs = 0, qg = 0, tq = 0, tp = 0;
     for (int i = 0; i < nrows; i++) {
-        if (rows[i].bytes != at) {
+        if (rows[i].bytes != q->at) {
             continue;
         }
         switch (rows[i].coll) {
         case C_AG_BF16:
-            ag = rows[i].inter;
+            q->ag = rows[i].inter;
             break;
         case C_QWZ:
-            qw = rows[i].inter;
+            q->qw = rows[i].inter;
             break;
         case C_RS_BF16:
-            rs = rows[i].inter;
+            q->rs = rows[i].inter;
             break;
         case C_QGZ:
-            qg = rows[i].inter;
-            tq = rows[i].time;
+            q->qg = rows[i].inter;
+            q->tq = rows[i].time;
             break;
         case C_QGZ_PIPE:
-            tp = rows[i].time;
+            q->tp = rows[i].time;
             break;
         default:
             break;
         }
     }
+}
+
+static void print_json(const zr_comm *c, int chunks, const row *rows, int nrows, const ratios *q)
+{
+    printf("{\"bench\":\"comm\",\"ranks\":%d,\"nodes\":%d,\"ranks_per_node\":%d,"
+           "\"hpz\":%d,\"chunks\":%d,\"results\":[",
+           c->size[ZR_GROUP_WORLD], c->n_nodes, c->ranks_per_node, c->size[ZR_GROUP_HPZ], chunks);
+    for (int i = 0; i < nrows; i++) {
+        const row *r = &rows[i];
+        printf("%s{\"coll\":\"%s\",\"bytes\":%zu,\"time_us\":%.2f,\"algbw_gbs\":%.4f,"
+               "\"busbw_gbs\":%.4f,\"intra_bytes\":%.0f,\"inter_bytes\":%.0f,"
+               "\"iters\":%d}",
+               i ? "," : "", coll_names[r->coll], r->bytes, r->time * 1e6, r->algbw, r->busbw,
+               r->intra, r->inter, r->iters);
+    }
+    printf("],\"ratio_bytes\":%zu,", q->at);
+    if (q->ag > 0 && q->rs > 0) {
+        printf("\"inter_bytes_ratio_qwz\":%.6f,\"inter_bytes_ratio_qgz\":%.6f,", q->qw / q->ag,
+               q->qg / q->rs);
+    } else {
+        printf("\"inter_bytes_ratio_qwz\":null,\"inter_bytes_ratio_qgz\":null,");
+    }
+    printf("\"qgz_pipeline_time_ratio\":%.4f}\n", q->tq > 0 ? q->tp / q->tq : 0.0);
+}
+
+/* Rank 0: the ratios under the table, and --json's line. */
+static void print_summary(const zr_comm *c, const comm_opts *o, const row *rows, int nrows)
+{
+    ratios q;
+    ratios_of(rows, nrows, &q);
+    if (q.ag > 0 && q.rs > 0) {
+        printf("# at %zu bytes: inter-node bytes qwZ/bf16 all-gather %.4f, qgZ/bf16 "
+               "reduce-scatter %.4f\n",
+               q.at, q.qw / q.ag, q.qg / q.rs);
+    } else {
+        printf("# one node: no inter-node bytes to compare\n");
+    }
+    printf("# at %zu bytes: qgZ time pipelined (%d chunks) / one chunk %.3f\n", q.at, o->chunks,
+           q.tq > 0 ? q.tp / q.tq : 0.0);
+    if (o->json) {
+        print_json(c, o->chunks, rows, nrows, &q);
+    }
+    fflush(stdout);
+}
+
+int zr_bench_comm(int argc, char **argv)
+{
+    comm_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc >= 0) {
+        return rc;
+    }
+    if (strcmp(o.device, "cpu") != 0) {
+        zr_bench_comm_args a = {o.device, o.transport, o.json, o.iters, o.chunks, o.min, o.max};
+        return zr_bench_comm_cuda(&a);
+    }
+    if (o.transport != NULL) {
+        fprintf(stderr, "zr bench comm: --transport goes with --device cuda\n");
+        return 2;
+    }
+    MPI_Init(&argc, &argv);
+    bench b;
+    bench_init(&b, &o);
+    int nsizes = 0;
+    for (size_t sz = o.min; sz <= o.max; sz *= 4) {
+        nsizes++;
+    }
+    row *rows = NULL;
+    ZR_TRY(zr_alloc_at((void **)&rows, sizeof *rows * (size_t)nsizes * C_COUNT, __FILE__, __LINE__),
+           "");
+    int R = b.c.rank[ZR_GROUP_WORLD];
     if (R == 0) {
-        if (ag > 0 && rs > 0) {
-            printf("# at %zu bytes: inter-node bytes qwZ/bf16 all-gather %.4f, qgZ/bf16 "
-                   "reduce-scatter %.4f\n",
-                   at, qw / ag, qg / rs);
-        } else {
-            printf("# one node: no inter-node bytes to compare\n");
-        }
-        printf("# at %zu bytes: qgZ time pipelined (%d chunks) / one chunk %.3f\n", at, chunks,
-               tq > 0 ? tp / tq : 0.0);
-        if (json) {
-            printf("{\"bench\":\"comm\",\"ranks\":%d,\"nodes\":%d,\"ranks_per_node\":%d,"
-                   "\"hpz\":%d,\"chunks\":%d,\"results\":[",
-                   W, c->n_nodes, c->ranks_per_node, c->size[ZR_GROUP_HPZ], chunks);
-            for (int i = 0; i < nrows; i++) {
-                const row *r = &rows[i];
-                printf("%s{\"coll\":\"%s\",\"bytes\":%zu,\"time_us\":%.2f,\"algbw_gbs\":%.4f,"
-                       "\"busbw_gbs\":%.4f,\"intra_bytes\":%.0f,\"inter_bytes\":%.0f,"
-                       "\"iters\":%d}",
-                       i ? "," : "", coll_names[r->coll], r->bytes, r->time * 1e6, r->algbw,
-                       r->busbw, r->intra, r->inter, r->iters);
-            }
-            printf("],\"ratio_bytes\":%zu,", at);
-            if (ag > 0 && rs > 0) {
-                printf("\"inter_bytes_ratio_qwz\":%.6f,\"inter_bytes_ratio_qgz\":%.6f,", qw / ag,
-                       qg / rs);
-            } else {
-                printf("\"inter_bytes_ratio_qwz\":null,\"inter_bytes_ratio_qgz\":null,");
-            }
-            printf("\"qgz_pipeline_time_ratio\":%.4f}\n", tq > 0 ? tp / tq : 0.0);
-        }
-        fflush(stdout);
+        print_header(&b.c);
+    }
+    int nrows = run_sizes(&b, &o, rows);
+    if (R == 0) {
+        print_summary(&b.c, &o, rows, nrows);
     }
     zr_free(rows);
-    zr_coll_op_free(&b.op);
-    zr_free(b.full);
-    zr_free(b.out);
-    zr_free(b.shard);
-    zr_free(b.sec);
-    zr_comm_free(&b.c);
+    bench_free(&b);
     MPI_Finalize();
     return 0;
 }

@@ -351,6 +351,86 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     return -1;
 }
 
+/* One configuration the bench times. */
+typedef struct run_spec {
+    const char *name;
+    const zr_gpt_config *cfg;
+    int B, T, steps;
+} run_spec;
+
+/* The configurations: the small model and GPT-2 124M, or 124M at each --seq; their count. */
+static int plan_runs(const bench_opts *o, const zr_gpt_config *small, zr_gpt_config *gpt2,
+                     run_spec runs[8])
+{
+    const int quick = o->quick, nseq = o->nseq;
+    gpt2->max_t = nseq > 0 && o->seq[nseq - 1] > gpt2->max_t ? o->seq[nseq - 1] : gpt2->max_t;
+    const int T124 = quick ? 256 : 1024, steps_small = quick ? 3 : 7, steps_124 = quick ? 1 : 3;
+    runs[0] = (run_spec){"small", small, 4, 256, steps_small};
+    runs[1] = (run_spec){"124M", gpt2, 1, T124, steps_124};
+    if (nseq == 0) {
+        return 2;
+    }
+    for (int k = 0; k < nseq; k++) {
+        runs[k] = (run_spec){"124M", gpt2, 1, o->seq[k], quick ? 1 : 2};
+    }
+    return nseq;
+}
+
+/* The header: the kernels, what bf16 products run on here (into bf16), the columns. */
+static void print_header(const zr_gpt_config *small, char bf16[256])
+{
+    const zr_blas *blas = zr_blas_get();
+    /* what bf16 products run on here (the kernel), or why they would not */
+    zr_gpt probe;
+    ZR_TRY(zr_gpt_init(&probe, small, 1, 1), "");
+    (void)zr_gpt_set_products(&probe, 1, bf16, 256);
+    zr_gpt_free(&probe);
+    printf("zr bench model: forward + backward + AdamW on one rank, medians (%s kernels; BLAS %s "
+           "kernels, %s; %d cores)\n",
+           zr_gpt_kernels_name(), blas->core, blas->how, zr_cpu_cores());
+    printf("bf16 products (--products bf16): %s\n", bf16);
+    printf("%-6s %4s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %6s %8s %6s %6s %8s %8s\n", "model",
+           "prod", "thr", "B", "T", "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s",
+           "sgemm GF", "ratio", "peak GF", "sg/pk", "vs pk", "act MiB", "RSS MiB");
+}
+
+/* Every run at one thread count, after its sgemm ceiling (into c): rows appended to res and
+   printed. 0, or 1 (the message printed). */
+static int run_at_threads(const bench_opts *o, int threads, const run_spec *runs, int nruns,
+                          ceiling *c, bench_result *res, int *nres)
+{
+    /* the ceilings: OpenBLAS's own threads on one large product, the cores' FMA peak */
+    if (!measure_ceiling(threads, o->quick ? 3 : 5, c)) {
+        fprintf(stderr, "zr bench model: no memory for the sgemm ceiling\n");
+        return 1;
+    }
+    if (c->vs_peak < 0.5) {
+        fprintf(stderr,
+                "zr bench model: warning: sgemm runs at %.2f of the FMA peak at %d thread(s) "
+                "(%.1f of %.1f GFLOP/s; BLAS %s kernels): the BLAS is not using the CPU\n",
+                c->vs_peak, threads, c->sgemm, c->peak, zr_blas_get()->core);
+    }
+    for (int r = 0; r < nruns * o->nproducts; r++) {
+        bench_result *x = &res[*nres];
+        int q = r % o->nproducts, rr = r / o->nproducts; /* fp32 and bf16 side by side */
+        zr_status st = run_config(runs[rr].name, runs[rr].cfg, runs[rr].B, runs[rr].T, threads,
+                                  runs[rr].steps, o->products[q], x);
+        if (st != ZR_OK) {
+            fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st), zr_error_message());
+            return 1;
+        }
+        x->sgemm_gflops = c->sgemm;
+        x->peak_gflops = c->peak;
+        x->sgemm_vs_peak = c->vs_peak;
+        x->vs_peak_lo = c->lo;
+        x->vs_peak_hi = c->hi;
+        x->rss_mb = peak_rss_mb();
+        (*nres)++;
+        print_row(x);
+    }
+    return 0;
+}
+
 int zr_bench_model(int argc, char **argv)
 {
     bench_opts o;
@@ -361,82 +441,25 @@ int zr_bench_model(int argc, char **argv)
     if (strcmp(o.device, "cpu") != 0) {
         return zr_bench_model_cuda(o.device, o.json, o.quick);
     }
-    const int json = o.json, quick = o.quick, nthreads = o.nthreads, nseq = o.nseq;
-    const int *threads = o.threads, *seq = o.seq;
     const zr_gpt_config small = {256, 256, 256, 4, 4, 256};
     zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768};
-    gpt2.max_t = nseq > 0 && seq[nseq - 1] > gpt2.max_t ? seq[nseq - 1] : gpt2.max_t;
-    const int T124 = quick ? 256 : 1024, steps_small = quick ? 3 : 7, steps_124 = quick ? 1 : 3;
-    struct {
-        const char *name;
-        const zr_gpt_config *cfg;
-        int B, T, steps;
-    } runs[8] = {{"small", &small, 4, 256, steps_small}, {"124M", &gpt2, 1, T124, steps_124}};
-    int nruns = 2;
-    if (nseq > 0) {
-        for (int k = 0; k < nseq; k++) {
-            runs[k].name = "124M";
-            runs[k].cfg = &gpt2;
-            runs[k].B = 1;
-            runs[k].T = seq[k];
-            runs[k].steps = quick ? 1 : 2;
-        }
-        nruns = nseq;
-    }
-
+    run_spec runs[8];
+    int nruns = plan_runs(&o, &small, &gpt2, runs);
     bench_result res[128];
     int nres = 0;
-    const zr_blas *blas = zr_blas_get();
-    /* what bf16 products run on here (the kernel), or why they would not */
     char bf16[256];
-    zr_gpt probe;
-    ZR_TRY(zr_gpt_init(&probe, &small, 1, 1), "");
-    (void)zr_gpt_set_products(&probe, 1, bf16, sizeof bf16);
-    zr_gpt_free(&probe);
-    printf("zr bench model: forward + backward + AdamW on one rank, medians (%s kernels; BLAS %s "
-           "kernels, %s; %d cores)\n",
-           zr_gpt_kernels_name(), blas->core, blas->how, zr_cpu_cores());
-    printf("bf16 products (--products bf16): %s\n", bf16);
-    printf("%-6s %4s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %6s %8s %6s %6s %8s %8s\n", "model",
-           "prod", "thr", "B", "T", "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s",
-           "sgemm GF", "ratio", "peak GF", "sg/pk", "vs pk", "act MiB", "RSS MiB");
+    print_header(&small, bf16);
     ceiling c = {.isa = "?"};
-    for (int k = 0; k < nthreads; k++) {
-        /* the ceilings: OpenBLAS's own threads on one large product, the cores' FMA peak */
-        if (!measure_ceiling(threads[k], quick ? 3 : 5, &c)) {
-            fprintf(stderr, "zr bench model: no memory for the sgemm ceiling\n");
+    for (int k = 0; k < o.nthreads; k++) {
+        if (run_at_threads(&o, o.threads[k], runs, nruns, &c, res, &nres) != 0) {
             return 1;
-        }
-        if (c.vs_peak < 0.5) {
-            fprintf(stderr,
-                    "zr bench model: warning: sgemm runs at %.2f of the FMA peak at %d thread(s) "
-                    "(%.1f of %.1f GFLOP/s; BLAS %s kernels): the BLAS is not using the CPU\n",
-                    c.vs_peak, threads[k], c.sgemm, c.peak, blas->core);
-        }
-        for (int r = 0; r < nruns * o.nproducts; r++) {
-            bench_result *x = &res[nres];
-            int q = r % o.nproducts, rr = r / o.nproducts; /* fp32 and bf16 side by side */
-            zr_status st = run_config(runs[rr].name, runs[rr].cfg, runs[rr].B, runs[rr].T,
-                                      threads[k], runs[rr].steps, o.products[q], x);
-            if (st != ZR_OK) {
-                fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st), zr_error_message());
-                return 1;
-            }
-            x->sgemm_gflops = c.sgemm;
-            x->peak_gflops = c.peak;
-            x->sgemm_vs_peak = c.vs_peak;
-            x->vs_peak_lo = c.lo;
-            x->vs_peak_hi = c.hi;
-            x->rss_mb = peak_rss_mb();
-            nres++;
-            print_row(x);
         }
     }
     printf("GFLOP/s counts matmuls and causal attention (6 x params x tokens + attention); "
            "ratio = GFLOP/s / sgemm GF; peak GF = the cores' FMA peak (%s), sg/pk = sgemm / "
            "peak (median of pairs), vs pk = GFLOP/s / peak; RSS = the process's peak so far\n",
            c.isa);
-    if (json) {
+    if (o.json) {
         print_json(res, nres, c.isa, bf16);
     }
     return 0;

@@ -368,6 +368,86 @@ static zr_status fit_batch(gstate *b, const zr_gpt_config *cfg, int T, int quick
             (double)free_b / 1e9);
 }
 
+/* What one run measured. */
+typedef struct gresult {
+    int B;
+    double ms, phase[NPH], phased; /* a step, its phases, the step timed by phases */
+    double gemm, copy;             /* bf16 GEMM TFLOP/s, copy GB/s */
+} gresult;
+
+/* The stream and events, the largest batch that fits, its steps, then the GEMM and copy
+   rates; everything but the device freed again. */
+static zr_status measure_all(gstate *b, const zr_gpt_config *cfg, int quick, int reps, gresult *r)
+{
+    const int T = cfg->max_t;
+    zr_status st = zr_stream_create(&b->dev, &b->s);
+    if (st == ZR_OK) {
+        st = zr_event_create(&b->dev, &b->e0);
+    }
+    if (st == ZR_OK) {
+        st = zr_event_create(&b->dev, &b->e1);
+    }
+    for (int k = 0; k <= NPH && st == ZR_OK; k++) {
+        st = zr_event_create(&b->dev, &b->ph[k]);
+    }
+    if (st == ZR_OK) {
+        st = fit_batch(b, cfg, T, quick, &r->B);
+    }
+    if (st == ZR_OK) {
+        st = time_steps(b, reps, &r->ms, r->phase, &r->phased);
+    }
+    state_free(b);
+    if (st == ZR_OK) {
+        st = gemm_rate(b, r->B * T, cfg->padded_vocab, cfg->channels, reps, &r->gemm);
+    }
+    if (st == ZR_OK) {
+        st = copy_rate(b, quick ? (size_t)8 << 20 : (size_t)1 << 30, reps, &r->copy);
+    }
+    zr_event_destroy(b->e0);
+    zr_event_destroy(b->e1);
+    for (int k = 0; k <= NPH; k++) {
+        zr_event_destroy(b->ph[k]);
+    }
+    zr_stream_destroy(b->s);
+    return st;
+}
+
+/* The step's lines, the roofline's, and --json's line. */
+static void print_results(const char *dev_name, const zr_gpt_config *cfg, int quick, int reps,
+                          int json, const gresult *r)
+{
+    const int B = r->B, T = cfg->max_t;
+    const double ms = r->ms, gemm = r->gemm, *phase = r->phase;
+    double tok_s = (double)B * T / (ms * 1e-3);
+    double tflops = zr_gpt_flops_per_step(cfg, B, T) / (ms * 1e-3) * 1e-12;
+    double peak_mb = (double)zr_mem_device_peak() / 1e6;
+    printf("B %d x T %d: %.2f ms/step, %.0f tokens/s, model %.2f TFLOP/s, bf16 GEMM %d x %d x %d "
+           "%.2f TFLOP/s, flops_vs_gemm %.3f, peak device memory %.0f MB\n",
+           B, T, ms, tok_s, tflops, B * T, cfg->padded_vocab, cfg->channels, gemm,
+           gemm > 0 ? tflops / gemm : 0.0, peak_mb);
+    printf("phases (ms, median of %d steps timed with an event between each, %.3f a step): "
+           "forward embedding %.3f, blocks %.3f (%.3f each), head %.3f; backward head %.3f (with "
+           "zeroing the gradients), blocks %.3f (%.3f each), embedding %.3f; optimizer %.3f\n",
+           reps, r->phased, phase[PH_FWD_EMBED], phase[PH_FWD_BLOCKS],
+           phase[PH_FWD_BLOCKS] / cfg->layers, phase[PH_FWD_HEAD], phase[PH_BWD_HEAD],
+           phase[PH_BWD_BLOCKS], phase[PH_BWD_BLOCKS] / cfg->layers, phase[PH_BWD_EMBED],
+           phase[PH_OPTIM]);
+    char js[1024];
+    print_roofline(cfg, B, T, gemm, r->copy, ms, phase, js, sizeof js);
+    if (json) {
+        printf("{\"bench\":\"model\",\"device\":\"%s\",\"config\":\"%s\",\"dtype\":\"bf16\","
+               "\"B\":%d,\"T\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.3f,"
+               "\"gemm_tflops\":%.3f,\"flops_vs_gemm\":%.3f,\"peak_device_mb\":%.1f,\"phased_step_"
+               "ms\":%.4f,\"phases_ms\":{",
+               dev_name, quick ? "small" : "124M", B, T, ms, tok_s, tflops, gemm,
+               gemm > 0 ? tflops / gemm : 0.0, peak_mb, r->phased);
+        for (int k = 0; k < NPH; k++) {
+            printf("%s\"%s\":%.4f", k > 0 ? "," : "", ph_name[k], phase[k]);
+        }
+        printf("}%s}\n", js);
+    }
+}
+
 int zr_bench_model_cuda(const char *spec, int json, int quick)
 {
     zr_device_kind kind;
@@ -392,69 +472,12 @@ int zr_bench_model_cuda(const char *spec, int json, int quick)
            "median of %d steps timed with CUDA events%s\n",
            desc, quick ? "small (--quick)" : "124M", T, reps,
            quick ? "; --quick: a smoke test, not a measurement" : "");
-    int B = 0;
-    double ms = 0, phase[NPH] = {0}, phased = 0;
-    double gemm = 0, copy = 0;
-    st = zr_stream_create(&b.dev, &b.s);
-    if (st == ZR_OK) {
-        st = zr_event_create(&b.dev, &b.e0);
-    }
-    if (st == ZR_OK) {
-        st = zr_event_create(&b.dev, &b.e1);
-    }
-    for (int k = 0; k <= NPH && st == ZR_OK; k++) {
-        st = zr_event_create(&b.dev, &b.ph[k]);
-    }
-    if (st == ZR_OK) {
-        st = fit_batch(&b, cfg, T, quick, &B);
-    }
-    if (st == ZR_OK) {
-        st = time_steps(&b, reps, &ms, phase, &phased);
-    }
-    state_free(&b);
-    if (st == ZR_OK) {
-        st = gemm_rate(&b, B * T, cfg->padded_vocab, cfg->channels, reps, &gemm);
-    }
-    if (st == ZR_OK) {
-        st = copy_rate(&b, quick ? (size_t)8 << 20 : (size_t)1 << 30, reps, &copy);
-    }
-    zr_event_destroy(b.e0);
-    zr_event_destroy(b.e1);
-    for (int k = 0; k <= NPH; k++) {
-        zr_event_destroy(b.ph[k]);
-    }
-    zr_stream_destroy(b.s);
+    gresult r = {0};
+    st = measure_all(&b, cfg, quick, reps, &r);
     if (st != ZR_OK) {
         fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st), zr_error_message());
         return 1;
     }
-    double tok_s = (double)B * T / (ms * 1e-3);
-    double tflops = zr_gpt_flops_per_step(cfg, B, T) / (ms * 1e-3) * 1e-12;
-    double peak_mb = (double)zr_mem_device_peak() / 1e6;
-    printf("B %d x T %d: %.2f ms/step, %.0f tokens/s, model %.2f TFLOP/s, bf16 GEMM %d x %d x %d "
-           "%.2f TFLOP/s, flops_vs_gemm %.3f, peak device memory %.0f MB\n",
-           B, T, ms, tok_s, tflops, B * T, cfg->padded_vocab, cfg->channels, gemm,
-           gemm > 0 ? tflops / gemm : 0.0, peak_mb);
-    printf("phases (ms, median of %d steps timed with an event between each, %.3f a step): "
-           "forward embedding %.3f, blocks %.3f (%.3f each), head %.3f; backward head %.3f (with "
-           "zeroing the gradients), blocks %.3f (%.3f each), embedding %.3f; optimizer %.3f\n",
-           reps, phased, phase[PH_FWD_EMBED], phase[PH_FWD_BLOCKS],
-           phase[PH_FWD_BLOCKS] / cfg->layers, phase[PH_FWD_HEAD], phase[PH_BWD_HEAD],
-           phase[PH_BWD_BLOCKS], phase[PH_BWD_BLOCKS] / cfg->layers, phase[PH_BWD_EMBED],
-           phase[PH_OPTIM]);
-    char js[1024];
-    print_roofline(cfg, B, T, gemm, copy, ms, phase, js, sizeof js);
-    if (json) {
-        printf("{\"bench\":\"model\",\"device\":\"%s\",\"config\":\"%s\",\"dtype\":\"bf16\","
-               "\"B\":%d,\"T\":%d,\"ms_per_step\":%.3f,\"tokens_per_s\":%.1f,\"tflops\":%.3f,"
-               "\"gemm_tflops\":%.3f,\"flops_vs_gemm\":%.3f,\"peak_device_mb\":%.1f,\"phased_step_"
-               "ms\":%.4f,\"phases_ms\":{",
-               b.dev.name, quick ? "small" : "124M", B, T, ms, tok_s, tflops, gemm,
-               gemm > 0 ? tflops / gemm : 0.0, peak_mb, phased);
-        for (int k = 0; k < NPH; k++) {
-            printf("%s\"%s\":%.4f", k > 0 ? "," : "", ph_name[k], phase[k]);
-        }
-        printf("}%s}\n", js);
-    }
+    print_results(b.dev.name, cfg, quick, reps, json, &r);
     return 0;
 }

@@ -148,52 +148,72 @@ static int usage(void)
     return 2;
 }
 
-int zr_bench_quant(int argc, char **argv)
+/* What the command line asked for. */
+typedef struct quant_opts {
+    int json, group, reps, threads; /* reps 0: by size */
+    size_t sizes[MAX_SIZES];
+    int nsizes, sizes_given;
+    zr_quant_impl impl;
+    const char *device;
+} quant_opts;
+
+/* --sizes LIST into o->sizes; 0, or usage()'s code. */
+static int parse_sizes(const char *arg, quant_opts *o)
 {
-    int json = 0, group = ZR_QUANT_DEFAULT_GROUP, reps_arg = 0, threads = 1;
-    size_t sizes[MAX_SIZES] = {1u << 20, 16u << 20, 64u << 20};
-    int nsizes = 3;
-    zr_quant_impl impl = ZR_QUANT_IMPL_AUTO;
-    const char *device = "cpu";
-    int sizes_given = 0, got;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", arg);
+    o->nsizes = 0;
+    o->sizes_given = 1;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (o->nsizes == MAX_SIZES || strlen(arg) >= sizeof buf ||
+            !zr_cli_size("quant", "--sizes", tok, 1, (double)(1ull << 32), &o->sizes[o->nsizes])) {
+            return usage();
+        }
+        o->nsizes++;
+    }
+    return o->nsizes == 0 ? usage() : 0;
+}
+
+/* --impl NAME into o->impl; 0, or usage()'s code. */
+static int parse_impl(const char *s, quant_opts *o)
+{
+    static const char *const names[] = {"auto", "scalar", "avx2", "avx512"};
+    int k = 0;
+    while (k < 4 && strcmp(s, names[k]) != 0) {
+        k++;
+    }
+    o->impl = (zr_quant_impl)k; /* the enum's order: auto, scalar, avx2, avx512 */
+    if (k == 4) {
+        fprintf(stderr,
+                "zr bench quant: --impl \"%.40s\" is not auto, scalar, avx2 or "
+                "avx512\n",
+                s);
+        return usage();
+    }
+    return 0;
+}
+
+/* The command line into o; 0, or the exit code (usage()'s). */
+static int parse_args(int argc, char **argv, quant_opts *o)
+{
+    *o = (quant_opts){.group = ZR_QUANT_DEFAULT_GROUP,
+                      .threads = 1,
+                      .sizes = {1u << 20, 16u << 20, 64u << 20},
+                      .nsizes = 3,
+                      .impl = ZR_QUANT_IMPL_AUTO,
+                      .device = "cpu"};
+    int got, rc = 0;
     /* whole numbers in range, or the flag is named (atoi took "8x" for 8) */
-    const zr_cli_int_flag nums[3] = {{"--group", &group, NULL, 32, 65536},
-                                     {"--reps", &reps_arg, NULL, 1, 64},
-                                     {"--threads", &threads, NULL, 1, ZR_POOL_MAX_THREADS}};
-    for (int i = 1; i < argc; i++) {
+    const zr_cli_int_flag nums[3] = {{"--group", &o->group, NULL, 32, 65536},
+                                     {"--reps", &o->reps, NULL, 1, 64},
+                                     {"--threads", &o->threads, NULL, 1, ZR_POOL_MAX_THREADS}};
+    for (int i = 1; i < argc && rc == 0; i++) {
         if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
+            o->json = 1;
         } else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
-            char buf[256];
-            snprintf(buf, sizeof buf, "%s", argv[++i]);
-            nsizes = 0;
-            sizes_given = 1;
-            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                if (nsizes == MAX_SIZES || strlen(argv[i]) >= sizeof buf ||
-                    !zr_cli_size("quant", "--sizes", tok, 1, (double)(1ull << 32),
-                                 &sizes[nsizes])) {
-                    return usage();
-                }
-                nsizes++;
-            }
-            if (nsizes == 0) {
-                return usage();
-            }
+            rc = parse_sizes(argv[++i], o);
         } else if (strcmp(argv[i], "--impl") == 0 && i + 1 < argc) {
-            const char *s = argv[++i];
-            static const char *const names[] = {"auto", "scalar", "avx2", "avx512"};
-            int k = 0;
-            while (k < 4 && strcmp(s, names[k]) != 0) {
-                k++;
-            }
-            impl = (zr_quant_impl)k; /* the enum's order: auto, scalar, avx2, avx512 */
-            if (k == 4) {
-                fprintf(stderr,
-                        "zr bench quant: --impl \"%.40s\" is not auto, scalar, avx2 or "
-                        "avx512\n",
-                        s);
-                return usage();
-            }
+            rc = parse_impl(argv[++i], o);
         } else if (i + 1 < argc &&
                    (got = zr_cli_int_flags("quant", nums, 3, argv[i], argv[i + 1])) != 0) {
             if (got < 0) {
@@ -201,151 +221,212 @@ int zr_bench_quant(int argc, char **argv)
             }
             i++;
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-            device = argv[++i];
+            o->device = argv[++i];
         } else {
             zr_cli_bad_arg("bench quant", argc, argv, i);
             return usage();
         }
     }
-    if (strcmp(device, "cpu") != 0) {
-        size_t gpu_default = (size_t)64 << 20;
-        return zr_bench_quant_cuda(device, json, sizes_given ? sizes : &gpu_default,
-                                   sizes_given ? nsizes : 1, group, reps_arg > 0 ? reps_arg : 20);
-    }
-    zr_quant_params p8 = {8, group, ZR_QUANT_SYM}, p4 = {4, group, ZR_QUANT_SYM};
-    /* a request this CPU or the codec cannot run is the caller's: exit 2 with the reason */
-    if (zr_quant_set_impl(impl) != ZR_OK || zr_quant_params_check(&p8) != ZR_OK) {
-        fprintf(stderr, "zr bench quant: %s\n", zr_error_message());
-        return 2;
-    }
+    return rc;
+}
 
-    size_t nmax = 0;
-    for (int s = 0; s < nsizes; s++) {
-        nmax = sizes[s] > nmax ? sizes[s] : nmax;
-    }
+/* The buffers every table times into: nmax elements each (block: the largest block). */
+typedef struct quant_bufs {
     float *x, *out, *copy;
     zr_bf16 *xh;
     uint8_t *block;
-    ZR_TRY(zr_alloc_at((void **)&x, nmax * 4, __FILE__, __LINE__), "out of memory");
-    ZR_TRY(zr_alloc_at((void **)&xh, nmax * 2, __FILE__, __LINE__), "out of memory");
-    ZR_TRY(zr_alloc_at((void **)&out, nmax * 4, __FILE__, __LINE__), "out of memory");
-    ZR_TRY(zr_alloc_at((void **)&copy, nmax * 4, __FILE__, __LINE__), "out of memory");
-    ZR_TRY(zr_alloc_at((void **)&block,
+    size_t nmax;
+} quant_bufs;
+
+static void bufs_alloc(const quant_opts *o, quant_bufs *b)
+{
+    size_t nmax = 0;
+    for (int s = 0; s < o->nsizes; s++) {
+        nmax = o->sizes[s] > nmax ? o->sizes[s] : nmax;
+    }
+    b->nmax = nmax;
+    ZR_TRY(zr_alloc_at((void **)&b->x, nmax * 4, __FILE__, __LINE__), "out of memory");
+    ZR_TRY(zr_alloc_at((void **)&b->xh, nmax * 2, __FILE__, __LINE__), "out of memory");
+    ZR_TRY(zr_alloc_at((void **)&b->out, nmax * 4, __FILE__, __LINE__), "out of memory");
+    ZR_TRY(zr_alloc_at((void **)&b->copy, nmax * 4, __FILE__, __LINE__), "out of memory");
+    ZR_TRY(zr_alloc_at((void **)&b->block,
                        zr_quant_block_bytes(&(zr_quant_params){8, 32, ZR_QUANT_ASYM}, nmax),
                        __FILE__, __LINE__),
            "out of memory");
-    fill_noise(x, nmax, 1);
-    zr_bf16_from_f32_n(xh, x, nmax);
+    fill_noise(b->x, nmax, 1);
+    zr_bf16_from_f32_n(b->xh, b->x, nmax);
+}
 
-    ZR_TRY(zr_threads_set(threads), "bench quant");
-    threads = zr_threads_get(); /* the pool may have started fewer */
-    printf("zr bench quant: impl %s, group %d, %d thread%s (memcpy: 1), median of repetitions, "
-           "GB/s of the uncompressed side\n\n",
-           zr_quant_impl_name(zr_quant_get_impl()), group, threads, threads > 1 ? "s" : "");
-    printf("%-10s %-5s %-5s %9s %10s %12s %9s%s\n", "op", "bits", "type", "elements", "GB/s",
-           "memcpy GB/s", "x memcpy", threads > 1 ? "  x 1 thread" : "");
+static void bufs_free(quant_bufs *b)
+{
+    zr_free(b->x);
+    zr_free(b->xh);
+    zr_free(b->out);
+    zr_free(b->copy);
+    zr_free(b->block);
+}
+
+/* The speed table's rows and its headline numbers. */
+typedef struct quant_speed {
     bench_row rows[MAX_ROWS];
-    char cb[2][32]; /* element counts as text */
-    int nrows = 0;
-    double headline = 0, headline_threads = 1;
-    for (int s = 0; s < nsizes; s++) {
-        size_t n = sizes[s];
-        int reps = reps_arg > 0 ? reps_arg : n <= (1u << 20) ? 31 : n <= (16u << 20) ? 9 : 5;
-        bench_ctx c = {x, xh, block, out, copy, n};
+    int nrows;
+    double headline, headline_threads;
+} quant_speed;
+
+/* One row: op at bits on type t, n elements (c), at o->threads and on one thread; printed. */
+static bench_row *time_row(const quant_opts *o, const bench_ctx *c, int op,
+                           const zr_quant_params *p, int t, int reps, const double mc[2],
+                           quant_speed *sp)
+{
+    size_t n = c->n;
+    char cb[32];
+    if (op == OP_DEQUANT) {
+        /* decode needs a block of these parameters */
+        ZR_TRY(zr_quant_encode(p, ZR_DTYPE_F32, c->x, n, 1.0f, NULL, c->block, NULL),
+               "bench quant");
+    }
+    double sec = time_op(c, op, p, (zr_dtype)t, reps), sec1 = sec;
+    if (o->threads > 1) { /* the baseline: the same codec on one thread */
+        ZR_TRY(zr_threads_set(1), "bench quant");
+        sec1 = time_op(c, op, p, (zr_dtype)t, reps);
+        ZR_TRY(zr_threads_set(o->threads), "bench quant");
+    }
+    bench_row *r = &sp->rows[sp->nrows++];
+    r->op = op == OP_QUANT ? "quantize" : "dequantize";
+    r->bits = p->bits;
+    r->dtype = (zr_dtype)t;
+    r->n = n;
+    r->gbps = (double)(n * zr_dtype_size((zr_dtype)t)) / sec / 1e9;
+    r->memcpy_gbps = mc[t];
+    r->gbps_1thread = (double)(n * zr_dtype_size((zr_dtype)t)) / sec1 / 1e9;
+    printf("%-10s int%-2d %-5s %9s %10.2f %12.2f %9.2f", r->op, p->bits, zr_dtype_name(r->dtype),
+           count_text(n, cb), r->gbps, r->memcpy_gbps, r->gbps / r->memcpy_gbps);
+    printf(o->threads > 1 ? "  %11.2f\n" : "\n", r->gbps / r->gbps_1thread);
+    return r;
+}
+
+/* The speed table: every size, op, bit width and type, against memcpy of the same bytes. */
+static void speed_table(const quant_opts *o, const quant_bufs *b, const zr_quant_params pq[2],
+                        quant_speed *sp)
+{
+    printf("%-10s %-5s %-5s %9s %10s %12s %9s%s\n", "op", "bits", "type", "elements", "GB/s",
+           "memcpy GB/s", "x memcpy", o->threads > 1 ? "  x 1 thread" : "");
+    sp->nrows = 0;
+    sp->headline = 0;
+    sp->headline_threads = 1;
+    for (int s = 0; s < o->nsizes; s++) {
+        size_t n = o->sizes[s];
+        int reps = o->reps > 0 ? o->reps : n <= (1u << 20) ? 31 : n <= (16u << 20) ? 9 : 5;
+        bench_ctx c = {b->x, b->xh, b->block, b->out, b->copy, n};
         double mc[2];
         for (int t = 0; t < 2; t++) {
             mc[t] = (double)(n * zr_dtype_size((zr_dtype)t)) /
                     time_op(&c, OP_MEMCPY, NULL, (zr_dtype)t, reps) / 1e9;
         }
         for (int op = OP_QUANT; op <= OP_DEQUANT; op++) {
-            for (int bits = 8; bits >= 4; bits -= 4) {
-                const zr_quant_params *p = bits == 8 ? &p8 : &p4;
+            for (int k = 0; k < 2; k++) { /* int8, then int4 */
                 for (int t = 0; t < 2; t++) {
-                    if (op == OP_DEQUANT) {
-                        /* decode needs a block of these parameters */
-                        ZR_TRY(zr_quant_encode(p, ZR_DTYPE_F32, x, n, 1.0f, NULL, block, NULL),
-                               "bench quant");
-                    }
-                    double sec = time_op(&c, op, p, (zr_dtype)t, reps), sec1 = sec;
-                    if (threads > 1) { /* the baseline: the same codec on one thread */
-                        ZR_TRY(zr_threads_set(1), "bench quant");
-                        sec1 = time_op(&c, op, p, (zr_dtype)t, reps);
-                        ZR_TRY(zr_threads_set(threads), "bench quant");
-                    }
-                    bench_row *r = &rows[nrows++];
-                    r->op = op == OP_QUANT ? "quantize" : "dequantize";
-                    r->bits = bits;
-                    r->dtype = (zr_dtype)t;
-                    r->n = n;
-                    r->gbps = (double)(n * zr_dtype_size((zr_dtype)t)) / sec / 1e9;
-                    r->memcpy_gbps = mc[t];
-                    r->gbps_1thread = (double)(n * zr_dtype_size((zr_dtype)t)) / sec1 / 1e9;
-                    printf("%-10s int%-2d %-5s %9s %10.2f %12.2f %9.2f", r->op, bits,
-                           zr_dtype_name(r->dtype), count_text(n, cb[0]), r->gbps, r->memcpy_gbps,
-                           r->gbps / r->memcpy_gbps);
-                    printf(threads > 1 ? "  %11.2f\n" : "\n", r->gbps / r->gbps_1thread);
-                    if (op == OP_QUANT && bits == 8 && t == 0 && s == nsizes - 1) {
-                        headline = r->gbps / r->memcpy_gbps;
-                        headline_threads = r->gbps / r->gbps_1thread;
+                    bench_row *r = time_row(o, &c, op, &pq[k], t, reps, mc, sp);
+                    if (op == OP_QUANT && k == 0 && t == 0 && s == o->nsizes - 1) {
+                        sp->headline = r->gbps / r->memcpy_gbps;
+                        sp->headline_threads = r->gbps / r->gbps_1thread;
                     }
                 }
             }
         }
     }
+}
 
-    /* group-size sweep: error on Gaussian data, int8 quantize speed, scale overhead */
-    static const int sweep[] = {32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536};
+static const int sweep[] = {32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536};
+#define NSWEEP ((int)(sizeof sweep / sizeof sweep[0]))
+
+/* group-size sweep: error on Gaussian data, int8 quantize speed, scale overhead */
+static void error_table(const quant_bufs *b, double err[NSWEEP][4], double speed[NSWEEP])
+{
+    char cb[2][32]; /* element counts as text */
+    size_t nmax = b->nmax;
     size_t ne = nmax < (4u << 20) ? nmax : (4u << 20);
     size_t nt = nmax < (16u << 20) ? nmax : (16u << 20);
-    fill_gauss(x, ne, 2);
+    fill_gauss(b->x, ne, 2);
     printf("\nerror by group size: Gaussian data (%s elements), RMS error / RMS of data;\n"
            "int8 quantize of fp32 at %s; scale bytes as %% of the int4 payload\n\n",
            count_text(ne, cb[0]), count_text(nt, cb[1]));
     printf("%7s %11s %11s %11s %11s %12s %10s\n", "group", "int8 sym", "int4 sym", "int8 asym",
            "int4 asym", "int8 q GB/s", "int4 ovh%");
-    double err[sizeof sweep / sizeof sweep[0]][4];
-    double speed[sizeof sweep / sizeof sweep[0]];
-    for (size_t g = 0; g < sizeof sweep / sizeof sweep[0]; g++) {
+    for (int g = 0; g < NSWEEP; g++) {
         for (int v = 0; v < 4; v++) {
             zr_quant_params p = {v % 2 ? 4 : 8, sweep[g], v >= 2 ? ZR_QUANT_ASYM : ZR_QUANT_SYM};
-            err[g][v] = rms_rel_error(&p, x, ne, out, block);
+            err[g][v] = rms_rel_error(&p, b->x, ne, b->out, b->block);
         }
         zr_quant_params p = {8, sweep[g], ZR_QUANT_SYM};
-        bench_ctx c = {x, xh, block, out, copy, nt};
+        bench_ctx c = {b->x, b->xh, b->block, b->out, b->copy, nt};
         speed[g] = (double)(nt * 4) / time_op(&c, OP_QUANT, &p, ZR_DTYPE_F32, 7) / 1e9;
         printf("%7d %11.3e %11.3e %11.3e %11.3e %12.2f %10.3f\n", sweep[g], err[g][0], err[g][1],
                err[g][2], err[g][3], speed[g], 100.0 * 4.0 / (0.5 * sweep[g]));
     }
-    printf("\nquant_int8_vs_memcpy (fp32, %s): %.2f", count_text(sizes[nsizes - 1], cb[0]),
-           headline);
-    printf(threads > 1 ? "; quant_int8_vs_1thread at %d threads: %.2f\n" : "\n", threads,
-           headline_threads);
+}
 
-    if (json) {
-        printf("{\"bench\":\"quant\",\"impl\":\"%s\",\"group\":%d,\"default_group\":%d,"
-               "\"threads\":%d,\"results\":[",
-               zr_quant_impl_name(zr_quant_get_impl()), group, ZR_QUANT_DEFAULT_GROUP, threads);
-        for (int i = 0; i < nrows; i++) {
-            printf("%s{\"op\":\"%s\",\"bits\":%d,\"dtype\":\"%s\",\"n\":%zu,\"gbps\":%.3f,"
-                   "\"memcpy_gbps\":%.3f,\"ratio\":%.3f,\"gbps_1thread\":%.3f}",
-                   i ? "," : "", rows[i].op, rows[i].bits, zr_dtype_name(rows[i].dtype), rows[i].n,
-                   rows[i].gbps, rows[i].memcpy_gbps, rows[i].gbps / rows[i].memcpy_gbps,
-                   rows[i].gbps_1thread);
-        }
-        printf("],\"error\":[");
-        for (size_t g = 0; g < sizeof sweep / sizeof sweep[0]; g++) {
-            printf("%s{\"group\":%d,\"int8_sym\":%.4e,\"int4_sym\":%.4e,\"int8_asym\":%.4e,"
-                   "\"int4_asym\":%.4e,\"int8_quant_gbps\":%.3f}",
-                   g ? "," : "", sweep[g], err[g][0], err[g][1], err[g][2], err[g][3], speed[g]);
-        }
-        printf("],\"quant_int8_vs_memcpy\":%.3f,\"quant_int8_vs_1thread\":%.3f}\n", headline,
-               headline_threads);
+static void print_json(const quant_opts *o, const quant_speed *sp, double err[NSWEEP][4],
+                       const double speed[NSWEEP])
+{
+    printf("{\"bench\":\"quant\",\"impl\":\"%s\",\"group\":%d,\"default_group\":%d,"
+           "\"threads\":%d,\"results\":[",
+           zr_quant_impl_name(zr_quant_get_impl()), o->group, ZR_QUANT_DEFAULT_GROUP, o->threads);
+    for (int i = 0; i < sp->nrows; i++) {
+        const bench_row *r = &sp->rows[i];
+        printf("%s{\"op\":\"%s\",\"bits\":%d,\"dtype\":\"%s\",\"n\":%zu,\"gbps\":%.3f,"
+               "\"memcpy_gbps\":%.3f,\"ratio\":%.3f,\"gbps_1thread\":%.3f}",
+               i ? "," : "", r->op, r->bits, zr_dtype_name(r->dtype), r->n, r->gbps, r->memcpy_gbps,
+               r->gbps / r->memcpy_gbps, r->gbps_1thread);
     }
-    zr_free(x);
-    zr_free(xh);
-    zr_free(out);
-    zr_free(copy);
-    zr_free(block);
+    printf("],\"error\":[");
+    for (int g = 0; g < NSWEEP; g++) {
+        printf("%s{\"group\":%d,\"int8_sym\":%.4e,\"int4_sym\":%.4e,\"int8_asym\":%.4e,"
+               "\"int4_asym\":%.4e,\"int8_quant_gbps\":%.3f}",
+               g ? "," : "", sweep[g], err[g][0], err[g][1], err[g][2], err[g][3], speed[g]);
+    }
+    printf("],\"quant_int8_vs_memcpy\":%.3f,\"quant_int8_vs_1thread\":%.3f}\n", sp->headline,
+           sp->headline_threads);
+}
+
+int zr_bench_quant(int argc, char **argv)
+{
+    quant_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != 0) {
+        return rc;
+    }
+    if (strcmp(o.device, "cpu") != 0) {
+        size_t gpu_default = (size_t)64 << 20;
+        return zr_bench_quant_cuda(o.device, o.json, o.sizes_given ? o.sizes : &gpu_default,
+                                   o.sizes_given ? o.nsizes : 1, o.group, o.reps > 0 ? o.reps : 20);
+    }
+    zr_quant_params pq[2] = {{8, o.group, ZR_QUANT_SYM}, {4, o.group, ZR_QUANT_SYM}};
+    /* a request this CPU or the codec cannot run is the caller's: exit 2 with the reason */
+    if (zr_quant_set_impl(o.impl) != ZR_OK || zr_quant_params_check(&pq[0]) != ZR_OK) {
+        fprintf(stderr, "zr bench quant: %s\n", zr_error_message());
+        return 2;
+    }
+    quant_bufs b;
+    bufs_alloc(&o, &b);
+    ZR_TRY(zr_threads_set(o.threads), "bench quant");
+    o.threads = zr_threads_get(); /* the pool may have started fewer */
+    printf("zr bench quant: impl %s, group %d, %d thread%s (memcpy: 1), median of repetitions, "
+           "GB/s of the uncompressed side\n\n",
+           zr_quant_impl_name(zr_quant_get_impl()), o.group, o.threads, o.threads > 1 ? "s" : "");
+    quant_speed sp;
+    speed_table(&o, &b, pq, &sp);
+    double err[NSWEEP][4], speed[NSWEEP];
+    error_table(&b, err, speed);
+    char cb[32];
+    printf("\nquant_int8_vs_memcpy (fp32, %s): %.2f", count_text(o.sizes[o.nsizes - 1], cb),
+           sp.headline);
+    printf(o.threads > 1 ? "; quant_int8_vs_1thread at %d threads: %.2f\n" : "\n", o.threads,
+           sp.headline_threads);
+    if (o.json) {
+        print_json(&o, &sp, err, speed);
+    }
+    bufs_free(&b);
     zr_quant_set_impl(ZR_QUANT_IMPL_AUTO);
     ZR_TRY(zr_threads_set(1), "bench quant");
     return 0;

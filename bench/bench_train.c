@@ -182,20 +182,33 @@ static int usage(void)
     return 2;
 }
 
-int zr_bench_train(int argc, char **argv)
+/* What the command line asked for. */
+typedef struct train_opts {
+    int json, steps, layers, channels, heads, T, B, threads;
+    const char *only;     /* comma list of modes to run; NULL = all */
+    const char *cfg_path; /* mode "config"'s file, or NULL */
+    const char *device;   /* zr.device of every mode: the CPU unless asked */
+} train_opts;
+
+/* The command line into o; 0, or usage()'s code. */
+static int parse_args(int argc, char **argv, train_opts *o)
 {
-    int json = 0, steps = 10, layers = 4, channels = 256, heads = 4, T = 128, B = 4, threads = 1;
+    *o = (train_opts){.steps = 10,
+                      .layers = 4,
+                      .channels = 256,
+                      .heads = 4,
+                      .T = 128,
+                      .B = 4,
+                      .threads = 1,
+                      .device = "cpu"};
     /* the whole-number flags: in range, or refused by name (atoi took "8x" for 8, "x" for 0) */
-    const zr_cli_int_flag nums[] = {{"--steps", &steps, NULL, 1, 1e6},
-                                    {"--layers", &layers, NULL, 1, 1 << 16},
-                                    {"--channels", &channels, NULL, 1, 1 << 20},
-                                    {"--seq", &T, NULL, 1, 1 << 24},
-                                    {"--heads", &heads, NULL, 1, 1 << 16},
-                                    {"--micro-batch", &B, NULL, 1, 1 << 20},
-                                    {"--threads", &threads, NULL, 1, ZR_POOL_MAX_THREADS}};
-    const char *only = NULL; /* comma list of modes to run; NULL = all */
-    const char *cfg_path = NULL;
-    const char *device = "cpu"; /* zr.device of every mode: the CPU unless asked */
+    const zr_cli_int_flag nums[] = {{"--steps", &o->steps, NULL, 1, 1e6},
+                                    {"--layers", &o->layers, NULL, 1, 1 << 16},
+                                    {"--channels", &o->channels, NULL, 1, 1 << 20},
+                                    {"--seq", &o->T, NULL, 1, 1 << 24},
+                                    {"--heads", &o->heads, NULL, 1, 1 << 16},
+                                    {"--micro-batch", &o->B, NULL, 1, 1 << 20},
+                                    {"--threads", &o->threads, NULL, 1, ZR_POOL_MAX_THREADS}};
     for (int i = 1; i < argc; i++) {
         int got = i + 1 < argc ? zr_cli_int_flags("train", nums, sizeof nums / sizeof nums[0],
                                                   argv[i], argv[i + 1])
@@ -206,53 +219,58 @@ int zr_bench_train(int argc, char **argv)
             }
             i++;
         } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
+            o->json = 1;
         } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-            cfg_path = argv[++i];
+            o->cfg_path = argv[++i];
         } else if (strcmp(argv[i], "--modes") == 0 && i + 1 < argc) {
-            only = argv[++i];
+            o->only = argv[++i];
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
                    (strcmp(argv[i + 1], "cpu") == 0 || strcmp(argv[i + 1], "cuda") == 0 ||
                     strcmp(argv[i + 1], "auto") == 0)) {
-            device = argv[++i];
+            o->device = argv[++i];
         } else {
             zr_cli_bad_arg("bench train", argc, argv, i);
             return usage();
         }
     }
-    MPI_Init(&argc, &argv);
-    zr_comm c;
-    ZR_TRY(zr_comm_init(&c, MPI_COMM_WORLD, NULL), "check ZR_RANKS_PER_NODE");
-    shape sh = {layers, channels, heads, T, B};
+    return 0;
+}
+
+/* Rank 0: what runs, and the table's header. */
+static void print_header(const train_opts *o, const zr_comm *c)
+{
     /* for the header's parameter count: the bundled corpus is byte text (V = 256) */
-    zr_gpt_config cfg = {T, 256, 256, layers, heads, channels};
-    int R = c.rank[ZR_GROUP_WORLD];
+    zr_gpt_config cfg = {o->T, 256, 256, o->layers, o->heads, o->channels};
     char desc[256];
-    zr_comm_describe(&c, desc, sizeof desc);
-    if (R == 0) {
-        printf("zr bench train: %s; GPT L=%d C=%d T=%d, %zu parameters, micro-batch %d per rank, "
-               "%d steps per mode (median), through zr's trainer, zr.device %s, %d thread%s per "
-               "rank\n\n",
-               desc, layers, channels, T, zr_gpt_config_param_count(&cfg), B, steps, device,
-               threads, threads > 1 ? "s" : "");
-        printf("%-11s %9s %9s %9s %9s %8s %8s %11s %11s %9s\n", "mode", "step ms", "min ms",
-               "tok/s", "compute", "comm", "optim", "inter MB", "intra MB", "mean loss");
-    }
-    row rows[NMODES];
-    int ran[NMODES] = {0};
+    zr_comm_describe(c, desc, sizeof desc);
+    printf("zr bench train: %s; GPT L=%d C=%d T=%d, %zu parameters, micro-batch %d per rank, "
+           "%d steps per mode (median), through zr's trainer, zr.device %s, %d thread%s per "
+           "rank\n\n",
+           desc, o->layers, o->channels, o->T, zr_gpt_config_param_count(&cfg), o->B, o->steps,
+           o->device, o->threads, o->threads > 1 ? "s" : "");
+    printf("%-11s %9s %9s %9s %9s %8s %8s %11s %11s %9s\n", "mode", "step ms", "min ms", "tok/s",
+           "compute", "comm", "optim", "inter MB", "intra MB", "mean loss");
+}
+
+/* Every mode asked for, in the table's order: rows[i] and ran[i]; rank 0 prints each row. */
+static void run_modes(const train_opts *o, const zr_comm *c, row rows[NMODES], int ran[NMODES])
+{
+    shape sh = {o->layers, o->channels, o->heads, o->T, o->B};
+    int R = c->rank[ZR_GROUP_WORLD];
     for (int i = 0; i < NMODES; i++) {
-        if ((only != NULL && !has_mode(only, modes[i].name)) || (i == CONFIG && cfg_path == NULL)) {
+        if ((o->only != NULL && !has_mode(o->only, modes[i].name)) ||
+            (i == CONFIG && o->cfg_path == NULL)) {
             continue;
         }
         static zr_train_config mcfg;
         if (i == CONFIG) {
-            ZR_TRY(file_config(cfg_path, c.size[ZR_GROUP_WORLD], &mcfg), cfg_path);
+            ZR_TRY(file_config(o->cfg_path, c->size[ZR_GROUP_WORLD], &mcfg), o->cfg_path);
         } else {
-            ZR_TRY(mode_config(&sh, &modes[i], c.size[ZR_GROUP_WORLD], &mcfg), "");
+            ZR_TRY(mode_config(&sh, &modes[i], c->size[ZR_GROUP_WORLD], &mcfg), "");
         }
-        snprintf(mcfg.device, sizeof mcfg.device, "%s", device);
+        snprintf(mcfg.device, sizeof mcfg.device, "%s", o->device);
         ran[i] = 1;
-        ZR_TRY(run_mode(&mcfg, steps, threads, &rows[i]), "");
+        ZR_TRY(run_mode(&mcfg, o->steps, o->threads, &rows[i]), "");
         row *r = &rows[i];
         if (R == 0) {
             printf("%-11s %9.1f %9.1f %9.0f %9.1f %8.1f %8.1f %11.3f %11.3f %9.4f\n", modes[i].name,
@@ -261,44 +279,74 @@ int zr_bench_train(int argc, char **argv)
             fflush(stdout);
         }
     }
+}
+
+/* The JSON line: the run, ZeRO++ against ZeRO-3 (when both ran), every mode that ran. */
+static void print_json(const train_opts *o, const zr_comm *c, const row rows[NMODES],
+                       const int ran[NMODES], int both, double ratio, double speedup)
+{
+    printf("{\"bench\": \"train\", \"ranks\": %d, \"nodes\": %d, \"steps\": %d, "
+           "\"threads\": %d",
+           c->size[ZR_GROUP_WORLD], c->n_nodes, o->steps, o->threads);
+    if (both) {
+        printf(", \"inter_bytes_ratio_zeropp\": %.4f, \"speedup_zeropp\": %.3f", ratio, speedup);
+    }
+    printf(", \"modes\": {");
+    for (int i = 0, first = 1; i < NMODES; i++) {
+        if (!ran[i]) {
+            continue;
+        }
+        printf("%s\"%s\": {\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"inter_bytes\": %.0f, "
+               "\"intra_bytes\": %.0f, \"compute_ms\": %.3f, \"comm_ms\": %.3f, "
+               "\"min_step_ms\": %.3f, \"optim_ms\": %.3f, \"mean_loss\": %.5f, "
+               "\"rss_peak_bytes\": %.0f, \"alloc_peak_bytes\": %.0f, \"pool_peak_bytes\": "
+               "%.0f}",
+               first ? "" : ", ", modes[i].name, 1e3 * rows[i].t_med, rows[i].tok_s, rows[i].inter,
+               rows[i].intra, 1e3 * rows[i].compute, 1e3 * rows[i].comm, 1e3 * rows[i].t_min,
+               1e3 * rows[i].optim, rows[i].loss, rows[i].rss, rows[i].alloc, rows[i].pool);
+        first = 0;
+    }
+    printf("}}\n");
+}
+
+/* Rank 0: the notes under the table, ZeRO++ against ZeRO-3, and --json's line. */
+static void print_summary(const train_opts *o, const zr_comm *c, const row rows[NMODES],
+                          const int ran[NMODES])
+{
+    printf("\n(inter/intra MB: bytes per step summed over all ranks, from zr's exact counters;"
+           " compute/comm/optim: ms per step averaged over ranks)\n");
+    int both = ran[0] && ran[ZEROPP];
+    double ratio = both && rows[0].inter > 0 ? rows[ZEROPP].inter / rows[0].inter : 0.0;
+    double speedup = both ? rows[ZEROPP].tok_s / rows[0].tok_s : 0.0;
+    if (both) {
+        printf("ZeRO++ inter-node bytes per step / ZeRO-3 bf16: %.3f; throughput ZeRO++ / "
+               "ZeRO-3: %.2fx\n",
+               ratio, speedup);
+    }
+    if (o->json) {
+        print_json(o, c, rows, ran, both, ratio, speedup);
+    }
+}
+
+int zr_bench_train(int argc, char **argv)
+{
+    train_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != 0) {
+        return rc;
+    }
+    MPI_Init(&argc, &argv);
+    zr_comm c;
+    ZR_TRY(zr_comm_init(&c, MPI_COMM_WORLD, NULL), "check ZR_RANKS_PER_NODE");
+    int R = c.rank[ZR_GROUP_WORLD];
     if (R == 0) {
-        printf("\n(inter/intra MB: bytes per step summed over all ranks, from zr's exact counters;"
-               " compute/comm/optim: ms per step averaged over ranks)\n");
-        int both = ran[0] && ran[ZEROPP];
-        double ratio = both && rows[0].inter > 0 ? rows[ZEROPP].inter / rows[0].inter : 0.0;
-        double speedup = both ? rows[ZEROPP].tok_s / rows[0].tok_s : 0.0;
-        if (both) {
-            printf("ZeRO++ inter-node bytes per step / ZeRO-3 bf16: %.3f; throughput ZeRO++ / "
-                   "ZeRO-3: %.2fx\n",
-                   ratio, speedup);
-        }
-        if (json) {
-            printf("{\"bench\": \"train\", \"ranks\": %d, \"nodes\": %d, \"steps\": %d, "
-                   "\"threads\": %d",
-                   c.size[ZR_GROUP_WORLD], c.n_nodes, steps, threads);
-            if (both) {
-                printf(", \"inter_bytes_ratio_zeropp\": %.4f, \"speedup_zeropp\": %.3f", ratio,
-                       speedup);
-            }
-            printf(", \"modes\": {");
-            for (int i = 0, first = 1; i < NMODES; i++) {
-                if (!ran[i]) {
-                    continue;
-                }
-                printf(
-                    "%s\"%s\": {\"step_ms\": %.3f, \"tokens_per_s\": %.1f, \"inter_bytes\": %.0f, "
-                    "\"intra_bytes\": %.0f, \"compute_ms\": %.3f, \"comm_ms\": %.3f, "
-                    "\"min_step_ms\": %.3f, \"optim_ms\": %.3f, \"mean_loss\": %.5f, "
-                    "\"rss_peak_bytes\": %.0f, \"alloc_peak_bytes\": %.0f, \"pool_peak_bytes\": "
-                    "%.0f}",
-                    first ? "" : ", ", modes[i].name, 1e3 * rows[i].t_med, rows[i].tok_s,
-                    rows[i].inter, rows[i].intra, 1e3 * rows[i].compute, 1e3 * rows[i].comm,
-                    1e3 * rows[i].t_min, 1e3 * rows[i].optim, rows[i].loss, rows[i].rss,
-                    rows[i].alloc, rows[i].pool);
-                first = 0;
-            }
-            printf("}}\n");
-        }
+        print_header(&o, &c);
+    }
+    row rows[NMODES];
+    int ran[NMODES] = {0};
+    run_modes(&o, &c, rows, ran);
+    if (R == 0) {
+        print_summary(&o, &c, rows, ran);
     }
     zr_comm_free(&c);
     MPI_Finalize();

@@ -5,13 +5,18 @@
 #   chain     the layer chain of the Makefile's head comment
 #             (base -> quant -> ... -> cli, "a/b" = side by side) is the
 #             README's, word for word, and names every folder of src/
-#   includes  no file of src/<layer>/ (and no public header) includes a header
-#             of a layer above its own, or of another layer on its level:
-#             "zr/<x>.h" belongs to the layer whose src/<layer>/*.c defines
-#             the functions it declares, "../<layer>/..." to that layer
-#   sizes     no file of src/ (.c, .h, .cu) over 700 lines, no function over 80 (from the
-#             line at column 0 that starts its definition to its closing "}"
-#             at column 0, in the clang-formatted tree)
+#   includes  no file of src/<layer>/ (.c, .h, .cu; and no public header)
+#             includes a header of a layer above its own, or of another layer
+#             on its level: "zr/<x>.h" belongs to the layer whose
+#             src/<layer>/*.c (or .cu) defines the functions it declares,
+#             "../<layer>/..." to that layer. bench/*.c is part of the zr
+#             program and stands where src/cli does (the top): it may include
+#             any public header and "../src/<layer>/..." of any layer the chain
+#             names, never of a folder it does not
+#   sizes     no file of src/ (.c, .h, .cu) or bench/ (.c) over 700 lines, no
+#             function over 80 (from the line at column 0 that starts its
+#             definition to its closing "}" at column 0, in the clang-formatted
+#             tree; a kernel by the name after its __launch_bounds__(...))
 #
 # A file still over a size limit while another change splits it is listed in
 # scripts/check_tree.allow, one path a line with a "#" comment naming what will
@@ -72,7 +77,7 @@ first_line_names='
 declare -A owner_of_fn # function -> layer that defines it
 while read -r layer fn; do
     owner_of_fn[$fn]=$layer
-done < <(for f in src/*/*.c; do
+done < <(for f in src/*/*.c src/*/*.cu; do
     l=${f#src/}
     awk -v TAG="${l%%/*}" -v DEFS=1 "$first_line_names" "$f"
 done)
@@ -111,6 +116,10 @@ check_includes() {
             fi
             target=${owner[$x]:-}
             ;;
+        ../src/*/*) # bench/: a header of src/<layer>/
+            target=${inc#../src/}
+            target=${target%%/*}
+            ;;
         ../*/*)
             target=${inc#../}
             target=${target%%/*}
@@ -128,10 +137,14 @@ check_includes() {
     done < <(grep -n -E '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f")
 }
 
-for f in src/*/*.c src/*/*.h; do
+for f in src/*/*.c src/*/*.h src/*/*.cu; do
     l=${f#src/}
     l=${l%%/*}
     [ -n "${level[$l]+x}" ] && check_includes "$f" "$l"
+done
+# bench/ is linked into the zr program with src/cli: it stands at the cli layer
+for f in bench/*.c bench/*.h; do
+    [ -f "$f" ] && check_includes "$f" cli
 done
 for h in include/zr/*.h; do
     x=$(basename "$h" .h)
@@ -166,8 +179,9 @@ over() {
     fi
 }
 
-# the CUDA kernels too (.cu): the same limits as any source file
-for f in src/*/*.c src/*/*.h src/*/*.cu; do
+# the CUDA kernels too (.cu), and bench/: the same limits as any source file
+for f in src/*/*.c src/*/*.h src/*/*.cu bench/*.c bench/*.h; do
+    [ -f "$f" ] || continue
     lines=$(wc -l <"$f")
     [ "$lines" -le $MAX_FILE ] || over "$f" "$f: $lines lines (at most $MAX_FILE)"
     while read -r at len name; do
@@ -176,13 +190,16 @@ for f in src/*/*.c src/*/*.h src/*/*.cu; do
         /^[A-Za-z_]/ { start = NR; head = $0 }
         # a kernel: "__global__ void __launch_bounds__(N)" then its name on the next line
         /^[[:space:]]+[A-Za-z_][A-Za-z0-9_]*\(/ && start && !open && head ~ /__launch_bounds__/ {
-            head = $0
+            h = head
+            sub(/__launch_bounds__\([^()]*\)/, "", h)
+            if (h !~ /[A-Za-z_][A-Za-z0-9_]*\(/) head = $0
         }
         /^\{[[:space:]]*$/ && start { open = start; name = head }
         /^\}[[:space:]]*$/ && open {
             n = NR - open + 1
             if (n > MAX) {
                 sub(/^__attribute__\(\(([^()]|\([^()]*\))*\)\)[[:space:]]*/, "", name)
+                sub(/__launch_bounds__\([^()]*\)/, "", name)
                 if (match(name, /[A-Za-z_][A-Za-z0-9_]*\(/)) name = substr(name, RSTART, RLENGTH - 1)
                 print open, n, name
             }

@@ -83,6 +83,9 @@ typedef struct zr_trainer {
        buffers, activations), checked at start-up against the GPU's free memory */
     size_t gpu_predicted;
     zr_gpt_specs specs;
+    /* the engine's settings from cfg for this device (zr_config_engine), computed once in
+       setup when the device is known and used by every check and init that needs them */
+    zr_engine_config ecfg;
     zr_engine engine;
     int engine_up;
     zr_ckpt_dir_lock lock;   /* rank 0: exclusive use of the checkpoint dir */

@@ -105,10 +105,9 @@ static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
     }
     size_t free_b = 0, total_b = 0;
     ZR_CHECK(zr_device_mem_info(&t->device, &free_b, &total_b));
-    zr_engine_config ecfg = zr_config_engine(c, 1);
     zr_gpt_memory_prediction p;
-    ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, B, T, 0, &ecfg, &t->comm, &p));
-    double model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, B, T, compute_type(t), &ecfg);
+    ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, B, T, 0, &t->ecfg, &t->comm, &p));
+    double model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, B, T, compute_type(t), &t->ecfg);
     double need = model + (double)p.state + (double)p.pool;
     t->gpu_predicted = (size_t)need;
     /* the peak the progress line shows is this run's */
@@ -199,9 +198,8 @@ zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
                         "activation is kept");
     }
     zr_status st = zr_gpt_init_ex(&t->model, &t->mcfg, 1, 1, 0);
-    zr_engine_config ecfg = zr_config_engine(&t->cfg, 1);
     if (st == ZR_OK) {
-        st = zr_gpt_gpu_init(&t->gpu, &t->device, &t->mcfg, B, T, compute_type(t), &ecfg);
+        st = zr_gpt_gpu_init(&t->gpu, &t->device, &t->mcfg, B, T, compute_type(t), &t->ecfg);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     return use_transport(t);

@@ -283,10 +283,9 @@ static int cpu_bf16_products(void)
 static zr_status check_memory(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
-    zr_engine_config ecfg = zr_config_engine(c, t->on_gpu);
     zr_gpt_memory_prediction p;
     ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
-                                   c->activation_checkpointing, &ecfg, &t->comm, &p));
+                                   c->activation_checkpointing, &t->ecfg, &t->comm, &p));
     const double GB = 1e9;
     if (!t->on_gpu && c->bf16_enabled && cpu_bf16_products()) {
         /* the products' bf16 scratch (zr_gpt_set_products), counted with the activations */
@@ -375,6 +374,7 @@ zr_status zr_trainer_setup(zr_trainer *t)
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     fit_val_batches(t);
     ZR_CHECK(zr_trainer_pick_device(t));
+    t->ecfg = zr_config_engine(c, t->on_gpu);
     ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
     ZR_CHECK(zr_comm_agree(&t->comm, check_memory(t)));
     ZR_CHECK(zr_trainer_init_model(t, B, T));
@@ -386,8 +386,7 @@ zr_status zr_trainer_setup(zr_trainer *t)
         st = ZR_ALLOC_STATUS(t->targets, (size_t)B * T);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
-    zr_engine_config ecfg = zr_config_engine(c, t->on_gpu);
-    ZR_CHECK(zr_engine_init(&t->engine, &t->comm, &ecfg, t->specs.nunits, t->specs.units));
+    ZR_CHECK(zr_engine_init(&t->engine, &t->comm, &t->ecfg, t->specs.nunits, t->specs.units));
     t->engine_up = 1;
     return ZR_OK;
 }
