@@ -1,0 +1,479 @@
+/*
+ * test_backend_ops.c - one list of ops, walked on every device backend and
+ * compared with the CPU on the same inputs (ggml's test-backend-ops; issue 41).
+ *
+ * A backend is an adapter struct written the way the backend table of issue
+ * 41 will be (ggml's ggml_backend_i): a name, allocate / copy / free, and the
+ * op entry points, NULL where the backend has none (its rows are then
+ * skipped, and counted as such). Today's one device backend is CUDA: the
+ * GPU emulator's in suite emu, a real GPU in suite gpu; without a device the
+ * program prints why and counts as skipped. The CPU is the other side of
+ * every row, not a backend walked here: against itself it would be trivial.
+ *
+ * A row is (op, shape, storage type); the op carries the CPU function it is
+ * compared with and the tolerance per precision (fp32, bf16) with its
+ * reason; tolerances are relative to the largest |reference| of the output
+ * (0: the same bits). Where the hand-written test this table replaces
+ * (test_gpu_ops) compared with an fp64 reference rather than the CPU
+ * operator, the row keeps that reference and its bound. Shapes include 1,
+ * primes, widths that are not multiples of the 16-byte vectors or of the
+ * tiles, T = 1 and the largest a kernel handles (head size 256, C over 1024).
+ * Adding an op to a backend = a member in ops_backend, an op and its rows.
+ *
+ * Outside the table, as small tests of their own: the host's token buckets,
+ * scratch poisoned with NaN, second runs giving the same bits, and argument
+ * errors (NULL pointers, a CPU stream, a head size over 256).
+ */
+#include "test.h"
+#include "zr/device.h"
+#include "zr/quant.h"
+
+#include "../src/model/ops.h"      /* the CPU operators: internal to src/model */
+#include "../src/model/ops_cuda.h" /* the CUDA operators: internal to src/model */
+
+/* ---- the backend adapter --------------------------------------------------------------------- */
+
+typedef struct ops_backend {
+    const char *name;
+    zr_status (*open)(struct ops_backend *be); /* sets stream; fails when the device is absent */
+    void (*close)(struct ops_backend *be);
+    void *(*alloc)(size_t bytes);
+    void (*put)(void *dst, const void *host, size_t bytes); /* host -> backend, synchronous */
+    void (*get)(void *host, const void *src, size_t bytes); /* backend -> host, synchronous */
+    void (*free)(void *p);
+    zr_stream *stream;
+    /* the operators (optional: NULL where the backend has none) */
+    zr_status (*encoder_fwd)(zr_dtype, void *, const int *, const void *, const void *, int, int,
+                             int, zr_stream *);
+    zr_status (*encoder_bwd)(zr_dtype, void *, void *, const void *, const int *, const int *,
+                             const int *, int, int, int, int, zr_stream *);
+    zr_status (*layernorm_fwd)(zr_dtype, void *, float *, float *, const void *, const void *,
+                               const void *, int, int, zr_stream *);
+    zr_status (*residual_layernorm_fwd)(zr_dtype, void *, void *, float *, float *, const void *,
+                                        const void *, const void *, const void *, const void *, int,
+                                        int, zr_stream *);
+    zr_status (*residual_fwd)(zr_dtype, void *, const void *, const void *, const void *, int, int,
+                              zr_stream *);
+    size_t (*colsum_scratch)(int N, int C);
+    zr_status (*layernorm_bwd)(zr_dtype, void *, void *, void *, const void *, const void *,
+                               const void *, const float *, const float *, int, int, int, float *,
+                               zr_stream *);
+    zr_status (*bias_add)(zr_dtype, void *, const void *, int, int, zr_stream *);
+    zr_status (*colsum_acc)(zr_dtype, void *, const void *, int, int, float *, zr_stream *);
+    zr_status (*bias_gelu_fwd)(zr_dtype, void *, void *, const void *, int, int, zr_stream *);
+    zr_status (*gelu_bwd)(zr_dtype, void *, const void *, const void *, size_t, zr_stream *);
+    zr_status (*attention_fwd)(zr_dtype, void *, float *, const void *, int, int, int, int,
+                               zr_stream *);
+    zr_status (*attention_bwd)(zr_dtype, void *, float *, const void *, const void *, const void *,
+                               const float *, int, int, int, int, zr_stream *);
+    zr_status (*xent_fwd)(zr_dtype, float *, float *, const void *, const int *, int, int, int,
+                          zr_stream *);
+    zr_status (*xent_bwd)(zr_dtype, void *, const float *, const int *, float, int, int, int,
+                          zr_stream *);
+    zr_status (*xent_fused)(zr_dtype, float *, float *, void *, const int *, float, int, int, int,
+                            zr_stream *);
+    zr_status (*mean)(float *, const float *, int, zr_stream *);
+} ops_backend;
+
+/* CUDA: the emulator's device or a real GPU, device 0, one stream. */
+static zr_device cuda_dev;
+
+static zr_status cuda_open(ops_backend *be)
+{
+    int n = 0;
+    zr_status s = zr_device_cuda_count(&n);
+    if (s == ZR_OK) {
+        s = zr_device_open_cuda(0, &cuda_dev);
+    }
+    return s == ZR_OK ? zr_stream_create(&cuda_dev, &be->stream) : s;
+}
+
+static void cuda_close(ops_backend *be)
+{
+    zr_stream_destroy(be->stream);
+    be->stream = NULL;
+}
+
+static void *cuda_alloc(size_t bytes)
+{
+    void *d = NULL;
+    TEST_OK(zr_device_alloc_at(&cuda_dev, &d, bytes + 16, __FILE__, __LINE__));
+    return d;
+}
+
+static zr_stream *cuda_st; /* the copies' stream: the one cuda_open made */
+
+static void cuda_put(void *dst, const void *host, size_t bytes)
+{
+    TEST_OK(zr_memcpy_async(dst, host, bytes, cuda_st));
+    TEST_OK(zr_stream_sync(cuda_st));
+}
+
+static void cuda_get(void *host, const void *src, size_t bytes)
+{
+    TEST_OK(zr_memcpy_async(host, src, bytes, cuda_st));
+    TEST_OK(zr_stream_sync(cuda_st));
+}
+
+static void cuda_free(void *p)
+{
+    zr_device_free(&cuda_dev, p);
+}
+
+static ops_backend backends[] = {
+    {
+        .name = "cuda",
+        .open = cuda_open,
+        .close = cuda_close,
+        .alloc = cuda_alloc,
+        .put = cuda_put,
+        .get = cuda_get,
+        .free = cuda_free,
+        .encoder_fwd = zr_op_cuda_encoder_fwd,
+        .encoder_bwd = zr_op_cuda_encoder_bwd,
+        .layernorm_fwd = zr_op_cuda_layernorm_fwd,
+        .residual_layernorm_fwd = zr_op_cuda_residual_layernorm_fwd,
+        .residual_fwd = zr_op_cuda_residual_fwd,
+        .colsum_scratch = zr_op_cuda_colsum_scratch,
+        .layernorm_bwd = zr_op_cuda_layernorm_bwd,
+        .bias_add = zr_op_cuda_bias_add,
+        .colsum_acc = zr_op_cuda_colsum_acc,
+        .bias_gelu_fwd = zr_op_cuda_bias_gelu_fwd,
+        .gelu_bwd = zr_op_cuda_gelu_bwd,
+        .attention_fwd = zr_op_cuda_attention_fwd,
+        .attention_bwd = zr_op_cuda_attention_bwd,
+        .xent_fwd = zr_op_cuda_xent_fwd,
+        .xent_bwd = zr_op_cuda_xent_bwd,
+        .xent_fused = zr_op_cuda_xent_fused,
+        .mean = zr_op_cuda_mean,
+    },
+};
+
+/* ---- the table's types ----------------------------------------------------------------------- */
+
+typedef struct ops_op ops_op;
+
+typedef struct ops_row {
+    const ops_op *op;
+    int a, b, c, d; /* the shape, as the op names it */
+    float amp;      /* inputs uniform in [-amp, amp] */
+    zr_dtype t;
+    int again; /* run again where the op says: the same bits */
+} ops_row;
+
+struct ops_op {
+    const char *name;
+    const char *cpu; /* what the backend is compared with */
+    double tol[2];   /* fp32, bf16 */
+    const char *why;
+    /* one row on one backend: 0 when the backend lacks the op */
+    int (*run)(const ops_op *op, const ops_row *r, ops_backend *be);
+};
+
+static double row_tol(const ops_op *op, const ops_row *r)
+{
+    return op->tol[r->t == ZR_DTYPE_BF16];
+}
+
+/* ---- buffers and comparisons ----------------------------------------------------------------- */
+
+static int ops_cases; /* comparisons made */
+
+/* A backend copy of x[0..n-1] in storage type t (bf16: rounded). */
+static void *bput(ops_backend *be, const float *x, size_t n, zr_dtype t)
+{
+    size_t es = zr_dtype_size(t);
+    void *d = be->alloc(n * es), *h = malloc(n * es + 1);
+    if (t == ZR_DTYPE_BF16) {
+        zr_bf16_from_f32_n(h, x, n);
+    } else {
+        memcpy(h, x, n * es);
+    }
+    be->put(d, h, n * es);
+    free(h);
+    return d;
+}
+
+static void *bput_int(ops_backend *be, const int *x, size_t n)
+{
+    void *d = be->alloc(n * sizeof(int));
+    be->put(d, x, n * sizeof(int));
+    return d;
+}
+
+/* x[0..n-1] = the backend buffer, widened to fp32. */
+static void bget(ops_backend *be, float *x, const void *d, size_t n, zr_dtype t)
+{
+    size_t es = zr_dtype_size(t);
+    void *h = malloc(n * es + 1);
+    be->get(h, d, n * es);
+    if (t == ZR_DTYPE_BF16) {
+        zr_bf16_to_f32_n(x, h, n);
+    } else {
+        memcpy(x, h, n * es);
+    }
+    free(h);
+}
+
+/* A NaN in every float of d[0..n-1] (scratch the kernels must write before they read). */
+static void *bpoison(ops_backend *be, size_t n)
+{
+    float *h = malloc(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = NAN;
+    }
+    void *d = bput(be, h, n, ZR_DTYPE_F32);
+    free(h);
+    return d;
+}
+
+static void bfree_n(ops_backend *be, void **d, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        be->free(d[k]);
+    }
+}
+
+static void round_bf16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        x[i] = zr_bf16_to_f32(zr_bf16_from_f32(x[i]));
+    }
+}
+
+static void fill(zr_test_rng *rng, float *x, size_t n, float amp)
+{
+    for (size_t i = 0; i < n; i++) {
+        x[i] = amp * zr_test_rng_uniform(rng);
+    }
+}
+
+/* The row's inputs: uniform in [-amp, amp], rounded to bf16 in a bf16 row (the CPU sees them too).
+ */
+static void fill_t(zr_test_rng *rng, float *x, size_t n, float amp, zr_dtype t)
+{
+    fill(rng, x, n, amp);
+    if (t == ZR_DTYPE_BF16) {
+        round_bf16(x, n);
+    }
+}
+
+static double max_abs(const float *x, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        m = fabs(x[i]) > m ? fabs(x[i]) : m;
+    }
+    return m;
+}
+
+/*
+ * Every |got - want| <= tol * (largest |want|, or 1 when that is 0), or the
+ * same bits when tol is 0; the first miss printed with the row.
+ */
+static void check(const char *what, const ops_row *r, const float *got, const float *want, size_t n,
+                  double tol)
+{
+    double scale = max_abs(want, n), worst = 0.0;
+    scale = scale > 0.0 ? scale : 1.0;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        double err = fabs((double)got[i] - (double)want[i]);
+        int ok = tol > 0.0 ? err <= tol * scale : memcmp(&got[i], &want[i], sizeof(float)) == 0;
+        first = !ok && bad++ == 0 ? i : first;
+        worst = err > worst ? err : worst;
+    }
+    ops_cases++;
+    TEST_CHECKF(bad == 0,
+                "%s %s [%d %d %d %d] amp %g %s: %zu of %zu beyond %.2g x %.3g (first at %zu: "
+                "%.9g vs %.9g), worst %.3g",
+                r->op->name, what, r->a, r->b, r->c, r->d, r->amp, zr_dtype_name(r->t), bad, n, tol,
+                scale, first, bad ? got[first] : 0.0, bad ? want[first] : 0.0, worst);
+}
+
+#include "backend_ops_model.h"
+
+/* ---- the ops and their rows ------------------------------------------------------------------ */
+
+static const ops_op OP_ENCODER = {
+    "encoder",
+    "zr_op_encoder_fwd, zr_op_encoder_bwd",
+    {1e-6, 0},
+    "forward: one addition, the same bits; backward: repeated tokens summed in another order",
+    run_encoder};
+static const ops_op OP_LAYERNORM = {
+    "layernorm_fwd",
+    "zr_op_layernorm_fwd",
+    {2e-6, 8e-3},
+    "a row's mean and variance summed in another order (fp32); bf16: one rounding of the output",
+    run_layernorm};
+static const ops_op OP_RESIDUAL_LAYERNORM = {
+    "residual_layernorm_fwd",
+    "zr_op_residual_layernorm_fwd, zr_op_residual_fwd",
+    {2e-6, 8e-3},
+    "as layernorm_fwd; the residual itself two additions, the same bits",
+    run_residual_layernorm};
+static const ops_op OP_LAYERNORM_BWD = {"layernorm_bwd",
+                                        "zr_op_layernorm_bwd_acc",
+                                        {2e-6, 0},
+                                        "row and column reductions in another order (fp32 only)",
+                                        run_layernorm_bwd};
+static const ops_op OP_BIAS_ADD = {
+    "bias_add", "x + bias", {0, 0}, "one addition: the same bits", run_bias_add};
+static const ops_op OP_COLSUM = {
+    "colsum_acc",
+    "an fp64 column sum",
+    {1e-6, 1e-6},
+    "of the sum of magnitudes: another order of fp32 additions; bf16 plus 2^-8 of the result",
+    run_colsum};
+static const ops_op OP_GELU = {
+    "bias_gelu_fwd, gelu_bwd",
+    "fp64 tanh GELU",
+    {1e-6, 0},
+    "the tanh form 1 - 2/(exp(2u) + 1) (the CPU's too); the backward 3x: off by ~2^-24 near u = 0; "
+    "fp32 only",
+    run_gelu};
+static const ops_op OP_ATTENTION = {
+    "attention",
+    "an fp64 causal softmax(QK^T/sqrt(hs)) V and its gradients",
+    {4e-6, 1e-2},
+    "fp32: the score, softmax and products' roundings (more with large logits: see its case); "
+    "bf16: the probabilities and products in bf16",
+    run_attention};
+static const ops_op OP_XENT = {"softmax_xent",
+                               "zr_op_softmax_xent_fwd, zr_op_softmax_xent_bwd",
+                               {1e-6, 8e-3},
+                               "losses: the log-sum-exp in another order; dlogits: see its case",
+                               run_xent};
+
+/* shapes: a, b, c, d as each op names them; amp; storage type; again */
+static const ops_row rows[] = {
+    {&OP_ENCODER, 2, 5, 64, 11, 1, ZR_DTYPE_F32, 0},
+    {&OP_ENCODER, 3, 4, 36, 7, 1, ZR_DTYPE_F32, 0}, /* C not a multiple of the 16-byte vector */
+    {&OP_ENCODER, 1, 1, 8, 3, 1, ZR_DTYPE_F32, 0},  /* one token */
+    {&OP_LAYERNORM, 7, 64, 0, 0, 2, ZR_DTYPE_F32, 0},
+    {&OP_LAYERNORM, 7, 36, 0, 0, 2, ZR_DTYPE_F32, 0}, /* element by element */
+    {&OP_LAYERNORM, 5, 64, 0, 0, 2, ZR_DTYPE_BF16, 0},
+    {&OP_LAYERNORM, 7, 776, 0, 0, 2, ZR_DTYPE_F32, 0},  /* 4 chunks a lane, the last short */
+    {&OP_LAYERNORM, 3, 300, 0, 0, 2, ZR_DTYPE_BF16, 0}, /* 2 chunks a lane, element by element */
+    {&OP_LAYERNORM, 3, 1030, 0, 0, 2, ZR_DTYPE_F32, 0}, /* above 1024: the streaming kernel */
+    {&OP_LAYERNORM, 3, 768, 0, 0, 2, ZR_DTYPE_BF16, 0}, /* GPT-2's: 3 chunks a lane */
+    {&OP_LAYERNORM, 1, 1, 0, 0, 2, ZR_DTYPE_F32, 0},    /* one element */
+    {&OP_RESIDUAL_LAYERNORM, 7, 64, 0, 0, 2, ZR_DTYPE_F32, 0},
+    {&OP_RESIDUAL_LAYERNORM, 7, 36, 0, 0, 2, ZR_DTYPE_F32, 0},
+    {&OP_RESIDUAL_LAYERNORM, 5, 64, 0, 0, 2, ZR_DTYPE_BF16, 0},
+    {&OP_RESIDUAL_LAYERNORM, 7, 776, 0, 0, 2, ZR_DTYPE_F32, 0},
+    {&OP_RESIDUAL_LAYERNORM, 3, 300, 0, 0, 2, ZR_DTYPE_BF16, 0},
+    {&OP_RESIDUAL_LAYERNORM, 3, 1030, 0, 0, 2, ZR_DTYPE_F32, 0},
+    {&OP_RESIDUAL_LAYERNORM, 3, 768, 0, 0, 2, ZR_DTYPE_BF16, 0},
+    {&OP_LAYERNORM_BWD, 7, 64, 0, 0, 2, ZR_DTYPE_F32, 0},
+    {&OP_LAYERNORM_BWD, 9, 36, 0, 0, 2, ZR_DTYPE_F32, 0},
+    {&OP_LAYERNORM_BWD, 37, 264, 0, 0, 2, ZR_DTYPE_F32, 0}, /* two column blocks of dw, db */
+    {&OP_LAYERNORM_BWD, 5, 1032, 0, 0, 2, ZR_DTYPE_F32, 0}, /* above 1024: streamed */
+    {&OP_LAYERNORM_BWD, 5, 770, 0, 0, 2, ZR_DTYPE_F32, 0}, /* 4 chunks a lane, element by element */
+    {&OP_LAYERNORM_BWD, 3, 768, 0, 0, 2, ZR_DTYPE_F32, 0}, /* GPT-2's */
+    {&OP_BIAS_ADD, 1, 5, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_BIAS_ADD, 7, 40, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_BIAS_ADD, 333, 259, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_BIAS_ADD, 1000, 264, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_COLSUM, 1, 5, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_COLSUM, 7, 40, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_COLSUM, 100, 33, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_COLSUM, 300, 16, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_COLSUM, 1000, 264, 0, 0, 1, ZR_DTYPE_F32, 0}, /* two column blocks, the second 8 wide */
+    {&OP_COLSUM, 333, 259, 0, 0, 1, ZR_DTYPE_F32, 0},  /* element by element, a short last chunk */
+    {&OP_COLSUM, 4103, 24, 0, 0, 1, ZR_DTYPE_F32, 0},  /* 256 ranges of 17 rows, one short */
+    {&OP_COLSUM, 301, 264, 0, 0, 1, ZR_DTYPE_BF16, 0},
+    {&OP_GELU, 6, 45, 0, 0, 4, ZR_DTYPE_F32, 0},
+    {&OP_GELU, 1, 7, 0, 0, 4, ZR_DTYPE_F32, 0},
+    {&OP_ATTENTION, 2, 1, 64, 1, 1, ZR_DTYPE_F32, 0},     /* T = 1, head size 64 */
+    {&OP_ATTENTION, 1, 37, 64, 1, 1, ZR_DTYPE_F32, 1},    /* two query blocks, T % 32 != 0 */
+    {&OP_ATTENTION, 1, 33, 64, 2, 1, ZR_DTYPE_F32, 0},    /* hs 32 */
+    {&OP_ATTENTION, 1, 20, 48, 2, 1, ZR_DTYPE_F32, 0},    /* hs 24: no 16-byte loads */
+    {&OP_ATTENTION, 1, 130, 32, 2, 1, ZR_DTYPE_F32, 0},   /* hs 16: one lane a row, two blocks */
+    {&OP_ATTENTION, 1, 17, 128, 1, 1, ZR_DTYPE_F32, 0},   /* hs 128 */
+    {&OP_ATTENTION, 1, 9, 256, 1, 0.5f, ZR_DTYPE_F32, 0}, /* hs 256, the largest: 16-row tiles */
+    {&OP_ATTENTION, 1, 19, 64, 1, 12, ZR_DTYPE_F32, 0},   /* large logits */
+    {&OP_ATTENTION, 1, 20, 128, 2, 1, ZR_DTYPE_BF16, 0},
+    {&OP_XENT, 7, 97, 112, 0, 1, ZR_DTYPE_F32, 0},    /* 16-byte accesses */
+    {&OP_XENT, 5, 97, 100, 0, 3, ZR_DTYPE_F32, 0},    /* element by element */
+    {&OP_XENT, 6, 97, 112, 0, 1000, ZR_DTYPE_F32, 0}, /* large logits */
+    {&OP_XENT, 1, 1, 8, 0, 1, ZR_DTYPE_F32, 0},       /* one class */
+    {&OP_XENT, 7, 97, 128, 0, 2, ZR_DTYPE_BF16, 0},
+    {&OP_XENT, 3, 3001, 3008, 0, 2, ZR_DTYPE_F32, 0}, /* three chunks a thread, the last short */
+    {&OP_XENT, 3, 2999, 3001, 0, 2, ZR_DTYPE_F32, 0}, /* element by element */
+    {&OP_XENT, 2, 3001, 3008, 0, 4, ZR_DTYPE_BF16, 0},
+};
+
+/* ---- the walk ------------------------------------------------------------------------------- */
+
+static int rows_run, rows_skipped;
+
+static void test_rows(void)
+{
+    for (size_t b = 0; b < sizeof backends / sizeof backends[0]; b++) {
+        ops_backend *be = &backends[b];
+        int run = 0, skipped = 0, cases = ops_cases;
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            int before = zr_test_checks;
+            if (rows[i].op->run(rows[i].op, &rows[i], be)) {
+                run++;
+                TEST_CHECKF(zr_test_checks > before, "row %zu (%s) compared nothing", i,
+                            rows[i].op->name);
+            } else {
+                skipped++;
+            }
+        }
+        printf("  backend %s: %d of %zu rows run (%d without the op), %d comparisons\n", be->name,
+               run, sizeof rows / sizeof rows[0], skipped, ops_cases - cases);
+        rows_run += run;
+        rows_skipped += skipped;
+    }
+}
+
+/* ---- arguments ------------------------------------------------------------------------------ */
+
+static void test_arguments(void)
+{
+    ops_backend *be = &backends[0];
+    float x[4] = {0};
+    void *d = bput(be, x, 4, ZR_DTYPE_F32);
+    zr_stream *st = be->stream;
+    TEST_FAILS(zr_op_cuda_layernorm_fwd(ZR_DTYPE_F32, d, NULL, d, d, d, d, 1, 4, st),
+               ZR_ERR_INVALID, "pointer argument 2 is NULL");
+    TEST_FAILS(zr_op_cuda_attention_fwd(ZR_DTYPE_F32, d, d, d, 1, 1, 1024, 2, st), ZR_ERR_INVALID,
+               "head size 512");
+    TEST_FAILS(zr_op_cuda_attention_fwd(ZR_DTYPE_F32, d, d, d, 1, 1, 30, 4, st), ZR_ERR_INVALID,
+               "a multiple of NH");
+    TEST_FAILS(zr_op_cuda_xent_fwd(ZR_DTYPE_F32, d, d, d, NULL, 1, 9, 8, st), ZR_ERR_INVALID,
+               "Vp >= V");
+    TEST_FAILS(zr_op_cuda_bias_add((zr_dtype)9, d, d, 1, 1, st), ZR_ERR_INVALID,
+               "neither fp32 nor bf16");
+    zr_device cpu = zr_device_cpu();
+    zr_stream *cs = NULL;
+    TEST_OK(zr_stream_create(&cpu, &cs));
+    TEST_FAILS(zr_op_cuda_gelu_bwd(ZR_DTYPE_F32, d, d, d, 4, cs), ZR_ERR_INVALID,
+               "got a CPU stream");
+    zr_stream_destroy(cs);
+    be->free(d);
+}
+
+int main(void)
+{
+    ops_backend *be = &backends[0];
+    if (be->open(be) != ZR_OK) {
+        return zr_test_skip("%s", zr_error_message());
+    }
+    zr_error_clear();
+    cuda_st = be->stream;
+    char line[256];
+    zr_device_describe(&cuda_dev, line, sizeof line);
+    printf("  device %s\n", line);
+    if (be->stream != NULL) {
+        TEST_RUN(test_rows);
+        TEST_RUN(test_token_buckets);
+        TEST_RUN(test_arguments);
+    }
+    be->close(be);
+    return zr_test_finish();
+}
