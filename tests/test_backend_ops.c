@@ -22,11 +22,13 @@
  *
  * Outside the table, as small tests of their own: the host's token buckets,
  * scratch poisoned with NaN, second runs giving the same bits, and argument
- * errors (NULL pointers, a CPU stream, a head size over 256).
+ * errors (NULL pointers, a CPU stream, a head size over 256, a bad type).
  */
 #include "test.h"
 #include "zr/device.h"
+#include "zr/optim.h"
 #include "zr/quant.h"
+#include "zr/quant_cuda.h"
 
 #include "../src/model/ops.h"      /* the CPU operators: internal to src/model */
 #include "../src/model/ops_cuda.h" /* the CUDA operators: internal to src/model */
@@ -73,6 +75,14 @@ typedef struct ops_backend {
     zr_status (*xent_fused)(zr_dtype, float *, float *, void *, const int *, float, int, int, int,
                             zr_stream *);
     zr_status (*mean)(float *, const float *, int, zr_stream *);
+    zr_status (*bf16_from_f32)(zr_bf16 *, const float *, size_t, zr_stream *);
+    zr_status (*bf16_to_f32)(float *, const zr_bf16 *, size_t, zr_stream *);
+    zr_status (*add)(float *, const void *, zr_dtype, size_t, zr_stream *);
+    zr_status (*sum_ranks)(float *, const void *, zr_dtype, int, size_t, size_t, float,
+                           zr_stream *);
+    zr_status (*adamw_update)(const zr_adamw *, float, int, float, int, float *, const float *,
+                              float *, float *, size_t, zr_stream *);
+    zr_status (*sumsq)(const float *, size_t, double *, double *, zr_stream *);
 } ops_backend;
 
 /* CUDA: the emulator's device or a real GPU, device 0, one stream. */
@@ -146,12 +156,21 @@ static ops_backend backends[] = {
         .xent_bwd = zr_op_cuda_xent_bwd,
         .xent_fused = zr_op_cuda_xent_fused,
         .mean = zr_op_cuda_mean,
+        .bf16_from_f32 = zr_bf16_cuda_from_f32,
+        .bf16_to_f32 = zr_bf16_cuda_to_f32,
+        .add = zr_quant_cuda_add,
+        .sum_ranks = zr_quant_cuda_sum_ranks,
+        .adamw_update = zr_adamw_cuda_update,
+        .sumsq = zr_sumsq_cuda,
     },
 };
 
 /* ---- the table's types ----------------------------------------------------------------------- */
 
 typedef struct ops_op ops_op;
+
+#define SAME_BITS 0.0
+#define SAME_NAN  (-1.0) /* NaNs made by arithmetic: each processor has its own payload */
 
 typedef struct ops_row {
     const ops_op *op;
@@ -164,7 +183,7 @@ typedef struct ops_row {
 struct ops_op {
     const char *name;
     const char *cpu; /* what the backend is compared with */
-    double tol[2];   /* fp32, bf16 */
+    double tol[2];   /* fp32, bf16; SAME_BITS, or SAME_NAN: the same bits or both NaN */
     const char *why;
     /* one row on one backend: 0 when the backend lacks the op */
     int (*run)(const ops_op *op, const ops_row *r, ops_backend *be);
@@ -269,7 +288,7 @@ static double max_abs(const float *x, size_t n)
 
 /*
  * Every |got - want| <= tol * (largest |want|, or 1 when that is 0), or the
- * same bits when tol is 0; the first miss printed with the row.
+ * same bits (SAME_BITS, SAME_NAN); the first miss printed with the row.
  */
 static void check(const char *what, const ops_row *r, const float *got, const float *want, size_t n,
                   double tol)
@@ -279,7 +298,9 @@ static void check(const char *what, const ops_row *r, const float *got, const fl
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++) {
         double err = fabs((double)got[i] - (double)want[i]);
-        int ok = tol > 0.0 ? err <= tol * scale : memcmp(&got[i], &want[i], sizeof(float)) == 0;
+        int ok = tol > 0.0 ? err <= tol * scale
+                           : memcmp(&got[i], &want[i], sizeof(float)) == 0 ||
+                                 (tol < 0.0 && isnan(got[i]) && isnan(want[i]));
         first = !ok && bad++ == 0 ? i : first;
         worst = err > worst ? err : worst;
     }
@@ -292,6 +313,7 @@ static void check(const char *what, const ops_row *r, const float *got, const fl
 }
 
 #include "backend_ops_model.h"
+#include "backend_ops_quant.h"
 
 /* ---- the ops and their rows ------------------------------------------------------------------ */
 
@@ -319,7 +341,7 @@ static const ops_op OP_LAYERNORM_BWD = {"layernorm_bwd",
                                         "row and column reductions in another order (fp32 only)",
                                         run_layernorm_bwd};
 static const ops_op OP_BIAS_ADD = {
-    "bias_add", "x + bias", {0, 0}, "one addition: the same bits", run_bias_add};
+    "bias_add", "x + bias", {SAME_BITS, SAME_BITS}, "one addition: the same bits", run_bias_add};
 static const ops_op OP_COLSUM = {
     "colsum_acc",
     "an fp64 column sum",
@@ -340,6 +362,32 @@ static const ops_op OP_ATTENTION = {
     "fp32: the score, softmax and products' roundings (more with large logits: see its case); "
     "bf16: the probabilities and products in bf16",
     run_attention};
+static const ops_op OP_BF16_CASTS = {"bf16 casts",
+                                     "zr_bf16_from_f32_n, zr_bf16_to_f32_n",
+                                     {SAME_BITS, SAME_BITS},
+                                     "rounding by rule",
+                                     run_bf16_casts};
+static const ops_op OP_ADD = {"add",
+                              "acc[i] += x[i]",
+                              {SAME_NAN, SAME_NAN},
+                              "one addition (bf16 x widened exactly)",
+                              run_add};
+static const ops_op OP_SUM_RANKS = {"sum_ranks",
+                                    "the ranks' sum in rank order, / k",
+                                    {SAME_NAN, SAME_NAN},
+                                    "the same additions in the same order",
+                                    run_sum_ranks};
+static const ops_op OP_ADAMW = {"adamw",
+                                "zr_adamw_update (scalar)",
+                                {SAME_NAN, SAME_NAN},
+                                "the same operations in the same order",
+                                run_adamw};
+static const ops_op OP_SUMSQ = {
+    "sumsq",
+    "zr_sumsq_cuda_order; zr_sumsq",
+    {1e-12, 0},
+    "the same bits as the CPU in the device's order; 1e-12 of zr_sumsq: another order in double",
+    run_sumsq};
 static const ops_op OP_XENT = {"softmax_xent",
                                "zr_op_softmax_xent_fwd, zr_op_softmax_xent_bwd",
                                {1e-6, 8e-3},
@@ -374,7 +422,10 @@ static const ops_row rows[] = {
     {&OP_LAYERNORM_BWD, 3, 768, 0, 0, 2, ZR_DTYPE_F32, 0}, /* GPT-2's */
     {&OP_BIAS_ADD, 1, 5, 0, 0, 1, ZR_DTYPE_F32, 0},
     {&OP_BIAS_ADD, 7, 40, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_BIAS_ADD, 100, 33, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_BIAS_ADD, 300, 16, 0, 0, 1, ZR_DTYPE_F32, 0},
     {&OP_BIAS_ADD, 333, 259, 0, 0, 1, ZR_DTYPE_F32, 0},
+    {&OP_BIAS_ADD, 4103, 24, 0, 0, 1, ZR_DTYPE_F32, 0},
     {&OP_BIAS_ADD, 1000, 264, 0, 0, 1, ZR_DTYPE_F32, 0},
     {&OP_COLSUM, 1, 5, 0, 0, 1, ZR_DTYPE_F32, 0},
     {&OP_COLSUM, 7, 40, 0, 0, 1, ZR_DTYPE_F32, 0},
@@ -403,6 +454,65 @@ static const ops_row rows[] = {
     {&OP_XENT, 3, 3001, 3008, 0, 2, ZR_DTYPE_F32, 0}, /* three chunks a thread, the last short */
     {&OP_XENT, 3, 2999, 3001, 0, 2, ZR_DTYPE_F32, 0}, /* element by element */
     {&OP_XENT, 2, 3001, 3008, 0, 4, ZR_DTYPE_BF16, 0},
+    {&OP_BF16_CASTS, 65536 + 4096, 0, 0, 0, 0, ZR_DTYPE_F32, 0},     /* every bf16, random fp32 */
+    {&OP_BF16_CASTS, 65536 + 4096 - 2, 2, 0, 0, 0, ZR_DTYPE_F32, 0}, /* not 16-byte aligned */
+    {&OP_ADD, 0, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADD, 0, 0, 0, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_ADD, 1, 1, 1, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADD, 1, 1, 1, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_ADD, 7, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADD, 7, 0, 0, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_ADD, 8, 1, 1, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADD, 8, 1, 1, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_ADD, 9, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADD, 9, 0, 0, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_ADD, 63, 1, 1, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADD, 63, 1, 1, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_ADD, 64, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADD, 64, 0, 0, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_ADD, 1001, 1, 1, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADD, 1001, 1, 1, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_SUM_RANKS, 0, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUM_RANKS, 0, 0, 0, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_SUM_RANKS, 1, 3, 1, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUM_RANKS, 1, 3, 1, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_SUM_RANKS, 7, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUM_RANKS, 7, 0, 0, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_SUM_RANKS, 8, 3, 1, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUM_RANKS, 8, 3, 1, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_SUM_RANKS, 9, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUM_RANKS, 9, 0, 0, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_SUM_RANKS, 63, 3, 1, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUM_RANKS, 63, 3, 1, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_SUM_RANKS, 64, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUM_RANKS, 64, 0, 0, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_SUM_RANKS, 1000, 3, 1, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUM_RANKS, 1000, 3, 1, 0, 0, ZR_DTYPE_BF16, 0},
+    {&OP_ADAMW, 0, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADAMW, 1, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADAMW, 3, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADAMW, 4, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADAMW, 5, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADAMW, 17, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADAMW, 64, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADAMW, 1000, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_ADAMW, 4097, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 0, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 0, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 1, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 1, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 5, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 5, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 4095, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 4095, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 4096, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 4096, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 4097, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 4097, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 70001, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 70001, 1, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 1024 * 4096 + 5001, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
+    {&OP_SUMSQ, 10, 0, 1, 0, 0, ZR_DTYPE_F32, 0}, /* a NaN: NaN */
 };
 
 /* ---- the walk ------------------------------------------------------------------------------- */
@@ -449,6 +559,7 @@ static void test_arguments(void)
                "Vp >= V");
     TEST_FAILS(zr_op_cuda_bias_add((zr_dtype)9, d, d, 1, 1, st), ZR_ERR_INVALID,
                "neither fp32 nor bf16");
+    TEST_FAILS(zr_quant_cuda_add(d, d, (zr_dtype)7, 4, st), ZR_ERR_INVALID, "dtype");
     zr_device cpu = zr_device_cpu();
     zr_stream *cs = NULL;
     TEST_OK(zr_stream_create(&cpu, &cs));
