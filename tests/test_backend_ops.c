@@ -26,6 +26,7 @@
  */
 #include "test.h"
 #include "zr/device.h"
+#include "zr/model_cuda.h"
 #include "zr/optim.h"
 #include "zr/quant.h"
 #include "zr/quant_cuda.h"
@@ -83,6 +84,11 @@ typedef struct ops_backend {
     zr_status (*adamw_update)(const zr_adamw *, float, int, float, int, float *, const float *,
                               float *, float *, size_t, zr_stream *);
     zr_status (*sumsq)(const float *, size_t, double *, double *, zr_stream *);
+    /* products: a handle per storage type on the backend's stream */
+    zr_status (*blas_create)(zr_stream *, zr_dtype, zr_blas **);
+    void (*blas_destroy)(zr_blas *);
+    zr_status (*gemm_epi)(zr_blas *, const zr_gemm *, const zr_gemm_epi *, const void *,
+                          const void *, void *);
 } ops_backend;
 
 /* CUDA: the emulator's device or a real GPU, device 0, one stream. */
@@ -162,6 +168,9 @@ static ops_backend backends[] = {
         .sum_ranks = zr_quant_cuda_sum_ranks,
         .adamw_update = zr_adamw_cuda_update,
         .sumsq = zr_sumsq_cuda,
+        .blas_create = zr_blas_create,
+        .blas_destroy = zr_blas_destroy,
+        .gemm_epi = zr_blas_gemm_epi,
     },
 };
 
@@ -177,7 +186,7 @@ typedef struct ops_row {
     int a, b, c, d; /* the shape, as the op names it */
     float amp;      /* inputs uniform in [-amp, amp] */
     zr_dtype t;
-    int again; /* run again where the op says: the same bits */
+    int x; /* the op's own: attention 1 = the backward twice; gemm_epi: ta * 2 + tb */
 } ops_row;
 
 struct ops_op {
@@ -388,13 +397,20 @@ static const ops_op OP_SUMSQ = {
     {1e-12, 0},
     "the same bits as the CPU in the device's order; 1e-12 of zr_sumsq: another order in double",
     run_sumsq};
+static const ops_op OP_GEMM_EPI = {
+    "gemm_epi",
+    "zr_op_sgemm, then + bias, zr_op_bias_gelu_fwd, zr_op_gelu_bwd",
+    {1e-5, 1e-2},
+    "fp32: K products added in another order; bf16 (inputs rounded for the CPU too): one rounding "
+    "of C and of aux, 2^-9, and fp32 accumulation",
+    run_gemm_epi};
 static const ops_op OP_XENT = {"softmax_xent",
                                "zr_op_softmax_xent_fwd, zr_op_softmax_xent_bwd",
                                {1e-6, 8e-3},
                                "losses: the log-sum-exp in another order; dlogits: see its case",
                                run_xent};
 
-/* shapes: a, b, c, d as each op names them; amp; storage type; again */
+/* shapes: a, b, c, d as each op names them; amp; storage type; x (the op's own) */
 static const ops_row rows[] = {
     {&OP_ENCODER, 2, 5, 64, 11, 1, ZR_DTYPE_F32, 0},
     {&OP_ENCODER, 3, 4, 36, 7, 1, ZR_DTYPE_F32, 0}, /* C not a multiple of the 16-byte vector */
@@ -446,6 +462,22 @@ static const ops_row rows[] = {
     {&OP_ATTENTION, 1, 9, 256, 1, 0.5f, ZR_DTYPE_F32, 0}, /* hs 256, the largest: 16-row tiles */
     {&OP_ATTENTION, 1, 19, 64, 1, 12, ZR_DTYPE_F32, 0},   /* large logits */
     {&OP_ATTENTION, 1, 20, 128, 2, 1, ZR_DTYPE_BF16, 0},
+    /* the tensor-core kernels (bf16, head sizes 32, 64, 128): T 1, 15, 64, 100, 257 */
+    {&OP_ATTENTION, 1, 1, 96, 3, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 3, 1, 64, 1, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 1, 1, 384, 3, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 3, 15, 32, 1, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 1, 15, 192, 3, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 3, 15, 128, 1, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 1, 64, 96, 3, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 3, 64, 64, 1, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 1, 64, 384, 3, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 3, 100, 32, 1, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 1, 100, 192, 3, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 3, 100, 128, 1, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 1, 257, 96, 3, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 3, 257, 64, 1, 1, ZR_DTYPE_BF16, 0},
+    {&OP_ATTENTION, 1, 257, 384, 3, 1, ZR_DTYPE_BF16, 0},
     {&OP_XENT, 7, 97, 112, 0, 1, ZR_DTYPE_F32, 0},    /* 16-byte accesses */
     {&OP_XENT, 5, 97, 100, 0, 3, ZR_DTYPE_F32, 0},    /* element by element */
     {&OP_XENT, 6, 97, 112, 0, 1000, ZR_DTYPE_F32, 0}, /* large logits */
@@ -454,6 +486,29 @@ static const ops_row rows[] = {
     {&OP_XENT, 3, 3001, 3008, 0, 2, ZR_DTYPE_F32, 0}, /* three chunks a thread, the last short */
     {&OP_XENT, 3, 2999, 3001, 0, 2, ZR_DTYPE_F32, 0}, /* element by element */
     {&OP_XENT, 2, 3001, 3008, 0, 4, ZR_DTYPE_BF16, 0},
+    /* ta, tb: (0, 1) forward, (0, 0) dX, (1, 0) dW; N a multiple of 8 where there is an aux */
+    {&OP_GEMM_EPI, 7, 13, 9, ZR_GEMM_EPI_NONE, 0, ZR_DTYPE_F32, 1},
+    {&OP_GEMM_EPI, 7, 13, 9, ZR_GEMM_EPI_BIAS, 0, ZR_DTYPE_F32, 1},
+    {&OP_GEMM_EPI, 33, 50, 19, ZR_GEMM_EPI_BIAS, 0, ZR_DTYPE_F32, 1},
+    {&OP_GEMM_EPI, 5, 3, 1, ZR_GEMM_EPI_BIAS, 0, ZR_DTYPE_F32, 0},
+    {&OP_GEMM_EPI, 19, 24, 7, ZR_GEMM_EPI_BIAS, 0, ZR_DTYPE_F32, 2},
+    {&OP_GEMM_EPI, 5, 24, 7, ZR_GEMM_EPI_BIAS_GELU, 0, ZR_DTYPE_F32, 1},
+    {&OP_GEMM_EPI, 33, 16, 19, ZR_GEMM_EPI_BIAS_GELU, 0, ZR_DTYPE_F32, 1},
+    {&OP_GEMM_EPI, 1, 8, 1, ZR_GEMM_EPI_BIAS_GELU, 0, ZR_DTYPE_F32, 0},
+    {&OP_GEMM_EPI, 7, 24, 5, ZR_GEMM_EPI_DGELU, 0, ZR_DTYPE_F32, 0},
+    {&OP_GEMM_EPI, 33, 16, 19, ZR_GEMM_EPI_DGELU, 0, ZR_DTYPE_F32, 0},
+    {&OP_GEMM_EPI, 19, 40, 33, ZR_GEMM_EPI_DGELU, 0, ZR_DTYPE_F32, 1},
+    {&OP_GEMM_EPI, 7, 13, 9, ZR_GEMM_EPI_NONE, 0, ZR_DTYPE_BF16, 1},
+    {&OP_GEMM_EPI, 7, 13, 9, ZR_GEMM_EPI_BIAS, 0, ZR_DTYPE_BF16, 1},
+    {&OP_GEMM_EPI, 33, 50, 19, ZR_GEMM_EPI_BIAS, 0, ZR_DTYPE_BF16, 1},
+    {&OP_GEMM_EPI, 5, 3, 1, ZR_GEMM_EPI_BIAS, 0, ZR_DTYPE_BF16, 0},
+    {&OP_GEMM_EPI, 19, 24, 7, ZR_GEMM_EPI_BIAS, 0, ZR_DTYPE_BF16, 2},
+    {&OP_GEMM_EPI, 5, 24, 7, ZR_GEMM_EPI_BIAS_GELU, 0, ZR_DTYPE_BF16, 1},
+    {&OP_GEMM_EPI, 33, 16, 19, ZR_GEMM_EPI_BIAS_GELU, 0, ZR_DTYPE_BF16, 1},
+    {&OP_GEMM_EPI, 1, 8, 1, ZR_GEMM_EPI_BIAS_GELU, 0, ZR_DTYPE_BF16, 0},
+    {&OP_GEMM_EPI, 7, 24, 5, ZR_GEMM_EPI_DGELU, 0, ZR_DTYPE_BF16, 0},
+    {&OP_GEMM_EPI, 33, 16, 19, ZR_GEMM_EPI_DGELU, 0, ZR_DTYPE_BF16, 0},
+    {&OP_GEMM_EPI, 19, 40, 33, ZR_GEMM_EPI_DGELU, 0, ZR_DTYPE_BF16, 1},
     {&OP_BF16_CASTS, 65536 + 4096, 0, 0, 0, 0, ZR_DTYPE_F32, 0},     /* every bf16, random fp32 */
     {&OP_BF16_CASTS, 65536 + 4096 - 2, 2, 0, 0, 0, ZR_DTYPE_F32, 0}, /* not 16-byte aligned */
     {&OP_ADD, 0, 0, 0, 0, 0, ZR_DTYPE_F32, 0},
