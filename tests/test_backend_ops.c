@@ -12,17 +12,24 @@
  *
  * A row is (op, shape, storage type); the op carries the CPU function it is
  * compared with and the tolerance per precision (fp32, bf16) with its
- * reason; tolerances are relative to the largest |reference| of the output
- * (0: the same bits). Where the hand-written test this table replaces
- * (test_gpu_ops) compared with an fp64 reference rather than the CPU
- * operator, the row keeps that reference and its bound. Shapes include 1,
- * primes, widths that are not multiples of the 16-byte vectors or of the
- * tiles, T = 1 and the largest a kernel handles (head size 256, C over 1024).
+ * reason; tolerances are relative to the largest |reference| of the output,
+ * or SAME_BITS / SAME_NAN (NaN payloads aside). Where the hand-written tests
+ * the table took its rows from (test_gpu_ops, test_gpu_quant's elementwise
+ * and optimizer cases, test_gpu_gemm_epi's epilogues, test_gpu_flash's
+ * shapes) compared with an fp64 reference rather than the CPU operator, the
+ * row keeps that reference and its bound. Shapes include 0 and 1, primes,
+ * widths that are not multiples of the 16-byte vectors or of the tiles,
+ * unaligned pointers, T = 1 and the largest a kernel handles (head size 256,
+ * C over 1024, 2^22 + 5001 elements). The walk prints the rows and
+ * comparisons each backend ran, and fails a row that compared nothing.
  * Adding an op to a backend = a member in ops_backend, an op and its rows.
  *
- * Outside the table, as small tests of their own: the host's token buckets,
- * scratch poisoned with NaN, second runs giving the same bits, and argument
- * errors (NULL pointers, a CPU stream, a head size over 256, a bad type).
+ * Inside a row where the op says so: scratch and outputs poisoned with NaN
+ * first, a second run giving the same bits (column sums, the attention
+ * backward), the fused cross-entropy pass the same bits as its two kernels.
+ * Outside the table, as small tests of their own: the host's token buckets
+ * and argument errors (NULL pointers, a CPU stream, a head size over 256,
+ * a bad type).
  */
 #include "test.h"
 #include "zr/device.h"
@@ -330,7 +337,8 @@ static const ops_op OP_ENCODER = {
     "encoder",
     "zr_op_encoder_fwd, zr_op_encoder_bwd",
     {1e-6, 0},
-    "forward: one addition, the same bits; backward: repeated tokens summed in another order",
+    "forward: one addition, the same bits; backward: repeated tokens summed in another order "
+    "(fp32 only)",
     run_encoder};
 static const ops_op OP_LAYERNORM = {
     "layernorm_fwd",
@@ -624,8 +632,36 @@ static void test_arguments(void)
     be->free(d);
 }
 
-int main(void)
+/* --list: every op once, with what it is compared with, its tolerances and their reason. */
+static int list_ops(void)
 {
+    const ops_op *seen[64];
+    int n = 0;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        const ops_op *op = rows[i].op;
+        int k = 0, count = 0;
+        while (k < n && seen[k] != op) {
+            k++;
+        }
+        for (size_t j = 0; j < sizeof rows / sizeof rows[0]; j++) {
+            count += rows[j].op == op;
+        }
+        if (k == n && n < 64) {
+            seen[n++] = op;
+            printf("%-24s %3d rows  fp32 %-8.2g bf16 %-8.2g vs %s: %s\n", op->name, count,
+                   op->tol[0], op->tol[1], op->cpu, op->why);
+        }
+    }
+    printf("%d ops, %zu rows (tolerance 0: the same bits; -1: the same bits or both NaN)\n", n,
+           sizeof rows / sizeof rows[0]);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        return list_ops();
+    }
     ops_backend *be = &backends[0];
     if (be->open(be) != ZR_OK) {
         return zr_test_skip("%s", zr_error_message());
