@@ -153,7 +153,7 @@ ifeq ($(ZR_CUDA),1)
   # (-ffp-contract=off there), wherever a rule must give the CPU's bits (the
   # codecs, AdamW and the sum of squares: src/quant, src/optim). The model's
   # kernels (src/model) may contract: NVCC_FMAD below; their bound against
-  # the CPU is tolerance-based (tests/test_gpu_ops.c). sm_80 and sm_90
+  # the CPU is tolerance-based (tests/test_backend_ops.c). sm_80 and sm_90
   # binaries plus sm_90 PTX for newer GPUs; ptxas reports registers, spills
   # and local memory per kernel.
   NVCCFLAGS := -std=c++17 -O3 -lineinfo -Iinclude \

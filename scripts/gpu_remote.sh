@@ -112,7 +112,7 @@ for stage in $stages; do
             ;;
         suite-short)
             tests/run.sh --suite gpu --filter \
-                '^(test_device|test_cudalib|test_gpu_quant|test_gemm_plan|test_gpu_ops|test_gpu_flash|test_gpu_gemm_epi|test_gpu_model) np=-|^test_gpu_train np=1 '
+                '^(test_device|test_cudalib|test_gpu_quant|test_gemm_plan|test_backend_ops|test_gpu_flash|test_gpu_gemm_epi|test_gpu_model) np=-|^test_gpu_train np=1 '
             tar czf "$O/test-logs.tar.gz" build/test-logs
             ;;
         memcheck)
@@ -121,7 +121,7 @@ for stage in $stages; do
                 tests/run.sh --suite gpu
             tar czf "$O/test-logs-memcheck.tar.gz" build/test-logs
             for tool in racecheck synccheck; do
-                for t in test_gpu_ops test_gpu_quant; do
+                for t in test_backend_ops test_gpu_quant; do
                     timeout 90 "$san" --tool $tool --error-exitcode 99 build/release/tests/$t \
                         >/tmp/zr-san.txt 2>&1
                     echo "$tool $t: exit $? $(grep -E '^[0-9]+ passed' /tmp/zr-san.txt)"
@@ -168,7 +168,7 @@ for stage in $stages; do
             python3 bench/gpu/compare_table.py "$O/compare.txt" "${prof[@]}" | tee "$O/compare-table.txt"
             ;;
         tests)
-            for t in ${TESTS:-test_device test_cudalib test_gpu_quant test_gpu_ops test_gpu_model}; do
+            for t in ${TESTS:-test_device test_cudalib test_gpu_quant test_backend_ops test_gpu_model}; do
                 # SAN=memcheck (or racecheck, synccheck): each under compute-sanitizer
                 w=()
                 [ -n "${SAN:-}" ] && w=("$san" --tool "$SAN" --error-exitcode 99)

@@ -2,7 +2,7 @@
  * test_gpu.h - the device and stream of a single-process GPU test, and its
  * host <-> device copies in a storage type (fp32, or bf16 rounded from and
  * widened to fp32). Included after test.h by the kernel tests that compare
- * device buffers with the CPU operators (test_gpu_ops, test_gpu_gemm_epi).
+ * device buffers with the CPU operators (test_gpu_gemm_epi).
  */
 #ifndef ZR_TEST_GPU_H
 #define ZR_TEST_GPU_H

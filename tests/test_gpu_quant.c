@@ -1,6 +1,6 @@
 /*
- * test_gpu_quant.c - the codec and optimizer kernels on a CUDA device
- * (zr/quant_cuda.h, zr/optim.h) against the CPU oracle, byte for byte.
+ * test_gpu_quant.c - the codec kernels on a CUDA device (zr/quant_cuda.h)
+ * against the CPU oracle, byte for byte.
  *
  * Runs on whatever CUDA device answers: the GPU emulator's (suite emu,
  * build/emu) or a real GPU (suite gpu). Without one it prints one line
@@ -19,13 +19,11 @@
  *               the wire format is one.
  *   sum_requant inputs of mixed formats, with residual and mul = 1/k; a bad
  *               input header gives an output the CPU refuses.
- *   elementwise bf16 casts over every bf16 and random fp32 bit patterns; the
- *               rank-ordered sum of fp32 and bf16 rows against the CPU loop.
- *   optimizer   AdamW against zr_adamw_update (scalar), sum of squares
- *               against zr_sumsq_cuda_order, bit for bit (NaN payloads
- *               aside where arithmetic makes the NaN: each processor has its
- *               own; the codec writes its NaNs by rule, so blocks and
- *               decodes are compared with memcmp).
+ *   arguments   a CPU stream, misalignment, bad types, bits, k and stride,
+ *               AdamW's step 0 refused.
+ * The codec writes its NaNs by rule, so blocks and decodes are compared with
+ * memcmp. The bf16 casts, the elementwise add, the rank-ordered sums, AdamW
+ * and the sum of squares are rows of test_backend_ops' table.
  */
 #include "test.h"
 #include "zr/optim.h"
@@ -40,24 +38,11 @@ static zr_stream *st;
 #define DEV_BYTES ((size_t)20 << 20)
 static uint8_t *d_a, *d_b, *d_c, *d_d;
 
-static uint32_t f2u(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
 static float u2f(uint32_t u)
 {
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
-}
-
-/* Same bits, or both NaN (for results of arithmetic on NaNs). */
-static int same_f32(float a, float b)
-{
-    return f2u(a) == f2u(b) || (isnan(a) && isnan(b));
 }
 
 static void put(void *dev, const void *host, size_t bytes)
@@ -378,228 +363,6 @@ static void test_sum_requant(void)
     TEST_CHECK(all_nan);
 }
 
-/* ---- bf16 casts and rank-ordered sums ------------------------------------------------------- */
-
-static void test_bf16_casts(void)
-{
-    size_t n = 65536 + 4096;
-    zr_bf16 *h = malloc(n * 2), *h_gpu = malloc(n * 2);
-    float *f = malloc(n * 4), *f_ref = malloc(n * 4), *f_gpu = malloc(n * 4);
-    zr_test_rng rng = {31};
-    for (size_t i = 0; i < n; i++) {
-        h[i] = (zr_bf16)i; /* every bf16, then some again */
-        f[i] = u2f(i < 65536 ? (uint32_t)i << 16 | (uint32_t)(zr_test_rng_next(&rng) & 0xffff)
-                             : (uint32_t)zr_test_rng_next(&rng));
-    }
-    for (size_t off = 0; off < 3; off += 2) { /* aligned, then not */
-        size_t m = n - off;
-        zr_bf16 *h_ref = malloc(n * 2);
-        zr_bf16_from_f32_n(h_ref, f + off, m);
-        put(d_a + off * 4, f + off, m * 4);
-        TEST_OK(zr_bf16_cuda_from_f32((zr_bf16 *)d_b + off, (float *)d_a + off, m, st));
-        get(h_gpu, (zr_bf16 *)d_b + off, m * 2);
-        TEST_CHECKF(diff_at(h_ref, h_gpu, m * 2) < 0, "fp32 -> bf16 differs (offset %zu)", off);
-        zr_bf16_to_f32_n(f_ref, h + off, m);
-        put(d_c + off * 2, h + off, m * 2);
-        TEST_OK(zr_bf16_cuda_to_f32((float *)d_d + off, (zr_bf16 *)d_c + off, m, st));
-        get(f_gpu, (float *)d_d + off, m * 4);
-        TEST_CHECKF(diff_at(f_ref, f_gpu, m * 4) < 0, "bf16 -> fp32 differs (offset %zu)", off);
-        free(h_ref);
-    }
-    free(h);
-    free(h_gpu);
-    free(f);
-    free(f_ref);
-    free(f_gpu);
-}
-
-static void test_sum_ranks(void)
-{
-    zr_test_rng rng = {5};
-    static const size_t counts[] = {0, 1, 7, 8, 9, 63, 64, 1000};
-    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
-        for (int k = 1; k <= 7; k += 2) {
-            for (int t = 0; t < 2; t++) {
-                size_t n = counts[ci], stride = n + (ci % 2 ? 3 : 0), nn = n ? n : 1;
-                size_t es = t ? 2 : 4;
-                float *rows = malloc((size_t)k * (stride ? stride : 1) * 4);
-                uint8_t *in = malloc((size_t)k * (stride ? stride : 1) * 4);
-                float *ref = malloc(nn * 4), *out = malloc(nn * 4);
-                fill(ci % 2 ? K_SPECIAL : K_GAUSS, &rng, rows, (size_t)k * stride, 32);
-                if (t) {
-                    zr_bf16_from_f32_n((zr_bf16 *)in, rows, (size_t)k * stride);
-                    zr_bf16_to_f32_n(rows, (zr_bf16 *)in, (size_t)k * stride);
-                } else {
-                    memcpy(in, rows, (size_t)k * stride * 4);
-                }
-                /* the CPU's reduce-scatter: rank 0, + rank 1, ..., then / k */
-                for (size_t i = 0; i < n; i++) {
-                    float o = rows[i];
-                    for (int p = 1; p < k; p++) {
-                        o += rows[(size_t)p * stride + i];
-                    }
-                    ref[i] = o / (float)k;
-                }
-                put(d_a, in, (size_t)k * stride * es);
-                TEST_OK(zr_quant_cuda_sum_ranks((float *)d_b, d_a, t ? ZR_DTYPE_BF16 : ZR_DTYPE_F32,
-                                                k, stride, n, (float)k, st));
-                get(out, d_b, n * 4);
-                int ok = 1;
-                for (size_t i = 0; i < n; i++) {
-                    ok &= same_f32(ref[i], out[i]);
-                }
-                TEST_CHECKF(ok, "sum_ranks k %d n %zu stride %zu %s", k, n, stride,
-                            t ? "bf16" : "fp32");
-                free(rows);
-                free(in);
-                free(ref);
-                free(out);
-            }
-        }
-    }
-}
-
-/* acc += x on the device (fp32 and bf16 x) against the CPU's loop, aligned and not, odd lengths. */
-static void test_add(void)
-{
-    zr_test_rng rng = {9};
-    static const size_t counts[] = {0, 1, 7, 8, 9, 63, 64, 1001};
-    for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
-        for (int t = 0; t < 2; t++) {
-            size_t n = counts[ci], off = ci % 2, nn = n + off + 1;
-            float *acc = malloc(nn * 4), *x = malloc(nn * 4), *ref = malloc(nn * 4),
-                  *out = malloc(nn * 4);
-            zr_bf16 *xb = malloc(nn * 2);
-            fill(ci % 2 ? K_SPECIAL : K_GAUSS, &rng, acc, nn, 32);
-            fill(K_GAUSS, &rng, x, nn, 32);
-            zr_bf16_from_f32_n(xb, x, nn);
-            memcpy(ref, acc, nn * 4);
-            for (size_t i = off; i < off + n; i++) {
-                float xi = x[i];
-                if (t) {
-                    zr_bf16_to_f32_n(&xi, &xb[i], 1);
-                }
-                ref[i] += xi;
-            }
-            put(d_a, acc, nn * 4);
-            if (t) {
-                put(d_b, xb, nn * 2);
-            } else {
-                put(d_b, x, nn * 4);
-            }
-            size_t es = t ? 2 : 4;
-            TEST_OK(zr_quant_cuda_add((float *)d_a + off, d_b + off * es,
-                                      t ? ZR_DTYPE_BF16 : ZR_DTYPE_F32, n, st));
-            get(out, d_a, nn * 4);
-            int ok = 1; /* NaN payloads aside (a GPU's NaN is canonical) */
-            for (size_t i = 0; i < nn; i++) {
-                ok &= same_f32(ref[i], out[i]);
-            }
-            TEST_CHECKF(ok, "add n %zu offset %zu %s (elements outside left alone)", n, off,
-                        t ? "bf16" : "fp32");
-            free(acc);
-            free(x);
-            free(ref);
-            free(out);
-            free(xb);
-        }
-    }
-    TEST_FAILS(zr_quant_cuda_add((float *)d_a, d_b, (zr_dtype)7, 4, st), ZR_ERR_INVALID, "dtype");
-}
-
-/* ---- optimizer --------------------------------------------------------------------------------
- */
-
-static void test_adamw(void)
-{
-    zr_test_rng rng = {11};
-    zr_adamw h = zr_adamw_default();
-    static const size_t ns[] = {0, 1, 3, 4, 5, 17, 64, 1000, 4097};
-    TEST_OK(zr_optim_set_impl(ZR_OPTIM_IMPL_SCALAR));
-    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-        size_t n = ns[ni], nn = n + 1, off = ni % 2;
-        float *a[4], *g[4];
-        for (int j = 0; j < 4; j++) {
-            a[j] = malloc(nn * 4);
-            g[j] = malloc(nn * 4);
-        }
-        for (size_t i = 0; i < n; i++) {
-            a[0][i] = zr_test_rng_normal(&rng);                 /* param */
-            a[1][i] = zr_test_rng_normal(&rng) * 0.01f;         /* grad */
-            a[2][i] = zr_test_rng_uniform(&rng) * 0.001f;       /* m */
-            a[3][i] = fabsf(zr_test_rng_uniform(&rng)) * 1e-6f; /* v */
-            if (i % 13 == 5) {
-                static const uint32_t sp[] = {0x7fc00000u, 0x7f800000u, 0x00000001u, 0x80000000u,
-                                              0x7f7fffffu};
-                a[1][i] = u2f(sp[i % 5]);
-            }
-        }
-        for (int j = 0; j < 4; j++) {
-            put(d_a + (size_t)j * (DEV_BYTES / 4) + off * 4, a[j], n * 4);
-        }
-        float *dp[4];
-        for (int j = 0; j < 4; j++) {
-            dp[j] = (float *)(d_a + (size_t)j * (DEV_BYTES / 4)) + off;
-        }
-        for (int step = 1; step <= 3; step++) {
-            float lr = 1e-3f * (float)step, gs = step == 2 ? 0.5f : 1.0f;
-            int decay = step != 3;
-            zr_adamw_update(&h, lr, step, gs, decay, a[0], a[1], a[2], a[3], n);
-            TEST_OK(
-                zr_adamw_cuda_update(&h, lr, step, gs, decay, dp[0], dp[1], dp[2], dp[3], n, st));
-        }
-        int ok = 1;
-        for (int j = 0; j < 4; j++) {
-            get(g[j], dp[j], n * 4);
-            for (size_t i = 0; i < n; i++) {
-                ok &= same_f32(a[j][i], g[j][i]);
-            }
-        }
-        TEST_CHECKF(ok, "adamw n %zu offset %zu differs after 3 steps", n, off);
-        for (int j = 0; j < 4; j++) {
-            free(a[j]);
-            free(g[j]);
-        }
-    }
-    TEST_OK(zr_optim_set_impl(ZR_OPTIM_IMPL_AUTO));
-}
-
-static void test_sumsq(void)
-{
-    zr_test_rng rng = {13};
-    /* more than ZR_SUMSQ_BLOCKS tiles of 4096: some blocks sum two tiles */
-    static const size_t ns[] = {0, 1, 5, 4095, 4096, 4097, 70001, 1024 * 4096 + 5001};
-    size_t maxn = ns[7] + 1;
-    float *x = malloc(maxn * 4);
-    for (size_t i = 0; i < maxn; i++) {
-        x[i] = zr_test_rng_normal(&rng) * (i % 1000 == 7 ? 1e20f : 1.0f);
-    }
-    double *dres = (double *)d_c, *dwork = (double *)d_d;
-    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-        /* the largest once: a launch of 1024 blocks is slow in the emulator */
-        for (size_t off = 0; off < (ni == 7 ? 1u : 2u); off++) {
-            size_t n = ns[ni];
-            put(d_a + off * 4, x, n * 4);
-            TEST_OK(zr_sumsq_cuda((float *)d_a + off, n, dres, dwork, st));
-            double got = -1.0, want = zr_sumsq_cuda_order(x, n);
-            get(&got, dres, sizeof got);
-            TEST_CHECKF(memcmp(&got, &want, sizeof got) == 0,
-                        "sumsq n %zu offset %zu: %.17g vs the CPU in the same order %.17g", n, off,
-                        got, want);
-            double cpu = zr_sumsq(x, n);
-            TEST_CHECKF(fabs(got - cpu) <= 1e-12 * cpu, "sumsq n %zu: %.17g vs zr_sumsq %.17g", n,
-                        got, cpu);
-        }
-    }
-    x[3] = NAN;
-    put(d_a, x, 10 * 4);
-    TEST_OK(zr_sumsq_cuda((float *)d_a, 10, dres, dwork, st));
-    double got = 0;
-    get(&got, dres, sizeof got);
-    TEST_CHECK(isnan(got) && isnan(zr_sumsq_cuda_order(x, 10)));
-    free(x);
-}
-
 /* ---- arguments --------------------------------------------------------------------------------
  */
 
@@ -651,11 +414,6 @@ int main(void)
         TEST_RUN(test_encode_small_groups);
         TEST_RUN(test_encode_large_groups);
         TEST_RUN(test_sum_requant);
-        TEST_RUN(test_bf16_casts);
-        TEST_RUN(test_sum_ranks);
-        TEST_RUN(test_add);
-        TEST_RUN(test_adamw);
-        TEST_RUN(test_sumsq);
     }
     zr_device_free(&gpu, d_a);
     zr_device_free(&gpu, d_b);
