@@ -165,7 +165,24 @@ ifeq ($(ZR_CUDA),1)
   endif
 endif
 
-LIB_SRC := $(filter-out src/cli/%,$(wildcard src/*/*.c))
+# What the build lacks is not compiled (NCCL's layout): the CUDA backend's
+# files only where CUDA is built (nvcc, or the emulator: EMU=1), NCCL's
+# transport only with NCCL, oneDNN's bf16 products only with oneDNN 2's
+# header. Where other code calls into a missing part, a file of its own
+# (src/<layer>/*_nocuda.c, *_none.c) goes in instead and refuses with the
+# same "built without ..." message.
+CUDA_BUILT := $(if $(filter 1,$(ZR_CUDA) $(EMU)),1,0)
+NCCL_BUILT := $(if $(filter 1,$(ZR_NCCL) $(EMU)),1,0)
+DNNL2 := $(if $(shell grep -qs '^\#define DNNL_VERSION_MAJOR 2$$' \
+           /usr/include/oneapi/dnnl/dnnl_version.h && echo y),1,0)
+CUDA_ONLY_SRC := src/base/cudalib.c src/base/device_cuda.c src/quant/quant_cuda.c \
+                 src/comm/transport_device.c src/comm/transport_staged.c \
+                 src/coll/coll_local_cuda.c src/optim/optim_cuda.c src/model/ops_cuda.c \
+                 src/model/blas_cuda.c
+LEFT_OUT := $(if $(filter 1,$(CUDA_BUILT)),$(wildcard src/*/*_nocuda.c),$(CUDA_ONLY_SRC)) \
+            $(if $(filter 1,$(NCCL_BUILT)),src/comm/transport_nccl_none.c,src/comm/transport_nccl.c) \
+            $(if $(filter 1,$(DNNL2)),src/base/blas_bf16_none.c,src/base/blas_bf16.c)
+LIB_SRC := $(filter-out src/cli/% $(LEFT_OUT),$(wildcard src/*/*.c))
 CU_SRC := $(if $(filter 1,$(ZR_CUDA)),$(wildcard src/*/*.cu))
 CLI_SRC := $(wildcard src/cli/*.c) $(wildcard bench/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)

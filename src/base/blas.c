@@ -282,3 +282,34 @@ double zr_blas_sgemm_rate(int n, int reps, int on_cpu)
     zr_free(a);
     return 2.0 * (double)n * (double)n * (double)n / zr_median(t + 1, reps) * 1e-9;
 }
+
+/* ---- the choice of bf16 products (blas_bf16.c runs them) ------------------------- */
+
+int zr_blas_bf16_choose(const zr_cpu_features *f, const char *setting, char *why, size_t n)
+{
+    if (setting != NULL && (strcmp(setting, "0") == 0 || strcmp(setting, "off") == 0)) {
+        snprintf(why, n, "ZR_CPU_BF16=%s: fp32 products", setting);
+        return 0;
+    }
+    if (setting != NULL && strcmp(setting, "force") == 0) {
+        snprintf(why, n, "ZR_CPU_BF16=force: bf16 products whatever the CPU has");
+        return 1;
+    }
+    if (setting != NULL && setting[0] != '\0' && strcmp(setting, "1") != 0 &&
+        strcmp(setting, "on") != 0) {
+        snprintf(why, n, "ZR_CPU_BF16=%s is not one of 0, off, 1, on, force: fp32 products",
+                 setting);
+        return 0;
+    }
+    if (f->amx) {
+        snprintf(why, n, "AMX-BF16 tiles");
+        return 1;
+    }
+    if (f->avx512_bf16) {
+        snprintf(why, n, "AVX512_BF16 dot products");
+        return 1;
+    }
+    snprintf(why, n, "this CPU has neither AVX512_BF16 nor AMX-BF16%s: fp32 products",
+             zr_cpu_cap() < ZR_CPU_AVX512 ? " (under ZR_CPU)" : "");
+    return 0;
+}

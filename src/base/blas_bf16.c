@@ -19,6 +19,10 @@
  * each runs with the calling thread's scratchpad and stream (the user
  * scratchpad mode), which makes one primitive safe to run on several
  * threads at once.
+ *
+ * Compiled where oneDNN 2's header is (Debian's libdnnl-dev); the Makefile
+ * compiles blas_bf16_none.c instead without it. The choice of bf16 products
+ * (zr_blas_bf16_choose) is blas.c's.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -31,44 +35,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- the choice ----------------------------------------------------------------- */
-
-int zr_blas_bf16_choose(const zr_cpu_features *f, const char *setting, char *why, size_t n)
-{
-    if (setting != NULL && (strcmp(setting, "0") == 0 || strcmp(setting, "off") == 0)) {
-        snprintf(why, n, "ZR_CPU_BF16=%s: fp32 products", setting);
-        return 0;
-    }
-    if (setting != NULL && strcmp(setting, "force") == 0) {
-        snprintf(why, n, "ZR_CPU_BF16=force: bf16 products whatever the CPU has");
-        return 1;
-    }
-    if (setting != NULL && setting[0] != '\0' && strcmp(setting, "1") != 0 &&
-        strcmp(setting, "on") != 0) {
-        snprintf(why, n, "ZR_CPU_BF16=%s is not one of 0, off, 1, on, force: fp32 products",
-                 setting);
-        return 0;
-    }
-    if (f->amx) {
-        snprintf(why, n, "AMX-BF16 tiles");
-        return 1;
-    }
-    if (f->avx512_bf16) {
-        snprintf(why, n, "AVX512_BF16 dot products");
-        return 1;
-    }
-    snprintf(why, n, "this CPU has neither AVX512_BF16 nor AMX-BF16%s: fp32 products",
-             zr_cpu_cap() < ZR_CPU_AVX512 ? " (under ZR_CPU)" : "");
-    return 0;
-}
-
-#if defined(__has_include)
-#if __has_include(<oneapi/dnnl/dnnl.h>)
 #include <oneapi/dnnl/dnnl.h>
-#endif
-#endif
 
-#if defined(DNNL_VERSION_MAJOR) && DNNL_VERSION_MAJOR == 2
+#if DNNL_VERSION_MAJOR != 2
+#error "blas_bf16.c is oneDNN 2's: the Makefile compiles blas_bf16_none.c without its header"
+#endif
 
 #define ZR_DNNL_SONAME "libdnnl.so.2"
 
@@ -366,30 +337,3 @@ void zr_blas_bf16_ctx_free(zr_blas_bf16_ctx *ctx)
     free(ctx->pad);
     memset(ctx, 0, sizeof *ctx);
 }
-
-#else /* built without oneDNN 2's header */
-
-zr_status zr_blas_bf16_load(const char **kernel_out)
-{
-    *kernel_out = NULL;
-    ZR_FAIL(ZR_ERR_IO, "zr was built without oneDNN 2's header (Debian's libdnnl-dev): "
-                       "no bf16 products on the CPU");
-}
-
-zr_status zr_blas_gemm_bf16(zr_blas_bf16_ctx *ctx, int ta, int tb, int M, int N, int K,
-                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
-                            float *C, int ldc)
-{
-    (void)ctx, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B;
-    (void)ldb, (void)beta, (void)C, (void)ldc;
-    const char *k;
-    return zr_blas_bf16_load(&k);
-}
-
-void zr_blas_bf16_ctx_free(zr_blas_bf16_ctx *ctx)
-{
-    free(ctx->pad);
-    memset(ctx, 0, sizeof *ctx);
-}
-
-#endif

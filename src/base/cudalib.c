@@ -12,12 +12,12 @@
  *
  * The emulator build opens nothing: its tables point at the emulator's own
  * functions, which are linked into the program (tests/emu).
+ *
+ * Compiled only where CUDA is built: nothing else calls it.
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "cudalib.h"
-
-#if ZR_CUDA
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -273,5 +273,3 @@ zr_status zr_cudalib_load_nccl(const zr_cudalib_nccl **out)
 }
 
 #endif /* ZR_NCCL */
-
-#endif /* ZR_CUDA */

@@ -6,13 +6,57 @@
  * Internal, and unlike the other internal headers shared across layers: the
  * host wrappers of the kernels (src/quant, src/optim, later src/coll) include
  * it, which is a dependency downwards (base is below them all). Only
- * <cuda_runtime_api.h>, a C header, is included; nothing here exists in a
- * build without CUDA.
+ * <cuda_runtime_api.h>, a C header, is included, and only where CUDA is
+ * built.
+ *
+ * Also what device.c shares with the CUDA half it calls (device_cuda.c, or
+ * device_nocuda.c in a build without CUDA): the stream and event objects
+ * and the table of what a CUDA device does.
  */
 #ifndef ZR_DEVICE_IMPL_H
 #define ZR_DEVICE_IMPL_H
 
 #include "zr/device.h"
+
+struct zr_stream {
+    zr_device dev;
+    void *cuda; /* CUDA device: its cudaStream_t */
+};
+
+struct zr_event {
+    zr_device dev;
+    double t; /* CPU device: when it was recorded */
+    int recorded;
+    void *cuda; /* CUDA device: its cudaEvent_t */
+};
+
+/*
+ * What device.c's functions do on a CUDA device: zr_device_cuda_ops is
+ * device_cuda.c's where CUDA is built. In a build without, it is
+ * device_nocuda.c's, whose allocations and creations refuse with "built
+ * without CUDA" and whose other members are NULL (no CUDA block, stream or
+ * event exists there to reach them). void *: a cudaStream_t or cudaEvent_t.
+ */
+typedef struct zr_device_cuda_table {
+    zr_status (*alloc)(const zr_device *dev, void **out, size_t bytes, const char *file, int line);
+    void (*free)(const zr_device *dev, void *ptr);
+    zr_status (*alloc_pinned)(void **out, size_t bytes, const char *file, int line);
+    void (*free_pinned)(void *ptr);
+    zr_status (*stream_create)(const zr_device *dev, void **stream);
+    void (*stream_destroy)(const zr_device *dev, void *stream);
+    zr_status (*stream_sync)(void *stream);
+    zr_status (*event_create)(const zr_device *dev, void **event);
+    void (*event_destroy)(const zr_device *dev, void *event);
+    zr_status (*event_record)(void *event, void *stream);
+    zr_status (*stream_wait)(void *stream, void *event);
+    zr_status (*event_sync)(void *event);
+    zr_status (*event_query)(void *event, int *done);
+    zr_status (*event_elapsed)(void *start, void *end, float *ms);
+    zr_status (*copy)(void *dst, const void *src, size_t bytes, void *stream);
+    zr_status (*fill)(void *dst, int value, size_t bytes, void *stream);
+} zr_device_cuda_table;
+
+extern const zr_device_cuda_table zr_device_cuda_ops;
 
 #if ZR_CUDA
 #include <cuda_runtime_api.h>

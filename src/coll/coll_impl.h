@@ -155,6 +155,9 @@ typedef struct zr_coll_local {
 extern const zr_coll_local zr_coll_local_cpu;
 extern const zr_coll_local zr_coll_local_cuda;
 
+/* Validate a received block (its header: what zr_quant_validate reads) with the CPU's message. */
+zr_status zr_coll_check_now(zr_comm *c, zr_coll_op *op, const void *block, const zr_coll_check *k);
+
 /*
  * n elements of src (src_type) into dst (dst_type) through L: a bf16 cast
  * either way, or a copy when the types are the same (nothing when dst is src).
@@ -178,7 +181,7 @@ zr_status zr_coll_ialltoall(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind
 /* Host memory of the op kept across calls (pointer arrays for the device's launches). */
 zr_status zr_coll_host_scratch(zr_coll_op *op, size_t bytes, void **out);
 
-/* ---- the device part of an op (coll_local.c) ------------------------------- */
+/* ---- the device part of an op (coll_local_cuda.c) -------------------------- */
 
 typedef struct zr_coll_dev zr_coll_dev;
 

@@ -180,4 +180,7 @@ void zr_comm_transport_free(zr_comm *c);
 /* The job ends after a failed wait: the transport stops what it runs (its abort). */
 void zr_comm_transport_abort(zr_comm *c);
 
+/* 1 where zr_transport_nccl is NCCL's (transport_nccl.c), 0 where it only refuses. */
+int zr_comm_nccl_built(void);
+
 #endif /* ZR_COMM_IMPL_H */

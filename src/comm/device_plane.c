@@ -52,12 +52,8 @@ zr_status zr_comm_use_device(zr_comm *c, const zr_device *dev, zr_stream *follow
     int64_t any_shared = sharing_gpu(c);
     ZR_CHECK(zr_comm_allreduce_max_i64(c, ZR_GROUP_WORLD, &any_shared, 1));
     *shared = any_shared != 0;
-#if defined(ZR_NCCL) && ZR_NCCL
-    int built = 1;
-#else
-    int built = 0;
-#endif
-    *nccl = strcmp(want, "nccl") == 0 || (strcmp(want, "auto") == 0 && built && !*shared);
+    *nccl = strcmp(want, "nccl") == 0 ||
+            (strcmp(want, "auto") == 0 && zr_comm_nccl_built() && !*shared);
     zr_transport_device td = {dev, follow, 0};
     return zr_comm_use_transport(c, *nccl ? &zr_transport_nccl : &zr_transport_staged, &td);
 }

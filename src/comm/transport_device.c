@@ -13,12 +13,12 @@
  * with the next exchange (every exchange with a block for myself is started
  * right after its copy, exchange.c), so that exchange completes only when
  * its whole receive buffer is in place.
+ *
+ * Compiled only where CUDA is built; comm_nocuda.c stands in without.
  */
 #include "transport_device.h"
 
 #include <string.h>
-
-#if ZR_CUDA
 
 zr_status zr_devx_init(zr_devx *x, const zr_transport *owner, const void *arg, const char *who)
 {
@@ -165,23 +165,3 @@ zr_status zr_comm_device_follow(zr_comm *c, zr_stream *s)
     x->follow_s = s;
     return ZR_OK;
 }
-
-#else /* !ZR_CUDA */
-
-const zr_device *zr_comm_device(const zr_comm *c, zr_stream **follow)
-{
-    (void)c;
-    if (follow != NULL) {
-        *follow = NULL;
-    }
-    return NULL;
-}
-
-zr_status zr_comm_device_follow(zr_comm *c, zr_stream *s)
-{
-    (void)c;
-    (void)s;
-    ZR_FAIL(ZR_ERR_DEVICE, "zr_comm_device_follow: zr was built without CUDA");
-}
-
-#endif /* ZR_CUDA */

@@ -6,7 +6,7 @@
  * work, copy the block for myself, look at an event without blocking.
  *
  * Each transport's state begins with a zr_devx, so the shared functions take
- * c->transport_state as one. Only in builds with CUDA.
+ * c->transport_state as one. Only the files built with CUDA include it.
  */
 #ifndef ZR_TRANSPORT_DEVICE_H
 #define ZR_TRANSPORT_DEVICE_H
@@ -14,7 +14,6 @@
 #include "comm_impl.h"
 #include "transport_plan.h"
 
-#if ZR_CUDA
 #include "../base/device_impl.h"
 
 typedef struct zr_devx {
@@ -47,7 +46,5 @@ cudaEvent_t zr_devx_take_self(zr_devx *x);
 
 /* *done = 1 when e has completed (NULL counts as completed); never blocks. */
 zr_status zr_devx_query(cudaEvent_t e, int *done);
-
-#endif /* ZR_CUDA */
 
 #endif /* ZR_TRANSPORT_DEVICE_H */

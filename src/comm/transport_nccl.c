@@ -30,6 +30,9 @@
  * detected"), 2.30 unless NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental). zr
  * checks first, with every rank's GPU UUID and node, so the refusal names
  * the ranks and the GPU and says what to do (the staged transport).
+ *
+ * Compiled only where CUDA and NCCL are built; transport_nccl_none.c stands
+ * in without.
  */
 #include "transport_device.h"
 
@@ -38,8 +41,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if ZR_CUDA && ZR_NCCL
 
 /* ncclCommSplit: NCCL 2.18.1 */
 #define MIN_VERSION 21801
@@ -419,59 +420,7 @@ const zr_transport zr_transport_nccl = {
     .abort = nccl_abort,
 };
 
-#else /* no NCCL in this build */
-
-static zr_status nccl_unavailable(zr_comm *c, const void *arg, void **state)
+int zr_comm_nccl_built(void)
 {
-    (void)c;
-    (void)arg;
-    *state = NULL;
-#if ZR_CUDA
-    ZR_FAIL(ZR_ERR_DEVICE, "NCCL transport: zr was built without NCCL (none found in CUDA_HOME "
-                           "or NCCL_HOME); use the staged transport");
-#else
-    ZR_FAIL(ZR_ERR_DEVICE, "NCCL transport: zr was built without CUDA (make CUDA=0, or no nvcc)");
-#endif
+    return 1;
 }
-
-/* Never called: init fails, so no exchange ever reaches the table. */
-static zr_status nccl_none_iexchange(zr_comm *c, zr_group g, const void *send, const size_t *scount,
-                                     const size_t *sdisp, void *recv, const size_t *rcount,
-                                     const size_t *rdisp, zr_request *req)
-{
-    (void)c, (void)g, (void)send, (void)scount, (void)sdisp, (void)recv, (void)rcount;
-    (void)rdisp, (void)req;
-    ZR_FAIL(ZR_ERR_INTERNAL, "NCCL transport: not in this build");
-}
-
-static zr_status nccl_none_test(zr_comm *c, zr_request *req, int *done, int *progressed)
-{
-    (void)c, (void)req;
-    *done = 1;
-    *progressed = 0;
-    return ZR_OK;
-}
-
-static int nccl_none_pending(const zr_comm *c, const zr_request *req, zr_pending *out, int max)
-{
-    (void)c, (void)req, (void)out, (void)max;
-    return 0;
-}
-
-static void nccl_none_release(zr_comm *c, zr_request *req)
-{
-    (void)c;
-    req->impl = NULL;
-}
-
-const zr_transport zr_transport_nccl = {
-    .version = ZR_TRANSPORT_VERSION,
-    .name = "nccl",
-    .init = nccl_unavailable,
-    .iexchange = nccl_none_iexchange,
-    .test = nccl_none_test,
-    .pending = nccl_none_pending,
-    .release = nccl_none_release,
-};
-
-#endif

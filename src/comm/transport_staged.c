@@ -28,13 +28,13 @@
  * Stages are kept for reuse until the transport is freed. Tag 7002 on the
  * groups' MPI communicators: the MPI transport's control exchanges there
  * (tag 7001) never match these.
+ *
+ * Compiled only where CUDA is built; comm_nocuda.c stands in without.
  */
 #include "transport_device.h"
 
 #include <stdint.h>
 #include <string.h>
-
-#if ZR_CUDA
 
 #define TAG 7002
 
@@ -452,55 +452,3 @@ const zr_transport zr_transport_staged = {
     .progress = staged_progress,
     .abort = NULL, /* MPI_Abort ends its MPI requests and copies */
 };
-
-#else /* !ZR_CUDA */
-
-static zr_status staged_unavailable(zr_comm *c, const void *arg, void **state)
-{
-    (void)c;
-    (void)arg;
-    *state = NULL;
-    ZR_FAIL(ZR_ERR_DEVICE, "staged transport: zr was built without CUDA (make CUDA=0, or no nvcc)");
-}
-
-/* Never called: init fails, so no exchange ever reaches the table. */
-static zr_status staged_none_iexchange(zr_comm *c, zr_group g, const void *send,
-                                       const size_t *scount, const size_t *sdisp, void *recv,
-                                       const size_t *rcount, const size_t *rdisp, zr_request *req)
-{
-    (void)c, (void)g, (void)send, (void)scount, (void)sdisp, (void)recv, (void)rcount;
-    (void)rdisp, (void)req;
-    ZR_FAIL(ZR_ERR_INTERNAL, "staged transport: not in this build");
-}
-
-static zr_status staged_none_test(zr_comm *c, zr_request *req, int *done, int *progressed)
-{
-    (void)c, (void)req;
-    *done = 1;
-    *progressed = 0;
-    return ZR_OK;
-}
-
-static int staged_none_pending(const zr_comm *c, const zr_request *req, zr_pending *out, int max)
-{
-    (void)c, (void)req, (void)out, (void)max;
-    return 0;
-}
-
-static void staged_none_release(zr_comm *c, zr_request *req)
-{
-    (void)c;
-    req->impl = NULL;
-}
-
-const zr_transport zr_transport_staged = {
-    .version = ZR_TRANSPORT_VERSION,
-    .name = "staged",
-    .init = staged_unavailable,
-    .iexchange = staged_none_iexchange,
-    .test = staged_none_test,
-    .pending = staged_none_pending,
-    .release = staged_none_release,
-};
-
-#endif /* ZR_CUDA */

@@ -6,7 +6,7 @@
  * backward) go through cuBLASLt on the same stream, with one workspace and
  * the heuristic's algorithm chosen once per shape and kept.
  *
- * The plan is a plain function, always built and tested against a naive
+ * The plan is a plain function (cuda_host.c), built in every build and tested against a naive
  * GEMM on the CPU (tests/test_gemm_plan.c): the transposes, leading
  * dimensions and batch strides of every product the model makes come from
  * it, so a wrong argument shows on the CPU, not only on a GPU. The
@@ -22,6 +22,8 @@
  * included): the fp32 mode is the one compared with the CPU. bf16 products
  * use CUBLAS_COMPUTE_32F: bf16 operands, fp32 accumulation and scaling, the
  * result rounded to bf16.
+ *
+ * Compiled only where CUDA is built; a build without compiles model_nocuda.c instead.
  */
 #include "zr/model_cuda.h"
 
@@ -33,53 +35,9 @@
 #include <stdint.h>
 #include <string.h>
 
-zr_status zr_gemm_plan_make(const zr_gemm *g, zr_gemm_plan *p)
-{
-    memset(p, 0, sizeof *p);
-    if (g->M < 0 || g->N < 0 || g->K < 0 || g->batch < 1) {
-        ZR_FAIL(ZR_ERR_INVALID, "gemm: M %d, N %d, K %d must be >= 0 and batch %d >= 1", g->M, g->N,
-                g->K, g->batch);
-    }
-    /* the length of one stored row of each operand */
-    int arow = g->ta ? g->M : g->K, brow = g->tb ? g->K : g->N;
-    if (g->lda < (arow > 1 ? arow : 1) || g->ldb < (brow > 1 ? brow : 1) ||
-        g->ldc < (g->N > 1 ? g->N : 1)) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "gemm: leading dimensions lda %d, ldb %d, ldc %d are shorter than a stored row "
-                "(%d, %d, %d elements)",
-                g->lda, g->ldb, g->ldc, arow, brow, g->N);
-    }
-    if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0) {
-        ZR_FAIL(ZR_ERR_INVALID, "gemm: batch strides must be >= 0 (%lld, %lld, %lld)", g->stride_a,
-                g->stride_b, g->stride_c);
-    }
-    p->transa = g->tb != 0;
-    p->transb = g->ta != 0;
-    p->m = g->N;
-    p->n = g->M;
-    p->k = g->K;
-    p->lda = g->ldb;
-    p->ldb = g->lda;
-    p->ldc = g->ldc;
-    p->stride_a = g->stride_b;
-    p->stride_b = g->stride_a;
-    p->stride_c = g->stride_c;
-    p->batch = g->batch;
-    p->alpha = g->alpha;
-    p->beta = g->beta;
-    return ZR_OK;
-}
-
-#define LT_WORKSPACE (32u << 20) /* bytes: what cuBLAS itself takes per handle on sm_90 */
-#define LT_PLANS     16          /* shapes kept; the model makes 3 */
+#define LT_WORKSPACE ZR_BLAS_LT_WORKSPACE
+#define LT_PLANS     16 /* shapes kept; the model makes 3 */
 #define LT_KEY       16
-
-size_t zr_blas_epi_workspace_bytes(void)
-{
-    return LT_WORKSPACE;
-}
-
-#if ZR_CUDA
 
 /* One shape's cuBLASLt descriptors and the algorithm the heuristic chose for them. */
 typedef struct lt_plan {
@@ -458,30 +416,3 @@ zr_status zr_blas_gemm_epi(zr_blas *b, const zr_gemm *g, const zr_gemm_epi *e, c
                                   C, q->lc, &q->algo, b->ws, LT_WORKSPACE, zr_stream_cuda(b->s)));
     return ZR_OK;
 }
-
-#else /* !ZR_CUDA */
-
-zr_status zr_blas_create(zr_stream *s, zr_dtype type, zr_blas **out)
-{
-    *out = NULL;
-    ZR_FAIL(ZR_ERR_DEVICE,
-            "blas: zr was built without CUDA (make CUDA=0, or no nvcc at build time)");
-}
-
-void zr_blas_destroy(zr_blas *b)
-{
-    (void)b;
-}
-
-zr_status zr_blas_gemm(zr_blas *b, const zr_gemm *g, const void *A, const void *B, void *C)
-{
-    ZR_FAIL(ZR_ERR_DEVICE, "blas: zr was built without CUDA");
-}
-
-zr_status zr_blas_gemm_epi(zr_blas *b, const zr_gemm *g, const zr_gemm_epi *e, const void *A,
-                           const void *B, void *C)
-{
-    ZR_FAIL(ZR_ERR_DEVICE, "blas: zr was built without CUDA");
-}
-
-#endif /* ZR_CUDA */

@@ -4,43 +4,17 @@
  * and launch errors as zr_status. The kernels are ops_cuda.cu, norm_cuda.cu,
  * xent_cuda.cu and attention_cuda.cu, seen only through their launchers (ops_cuda_impl.h).
  *
- * zr_token_buckets, the host half of the embedding's deterministic
- * backward, is plain C and exists in every build; without CUDA every device
- * call fails at once with "built without CUDA".
+ * Compiled only where CUDA is built; a build without compiles
+ * model_nocuda.c instead. zr_token_buckets, the host half of the
+ * embedding's deterministic backward, is plain C in every build (cuda_host.c).
  */
 #include "ops_cuda.h"
 
 #include "../base/device_impl.h"
+#include "ops_cuda_impl.h"
 
 #include <math.h>
 #include <string.h>
-
-int zr_token_buckets(const int *inp, int n, int V, int *token, int *start, int *pos, int *count)
-{
-    memset(count, 0, (size_t)V * sizeof *count);
-    for (int i = 0; i < n; i++) {
-        count[inp[i]]++;
-    }
-    int nb = 0, at = 0;
-    for (int v = 0; v < V; v++) {
-        if (count[v] > 0) {
-            token[nb] = v;
-            start[nb++] = at;
-            int c = count[v];
-            count[v] = at; /* from here on: where the token's next position goes */
-            at += c;
-        }
-    }
-    start[nb] = at;
-    for (int i = 0; i < n; i++) {
-        pos[count[inp[i]]++] = i;
-    }
-    return nb;
-}
-
-#if ZR_CUDA
-
-#include "ops_cuda_impl.h"
 
 /* The CUDA stream of s and the storage type, or a message naming the operator. */
 static zr_status setup(const char *what, zr_dtype t, zr_stream *s, cudaStream_t *cs)
@@ -446,146 +420,3 @@ zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s)
     ZR_CUDA_CHECK(zr_op_k_launch_mean(out, x, n, cs));
     return ZR_OK;
 }
-
-#else /* !ZR_CUDA */
-
-static zr_status no_cuda(const char *what)
-{
-    ZR_FAIL(ZR_ERR_DEVICE, "%s: zr was built without CUDA (make CUDA=0, or no nvcc at build time)",
-            what);
-}
-
-zr_status zr_op_cuda_encoder_fwd(zr_dtype t, void *out, const int *inp, const void *wte,
-                                 const void *wpe, int B, int T, int C, zr_stream *s)
-{
-    return no_cuda("cuda encoder forward");
-}
-
-zr_status zr_op_cuda_encoder_bwd(zr_dtype t, void *dwte, void *dwpe, const void *dout,
-                                 const int *btoken, const int *bstart, const int *bpos,
-                                 int nbuckets, int B, int T, int C, zr_stream *s)
-{
-    return no_cuda("cuda encoder backward");
-}
-
-zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd, const void *inp,
-                                   const void *w, const void *b, int N, int C, zr_stream *s)
-{
-    return no_cuda("cuda layernorm forward");
-}
-
-zr_status zr_op_cuda_residual_layernorm_fwd(zr_dtype t, void *res, void *out, float *mean,
-                                            float *rstd, const void *a, const void *x,
-                                            const void *xbias, const void *w, const void *b, int N,
-                                            int C, zr_stream *s)
-{
-    return no_cuda("cuda residual layernorm forward");
-}
-
-zr_status zr_op_cuda_residual_fwd(zr_dtype t, void *res, const void *a, const void *x,
-                                  const void *xbias, int N, int C, zr_stream *s)
-{
-    return no_cuda("cuda residual forward");
-}
-
-size_t zr_op_cuda_colsum_scratch(int N, int C)
-{
-    return (size_t)C * 2;
-}
-
-zr_status zr_op_cuda_layernorm_bwd(zr_dtype t, void *dinp, void *dw, void *db, const void *dout,
-                                   const void *inp, const void *w, const float *mean,
-                                   const float *rstd, int N, int C, int accumulate, float *scratch,
-                                   zr_stream *s)
-{
-    return no_cuda("cuda layernorm backward");
-}
-
-zr_status zr_op_cuda_bias_add(zr_dtype t, void *x, const void *bias, int N, int OC, zr_stream *s)
-{
-    return no_cuda("cuda bias add");
-}
-
-zr_status zr_op_cuda_colsum_acc(zr_dtype t, void *db, const void *d, int N, int OC, float *scratch,
-                                zr_stream *s)
-{
-    return no_cuda("cuda column sum");
-}
-
-zr_status zr_op_cuda_bias_gelu_fwd(zr_dtype t, void *out, void *pre, const void *bias, int N,
-                                   int OC, zr_stream *s)
-{
-    return no_cuda("cuda bias gelu forward");
-}
-
-zr_status zr_op_cuda_gelu_bwd(zr_dtype t, void *dinp, const void *inp, const void *dout, size_t n,
-                              zr_stream *s)
-{
-    return no_cuda("cuda gelu backward");
-}
-
-zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
-                                   int C, int NH, zr_stream *s)
-{
-    return no_cuda("cuda attention forward");
-}
-
-zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
-                                   const void *qkv, const void *out, const float *lse, int B, int T,
-                                   int C, int NH, zr_stream *s)
-{
-    return no_cuda("cuda attention backward");
-}
-
-zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, const void *qkv, int B,
-                                          int T, int C, int NH, zr_stream *s)
-{
-    return no_cuda("cuda attention forward");
-}
-
-zr_status zr_op_cuda_attention_fwd_variant(int variant, zr_dtype t, void *out, float *lse,
-                                           const void *qkv, int B, int T, int C, int NH,
-                                           zr_stream *s)
-{
-    return no_cuda("cuda attention forward");
-}
-
-zr_status zr_op_cuda_attention_bwd_variant(int variant, int part, zr_dtype t, void *dqkv,
-                                           float *delta, const void *dout, const void *qkv,
-                                           const void *out, const float *lse, int B, int T, int C,
-                                           int NH, zr_stream *s)
-{
-    return no_cuda("cuda attention backward");
-}
-
-zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
-                                          const void *qkv, const void *out, const float *lse, int B,
-                                          int T, int C, int NH, zr_stream *s)
-{
-    return no_cuda("cuda attention backward");
-}
-
-zr_status zr_op_cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void *logits,
-                              const int *targets, int N, int V, int Vp, zr_stream *s)
-{
-    return no_cuda("cuda softmax cross-entropy forward");
-}
-
-zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const int *targets,
-                              float dloss, int N, int V, int Vp, zr_stream *s)
-{
-    return no_cuda("cuda softmax cross-entropy backward");
-}
-
-zr_status zr_op_cuda_xent_fused(zr_dtype t, float *losses, float *lse, void *logits,
-                                const int *targets, float dloss, int N, int V, int Vp, zr_stream *s)
-{
-    return no_cuda("cuda softmax cross-entropy forward and backward");
-}
-
-zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s)
-{
-    return no_cuda("cuda mean");
-}
-
-#endif /* ZR_CUDA */

@@ -22,6 +22,9 @@
 
 #include <stddef.h>
 
+/* Bytes of a cuBLASLt workspace (blas_cuda.c): what cuBLAS itself takes per handle on sm_90. */
+#define ZR_BLAS_LT_WORKSPACE (32u << 20)
+
 /* out[b, t] = wte[inp[b, t]] + wpe[t]; inp holds device ints in [0, rows of wte). */
 zr_status zr_op_cuda_encoder_fwd(zr_dtype t, void *out, const int *inp, const void *wte,
                                  const void *wpe, int B, int T, int C, zr_stream *s);

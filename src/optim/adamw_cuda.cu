@@ -9,7 +9,7 @@
  * for the payload of NaNs (each processor propagates its own).
  *
  * The sum of squares adds in double in the order sumsq_rules.h fixes, which
- * depends only on n, so zr_sumsq_cuda_order (optim_cuda.c) gives the same
+ * depends only on n, so zr_sumsq_cuda_order (optim.c) gives the same
  * bits on the CPU: a first kernel of P blocks sums tiles into P partials with
  * a shared-memory tree per block, a second sums the partials by the same
  * tree. (The CPU's zr_sumsq keeps its own order of 8 double lanes; the two

@@ -25,10 +25,15 @@
  * (zr/pool.h) in blocks of ZR_ADAM_BLOCK elements; elements are independent
  * and every kernel gives the scalar bits, so the split changes nothing.
  * zr_sumsq stays on one thread: splitting its sum would change its order.
+ *
+ * zr_sumsq_cuda_order is the CPU twin of the CUDA kernel's order of addition
+ * (sumsq_rules.h) that tests check the GPU's sum against: plain C, in every
+ * build.
  */
 #include "zr/optim.h"
 
 #include "adamw_rules.h" /* the element update, shared with the CUDA kernel */
+#include "sumsq_rules.h" /* the CUDA sum's order, for zr_sumsq_cuda_order */
 #include "zr/pool.h"
 
 #include <math.h>
@@ -314,4 +319,40 @@ float zr_clip_scale(double grad_norm, float max_norm)
 double zr_sumsq(const float *x, size_t n)
 {
     return kernels()->sumsq(x, n);
+}
+
+double zr_sumsq_cuda_order(const float *x, size_t n)
+{
+    uint64_t parts = zr_sumsq_partials(n);
+    uint64_t tiles = (n + ZR_SUMSQ_TILE - 1) / ZR_SUMSQ_TILE;
+    static double part[ZR_SUMSQ_BLOCKS], s[ZR_SUMSQ_THREADS];
+    for (uint64_t b = 0; b < parts; b++) {
+        for (int i = 0; i < ZR_SUMSQ_THREADS; i++) {
+            double acc = 0.0;
+            for (uint64_t t = b; t < tiles; t += parts) {
+                for (int j = 0; j < 4; j++) {
+                    uint64_t e = t * ZR_SUMSQ_TILE + (uint64_t)j * 4 * ZR_SUMSQ_THREADS + 4u * i;
+                    for (uint64_t k = e; k < e + 4 && k < n; k++) {
+                        acc = zr_sumsq_add(acc, x[k]);
+                    }
+                }
+            }
+            s[i] = acc;
+        }
+        for (int h = ZR_SUMSQ_THREADS / 2; h > 0; h /= 2) {
+            for (int i = 0; i < h; i++) {
+                s[i] = s[i] + s[i + h];
+            }
+        }
+        part[b] = s[0];
+    }
+    for (uint64_t b = parts; b < ZR_SUMSQ_BLOCKS; b++) {
+        part[b] = 0.0;
+    }
+    for (int h = ZR_SUMSQ_BLOCKS / 2; h > 0; h /= 2) {
+        for (int i = 0; i < h; i++) {
+            part[i] = part[i] + part[i + h];
+        }
+    }
+    return part[0];
 }

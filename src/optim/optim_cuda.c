@@ -1,57 +1,17 @@
 /*
  * optim_cuda.c - the C API of the optimizer's CUDA kernels (zr/optim.h):
  * argument checks, the step's constants (computed here exactly as for the
- * CPU), the launches (adamw_cuda.cu), and zr_sumsq_cuda_order, the CPU twin
- * of the kernels' order of addition (sumsq_rules.h) that tests check the
- * GPU's sum against. In a build without CUDA the device calls fail at once.
+ * CPU) and the launches (adamw_cuda.cu). Compiled only where CUDA is built
+ * (optim_nocuda.c stands in without); zr_sumsq_cuda_order, the CPU twin of
+ * the kernels' order of addition, is optim.c's.
  */
 #include "zr/optim.h"
 
 #include "../base/device_impl.h"
 #include "adamw_rules.h"
-#include "sumsq_rules.h"
+#include "optim_cuda_impl.h"
 
 #include <string.h>
-
-double zr_sumsq_cuda_order(const float *x, size_t n)
-{
-    uint64_t parts = zr_sumsq_partials(n);
-    uint64_t tiles = (n + ZR_SUMSQ_TILE - 1) / ZR_SUMSQ_TILE;
-    static double part[ZR_SUMSQ_BLOCKS], s[ZR_SUMSQ_THREADS];
-    for (uint64_t b = 0; b < parts; b++) {
-        for (int i = 0; i < ZR_SUMSQ_THREADS; i++) {
-            double acc = 0.0;
-            for (uint64_t t = b; t < tiles; t += parts) {
-                for (int j = 0; j < 4; j++) {
-                    uint64_t e = t * ZR_SUMSQ_TILE + (uint64_t)j * 4 * ZR_SUMSQ_THREADS + 4u * i;
-                    for (uint64_t k = e; k < e + 4 && k < n; k++) {
-                        acc = zr_sumsq_add(acc, x[k]);
-                    }
-                }
-            }
-            s[i] = acc;
-        }
-        for (int h = ZR_SUMSQ_THREADS / 2; h > 0; h /= 2) {
-            for (int i = 0; i < h; i++) {
-                s[i] = s[i] + s[i + h];
-            }
-        }
-        part[b] = s[0];
-    }
-    for (uint64_t b = parts; b < ZR_SUMSQ_BLOCKS; b++) {
-        part[b] = 0.0;
-    }
-    for (int h = ZR_SUMSQ_BLOCKS / 2; h > 0; h /= 2) {
-        for (int i = 0; i < h; i++) {
-            part[i] = part[i] + part[i + h];
-        }
-    }
-    return part[0];
-}
-
-#if ZR_CUDA
-
-#include "optim_cuda_impl.h"
 
 static zr_status cuda_stream(zr_stream *s, const char *what, cudaStream_t *out)
 {
@@ -104,19 +64,3 @@ zr_status zr_sumsq_cuda(const float *x, size_t n, double *result, double *work, 
     ZR_CUDA_CHECK(zr_optim_k_launch_sumsq(x, n, aligned16(x), result, work, cs));
     return ZR_OK;
 }
-
-#else /* !ZR_CUDA */
-
-zr_status zr_adamw_cuda_update(const zr_adamw *h, float lr, int t, float grad_scale, int decay,
-                               float *param, const float *grad, float *m, float *v, size_t n,
-                               zr_stream *s)
-{
-    ZR_FAIL(ZR_ERR_DEVICE, "adamw cuda update: zr was built without CUDA");
-}
-
-zr_status zr_sumsq_cuda(const float *x, size_t n, double *result, double *work, zr_stream *s)
-{
-    ZR_FAIL(ZR_ERR_DEVICE, "sumsq cuda: zr was built without CUDA");
-}
-
-#endif /* ZR_CUDA */

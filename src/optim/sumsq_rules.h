@@ -1,7 +1,7 @@
 /*
  * sumsq_rules.h - the order in which the CUDA sum of squares (adamw_cuda.cu)
  * adds, written down so that the CPU can add in the same order
- * (zr_sumsq_cuda_order in optim_cuda.c) and the kernel's result can be
+ * (zr_sumsq_cuda_order in optim.c) and the kernel's result can be
  * checked bit for bit. The order depends only on n, never on the GPU.
  *
  *   tiles     the input in tiles of ZR_SUMSQ_TILE elements; tile t is summed

@@ -1,0 +1,77 @@
+/*
+ * cuda_host.c - the plain-C halves of the model's CUDA path, built in every
+ * build (with CUDA or without) and tested on the CPU: the plan that turns a
+ * row-major product into cuBLAS's column-major call (blas_cuda.c says why it
+ * is right), the size of the cuBLASLt workspace a model reserves, and the
+ * token buckets of the embedding's deterministic backward (ops_cuda.h).
+ */
+#include "zr/model_cuda.h"
+
+#include "ops_cuda.h"
+
+#include <string.h>
+
+int zr_token_buckets(const int *inp, int n, int V, int *token, int *start, int *pos, int *count)
+{
+    memset(count, 0, (size_t)V * sizeof *count);
+    for (int i = 0; i < n; i++) {
+        count[inp[i]]++;
+    }
+    int nb = 0, at = 0;
+    for (int v = 0; v < V; v++) {
+        if (count[v] > 0) {
+            token[nb] = v;
+            start[nb++] = at;
+            int c = count[v];
+            count[v] = at; /* from here on: where the token's next position goes */
+            at += c;
+        }
+    }
+    start[nb] = at;
+    for (int i = 0; i < n; i++) {
+        pos[count[inp[i]]++] = i;
+    }
+    return nb;
+}
+
+zr_status zr_gemm_plan_make(const zr_gemm *g, zr_gemm_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    if (g->M < 0 || g->N < 0 || g->K < 0 || g->batch < 1) {
+        ZR_FAIL(ZR_ERR_INVALID, "gemm: M %d, N %d, K %d must be >= 0 and batch %d >= 1", g->M, g->N,
+                g->K, g->batch);
+    }
+    /* the length of one stored row of each operand */
+    int arow = g->ta ? g->M : g->K, brow = g->tb ? g->K : g->N;
+    if (g->lda < (arow > 1 ? arow : 1) || g->ldb < (brow > 1 ? brow : 1) ||
+        g->ldc < (g->N > 1 ? g->N : 1)) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "gemm: leading dimensions lda %d, ldb %d, ldc %d are shorter than a stored row "
+                "(%d, %d, %d elements)",
+                g->lda, g->ldb, g->ldc, arow, brow, g->N);
+    }
+    if (g->stride_a < 0 || g->stride_b < 0 || g->stride_c < 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "gemm: batch strides must be >= 0 (%lld, %lld, %lld)", g->stride_a,
+                g->stride_b, g->stride_c);
+    }
+    p->transa = g->tb != 0;
+    p->transb = g->ta != 0;
+    p->m = g->N;
+    p->n = g->M;
+    p->k = g->K;
+    p->lda = g->ldb;
+    p->ldb = g->lda;
+    p->ldc = g->ldc;
+    p->stride_a = g->stride_b;
+    p->stride_b = g->stride_a;
+    p->stride_c = g->stride_c;
+    p->batch = g->batch;
+    p->alpha = g->alpha;
+    p->beta = g->beta;
+    return ZR_OK;
+}
+
+size_t zr_blas_epi_workspace_bytes(void)
+{
+    return ZR_BLAS_LT_WORKSPACE;
+}
