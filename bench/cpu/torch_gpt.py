@@ -44,6 +44,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+sys.dont_write_bytecode = True  # no __pycache__ beside bench/gpu/torch_gpt2.py
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
 from torch_gpt2 import GPT  # noqa: E402  (the same module as the GPU reference)
 
