@@ -33,6 +33,7 @@
 
 typedef struct bench_result {
     const char *name;
+    const char *products; /* the matrix products' inputs: "fp32" or "bf16" */
     int threads, B, T;
     double ms_step, tokens_per_s, gflops, fwd_ms, bwd_ms, adam_ms;
     double sgemm_gflops, act_mb, rss_mb; /* rss_mb: the process's peak after this run */
@@ -138,11 +139,17 @@ static zr_status timed_steps(zr_gpt *m, float **p, const int *in, const int *tg,
 }
 
 static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, int T, int threads,
-                            int steps, bench_result *res)
+                            int steps, int bf16, bench_result *res)
 {
     zr_gpt m;
     ZR_CHECK(zr_gpt_init(&m, cfg, B, T));
     zr_gpt_set_threads(threads);
+    char why[256];
+    if (zr_gpt_set_products(&m, bf16, why, sizeof why) != bf16) {
+        zr_gpt_free(&m);
+        ZR_FAIL(ZR_ERR_INVALID, "--products %s: %s", bf16 ? "bf16" : "fp32", why);
+    }
+    res->products = bf16 ? "bf16" : "fp32";
     ZR_ASSERT(steps >= 1 && steps <= 32);
     int nu = zr_gpt_unit_count(&m);
     zr_status st = ZR_OK;
@@ -213,26 +220,28 @@ static int parse_list(const char *s, int *v, int max, long lo, long hi)
 
 static void print_row(const bench_result *x)
 {
-    printf("%-6s %3d %4d %5d %10.1f %11.0f %8.1f %8.1f %8.1f %8.1f %9.1f %6.2f %8.1f %6.2f %6.2f "
-           "%8.0f %8.0f\n",
-           x->name, x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->fwd_ms, x->bwd_ms,
-           x->adam_ms, x->gflops, x->sgemm_gflops, x->gflops / x->sgemm_gflops, x->peak_gflops,
-           x->sgemm_vs_peak, x->gflops / x->peak_gflops, x->act_mb, x->rss_mb);
+    printf(
+        "%-6s %4s %3d %4d %5d %10.1f %11.0f %8.1f %8.1f %8.1f %8.1f %9.1f %6.2f %8.1f %6.2f %6.2f "
+        "%8.0f %8.0f\n",
+        x->name, x->products, x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->fwd_ms,
+        x->bwd_ms, x->adam_ms, x->gflops, x->sgemm_gflops, x->gflops / x->sgemm_gflops,
+        x->peak_gflops, x->sgemm_vs_peak, x->gflops / x->peak_gflops, x->act_mb, x->rss_mb);
     fflush(stdout);
 }
 
 /* The JSON fields of one run (after its "config"). */
 static void print_json_run(const bench_result *x)
 {
-    printf("\"threads\":%d,\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_s\":%.1f,"
+    printf("\"products\":\"%s\",\"threads\":%d,\"B\":%d,\"T\":%d,\"ms_per_step\":%.2f,\"tokens_per_"
+           "s\":%.1f,"
            "\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"flops_vs_sgemm\":%.3f,\"peak_gflops\":%.2f,"
            "\"sgemm_vs_peak\":%.3f,\"sgemm_vs_peak_min\":%.3f,\"sgemm_vs_peak_max\":%.3f,"
            "\"flops_vs_peak\":%.3f,\"fwd_ms\":%.2f,\"bwd_ms\":%.2f,\"adam_ms\":%.2f,"
            "\"activation_mb\":%.1f,\"peak_rss_mb\":%.0f",
-           x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->gflops, x->sgemm_gflops,
-           x->gflops / x->sgemm_gflops, x->peak_gflops, x->sgemm_vs_peak, x->vs_peak_lo,
-           x->vs_peak_hi, x->gflops / x->peak_gflops, x->fwd_ms, x->bwd_ms, x->adam_ms, x->act_mb,
-           x->rss_mb);
+           x->products, x->threads, x->B, x->T, x->ms_step, x->tokens_per_s, x->gflops,
+           x->sgemm_gflops, x->gflops / x->sgemm_gflops, x->peak_gflops, x->sgemm_vs_peak,
+           x->vs_peak_lo, x->vs_peak_hi, x->gflops / x->peak_gflops, x->fwd_ms, x->bwd_ms,
+           x->adam_ms, x->act_mb, x->rss_mb);
 }
 
 /* s as a JSON string (a user's OPENBLAS_CORETYPE is in blas->how). */
@@ -251,12 +260,13 @@ static void print_json_str(const char *s)
     putchar('"');
 }
 
-static void print_json(const bench_result *res, int nres, const char *isa)
+static void print_json(const bench_result *res, int nres, const char *isa, const char *bf16)
 {
-    /* the headline: the 124M run at the most threads measured (the last one) */
+    /* the headline: the 124M run in fp32 at the most threads measured (the last one) */
     const bench_result *b = NULL;
     for (int i = 0; i < nres; i++) {
-        if (strcmp(res[i].name, "124M") == 0 && (b == NULL || res[i].threads >= b->threads)) {
+        if (strcmp(res[i].name, "124M") == 0 && strcmp(res[i].products, "fp32") == 0 &&
+            (b == NULL || res[i].threads >= b->threads)) {
             b = &res[i];
         }
     }
@@ -270,8 +280,10 @@ static void print_json(const bench_result *res, int nres, const char *isa)
     print_json_str(blas->reported);
     printf(",\"blas_how\":");
     print_json_str(blas->how);
-    printf(",\"cpu_features\":\"%s\",\"peak_isa\":\"%s\",\"cores\":%d,\"config\":\"%s\",",
-           blas->features, isa, zr_cpu_cores(), b->name);
+    printf(",\"cpu_features\":\"%s\",\"peak_isa\":\"%s\",\"cores\":%d,\"bf16_products\":",
+           blas->features, isa, zr_cpu_cores());
+    print_json_str(bf16);
+    printf(",\"config\":\"%s\",", b->name);
     print_json_run(b);
     printf(",\"runs\":[");
     for (int i = 0; i < nres; i++) {
@@ -284,14 +296,14 @@ static void print_json(const bench_result *res, int nres, const char *isa)
 
 typedef struct bench_opts {
     const char *device; /* "cpu", or a GPU (bench_model_cuda.c) */
-    int json, quick, nthreads, nseq;
-    int threads[8], seq[8];
+    int json, quick, nthreads, nseq, nproducts;
+    int threads[8], seq[8], products[2]; /* products: 0 fp32, 1 bf16 */
 } bench_opts;
 
 /* Returns -1 to go on, or the exit code. */
 static int parse_args(int argc, char **argv, bench_opts *o)
 {
-    *o = (bench_opts){.device = "cpu", .nthreads = 2, .threads = {1, 2}};
+    *o = (bench_opts){.device = "cpu", .nthreads = 2, .threads = {1, 2}, .nproducts = 1};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             o->json = 1;
@@ -303,6 +315,17 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->nthreads = parse_list(argv[++i], o->threads, 8, 1, ZR_POOL_MAX_THREADS);
             if (o->nthreads == 0) {
                 fprintf(stderr, "zr bench model: bad --threads list '%s' (e.g. 1,2)\n", argv[i]);
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--products") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            o->nproducts = strcmp(v, "fp32") == 0        ? (o->products[0] = 0, 1)
+                           : strcmp(v, "bf16") == 0      ? (o->products[0] = 1, 1)
+                           : strcmp(v, "fp32,bf16") == 0 ? (o->products[1] = 1, 2)
+                                                         : 0;
+            if (o->nproducts == 0) {
+                fprintf(stderr, "zr bench model: bad --products '%s' (fp32, bf16 or fp32,bf16)\n",
+                        v);
                 return 2;
             }
         } else if (strcmp(argv[i], "--seq") == 0 && i + 1 < argc) {
@@ -319,8 +342,9 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             if (strcmp(argv[i], "--help") != 0) {
                 zr_cli_bad_arg("bench model", argc, argv, i);
             }
-            fprintf(stderr, "usage: zr bench model [--json] [--threads 1,2] [--quick] "
-                            "[--seq 1024,2048,4096] [--device cpu|cuda|cuda:N]\n");
+            fprintf(stderr,
+                    "usage: zr bench model [--json] [--threads 1,2] [--quick] "
+                    "[--seq 1024,2048,4096] [--products fp32,bf16] [--device cpu|cuda|cuda:N]\n");
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
@@ -360,14 +384,21 @@ int zr_bench_model(int argc, char **argv)
         nruns = nseq;
     }
 
-    bench_result res[64];
+    bench_result res[128];
     int nres = 0;
     const zr_blas *blas = zr_blas_get();
+    /* what bf16 products run on here (the kernel), or why they would not */
+    char bf16[256];
+    zr_gpt probe;
+    ZR_TRY(zr_gpt_init(&probe, &small, 1, 1), "");
+    (void)zr_gpt_set_products(&probe, 1, bf16, sizeof bf16);
+    zr_gpt_free(&probe);
     printf("zr bench model: forward + backward + AdamW on one rank, medians (%s kernels; BLAS %s "
            "kernels, %s; %d cores)\n",
            zr_gpt_kernels_name(), blas->core, blas->how, zr_cpu_cores());
-    printf("%-6s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %6s %8s %6s %6s %8s %8s\n", "model",
-           "thr", "B", "T", "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s",
+    printf("bf16 products (--products bf16): %s\n", bf16);
+    printf("%-6s %4s %3s %4s %5s %10s %11s %8s %8s %8s %8s %9s %6s %8s %6s %6s %8s %8s\n", "model",
+           "prod", "thr", "B", "T", "ms/step", "tokens/s", "fwd ms", "bwd ms", "adam ms", "GFLOP/s",
            "sgemm GF", "ratio", "peak GF", "sg/pk", "vs pk", "act MiB", "RSS MiB");
     ceiling c = {.isa = "?"};
     for (int k = 0; k < nthreads; k++) {
@@ -382,10 +413,11 @@ int zr_bench_model(int argc, char **argv)
                     "(%.1f of %.1f GFLOP/s; BLAS %s kernels): the BLAS is not using the CPU\n",
                     c.vs_peak, threads[k], c.sgemm, c.peak, blas->core);
         }
-        for (int r = 0; r < nruns; r++) {
+        for (int r = 0; r < nruns * o.nproducts; r++) {
             bench_result *x = &res[nres];
-            zr_status st = run_config(runs[r].name, runs[r].cfg, runs[r].B, runs[r].T, threads[k],
-                                      runs[r].steps, x);
+            int q = r % o.nproducts, rr = r / o.nproducts; /* fp32 and bf16 side by side */
+            zr_status st = run_config(runs[rr].name, runs[rr].cfg, runs[rr].B, runs[rr].T,
+                                      threads[k], runs[rr].steps, o.products[q], x);
             if (st != ZR_OK) {
                 fprintf(stderr, "zr bench model: %s: %s\n", zr_status_str(st), zr_error_message());
                 return 1;
@@ -405,7 +437,7 @@ int zr_bench_model(int argc, char **argv)
            "peak (median of pairs), vs pk = GFLOP/s / peak; RSS = the process's peak so far\n",
            c.isa);
     if (json) {
-        print_json(res, nres, c.isa);
+        print_json(res, nres, c.isa, bf16);
     }
     return 0;
 }

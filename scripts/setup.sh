@@ -10,9 +10,11 @@ set -eu
 # tree in make test's matrix so a warning only one compiler sees fails on every
 # machine; g++ builds the CUDA kernels for the GPU emulator, tests/emu), BLAS,
 # JSON, charts, the default training corpus (fortunes), and iproute2 and jq for
-# the emulated cluster.
+# the emulated cluster. oneDNN runs the bf16 matrix products on CPUs with
+# AMX-BF16 or AVX512_BF16 (src/base/blas_bf16.c; opened at run time, like
+# OpenBLAS, so zr runs without it, in fp32).
 PKGS="make gcc g++ clang clang-format pkg-config openmpi-bin libopenmpi-dev mpich libmpich-dev
-libopenblas-dev libcjson-dev gnuplot-nox fortunes iproute2 procps jq"
+libopenblas-dev libcjson-dev libdnnl-dev gnuplot-nox fortunes iproute2 procps jq"
 
 missing=""
 for p in $PKGS; do

@@ -742,10 +742,11 @@ static void test_init_from_llmc(void)
     TEST_OK(zr_gpt_read_llmc_config(path, &fc));
     TEST_EQ_INT(fc.max_t, 1024); /* GPT-2's positions, though it trained on 32 */
     TEST_EQ_INT(fc.layers, 1);
-    /* the shape comes from the file: the other model keys are left at their defaults */
+    /* the shape comes from the file: the other model keys are left at their defaults; fp32
+       products and wire (--no-bf16), so that the loss is the file's model's to the bit */
     snprintf(cmd, sizeof cmd,
              "--seq-len 32 --micro-batch 2 --val-every 0 --steps 1 --init %s --stage 1"
-             " --communication_data_type fp32 --ckpt-dir %s/init_b",
+             " --no-bf16 --ckpt-dir %s/init_b",
              path, work);
     TEST_EQ_INT(train(2, 2, cmd), 0);
     TEST_CHECKF(strstr(res.out, "(L=1 NH=2 C=32 V=256 max_seq_len=1024) from ") != NULL, "%s",
@@ -767,7 +768,7 @@ static void test_init_from_llmc(void)
     /* the run's checkpoint holds the file's shape and resumes */
     snprintf(cmd, sizeof cmd,
              "--seq-len 32 --micro-batch 2 --val-every 0 --steps 2 --init %s --stage 1"
-             " --communication_data_type fp32 --ckpt-dir %s/init_b --resume",
+             " --no-bf16 --ckpt-dir %s/init_b --resume",
              path, work);
     TEST_EQ_INT(train(2, 2, cmd), 0);
     TEST_CHECKF(strstr(res.out, "resumed from") != NULL, "%s", res.out);

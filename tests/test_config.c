@@ -368,7 +368,7 @@ static void test_bad_input(void)
                "\"WarmupCosineLR\", got \"OneCycle\"");
     /* 19: fp16 */
     TEST_FAILS(parse(&c, "{\"fp16\": {\"enabled\": true}}", NULL), ZR_ERR_INVALID,
-               "\"fp16.enabled\": true is not supported: zr computes in fp32 on the CPU");
+               "\"fp16.enabled\": true is not supported: zr uses bf16, not fp16");
     /* 20: fp16 on the wire */
     TEST_FAILS(parse(&c, "{\"communication_data_type\": \"fp16\"}", NULL), ZR_ERR_INVALID,
                "\"communication_data_type\": \"fp16\" is not supported");

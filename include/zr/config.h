@@ -184,8 +184,9 @@ zr_status zr_config_adopt_model(zr_train_config *c, const struct zr_gpt_config *
  * ZeRO++ switches and their quantization, buckets, AdamW, clipping, working
  * type) on GPUs (gpu = 1) or on the CPU; the trainer runs with them and the
  * planner costs them. bf16.enabled on GPUs gives bf16 working parameters and
- * gradients (the model computes in bf16 on them, as DeepSpeed does); the CPU
- * computes in fp32, so there the working type is fp32 either way.
+ * gradients (the model computes in bf16 on them, as DeepSpeed does); on the
+ * CPU the working type is fp32 either way (the model rounds its matrix
+ * products' inputs to bf16 itself where the CPU has bf16 products).
  */
 zr_engine_config zr_config_engine(const zr_train_config *c, int gpu);
 

@@ -104,6 +104,7 @@ typedef struct zr_gpt {
     int fwd_next, bwd_next; /* call-order state */
     float *arena;           /* owns every buffer above */
     size_t arena_floats;
+    struct zr_op_products *products; /* bf16 matrix products' mode and scratch; NULL: fp32 */
 } zr_gpt;
 
 /* ---- configuration and parameter layout (no zr_gpt needed) -------------- */
@@ -152,6 +153,18 @@ void zr_gpt_free(zr_gpt *m);
  * to 1). Clamped to 1 .. ZR_POOL_MAX_THREADS; results do not depend on it.
  */
 void zr_gpt_set_threads(int threads);
+/*
+ * The matrix products' inputs: fp32 (bf16 = 0, the default, equal to llm.c bit for
+ * bit), or bf16 with fp32 accumulation and output (bf16 = 1, what bf16.enabled asks
+ * for) where the CPU has AMX-BF16 or AVX512_BF16 and oneDNN 2 opens (src/base/blas.h;
+ * ZR_CPU_BF16=0 turns it off, =force on whatever the CPU). Everything else stays fp32.
+ * Returns 1 when the products run in bf16, 0 in fp32, -1 on no memory for their
+ * scratch (zr_error_message); why: the kernel, or why fp32. Same bits at any thread
+ * count either way; zr_gpt_activation_bytes counts the scratch.
+ */
+int zr_gpt_set_products(zr_gpt *m, int bf16, char *why, size_t n);
+/* The bytes of that scratch for a B x T micro-batch at `threads` threads (for predictions). */
+size_t zr_gpt_config_products_bytes(const zr_gpt_config *cfg, int B, int T, int threads);
 /* The vector kernels the model's loops run on this CPU: "scalar", "avx2" or "avx512". */
 const char *zr_gpt_kernels_name(void);
 

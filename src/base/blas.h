@@ -42,6 +42,7 @@
 
 #include <cblas.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* ---- the CPU -------------------------------------------------------------------- */
 
@@ -132,5 +133,39 @@ void zr_blas_set_threads(int threads);
  * thread, zr_blas_set_threads(1), where the product runs on the caller).
  */
 double zr_blas_sgemm_rate(int n, int reps, int on_cpu);
+
+/* ---- bf16 products (blas_bf16.c) ------------------------------------------------- */
+
+/*
+ * Whether matrix products should take bf16 inputs (fp32 accumulation and output) on this
+ * CPU: where it has AMX-BF16 or AVX512_BF16 (f, capped by ZR_CPU), not elsewhere.
+ * setting: ZR_CPU_BF16 as the user set it, or NULL: "0"/"off" never, "1"/"on" as the CPU
+ * allows, "force" whatever the CPU has (oneDNN then runs its slower kernels: for tests on
+ * any x86-64). why: the reason, in words. Depends on nothing else.
+ */
+int zr_blas_bf16_choose(const zr_cpu_features *f, const char *setting, char *why, size_t n);
+
+/* A calling thread's state for zr_blas_gemm_bf16 (zeroed to start). */
+typedef struct zr_blas_bf16_ctx {
+    void *stream; /* oneDNN's stream */
+    void *pad;    /* the products' scratchpad */
+    size_t pad_bytes;
+} zr_blas_bf16_ctx;
+
+/*
+ * Opens oneDNN 2 (libdnnl.so.2, or ZR_DNNL_LIB=file) on the first call; *kernel: the
+ * implementation it runs a bf16 product with ("oneDNN brg:avx512_core_amx_bf16"). Fails
+ * (ZR_ERR_IO, every later call too) naming the library and the loader's words when it
+ * cannot. It does not consult zr_blas_bf16_choose: callers decide first. Thread-safe.
+ */
+zr_status zr_blas_bf16_load(const char **kernel);
+/*
+ * C[M x N] = op(A) op(B) + beta C, row-major, A and B bf16, C fp32, beta 0 or 1, on the
+ * calling thread only; ctx: that thread's. The same shape gives the same bits every call.
+ */
+zr_status zr_blas_gemm_bf16(zr_blas_bf16_ctx *ctx, int ta, int tb, int M, int N, int K,
+                            const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta,
+                            float *C, int ldc);
+void zr_blas_bf16_ctx_free(zr_blas_bf16_ctx *ctx);
 
 #endif /* ZR_BLAS_H */

@@ -42,18 +42,31 @@ static void cpu_line(char *buf, size_t n, int *slow)
         }
     }
     *slow = sgemm < 0.5 * peak;
+    /* what bf16.enabled's matrix products run on */
+    zr_cpu_features f;
+    zr_cpu_features_get(&f);
+    char why[160], bf16[256];
+    const char *kernel = NULL;
+    if (!zr_blas_bf16_choose(&f, getenv("ZR_CPU_BF16"), why, sizeof why)) {
+        snprintf(bf16, sizeof bf16, "%s", why);
+    } else if (zr_blas_bf16_load(&kernel) != ZR_OK) {
+        snprintf(bf16, sizeof bf16, "fp32 products: %s", zr_error_message());
+        zr_error_clear();
+    } else {
+        snprintf(bf16, sizeof bf16, "%s (%s)", kernel, why);
+    }
     snprintf(buf, n,
              "cores %d, BLAS %s kernels (%s); sgemm %.1f GFLOP/s = %.2f of the core's FMA "
-             "peak %.1f (%s)%s",
+             "peak %.1f (%s)%s; bf16 products: %s",
              zr_cpu_cores(), blas->core, blas->how, sgemm, sgemm / peak, peak, isa,
-             *slow ? " - under half: check the BLAS's kernels" : "");
+             *slow ? " - under half: check the BLAS's kernels" : "", bf16);
 }
 
 /* Two lines per rank, printed in rank order; *slow: this rank's sgemm is under half its peak. */
 static void print_ranks(zr_comm *c, int *slow)
 {
     int W = c->size[ZR_GROUP_WORLD], R = c->rank[ZR_GROUP_WORLD];
-    char cpu[768];
+    char cpu[1024];
     cpu_line(cpu, sizeof cpu, slow);
     for (int r = 0; r < W; r++) {
         if (r == R) {

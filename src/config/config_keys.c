@@ -82,11 +82,12 @@ const cfg_key zr_config_keys[] = {
          "zr computes in fp32 on the CPU and sends bf16 on the wire; use \"bf16\" or \"fp32\"",
          "wire type of exact (unquantized) gathers and reductions; \"\" = bf16 if bf16.enabled, else fp32"),
     BOOL("bf16.enabled", bf16_enabled, 1, "bf16",
-         "16-bit (bf16) wire for exact collectives; on a GPU (zr.device) also bf16 compute on "
-         "bf16 working parameters and gradients (fp32 master weights); compute stays fp32 on the "
-         "CPU"),
+         "16-bit (bf16) wire for exact collectives, and bf16 compute: on a GPU (zr.device) on "
+         "bf16 working parameters and gradients (fp32 master weights); on a CPU with AMX-BF16 or "
+         "AVX512_BF16 the matrix products on bf16 inputs, fp32 accumulation (ZR_CPU_BF16=0: fp32; "
+         "other CPUs: fp32)"),
     REFUSE("fp16.enabled", 0, "true",
-           "zr computes in fp32 on the CPU and uses bf16 on the wire; use \"bf16\": {\"enabled\": true} instead"),
+           "zr uses bf16, not fp16, on the wire and in products; use \"bf16\": {\"enabled\": true} instead"),
     NOEFFECT("fp16.loss_scale", W_FP16), NOEFFECT("fp16.initial_scale_power", W_FP16),
     NOEFFECT("fp16.loss_scale_window", W_FP16), NOEFFECT("fp16.hysteresis", W_FP16),
     NOEFFECT("fp16.consecutive_hysteresis", W_FP16), NOEFFECT("fp16.min_loss_scale", W_FP16),

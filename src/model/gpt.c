@@ -26,6 +26,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- configuration and layout ------------------------------------------- */
@@ -266,12 +267,15 @@ void zr_gpt_free(zr_gpt *m)
     zr_free(m->targets);
     zr_free(m->layers);
     zr_free(m->arena);
+    zr_op_products_free(m->products);
+    zr_free(m->products);
     memset(m, 0, sizeof *m);
 }
 
 size_t zr_gpt_activation_bytes(const zr_gpt *m)
 {
-    return m->arena_floats * sizeof(float) + 2 * (size_t)m->B * (size_t)m->T * sizeof(int);
+    return m->arena_floats * sizeof(float) + 2 * (size_t)m->B * (size_t)m->T * sizeof(int) +
+           zr_op_products_bytes(m->products);
 }
 
 size_t zr_gpt_config_activation_bytes(const zr_gpt_config *cfg, int B, int T, int recompute)
@@ -293,6 +297,65 @@ void zr_gpt_set_threads(int threads)
     zr_blas_set_threads(1);
     /* cannot fail in range; a pool short of threads gives the same results */
     (void)zr_threads_set(threads);
+}
+
+/*
+ * The bf16 products' scratch, sized for the largest of the model's products:
+ * B up to the classifier's V x C or the fc projection's input BT x 4C, a
+ * band of op(A) up to ZR_GEMM_BF16_ROWS x the longest summed dimension (V in
+ * the classifier's input gradient, BT in the weight gradients, 4C).
+ */
+static void products_size(const zr_gpt_config *c, int B, int T, size_t *a_per, size_t *b)
+{
+    size_t C = (size_t)c->channels, V = (size_t)c->vocab, BT = (size_t)B * (size_t)T;
+    size_t k = V > BT ? V : BT;
+    k = k > 4 * C ? k : 4 * C;
+    *a_per = ZR_GEMM_BF16_ROWS * k;
+    *b = V * C > BT * 4 * C ? V * C : BT * 4 * C;
+}
+
+size_t zr_gpt_config_products_bytes(const zr_gpt_config *cfg, int B, int T, int threads)
+{
+    size_t a_per, b;
+    products_size(cfg, B, T, &a_per, &b);
+    return ((size_t)(threads < 1 ? 1 : threads) * a_per + b) * sizeof(uint16_t);
+}
+
+int zr_gpt_set_products(zr_gpt *m, int bf16, char *why, size_t n)
+{
+    zr_op_products_free(m->products);
+    zr_free(m->products);
+    m->products = NULL;
+    zr_cpu_features f;
+    zr_cpu_features_get(&f);
+    const char *kernel = NULL;
+    if (!bf16) {
+        snprintf(why, n, "fp32 products (OpenBLAS %s)", zr_blas_get()->core);
+        return 0;
+    }
+    if (!zr_blas_bf16_choose(&f, getenv("ZR_CPU_BF16"), why, n)) {
+        return 0;
+    }
+    if (zr_blas_bf16_load(&kernel) != ZR_OK) {
+        snprintf(why, n, "fp32 products: %s", zr_error_message());
+        zr_error_clear();
+        return 0;
+    }
+    size_t a_per, b;
+    products_size(&m->cfg, m->B, m->T, &a_per, &b);
+    zr_status st = ZR_OK;
+    ZR_ALLOC_GOTO(m->products, 1, st, fail);
+    ZR_CHECK_GOTO(zr_op_products_reserve(m->products, zr_threads_get(), a_per, b), st, fail);
+    m->products->bf16 = 1;
+    char reason[128];
+    snprintf(reason, sizeof reason, "%s", why);
+    snprintf(why, n, "bf16 products, fp32 accumulation: %s (%s)", kernel, reason);
+    return 1;
+fail:
+    zr_free(m->products);
+    m->products = NULL;
+    snprintf(why, n, "bf16 products' scratch: %s", zr_error_message());
+    return -1;
 }
 
 const char *zr_gpt_kernels_name(void)
@@ -426,17 +489,18 @@ static void block_forward(zr_gpt *m, int l, const float *params)
     const float *inp = block_input(m, l);
     zr_op_layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, inp, params + d[T_LN1W].offset,
                         params + d[T_LN1B].offset, BT, C);
-    zr_op_matmul_fwd(a->qkv, a->ln1, params + d[T_QKVW].offset, params + d[T_QKVB].offset, BT, C,
-                     3 * C);
+    zr_op_matmul_fwd(m->products, a->qkv, a->ln1, params + d[T_QKVW].offset,
+                     params + d[T_QKVB].offset, BT, C, 3 * C);
     zr_op_attention_fwd(a->atty, a->att_lse, a->qkv, B, T, C, NH);
     /* the projections' biases are added in the residual and GELU passes that follow */
-    zr_op_matmul_fwd(m->tmp, a->atty, params + d[T_ATTPROJW].offset, NULL, BT, C, C);
+    zr_op_matmul_fwd(m->products, m->tmp, a->atty, params + d[T_ATTPROJW].offset, NULL, BT, C, C);
     zr_op_residual_layernorm_fwd(a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, inp, m->tmp,
                                  params + d[T_ATTPROJB].offset, params + d[T_LN2W].offset,
                                  params + d[T_LN2B].offset, BT, C);
-    zr_op_matmul_fwd(a->fch, a->ln2, params + d[T_FCW].offset, NULL, BT, C, 4 * C);
+    zr_op_matmul_fwd(m->products, a->fch, a->ln2, params + d[T_FCW].offset, NULL, BT, C, 4 * C);
     zr_op_bias_gelu_fwd(a->fch_gelu, a->fch, params + d[T_FCB].offset, BT, 4 * C);
-    zr_op_matmul_fwd(m->tmp, a->fch_gelu, params + d[T_FCPROJW].offset, NULL, BT, 4 * C, C);
+    zr_op_matmul_fwd(m->products, m->tmp, a->fch_gelu, params + d[T_FCPROJW].offset, NULL, BT,
+                     4 * C, C);
     /* recomputing writes the same bits into res3 again, harmless */
     zr_op_residual_fwd(a->res3, a->res2, m->tmp, params + d[T_FCPROJB].offset, BT, C);
     m->acts_layer = l;
@@ -469,7 +533,7 @@ zr_status zr_gpt_forward_unit(zr_gpt *m, int u, const float *params, const float
                             params + m->final_desc[0].offset, params + m->final_desc[1].offset, BT,
                             C);
         /* logits for the V real tokens only; the padded rows of wte are never read */
-        zr_op_sgemm(0, 1, BT, V, C, m->lnf, C, wte, C, 0.0f, m->probs, Vp);
+        zr_op_gemm(m->products, 0, 1, BT, V, C, m->lnf, C, wte, C, 0.0f, m->probs, Vp);
         zr_op_softmax_xent_fwd(m->probs, m->losses, m->has_targets ? m->targets : NULL, BT, V, Vp);
         if (m->has_targets) {
             double sum = 0.0;
@@ -527,8 +591,8 @@ zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const floa
         float *dwte = unit0_grads + m->unit0_desc[0].offset;
         zr_op_softmax_xent_bwd(m->probs, m->targets, 1.0f / (float)BT, BT, V, Vp);
         float *dlogits = m->probs;
-        zr_op_sgemm(0, 0, BT, C, V, dlogits, Vp, wte, C, 0.0f, m->dln, C);
-        zr_op_sgemm(1, 0, V, C, BT, dlogits, Vp, m->lnf, C, 1.0f, dwte, C);
+        zr_op_gemm(m->products, 0, 0, BT, C, V, dlogits, Vp, wte, C, 0.0f, m->dln, C);
+        zr_op_gemm(m->products, 1, 0, V, C, BT, dlogits, Vp, m->lnf, C, 1.0f, dwte, C);
         memset(m->dres, 0, (size_t)BT * C * sizeof *m->dres);
         zr_op_layernorm_bwd_acc(m->dres, grads + m->final_desc[0].offset,
                                 grads + m->final_desc[1].offset, m->dln, block_input(m, L),
@@ -541,21 +605,23 @@ zr_status zr_gpt_backward_unit(zr_gpt *m, int u, const float *params, const floa
         }
         const float *inp = block_input(m, u - 1);
         /* m->dres holds d(res3) and becomes d(inp) in place */
-        zr_op_matmul_bwd(m->dbig, grads + d[T_FCPROJW].offset, grads + d[T_FCPROJB].offset, m->dres,
-                         a->fch_gelu, params + d[T_FCPROJW].offset, BT, 4 * C, C);
+        zr_op_matmul_bwd(m->products, m->dbig, grads + d[T_FCPROJW].offset,
+                         grads + d[T_FCPROJB].offset, m->dres, a->fch_gelu,
+                         params + d[T_FCPROJW].offset, BT, 4 * C, C);
         /* the bias gradient of fc is summed in the GELU pass */
         zr_op_gelu_bwd(m->dbig, grads + d[T_FCB].offset, a->fch, m->dbig, BT, 4 * C);
-        zr_op_matmul_bwd(m->dln, grads + d[T_FCW].offset, NULL, m->dbig, a->ln2,
+        zr_op_matmul_bwd(m->products, m->dln, grads + d[T_FCW].offset, NULL, m->dbig, a->ln2,
                          params + d[T_FCW].offset, BT, C, 4 * C);
         zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN2W].offset, grads + d[T_LN2B].offset, m->dln,
                                 a->res2, params + d[T_LN2W].offset, a->ln2_mean, a->ln2_rstd, BT,
                                 C);
-        zr_op_matmul_bwd(m->datty, grads + d[T_ATTPROJW].offset, grads + d[T_ATTPROJB].offset,
-                         m->dres, a->atty, params + d[T_ATTPROJW].offset, BT, C, C);
+        zr_op_matmul_bwd(m->products, m->datty, grads + d[T_ATTPROJW].offset,
+                         grads + d[T_ATTPROJB].offset, m->dres, a->atty,
+                         params + d[T_ATTPROJW].offset, BT, C, C);
         zr_op_attention_bwd(m->dbig, m->att_delta, m->datty, a->qkv, a->atty, a->att_lse, B, T, C,
                             NH);
-        zr_op_matmul_bwd(m->dln, grads + d[T_QKVW].offset, grads + d[T_QKVB].offset, m->dbig,
-                         a->ln1, params + d[T_QKVW].offset, BT, C, 3 * C);
+        zr_op_matmul_bwd(m->products, m->dln, grads + d[T_QKVW].offset, grads + d[T_QKVB].offset,
+                         m->dbig, a->ln1, params + d[T_QKVW].offset, BT, C, 3 * C);
         zr_op_layernorm_bwd_acc(m->dres, grads + d[T_LN1W].offset, grads + d[T_LN1B].offset, m->dln,
                                 inp, params + d[T_LN1W].offset, a->ln1_mean, a->ln1_rstd, BT, C);
     } else {

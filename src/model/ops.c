@@ -448,68 +448,21 @@ void zr_op_colsum_acc(float *db, const float *d, int N, int OC)
     zr_parallel_for(col_blocks(OC), col_grain(N), colsum_task, &a);
 }
 
-/*
- * Matrix products: each thread computes a band of rows of C with its own
- * single-threaded cblas_sgemm (OpenBLAS's threads stay at 1), so the
- * summed dimension is blocked the same way whatever the thread count, which
- * OpenBLAS's own threading does not promise (it blocks K differently with
- * more threads). The band edges matter too: OpenBLAS's x86 kernels walk the
- * rows of a row-major C in blocks of 12 (Haswell, Zen) or 24 (SkylakeX)
- * with narrower remainder paths that round differently, so bands are whole
- * multiples of ZR_GEMM_ROWS = 24 rows and every row runs through the same
- * code as in a single call. Each band holds at least ZR_GEMM_GRAIN
- * multiply-adds, which also keeps split products out of the small-matrix
- * kernels (up to 10^6 multiply-adds). test_model checks the bits at 1, 2
- * and 3 threads on whatever machine runs it.
- */
-#define ZR_GEMM_ROWS  24
-#define ZR_GEMM_GRAIN (1 << 22)
-
-typedef struct gemm_args {
-    int ta, tb, M, N, K, lda, ldb, ldc;
-    float beta;
-    const float *A, *B;
-    float *C;
-    const zr_blas *blas;
-} gemm_args;
-
-static void gemm_task(void *arg, size_t b0, size_t b1, int thread)
+void zr_op_matmul_fwd(zr_op_products *p, float *out, const float *inp, const float *w,
+                      const float *bias, int N, int C, int OC)
 {
-    const gemm_args *g = arg;
-    (void)thread;
-    size_t m0 = b0 * ZR_GEMM_ROWS,
-           m1 = b1 * ZR_GEMM_ROWS < (size_t)g->M ? b1 * ZR_GEMM_ROWS : (size_t)g->M;
-    /* row m of op(A) starts at A + m * lda, or at column m of A when transposed */
-    const float *A = g->ta ? g->A + m0 : g->A + m0 * (size_t)g->lda;
-    g->blas->cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
-                         g->tb ? CblasTrans : CblasNoTrans, (int)(m1 - m0), g->N, g->K, 1.0f, A,
-                         g->lda, g->B, g->ldb, g->beta, g->C + m0 * (size_t)g->ldc, g->ldc);
-}
-
-void zr_op_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
-                 int ldb, float beta, float *C, int ldc)
-{
-    gemm_args g = {ta, tb, M, N, K, lda, ldb, ldc, beta, A, B, C, zr_blas_get()};
-    size_t per_band = (size_t)ZR_GEMM_ROWS * (size_t)N * (size_t)K;
-    size_t grain = per_band >= ZR_GEMM_GRAIN ? 1 : zr_div_up(ZR_GEMM_GRAIN, per_band);
-    zr_parallel_for(zr_div_up((size_t)M, ZR_GEMM_ROWS), grain, gemm_task, &g);
-}
-
-void zr_op_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int C,
-                      int OC)
-{
-    zr_op_sgemm(0, 1, N, OC, C, inp, C, w, C, 0.0f, out, OC);
+    zr_op_gemm(p, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, OC);
     if (bias != NULL) {
         bias_args a = {.isa = zr_ops_isa(), .N = N, .OC = OC, .out = out, .bias = bias};
         zr_parallel_for((size_t)N, row_grain((size_t)OC), bias_add_task, &a);
     }
 }
 
-void zr_op_matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                      const float *w, int N, int C, int OC)
+void zr_op_matmul_bwd(zr_op_products *p, float *dinp, float *dw, float *db, const float *dout,
+                      const float *inp, const float *w, int N, int C, int OC)
 {
-    zr_op_sgemm(0, 0, N, C, OC, dout, OC, w, C, 0.0f, dinp, C);
-    zr_op_sgemm(1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
+    zr_op_gemm(p, 0, 0, N, C, OC, dout, OC, w, C, 0.0f, dinp, C);
+    zr_op_gemm(p, 1, 0, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
     if (db != NULL) {
         zr_op_colsum_acc(db, dout, N, OC);
     }

@@ -17,7 +17,10 @@
 #ifndef ZR_MODEL_OPS_H
 #define ZR_MODEL_OPS_H
 
+#include "../base/blas.h"
+
 #include <stddef.h>
+#include <stdint.h>
 
 /*
  * Attention tiles: ZR_ATT_BQ query rows by ZR_ATT_BK keys. The forward's
@@ -68,12 +71,42 @@ void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dou
 void zr_op_sgemm(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
                  int ldb, float beta, float *C, int ldc);
 
-/* out[N, OC] = inp[N, C] @ w[OC, C]^T + bias (bias may be NULL). */
-void zr_op_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int C,
-                      int OC);
+/*
+ * How a model's matrix products run (ops_gemm.c): fp32 (bf16 = 0; no scratch), or
+ * on bf16 inputs with fp32 accumulation and output (oneDNN, src/base/blas.h), with
+ * the scratch that needs: B rounded to bf16 (b_cap elements) and per pool thread a
+ * band of op(A)'s rows (a_per elements each) and oneDNN's state. Zeroed = fp32.
+ */
+typedef struct zr_op_products {
+    int bf16;
+    uint16_t *a, *b;
+    size_t a_per, b_cap;
+    int threads;
+    zr_blas_bf16_ctx *ctx; /* [threads] */
+} zr_op_products;
+
+/* Room for `threads` bands of a_per elements and a B of b_numel (grows only between calls). */
+zr_status zr_op_products_reserve(zr_op_products *p, int threads, size_t a_per, size_t b_numel);
+/* The bf16 scratch's bytes (0 for NULL or fp32). */
+size_t zr_op_products_bytes(const zr_op_products *p);
+void zr_op_products_free(zr_op_products *p);
+/* The A x K operand rows a band of a bf16 product rounds (the scratch per thread: rows x K). */
+#define ZR_GEMM_BF16_ROWS 512
+
+/*
+ * zr_op_sgemm's product under p's mode (p NULL: fp32). bf16: the same bits at any
+ * thread count, beta 0 or 1; the scratch grows to fit a larger product than it was
+ * reserved for.
+ */
+void zr_op_gemm(zr_op_products *p, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc);
+
+/* out[N, OC] = inp[N, C] @ w[OC, C]^T + bias (bias may be NULL); products under p. */
+void zr_op_matmul_fwd(zr_op_products *p, float *out, const float *inp, const float *w,
+                      const float *bias, int N, int C, int OC);
 /* dinp = dout @ w (overwritten); dw += dout^T @ inp; db += column sums (db may be NULL). */
-void zr_op_matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                      const float *w, int N, int C, int OC);
+void zr_op_matmul_bwd(zr_op_products *p, float *dinp, float *dw, float *db, const float *dout,
+                      const float *inp, const float *w, int N, int C, int OC);
 /* db[j] += sum over rows i (in order) of d[i, j]. */
 void zr_op_colsum_acc(float *db, const float *d, int N, int OC);
 

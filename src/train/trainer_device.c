@@ -64,8 +64,8 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
 /*
  * The GPU's compute type: bf16.enabled, as in DeepSpeed, means bf16 weights
  * and activations (fp32 accumulation, fp32 master weights in the engine);
- * false gives the fp32 mode compared with the CPU. The CPU computes in fp32
- * either way (there bf16.enabled sets only the wire).
+ * false gives the fp32 mode compared with the CPU. (On the CPU bf16.enabled
+ * sets the wire and the matrix products' inputs: cpu_products below.)
  */
 static zr_dtype compute_type(const zr_trainer *t)
 {
@@ -154,11 +154,43 @@ static zr_status use_transport(zr_trainer *t)
     return ZR_OK;
 }
 
+/*
+ * bf16.enabled on the CPU: the matrix products on bf16 inputs with fp32
+ * accumulation where every rank's CPU has them (zr_gpt_set_products), fp32
+ * products on every rank otherwise, so that ranks never compute differently.
+ * The wire and the engine are what bf16.enabled makes them either way.
+ */
+static zr_status cpu_products(zr_trainer *t)
+{
+    char why[256];
+    int mine = zr_gpt_set_products(&t->model, t->cfg.bf16_enabled, why, sizeof why);
+    int64_t not_all[2] = {mine < 0, t->cfg.bf16_enabled && mine == 0};
+    ZR_CHECK(zr_comm_allreduce_max_i64(&t->comm, ZR_GROUP_WORLD, not_all, 2));
+    if (mine < 0) {
+        ZR_FAIL(ZR_ERR_NOMEM, "%s", why);
+    }
+    if (not_all[0]) {
+        ZR_FAIL(ZR_ERR_REMOTE, "another rank had no memory for the bf16 products' scratch");
+    }
+    if (not_all[1] && mine == 1) {
+        (void)zr_gpt_set_products(&t->model, 0, why, sizeof why);
+        snprintf(why, sizeof why, "fp32 products: another rank's CPU has no bf16 products");
+    }
+    if (t->cfg.bf16_enabled && !not_all[1]) {
+        zr_trainer_note(t, ZR_LOG_INFO, "bf16.enabled on the CPU: %s; fp32 elsewhere", why);
+    } else if (t->cfg.bf16_enabled) {
+        zr_log_at(ZR_LOG_WARN, __FILE__, __LINE__, "bf16.enabled on the CPU (rank %d): %s", t->rank,
+                  why);
+    }
+    return ZR_OK;
+}
+
 zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
 {
     if (!t->on_gpu) {
-        return zr_comm_agree(
-            &t->comm, zr_gpt_init_ex(&t->model, &t->mcfg, B, T, t->cfg.activation_checkpointing));
+        ZR_CHECK(zr_comm_agree(
+            &t->comm, zr_gpt_init_ex(&t->model, &t->mcfg, B, T, t->cfg.activation_checkpointing)));
+        return cpu_products(t);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, check_gpu_memory(t, B, T)));
     if (t->cfg.activation_checkpointing) {

@@ -15,11 +15,15 @@
 #include "trainer_impl.h"
 
 #include "zr/launch.h"
+#include "zr/pool.h"
+
+#include "../base/blas.h"
 
 #include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -258,6 +262,16 @@ static int proc_number(const char *path, const char *key, double *out)
     return found;
 }
 
+/* Whether this CPU will run bf16.enabled's matrix products in bf16 (zr_gpt_set_products's choice;
+ * where oneDNN then fails to open, the prediction is a little high, never low). */
+static int cpu_bf16_products(void)
+{
+    zr_cpu_features f;
+    char why[160];
+    zr_cpu_features_get(&f);
+    return zr_blas_bf16_choose(&f, getenv("ZR_CPU_BF16"), why, sizeof why);
+}
+
 /*
  * The predicted peak per rank (zr_gpt_engine_predict), printed by rank 0 and
  * checked before the model and the engine allocate anything: against this
@@ -274,6 +288,13 @@ static zr_status check_memory(zr_trainer *t)
     ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
                                    c->activation_checkpointing, &ecfg, &t->comm, &p));
     const double GB = 1e9;
+    if (!t->on_gpu && c->bf16_enabled && cpu_bf16_products()) {
+        /* the products' bf16 scratch (zr_gpt_set_products), counted with the activations */
+        size_t s = zr_gpt_config_products_bytes(&t->mcfg, c->train_micro_batch_size_per_gpu,
+                                                c->seq_len, zr_threads_get());
+        p.activations += s;
+        p.total += s;
+    }
     if (t->on_gpu) {
         /* model state, engine buffers and activations live on the GPU: zr_trainer_init_model
            checks them there; the host holds the program, MPI and the transport's staging */
