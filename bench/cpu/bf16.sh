@@ -54,7 +54,9 @@ for x in top["runs"]:
     x.update(system="zr", rep=int(sys.argv[1]), load1=float(sys.argv[2]),
              products=x.get("products", "fp32"),
              blas_core=top["blas_core"], cpu_features=top["cpu_features"])
-    x.setdefault("products_kernel", "openblas:" + top["blas_core"] if x["products"] == "fp32" else "?")
+    # zr names the bf16 kernel once ("bf16_products"); fp32 runs the OpenBLAS kernels
+    kern = {"fp32": "openblas:" + top["blas_core"], "bf16": top.get("bf16_products", "?")}
+    x.setdefault("products_kernel", kern[x["products"]])
     print(json.dumps(x))
 ' "$r" "$load" >>"$tmp/runs.jsonl"
         echo "bf16.sh: rep $r: torch" >&2
@@ -68,10 +70,10 @@ for line in sys.stdin:
     x.update(rep=int(sys.argv[1]), load1=float(sys.argv[2]))
     print(json.dumps(x))
 ' "$r" "$load" >>"$tmp/runs.jsonl"
+        [ -z "$out" ] || cp "$tmp/runs.jsonl" "$out" # after every rep: a stopped run keeps its reps
         r=$((r + 1))
     done
     echo "bf16.sh: load after $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-    [ -z "$out" ] || cp "$tmp/runs.jsonl" "$out"
     [ -z "$json" ] || cat "$tmp/runs.jsonl"
 }
 
