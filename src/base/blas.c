@@ -313,3 +313,19 @@ int zr_blas_bf16_choose(const zr_cpu_features *f, const char *setting, char *why
              zr_cpu_cap() < ZR_CPU_AVX512 ? " (under ZR_CPU)" : "");
     return 0;
 }
+
+int zr_blas_bf16_here(const char **kernel, char *why, size_t n)
+{
+    zr_cpu_features f;
+    zr_cpu_features_get(&f);
+    *kernel = NULL;
+    if (!zr_blas_bf16_choose(&f, getenv("ZR_CPU_BF16"), why, n)) {
+        return 0;
+    }
+    if (zr_blas_bf16_load(kernel) != ZR_OK) {
+        snprintf(why, n, "fp32 products: %s", zr_error_message());
+        zr_error_clear();
+        return 0;
+    }
+    return 1;
+}

@@ -144,6 +144,13 @@ double zr_blas_sgemm_rate(int n, int reps, int on_cpu);
  * any x86-64). why: the reason, in words. Depends on nothing else.
  */
 int zr_blas_bf16_choose(const zr_cpu_features *f, const char *setting, char *why, size_t n);
+/*
+ * This process's answer: zr_blas_bf16_choose on this CPU's features and ZR_CPU_BF16, then,
+ * where chosen, zr_blas_bf16_load. 1: bf16 products, *kernel the implementation and why
+ * the CPU's reason; 0: fp32, why says why ("fp32 products: " and the loader's words when
+ * the library would not open; the error is cleared). The one place callers decide.
+ */
+int zr_blas_bf16_here(const char **kernel, char *why, size_t n);
 
 /* A calling thread's state for zr_blas_gemm_bf16 (zeroed to start). */
 typedef struct zr_blas_bf16_ctx {

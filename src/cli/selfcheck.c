@@ -43,17 +43,12 @@ static void cpu_line(char *buf, size_t n, int *slow)
     }
     *slow = sgemm < 0.5 * peak;
     /* what bf16.enabled's matrix products run on */
-    zr_cpu_features f;
-    zr_cpu_features_get(&f);
     char why[160], bf16[256];
     const char *kernel = NULL;
-    if (!zr_blas_bf16_choose(&f, getenv("ZR_CPU_BF16"), why, sizeof why)) {
-        snprintf(bf16, sizeof bf16, "%s", why);
-    } else if (zr_blas_bf16_load(&kernel) != ZR_OK) {
-        snprintf(bf16, sizeof bf16, "fp32 products: %s", zr_error_message());
-        zr_error_clear();
-    } else {
+    if (zr_blas_bf16_here(&kernel, why, sizeof why)) {
         snprintf(bf16, sizeof bf16, "%s (%s)", kernel, why);
+    } else {
+        snprintf(bf16, sizeof bf16, "%s", why);
     }
     snprintf(buf, n,
              "cores %d, BLAS %s kernels (%s); sgemm %.1f GFLOP/s = %.2f of the core's FMA "

@@ -26,7 +26,6 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* ---- configuration and layout ------------------------------------------- */
@@ -326,19 +325,12 @@ int zr_gpt_set_products(zr_gpt *m, int bf16, char *why, size_t n)
     zr_op_products_free(m->products);
     zr_free(m->products);
     m->products = NULL;
-    zr_cpu_features f;
-    zr_cpu_features_get(&f);
     const char *kernel = NULL;
     if (!bf16) {
         snprintf(why, n, "fp32 products (OpenBLAS %s)", zr_blas_get()->core);
         return 0;
     }
-    if (!zr_blas_bf16_choose(&f, getenv("ZR_CPU_BF16"), why, n)) {
-        return 0;
-    }
-    if (zr_blas_bf16_load(&kernel) != ZR_OK) {
-        snprintf(why, n, "fp32 products: %s", zr_error_message());
-        zr_error_clear();
+    if (!zr_blas_bf16_here(&kernel, why, n)) {
         return 0;
     }
     size_t a_per, b;

@@ -23,7 +23,6 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -262,14 +261,13 @@ static int proc_number(const char *path, const char *key, double *out)
     return found;
 }
 
-/* Whether this CPU will run bf16.enabled's matrix products in bf16 (zr_gpt_set_products's choice;
- * where oneDNN then fails to open, the prediction is a little high, never low). */
+/* Whether this process will run bf16.enabled's matrix products in bf16 (zr_gpt_set_products's
+ * choice, the library opened: it is, right after, for the model). */
 static int cpu_bf16_products(void)
 {
-    zr_cpu_features f;
+    const char *kernel;
     char why[160];
-    zr_cpu_features_get(&f);
-    return zr_blas_bf16_choose(&f, getenv("ZR_CPU_BF16"), why, sizeof why);
+    return zr_blas_bf16_here(&kernel, why, sizeof why);
 }
 
 /*
