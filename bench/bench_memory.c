@@ -107,13 +107,14 @@ static zr_status run(zr_comm *c, const opts *o, const zr_gpt_config *cfg, result
     ZR_CHECK_GOTO(zr_comm_agree(c, st), st, done);
     tg = in + BT;
     ZR_CHECK_GOTO(zr_engine_init(&e, c, &ec, sp.nunits, sp.units), st, done);
-    ZR_CHECK_GOTO(zr_comm_agree(c, zr_gpt_engine_init_params(&e, &m, 1)), st, done);
+    ZR_CHECK_GOTO(zr_comm_agree(c, zr_gpt_engine_init_params(&e, &m.cfg, 1)), st, done);
     zr_memory mem = zr_engine_memory(&e);
     out->state = mem.optim + mem.grads + mem.params + mem.secondary;
     out->acts = zr_gpt_activation_bytes(&m);
     zr_gpt_memory_prediction pr;
     ZR_CHECK_GOTO(zr_gpt_engine_predict(cfg, o->B, o->T, o->recompute, &ec, c, &pr), st, done);
     out->predicted = pr.total;
+    zr_gpt_run run = zr_gpt_run_host(&m);
     uint64_t seed = 0x9e3779b97f4a7c15ull ^ (uint64_t)(R + 1);
     double t_sum = 0;
     for (int s = 0; s < o->steps; s++) {
@@ -124,7 +125,7 @@ static zr_status run(zr_comm *c, const opts *o, const zr_gpt_config *cfg, result
         double t0 = zr_now();
         float loss;
         zr_step_stats sst;
-        ZR_CHECK_GOTO(zr_gpt_engine_micro(&m, &e, in, tg, &loss), st, done);
+        ZR_CHECK_GOTO(zr_gpt_engine_micro(&run, &e, in, tg, &loss), st, done);
         ZR_CHECK_GOTO(zr_engine_step(&e, 1e-4f, &sst), st, done);
         t_sum += zr_now() - t0;
     }

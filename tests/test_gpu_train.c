@@ -122,14 +122,15 @@ static void note_memory(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
     zr_memory m = zr_trainer_memory(t);
-    zr_engine_config ecfg = zr_config_engine(c, t->on_gpu);
+    zr_engine_config ecfg = t->ecfg;
     zr_gpt_memory_prediction p;
     TEST_OK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len, 0, &ecfg,
                                   &t->comm, &p));
     last_mem.peak = (double)zr_mem_device_peak();
     last_mem.predicted = (double)t->gpu_predicted;
-    last_mem.model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, c->train_micro_batch_size_per_gpu,
-                                                     c->seq_len, t->gpu.model.type, &ecfg);
+    zr_gpt_shape sh = {c->train_micro_batch_size_per_gpu, c->seq_len, 0,
+                       c->bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32};
+    last_mem.model = (double)zr_gpt_cuda_engine_bytes(&t->mcfg, &sh, &ecfg);
     last_mem.state = (double)(m.params + m.grads + m.optim + m.secondary);
     last_mem.pool_peak = (double)m.pool_peak;
     last_mem.formula = (double)p.state;
@@ -139,7 +140,7 @@ static void note_memory(zr_trainer *t)
         last_mem.padded += (double)zr_engine_padded(&t->engine, u);
     }
     last_mem.acts = (double)zr_gpt_cuda_activation_bytes(
-        &t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len, t->gpu.model.type);
+        &t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len, sh.compute);
 }
 
 /* Losses no step has written: a run that fails compares as NaN, not as stack garbage. */
@@ -159,7 +160,7 @@ static zr_status run(const zr_train_config *c, int resume, float *losses, int *o
         st = zr_trainer_resume(&t);
     }
     if (st == ZR_OK && on_gpu != NULL) {
-        *on_gpu = t.on_gpu;
+        *on_gpu = t.device.kind == ZR_DEVICE_CUDA;
     }
     while (st == ZR_OK && !zr_trainer_done(&t)) {
         zr_step_record rec;
@@ -176,7 +177,7 @@ static zr_status run(const zr_train_config *c, int resume, float *losses, int *o
     if (st == ZR_OK) {
         st = zr_trainer_finish(&t, &sum);
     }
-    if (st == ZR_OK && t.on_gpu) {
+    if (st == ZR_OK && t.device.kind == ZR_DEVICE_CUDA) {
         note_memory(&t);
         snprintf(last_transport, sizeof last_transport, "%s", t.comm.transport->name);
     }

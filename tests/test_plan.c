@@ -797,10 +797,9 @@ static void test_gpu_probe(void)
     if (r.n > 0) {
         const zr_plan_entry *best = &r.entries[0];
         zr_gpt_config m = {c.max_seq_len, 256, 256, c.layers, c.heads, c.channels};
-        zr_engine_config ecfg = zr_config_engine(&c, 1);
-        TEST_CHECKF(best->cost.mem.activations ==
-                        zr_gpt_gpu_device_bytes(&m, best->choice.micro_batch, c.seq_len,
-                                                ZR_DTYPE_F32, &ecfg),
+        zr_engine_config ecfg = zr_config_engine(&c, ZR_DTYPE_BF16);
+        zr_gpt_shape sh = {best->choice.micro_batch, c.seq_len, 0, ZR_DTYPE_F32};
+        TEST_CHECKF(best->cost.mem.activations == zr_gpt_cuda_engine_bytes(&m, &sh, &ecfg),
                     "plan's activations %zu", best->cost.mem.activations);
         TEST_CHECK(best->cost.tokens_per_s > 0);
     }

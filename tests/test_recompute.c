@@ -104,14 +104,15 @@ static uint32_t engine_run(int recompute, int hpz, uint32_t *loss_crc)
     TEST_OK(zr_gpt_init_ex(&m, &CFG, B, T, recompute));
     TEST_OK(zr_gpt_specs_init(&sp, &CFG));
     TEST_OK(zr_engine_init(&e, &comm, &cfg, sp.nunits, sp.units));
-    TEST_OK(zr_gpt_engine_init_params(&e, &m, 5));
+    TEST_OK(zr_gpt_engine_init_params(&e, &m.cfg, 5));
+    zr_gpt_run run = zr_gpt_run_host(&m);
     int in[B * T], tg[B * T];
     *loss_crc = 0;
     for (int s = 0; s < 3; s++) {
         for (int k = 0; k < 2; k++) {
             batch(1000 + (uint64_t)(s * 2 + k) * 31 + (uint64_t)R, in, tg);
             float loss;
-            TEST_OK(zr_gpt_engine_micro(&m, &e, in, tg, &loss));
+            TEST_OK(zr_gpt_engine_micro(&run, &e, in, tg, &loss));
             *loss_crc = zr_crc32c(*loss_crc, &loss, sizeof loss);
         }
         zr_step_stats st;
@@ -119,7 +120,7 @@ static uint32_t engine_run(int recompute, int hpz, uint32_t *loss_crc)
         /* evaluation in between must not disturb the recomputation state */
         batch(5000 + (uint64_t)s, in, tg);
         float vloss;
-        TEST_OK(zr_gpt_engine_eval(&m, &e, in, tg, &vloss));
+        TEST_OK(zr_gpt_engine_eval(&run, &e, in, tg, &vloss));
         *loss_crc = zr_crc32c(*loss_crc, &vloss, sizeof vloss);
     }
     uint32_t crc = 0;

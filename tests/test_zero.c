@@ -164,7 +164,7 @@ static void engine_up(zr_engine *e, zr_gpt *m, zr_gpt_specs *sp, const zr_engine
     TEST_OK(zr_gpt_init(m, &TINY, B, T));
     TEST_OK(zr_gpt_specs_init(sp, &TINY));
     TEST_OK(zr_engine_init(e, &comm, cfg, sp->nunits, sp->units));
-    TEST_OK(zr_gpt_engine_init_params(e, m, seed));
+    TEST_OK(zr_gpt_engine_init_params(e, &m->cfg, seed));
 }
 
 static void engine_down(zr_engine *e, zr_gpt *m, zr_gpt_specs *sp)
@@ -329,7 +329,8 @@ static float engine_micro(zr_engine *e, zr_gpt *m, const int *in, const int *tg)
     tg += (size_t)R * B * T;
     if (zr_engine_param_type(&e->cfg) == ZR_DTYPE_F32 &&
         zr_engine_grad_type(&e->cfg) == ZR_DTYPE_F32) {
-        TEST_OK(zr_gpt_engine_micro(m, e, in, tg, &local));
+        zr_gpt_run run = zr_gpt_run_host(m);
+        TEST_OK(zr_gpt_engine_micro(&run, e, in, tg, &local));
     } else {
         bm_model.storage = zr_engine_grad_type(&e->cfg);
         local = bm_micro(&bm_model, m, e, in, tg);
@@ -510,6 +511,7 @@ static void test_eval_boundary(void)
     zr_gpt_specs s1, s2;
     engine_up(&e1, &m1, &s1, &c, 11);
     engine_up(&e2, &m2, &s2, &c, 11);
+    zr_gpt_run run1 = zr_gpt_run_host(&m1);
     int *in = malloc(sizeof(int) * W * B * T), *tg = malloc(sizeof(int) * W * B * T);
     int same = 1;
     zr_step_stats st;
@@ -517,7 +519,7 @@ static void test_eval_boundary(void)
         global_batch(s, in, tg);
         if (s % 2 == 1) {
             float vloss = NAN;
-            TEST_OK(zr_gpt_engine_eval(&m1, &e1, in + (size_t)R * B * T, tg + (size_t)R * B * T,
+            TEST_OK(zr_gpt_engine_eval(&run1, &e1, in + (size_t)R * B * T, tg + (size_t)R * B * T,
                                        &vloss));
             TEST_CHECK(isfinite(vloss));
         }
@@ -594,13 +596,14 @@ static uint32_t accum_run(const zr_engine_config *cfg, uint32_t *loss_bits, size
     zr_gpt m;
     zr_gpt_specs sp;
     engine_up(&e, &m, &sp, cfg, 9);
+    zr_gpt_run run = zr_gpt_run_host(&m);
     int *in = malloc(sizeof(int) * W * B * T), *tg = malloc(sizeof(int) * W * B * T);
     *loss_bits = 0;
     for (int s = 0; s < 4; s++) {
         for (int k = 0; k < 2; k++) {
             global_batch(100 + 2 * s + k, in, tg);
             float local;
-            TEST_OK(zr_gpt_engine_micro(&m, &e, in + (size_t)R * B * T, tg + (size_t)R * B * T,
+            TEST_OK(zr_gpt_engine_micro(&run, &e, in + (size_t)R * B * T, tg + (size_t)R * B * T,
                                         &local));
             uint32_t b;
             memcpy(&b, &local, sizeof b);
@@ -1109,11 +1112,12 @@ static void test_bad_config(void)
     cfg.work_type = ZR_DTYPE_BF16;
     zr_gpt m;
     engine_up(&e, &m, &sp, &cfg, 3);
+    zr_gpt_run run = zr_gpt_run_host(&m);
     int *in = calloc((size_t)B * T, sizeof(int)), *tg = calloc((size_t)B * T, sizeof(int));
     float loss;
-    TEST_FAILS(zr_gpt_engine_micro(&m, &e, in, tg, &loss), ZR_ERR_INVALID,
+    TEST_FAILS(zr_gpt_engine_micro(&run, &e, in, tg, &loss), ZR_ERR_INVALID,
                "bf16 parameters and bf16 gradients");
-    TEST_FAILS(zr_gpt_engine_eval(&m, &e, in, tg, &loss), ZR_ERR_INVALID, "computes in fp32");
+    TEST_FAILS(zr_gpt_engine_eval(&run, &e, in, tg, &loss), ZR_ERR_INVALID, "computes in fp32");
     free(in);
     free(tg);
     engine_down(&e, &m, &sp);

@@ -43,14 +43,15 @@ static result train(int qwz, int hpz, int qgz)
     TEST_OK(zr_gpt_init(&m, &cfg, B, T));
     TEST_OK(zr_gpt_specs_init(&sp, &cfg));
     TEST_OK(zr_engine_init(&e, &comm, &ec, sp.nunits, sp.units));
-    TEST_OK(zr_gpt_engine_init_params(&e, &m, 1337));
+    TEST_OK(zr_gpt_engine_init_params(&e, &m.cfg, 1337));
+    zr_gpt_run run = zr_gpt_run_host(&m);
     TEST_OK(zr_loader_init(&ld, &data, ZR_SPLIT_TRAIN, B, T, R, W));
     int *in = malloc(sizeof(int) * B * T), *tg = malloc(sizeof(int) * B * T);
     double tail = 0, inter = 0, intra = 0;
     for (int s = 0; s < STEPS; s++) {
         float local;
         zr_loader_next(&ld, in, tg);
-        TEST_OK(zr_gpt_engine_micro(&m, &e, in, tg, &local));
+        TEST_OK(zr_gpt_engine_micro(&run, &e, in, tg, &local));
         zr_step_stats st;
         float lr = s < 20 ? 2e-3f * (s + 1) / 20 : 2e-3f;
         TEST_OK(zr_engine_step(&e, lr, &st));

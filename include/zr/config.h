@@ -182,13 +182,14 @@ zr_status zr_config_adopt_model(zr_train_config *c, const struct zr_gpt_config *
 /*
  * The engine settings a finalized configuration asks for (stage, wire type,
  * ZeRO++ switches and their quantization, buckets, AdamW, clipping, working
- * type) on GPUs (gpu = 1) or on the CPU; the trainer runs with them and the
- * planner costs them. bf16.enabled on GPUs gives bf16 working parameters and
- * gradients (the model computes in bf16 on them, as DeepSpeed does); on the
- * CPU the working type is fp32 either way (the model rounds its matrix
- * products' inputs to bf16 itself where the CPU has bf16 products).
+ * type); the trainer runs with them and the planner costs them. bf16_work is
+ * the working type bf16.enabled gives on the device the model computes on
+ * (zr_gpt_backend_i.bf16_work_type): bf16 on GPUs (bf16 working parameters
+ * and gradients, the model computing in bf16 on them, as DeepSpeed does);
+ * fp32 on the CPU (the model rounds its matrix products' inputs to bf16
+ * itself where the CPU has bf16 products).
  */
-zr_engine_config zr_config_engine(const zr_train_config *c, int gpu);
+zr_engine_config zr_config_engine(const zr_train_config *c, zr_dtype bf16_work);
 
 /* --help: every key with its type, default and meaning, grouped by section. */
 void zr_config_print_help(FILE *f);

@@ -36,20 +36,98 @@ zr_status zr_gpt_specs_init(zr_gpt_specs *s, const zr_gpt_config *cfg);
 void zr_gpt_specs_free(zr_gpt_specs *s);
 
 /* GPT-2 initialisation of every unit from seed (identical on every rank, no communication). */
-zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt *m, uint64_t seed);
+zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt_config *cfg, uint64_t seed);
 
 /*
- * Parameters from an llm.c model file of m's shape (zr train --init), read
+ * Parameters from an llm.c model file of shape cfg (zr train --init), read
  * one unit at a time so that no rank ever holds the whole model.
  */
-zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt *m, const char *path);
+zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt_config *cfg, const char *path);
+
+/* ---- the GPT on a backend --------------------------------------------------------- */
+
+/*
+ * What computes the GPT's units on one kind of device, as a table in the
+ * manner of ggml's ggml_backend_i: one instance per device kind, found by
+ * zr_gpt_backend_of. The CPU's (gpt_backend_cpu.c) is the host model
+ * (zr/model.h) in fp32 on fp32 engine buffers; the CUDA one
+ * (gpt_backend_cuda.c) is the device model (zr/model_cuda.h) on an engine
+ * whose state is on the same GPU, registered only where CUDA is built
+ * (gpt_engine.c's list is the one place). Members marked optional may be
+ * NULL. The schedule (zr_gpt_engine_micro) calls the unit members in order
+ * on the engine's buffers, of the engine's types; a backend that queues
+ * work (a stream) has run it once the engine has synchronised.
+ *
+ * A new backend is a file with one such table, its line in gpt_engine.c's
+ * list, and its rows in tests/test_backend_ops.c's operator list.
+ */
+typedef struct zr_gpt_shape {
+    int B, T;         /* micro-batch x sequence length */
+    int recompute;    /* activation checkpointing (zr.model.activation_checkpointing) */
+    zr_dtype compute; /* fp32, or bf16 (bf16.enabled: bf16 weights and activations on a GPU) */
+} zr_gpt_shape;
+
+typedef struct zr_gpt_backend_i {
+    const char *name; /* "cpu", "cuda": the instance's name, in messages */
+    /* The engine's working type for bf16.enabled: fp32 on the CPU (bf16 there is the products'
+       inputs), bf16 on a GPU (zr_config_engine). */
+    zr_dtype bf16_work_type;
+    /* Optional: whether the shape fits the backend's kernels at all (NULL: any); a message
+       naming the keys otherwise. */
+    zr_status (*check_shape)(const zr_gpt_config *cfg, const zr_gpt_shape *s);
+    /* Bytes the model allocates for shape s on engines of configuration ecfg (activations, unit
+       buffers), and whether they and the engine's state live in device memory (1) or in the
+       host's (0): what the trainer checks against which memory before allocating. */
+    size_t (*model_bytes)(const zr_gpt_config *cfg, const zr_gpt_shape *s,
+                          const zr_engine_config *ecfg);
+    int device_memory;
+    zr_status (*init)(void **model, const zr_device *dev, const zr_gpt_config *cfg,
+                      const zr_gpt_shape *s, const zr_engine_config *ecfg);
+    void (*free)(void *model);
+    /* Optional: the stream the model queues its work on (NULL: it computes at once). */
+    zr_stream *(*stream)(void *model);
+    /* Optional: matrix products on bf16 inputs (zr_gpt_set_products' result and message). */
+    int (*set_products)(void *model, int bf16, char *why, size_t n);
+    /* The engine's buffers must be where, and of the types, the model computes on. */
+    zr_status (*check_engine)(void *model, const zr_engine *e);
+    zr_status (*forward_begin)(void *model, const int *inputs, const int *targets);
+    /* Unit u's forward on its parameters p (the last unit: and unit 0's, p0). */
+    zr_status (*forward_unit)(void *model, int u, const void *p, const void *p0);
+    /* The mean loss of the last forward (a backend that queues work waits for it). */
+    zr_status (*loss)(void *model, float *loss);
+    zr_status (*backward_begin)(void *model);
+    /* Unit u's backward, accumulating into g (the last unit: and unit 0's g0). */
+    zr_status (*backward_unit)(void *model, int u, const void *p, const void *p0, void *g,
+                               void *g0);
+} zr_gpt_backend_i;
+
+/* The backend of a device kind; ZR_ERR_DEVICE naming it where this build has none. */
+zr_status zr_gpt_backend_of(zr_device_kind kind, const zr_gpt_backend_i **out);
+
+/* The GPT on one backend: what the schedule, the trainer and the planner hold. */
+typedef struct zr_gpt_run {
+    const zr_gpt_backend_i *be;
+    void *model;
+    int owned; /* zr_gpt_run_init made the model (zr_gpt_run_free frees it) */
+} zr_gpt_run;
+
+/* The GPT of shape cfg x s on dev, for engines of configuration ecfg. */
+zr_status zr_gpt_run_init(zr_gpt_run *r, const zr_device *dev, const zr_gpt_config *cfg,
+                          const zr_gpt_shape *s, const zr_engine_config *ecfg);
+/* A run over a host model the caller holds and frees (tests, benchmarks, the planner). */
+zr_gpt_run zr_gpt_run_host(zr_gpt *m);
+/* Safe on a zeroed struct and after a failed init. */
+void zr_gpt_run_free(zr_gpt_run *r);
+/* The stream r's model queues its work on; NULL where it computes at once. */
+zr_stream *zr_gpt_run_stream(const zr_gpt_run *r);
 
 /*
  * One micro-batch (B x T tokens of this rank): forward, backward, gradient
  * reductions started. *loss = this rank's mean loss. Call zr_engine_step
- * after the last micro-batch of a step.
+ * after the last micro-batch of a step. e must hold its buffers where r's
+ * model computes, of the types it computes on (ZR_ERR_INVALID otherwise).
  */
-zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+zr_status zr_gpt_engine_micro(zr_gpt_run *r, zr_engine *e, const int *inputs, const int *targets,
                               float *loss);
 
 /*
@@ -80,67 +158,14 @@ zr_status zr_gpt_engine_predict(const zr_gpt_config *cfg, int B, int T, int reco
                                 zr_gpt_memory_prediction *out);
 
 /* Forward only (evaluation): *loss = this rank's mean loss. */
-zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+zr_status zr_gpt_engine_eval(zr_gpt_run *r, zr_engine *e, const int *inputs, const int *targets,
                              float *loss);
 
-/* ---- the GPT on a GPU (gpt_engine_gpu.c) ------------------------------------------- */
-
 /*
- * The device model (zr/model_cuda.h) driven by an engine whose state is on
- * the same GPU (zr_engine_init over a communicator with a device transport
- * that follows this struct's stream: zr/zero.h, "Where the state lives"),
- * in compute type fp32 (TF32 off: the mode compared with the CPU) or bf16
- * (bf16 weights and activations, fp32 accumulation). The engine keeps the
- * fp32 master weights and optimizer shards, runs the collectives, AdamW and
- * clipping, all in device memory, and hands out working buffers of its
- * types (zr_engine_param_type, zr_engine_grad_type). Where a buffer is of
- * the compute type (fp32 everywhere in fp32; in bf16 with a bf16 engine,
- * zr_engine_config.work_type, the gathered units and the stage 1-2 working
- * copy, and the gradients of stages 2-3) the model computes on it directly
- * and its backward accumulates into it. Where it is not (bf16 compute on
- * stage 0's fp32 master and stage 0-1's fp32 gradients, or on an fp32
- * engine), the unit goes through one of three bf16 unit buffers of each
- * kind (unit 0, a block, the last unit: the schedule holds at most those at
- * once, the tied LM head reading unit 0 while the last unit runs): its
- * parameters cast in, its backward into a zeroed one added to the engine's
- * fp32 gradients. The loss is computed on the device and read through the
- * model's control buffer. Checkpoints are the CPU path's files: either
- * resumes the other.
+ * The CUDA backend's model bytes (zr_gpt_backend_i.model_bytes), in every
+ * build: the planner sizes a GPU run from a probe file on any machine.
  */
-typedef struct zr_gpt_gpu {
-    zr_gpt_cuda model;
-    zr_device dev;
-    zr_stream *stream; /* owned; the model's kernels, the engine's and the collectives' */
-    zr_dtype param_type, grad_type; /* the engine's buffers it was made for */
-    void *p[3], *g[3]; /* bf16 unit buffers where the engine's are fp32 (NULL otherwise):
-                          unit 0, a block, the last unit */
-    size_t numel[3];   /* elements of the slot's units */
-} zr_gpt_gpu;
-
-/*
- * Device bytes zr_gpt_gpu_init allocates for this shape, compute type and
- * engine configuration (activations, the unit buffers it needs).
- */
-size_t zr_gpt_gpu_device_bytes(const zr_gpt_config *cfg, int B, int T, zr_dtype type,
-                               const zr_engine_config *ecfg);
-/*
- * On dev (a CUDA device: zr_device_open_for_rank) for B x T tokens; type F32
- * or BF16; for engines of configuration ecfg's buffer types (fp32 compute
- * needs fp32 ones: ZR_ERR_INVALID otherwise).
- */
-zr_status zr_gpt_gpu_init(zr_gpt_gpu *g, const zr_device *dev, const zr_gpt_config *cfg, int B,
-                          int T, zr_dtype type, const zr_engine_config *ecfg);
-/* Safe on a zeroed struct and after a failed init. */
-void zr_gpt_gpu_free(zr_gpt_gpu *g);
-
-/*
- * zr_gpt_engine_micro and zr_gpt_engine_eval on the GPU: the same schedule and
- * the same calls; e must be an engine on g's GPU with the buffer types g was
- * made for (ZR_ERR_INVALID otherwise).
- */
-zr_status zr_gpt_engine_micro_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
-                                  const int *targets, float *loss);
-zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs, const int *targets,
-                                 float *loss);
+size_t zr_gpt_cuda_engine_bytes(const zr_gpt_config *cfg, const zr_gpt_shape *s,
+                                const zr_engine_config *ecfg);
 
 #endif /* ZR_GPT_ENGINE_H */

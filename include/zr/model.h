@@ -181,6 +181,8 @@ int zr_gpt_unit_tensors(const zr_gpt *m, int u, const zr_tensor_desc **out);
  * rank initialises its units identically without communication.
  */
 void zr_gpt_unit_init_params(const zr_gpt *m, int u, float *params, uint64_t seed);
+/* The same from the configuration alone (no model allocated). */
+void zr_gpt_config_unit_init(const zr_gpt_config *cfg, int u, float *params, uint64_t seed);
 
 /*
  * Start a forward pass on B*T tokens (copied). targets may be NULL: then no

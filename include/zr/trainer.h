@@ -75,12 +75,12 @@ typedef struct zr_trainer {
     zr_dataset data;
     zr_loader train, val;
     zr_gpt_config mcfg;
-    zr_gpt model;     /* on a GPU: a one-token model, for its unit table only */
-    zr_device device; /* where the model computes (zr.device) */
-    int on_gpu;
-    zr_gpt_gpu gpu; /* on a GPU: the device model */
-    /* on a GPU: the predicted peak bytes of device memory per rank (model state, engine
-       buffers, activations), checked at start-up against the GPU's free memory */
+    zr_device device;           /* where the model computes (zr.device) */
+    const zr_gpt_backend_i *be; /* the GPT's backend for it */
+    zr_gpt_shape shape;         /* the micro-batch it computes */
+    zr_gpt_run run;             /* the model on it */
+    /* in device memory (be->device_memory): the predicted peak bytes per rank there (model
+       state, engine buffers, activations), checked at start-up against its free memory */
     size_t gpu_predicted;
     zr_gpt_specs specs;
     /* the engine's settings from cfg for this device (zr_config_engine), computed once in

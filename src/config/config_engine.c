@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-zr_engine_config zr_config_engine(const zr_train_config *c, int gpu)
+zr_engine_config zr_config_engine(const zr_train_config *c, zr_dtype bf16_work)
 {
     zr_engine_config e = zr_engine_config_default();
     e.stage = c->stage;
@@ -33,6 +33,6 @@ zr_engine_config zr_config_engine(const zr_train_config *c, int gpu)
     e.eps = (float)c->eps;
     e.weight_decay = (float)c->weight_decay;
     e.grad_clip = (float)c->gradient_clipping;
-    e.work_type = gpu && c->bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
+    e.work_type = c->bf16_enabled ? bf16_work : ZR_DTYPE_F32;
     return e;
 }

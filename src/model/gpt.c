@@ -411,9 +411,14 @@ static void fill_normal(float *x, size_t n, double std, uint64_t *s)
 
 void zr_gpt_unit_init_params(const zr_gpt *m, int u, float *params, uint64_t seed)
 {
-    const zr_tensor_desc *d;
-    int n = zr_gpt_unit_tensors(m, u, &d);
-    const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * m->cfg.layers);
+    zr_gpt_config_unit_init(&m->cfg, u, params, seed);
+}
+
+void zr_gpt_config_unit_init(const zr_gpt_config *cfg, int u, float *params, uint64_t seed)
+{
+    zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
+    int n = zr_gpt_config_unit_tensors(cfg, u, d);
+    const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->layers);
     for (int i = 0; i < n; i++) {
         /* one stream per (seed, unit, tensor): independent of any other unit */
         uint64_t s = seed ^ 0x5a5a5a5a5a5a5a5aull;
@@ -424,7 +429,7 @@ void zr_gpt_unit_init_params(const zr_gpt *m, int u, float *params, uint64_t see
             int proj = strcmp(name, "attprojw") == 0 || strcmp(name, "fcprojw") == 0;
             size_t numel = d[i].numel;
             if (u == 0 && i == 0) {
-                numel = (size_t)m->cfg.vocab * m->cfg.channels; /* padded rows stay 0 */
+                numel = (size_t)cfg->vocab * cfg->channels; /* padded rows stay 0 */
                 memset(p + numel, 0, (d[i].numel - numel) * sizeof *p);
             }
             fill_normal(p, numel, proj ? proj_std : std, &s);

@@ -14,7 +14,7 @@
  */
 #include "zr/gpt_engine.h"
 
-#include "gpt_gpu_impl.h"
+#include "gpt_backend_impl.h"
 
 #include <string.h>
 
@@ -67,14 +67,14 @@ zr_status zr_gpt_engine_predict(const zr_gpt_config *cfg, int B, int T, int reco
     return ZR_OK;
 }
 
-zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt *m, uint64_t seed)
+zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt_config *cfg, uint64_t seed)
 {
-    int n = zr_gpt_unit_count(m);
+    int n = zr_gpt_config_unit_count(cfg);
     ZR_ASSERT(n == e->nunits);
     for (int u = 0; u < n; u++) {
         float *full;
-        ZR_ALLOC(full, zr_gpt_unit_numel(m, u));
-        zr_gpt_unit_init_params(m, u, full, seed);
+        ZR_ALLOC(full, zr_gpt_config_unit_numel(cfg, u));
+        zr_gpt_config_unit_init(cfg, u, full, seed);
         zr_status st = zr_engine_set_params(e, u, full);
         zr_free(full);
         ZR_CHECK(st);
@@ -82,109 +82,143 @@ zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt *m, uint64_t seed
     return ZR_OK;
 }
 
-/*
- * What computes the units: the CPU model, the GPU model, or neither (a dry
- * walk, each unit's computation reported to the engine instead).
- */
-typedef struct runner {
-    zr_gpt *cpu;
-    zr_gpt_gpu *gpu;
-} runner;
-
-static int is_dry(const runner *r)
-{
-    return r->cpu == NULL && r->gpu == NULL;
-}
+/* ---- the backends ----------------------------------------------------------------- */
 
 /*
- * Unit u's forward: the model's, or (a dry walk) its report. p and p0 are the
- * engine's buffers, of zr_engine_param_type (the CPU model's are fp32:
- * check_cpu_engine).
+ * The build's backends of the GPT, by device kind: the one place that knows
+ * which exist. The CUDA backend's file is compiled in every build (the
+ * planner sizes GPU runs anywhere) but registered only where CUDA is.
  */
-static zr_status fwd(const runner *r, zr_engine *e, int u, const void *p, const void *p0)
+static const zr_gpt_backend_i *const backends[] = {
+    [ZR_DEVICE_CPU] = &zr_gpt_backend_cpu,
+#if ZR_CUDA
+    [ZR_DEVICE_CUDA] = &zr_gpt_backend_cuda,
+#endif
+};
+
+zr_status zr_gpt_backend_of(zr_device_kind kind, const zr_gpt_backend_i **out)
 {
-    if (r->gpu != NULL) {
-        return zr_gpt_gpu_forward_unit(r->gpu, u, p, p0);
+    size_t k = (size_t)kind;
+    *out = k < sizeof backends / sizeof *backends ? backends[k] : NULL;
+    if (*out == NULL) {
+        ZR_FAIL(ZR_ERR_DEVICE,
+                "the GPT has no backend for device kind %d in this build: zr was built without "
+                "CUDA (make CUDA=0, or no nvcc at build time)",
+                (int)kind);
     }
-    if (r->cpu != NULL) {
-        return zr_gpt_forward_unit(r->cpu, u, p, p0);
-    }
-    zr_engine_note_compute(e, u, ZR_PHASE_FORWARD);
     return ZR_OK;
 }
 
-static zr_status bwd(const runner *r, zr_engine *e, int u, const void *p, const void *p0, void *g,
-                     void *g0)
+zr_status zr_gpt_run_init(zr_gpt_run *r, const zr_device *dev, const zr_gpt_config *cfg,
+                          const zr_gpt_shape *s, const zr_engine_config *ecfg)
 {
-    if (r->gpu != NULL) {
-        return zr_gpt_gpu_backward_unit(r->gpu, u, p, p0, g, g0);
+    memset(r, 0, sizeof *r);
+    const zr_gpt_backend_i *be;
+    ZR_CHECK(zr_gpt_backend_of(dev->kind, &be));
+    if (be->check_shape != NULL) {
+        ZR_CHECK(be->check_shape(cfg, s));
     }
-    if (r->cpu != NULL) {
-        return zr_gpt_backward_unit(r->cpu, u, p, p0, g, g0);
-    }
-    zr_engine_note_compute(e, u, ZR_PHASE_BACKWARD);
+    ZR_CHECK(be->init(&r->model, dev, cfg, s, ecfg));
+    r->be = be;
+    r->owned = 1;
     return ZR_OK;
 }
 
-static zr_status loss_of(const runner *r, float *loss)
+zr_gpt_run zr_gpt_run_host(zr_gpt *m)
 {
-    if (r->gpu != NULL) {
-        return zr_gpt_gpu_loss(r->gpu, loss);
+    return (zr_gpt_run){&zr_gpt_backend_cpu, m, 0};
+}
+
+void zr_gpt_run_free(zr_gpt_run *r)
+{
+    if (r == NULL || r->be == NULL) {
+        return;
     }
-    *loss = zr_gpt_loss(r->cpu);
+    if (r->owned) {
+        r->be->free(r->model);
+    }
+    memset(r, 0, sizeof *r);
+}
+
+zr_stream *zr_gpt_run_stream(const zr_gpt_run *r)
+{
+    return r->be->stream != NULL ? r->be->stream(r->model) : NULL;
+}
+
+/* ---- the schedule ------------------------------------------------------------------ */
+
+/*
+ * A dry walk's backend: no model; each unit's computation reported to the
+ * engine (its model pointer) in its place.
+ */
+static zr_status dry_fwd(void *model, int u, const void *p, const void *p0)
+{
+    zr_engine_note_compute(model, u, ZR_PHASE_FORWARD);
     return ZR_OK;
 }
+
+static zr_status dry_bwd(void *model, int u, const void *p, const void *p0, void *g, void *g0)
+{
+    zr_engine_note_compute(model, u, ZR_PHASE_BACKWARD);
+    return ZR_OK;
+}
+
+static zr_status dry_nothing(void *model)
+{
+    return ZR_OK;
+}
+
+static zr_status dry_begin(void *model, const int *inputs, const int *targets)
+{
+    return ZR_OK;
+}
+
+static const zr_gpt_backend_i dry = {
+    .name = "dry walk",
+    .forward_begin = dry_begin,
+    .forward_unit = dry_fwd,
+    .backward_begin = dry_nothing,
+    .backward_unit = dry_bwd,
+};
 
 /* Forward through every unit; leaves units last (L+1) and 0 gathered for the backward. */
-static zr_status forward(const runner *r, zr_engine *e, const int *inputs, const int *targets,
+static zr_status forward(const zr_gpt_run *r, zr_engine *e, const int *inputs, const int *targets,
                          const void **p_last, const void **p_unit0)
 {
     int last = e->nunits - 1;
-    if (r->cpu != NULL) {
-        ZR_ASSERT(zr_gpt_unit_count(r->cpu) == e->nunits);
-        ZR_CHECK(zr_gpt_forward_begin(r->cpu, inputs, targets));
-    }
-    if (r->gpu != NULL) {
-        ZR_ASSERT(r->gpu->model.cfg.layers + 2 == e->nunits);
-        ZR_CHECK(zr_gpt_gpu_forward_begin(r->gpu, inputs, targets));
-    }
+    ZR_CHECK(r->be->forward_begin(r->model, inputs, targets));
     ZR_CHECK(zr_engine_prefetch(e, 0, ZR_PHASE_FORWARD));
     for (int u = 0; u < last; u++) {
         const void *p;
         ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_FORWARD, &p));
         ZR_CHECK(zr_engine_prefetch(e, u + 1, ZR_PHASE_FORWARD));
-        ZR_CHECK(fwd(r, e, u, p, NULL));
+        ZR_CHECK(r->be->forward_unit(r->model, u, p, NULL));
         ZR_CHECK(zr_engine_release(e, u));
     }
     /* the tied LM head: unit 0 comes back (from the hpZ secondary when there is one) */
     ZR_CHECK(zr_engine_prefetch(e, 0, ZR_PHASE_FORWARD));
     ZR_CHECK(zr_engine_fetch(e, last, ZR_PHASE_FORWARD, p_last));
     ZR_CHECK(zr_engine_fetch(e, 0, ZR_PHASE_FORWARD, p_unit0));
-    return fwd(r, e, last, *p_last, *p_unit0);
+    return r->be->forward_unit(r->model, last, *p_last, *p_unit0);
 }
 
-/* One micro-batch; a dry runner walks it on a dry engine (no loss, no inputs). */
-static zr_status micro(const runner *r, zr_engine *e, const int *inputs, const int *targets,
+/* One micro-batch; the dry backend walks it on a dry engine (no loss, no inputs). */
+static zr_status micro(const zr_gpt_run *r, zr_engine *e, const int *inputs, const int *targets,
                        float *loss)
 {
     int last = e->nunits - 1;
     const void *p_last, *p0;
     ZR_CHECK(zr_engine_micro_begin(e));
     ZR_CHECK(forward(r, e, inputs, targets, &p_last, &p0));
-    if (!is_dry(r)) {
-        ZR_CHECK(loss_of(r, loss));
+    if (loss != NULL) {
+        ZR_CHECK(r->be->loss(r->model, loss));
     }
-    if (r->cpu != NULL) {
-        ZR_CHECK(zr_gpt_backward_begin(r->cpu));
-    }
-    if (r->gpu != NULL) {
-        ZR_CHECK(zr_gpt_gpu_backward_begin(r->gpu));
-    }
+    ZR_CHECK(r->be->backward_begin(r->model));
     void *g_last, *g0;
     ZR_CHECK(zr_engine_grads(e, last, &g_last));
     ZR_CHECK(zr_engine_grads(e, 0, &g0));
     ZR_CHECK(zr_engine_prefetch(e, last - 1, ZR_PHASE_BACKWARD));
-    ZR_CHECK(bwd(r, e, last, p_last, p0, g_last, g0));
+    ZR_CHECK(r->be->backward_unit(r->model, last, p_last, p0, g_last, g0));
     ZR_CHECK(zr_engine_release(e, last));
     ZR_CHECK(zr_engine_release(e, 0));
     ZR_CHECK(zr_engine_grads_done(e, last));
@@ -194,82 +228,38 @@ static zr_status micro(const runner *r, zr_engine *e, const int *inputs, const i
         ZR_CHECK(zr_engine_fetch(e, u, ZR_PHASE_BACKWARD, &p));
         ZR_CHECK(zr_engine_prefetch(e, u - 1 >= 1 ? u - 1 : -1, ZR_PHASE_BACKWARD));
         ZR_CHECK(zr_engine_grads(e, u, &g));
-        ZR_CHECK(bwd(r, e, u, p, NULL, g, NULL));
+        ZR_CHECK(r->be->backward_unit(r->model, u, p, NULL, g, NULL));
         ZR_CHECK(zr_engine_release(e, u));
         ZR_CHECK(zr_engine_grads_done(e, u));
     }
     /* the embedding's backward reads no parameters: no gather */
-    ZR_CHECK(bwd(r, e, 0, NULL, NULL, g0, NULL));
+    ZR_CHECK(r->be->backward_unit(r->model, 0, NULL, NULL, g0, NULL));
     return zr_engine_grads_done(e, 0);
 }
 
-/* The CPU model computes in fp32 on the engine's buffers: they must be fp32. */
-static zr_status check_cpu_engine(const zr_engine *e)
-{
-    zr_dtype p = zr_engine_param_type(&e->cfg), g = zr_engine_grad_type(&e->cfg);
-    if (p != ZR_DTYPE_F32 || g != ZR_DTYPE_F32) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "the GPT on the CPU computes in fp32 on the engine's buffers, which are %s "
-                "parameters and %s gradients: give it an engine with fp32 working buffers",
-                zr_dtype_name(p), zr_dtype_name(g));
-    }
-    return ZR_OK;
-}
-
-zr_status zr_gpt_engine_micro(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
+zr_status zr_gpt_engine_micro(zr_gpt_run *r, zr_engine *e, const int *inputs, const int *targets,
                               float *loss)
 {
-    ZR_ASSERT(m != NULL);
-    ZR_CHECK(check_cpu_engine(e));
-    runner r = {m, NULL};
-    return micro(&r, e, inputs, targets, loss);
-}
-
-/*
- * The GPU model computes on the engine's buffers: they must be on its GPU, of
- * the types it was made for (zr_gpt_gpu_init).
- */
-static zr_status check_engine_on(const zr_gpt_gpu *g, const zr_engine *e)
-{
-    if (!e->on_device || e->device.ordinal != g->dev.ordinal) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "the GPT on %s needs a ZeRO engine on the same GPU (a device transport following "
-                "the model's stream), not one in %s memory",
-                g->dev.name, e->on_device ? e->device.name : "host");
-    }
-    zr_dtype p = zr_engine_param_type(&e->cfg), gt = zr_engine_grad_type(&e->cfg);
-    if (p != g->param_type || gt != g->grad_type) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "the GPT on %s was made for an engine with %s parameters and %s gradients, this "
-                "one hands out %s and %s",
-                g->dev.name, zr_dtype_name(g->param_type), zr_dtype_name(g->grad_type),
-                zr_dtype_name(p), zr_dtype_name(gt));
-    }
-    return ZR_OK;
-}
-
-zr_status zr_gpt_engine_micro_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs,
-                                  const int *targets, float *loss)
-{
-    ZR_ASSERT(g != NULL);
-    ZR_CHECK(check_engine_on(g, e));
-    runner r = {NULL, g};
-    return micro(&r, e, inputs, targets, loss);
+    ZR_ASSERT(r != NULL && r->be != NULL && loss != NULL);
+    ZR_CHECK(r->be->check_engine(r->model, e));
+    return micro(r, e, inputs, targets, loss);
 }
 
 zr_status zr_gpt_engine_walk(zr_engine *e)
 {
     ZR_ASSERT(e->dry.event != NULL && e->nunits >= 2);
-    runner r = {NULL, NULL};
+    zr_gpt_run r = {&dry, e, 0};
     return micro(&r, e, NULL, NULL, NULL);
 }
 
-static zr_status eval(const runner *r, zr_engine *e, const int *inputs, const int *targets,
-                      float *loss)
+zr_status zr_gpt_engine_eval(zr_gpt_run *r, zr_engine *e, const int *inputs, const int *targets,
+                             float *loss)
 {
+    ZR_ASSERT(r != NULL && r->be != NULL && loss != NULL);
+    ZR_CHECK(r->be->check_engine(r->model, e));
     const void *p_last, *p0;
     ZR_CHECK(forward(r, e, inputs, targets, &p_last, &p0));
-    ZR_CHECK(loss_of(r, loss));
+    ZR_CHECK(r->be->loss(r->model, loss));
     ZR_CHECK(zr_engine_release(e, e->nunits - 1));
     ZR_CHECK(zr_engine_release(e, 0));
     /* The releases above cut hpZ secondaries from this forward's gathers. A
@@ -281,41 +271,25 @@ static zr_status eval(const runner *r, zr_engine *e, const int *inputs, const in
     return ZR_OK;
 }
 
-zr_status zr_gpt_engine_eval(zr_gpt *m, zr_engine *e, const int *inputs, const int *targets,
-                             float *loss)
-{
-    ZR_CHECK(check_cpu_engine(e));
-    runner r = {m, NULL};
-    return eval(&r, e, inputs, targets, loss);
-}
-
-zr_status zr_gpt_engine_eval_gpu(zr_gpt_gpu *g, zr_engine *e, const int *inputs, const int *targets,
-                                 float *loss)
-{
-    ZR_CHECK(check_engine_on(g, e));
-    runner r = {NULL, g};
-    return eval(&r, e, inputs, targets, loss);
-}
-
 /* Unit u of the model file at path into the engine, through a full-size buffer. */
-static zr_status load_llmc_unit(zr_engine *e, const zr_gpt *m, const char *path, int u)
+static zr_status load_llmc_unit(zr_engine *e, const zr_gpt_config *cfg, const char *path, int u)
 {
     float *full;
-    ZR_ALLOC(full, zr_gpt_unit_numel(m, u));
+    ZR_ALLOC(full, zr_gpt_config_unit_numel(cfg, u));
     zr_status st;
-    ZR_CHECK_GOTO(zr_gpt_read_llmc_unit(path, &m->cfg, u, full), st, done);
+    ZR_CHECK_GOTO(zr_gpt_read_llmc_unit(path, cfg, u, full), st, done);
     st = zr_engine_set_params(e, u, full);
 done:
     zr_free(full);
     return st;
 }
 
-zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt *m, const char *path)
+zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt_config *cfg, const char *path)
 {
-    int n = zr_gpt_unit_count(m);
+    int n = zr_gpt_config_unit_count(cfg);
     ZR_ASSERT(n == e->nunits);
     for (int u = 0; u < n; u++) {
-        ZR_CHECK(load_llmc_unit(e, m, path, u));
+        ZR_CHECK(load_llmc_unit(e, cfg, path, u));
     }
     return ZR_OK;
 }

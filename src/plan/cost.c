@@ -449,7 +449,8 @@ zr_status zr_plan_cost_with(const zr_train_config *cfg, int vocab, int nodes, in
     zr_comm layout;
     ZR_CHECK(zr_comm_init_layout(&layout, nodes, D, ch->hpz, 0));
     int gpu = probe != NULL && probe->gpu;
-    zr_engine_config ecfg = zr_config_engine(&c, gpu);
+    /* a probe of GPUs: the CUDA backend's working type and memory */
+    zr_engine_config ecfg = zr_config_engine(&c, gpu ? ZR_DTYPE_BF16 : ZR_DTYPE_F32);
     zr_gpt_specs sp;
     ZR_CHECK(zr_gpt_specs_init(&sp, &m));
     sim s;
@@ -481,8 +482,9 @@ zr_status zr_plan_cost_with(const zr_train_config *cfg, int vocab, int nodes, in
                                    &ecfg, &layout, &out->mem));
     if (gpu) {
         /* the device model in place of the CPU's activations (the trainer's GPU check) */
-        size_t dev = zr_gpt_gpu_device_bytes(&m, ch->micro_batch, c.seq_len,
-                                             probe->bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32, &ecfg);
+        zr_gpt_shape sh = {ch->micro_batch, c.seq_len, 0,
+                           probe->bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32};
+        size_t dev = zr_gpt_cuda_engine_bytes(&m, &sh, &ecfg);
         out->mem.total = out->mem.total - out->mem.activations + dev;
         out->mem.activations = dev;
     }

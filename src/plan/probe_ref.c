@@ -56,54 +56,60 @@ zr_plan_choice zr_probe_reference(int r, int b, long long prefetch_bucket)
     return ch;
 }
 
-/* The engine settings of reference r: cfg with the reference's choice applied, as the trainer
- * derives them (gpu: for a device engine). */
-static zr_engine_config reference_engine(const zr_train_config *cfg, int r, int gpu)
+/* The device of the probe's stream s, the CPU without one. */
+static zr_device probe_device(zr_stream *s)
 {
+    return s != NULL ? *zr_stream_device(s) : zr_device_cpu();
+}
+
+/* The engine settings of reference r: cfg with the reference's choice applied, as the trainer
+ * derives them for the GPT's backend on the probe's device (stream s; NULL: the CPU). */
+static zr_status reference_engine(const zr_train_config *cfg, int r, zr_stream *s,
+                                  const zr_gpt_backend_i **be, zr_engine_config *out)
+{
+    ZR_CHECK(zr_gpt_backend_of(probe_device(s).kind, be));
     zr_train_config rc = *cfg;
     zr_plan_choice ref = zr_probe_reference(r, cfg->train_micro_batch_size_per_gpu,
                                             cfg->stage3_prefetch_bucket_size);
     zr_plan_apply(&rc, &ref);
-    return zr_config_engine(&rc, gpu);
+    *out = zr_config_engine(&rc, (*be)->bf16_work_type);
+    return ZR_OK;
 }
 
 /* A step's figures: the slowest rank's step, and the ranks' mean compute, comm and optimizer. */
 typedef double cal_rec[4];
 
 /*
- * A reference's model, built as the trainer builds it: on the CPU, m; on a
- * GPU (s, the probe's stream), the device model, its parameters drawn from m
- * (a host model of no batch), and the communicator following its stream
- * while it runs (the engine's kernels and collectives start after the
- * model's work there), the probe's stream again after.
+ * A reference's model, built as the trainer builds it, on the probe's device
+ * (s, the probe's stream: its GPU; NULL: the CPU), in the engine's working
+ * type (bf16.enabled on a GPU: bf16; on the CPU fp32, its products fp32),
+ * and where the model queues its work on a stream, the communicator
+ * following that stream while it runs (the engine's kernels and collectives
+ * start after the model's work there), the probe's stream again after.
  */
 typedef struct ref_model {
-    zr_gpt m;
-    zr_gpt_gpu gpu;
-    zr_stream *probe; /* NULL: the CPU */
+    zr_gpt_run run;
+    zr_stream *probe;
 } ref_model;
 
 static zr_status ref_model_init(ref_model *rm, zr_comm *c, const zr_train_config *cfg,
                                 const zr_gpt_config *g, const zr_engine_config *ecfg, zr_stream *s)
 {
     memset(rm, 0, sizeof *rm);
-    int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
-    if (s == NULL) {
-        return zr_gpt_init_ex(&rm->m, g, B, T, cfg->activation_checkpointing);
-    }
     rm->probe = s;
-    ZR_CHECK(zr_gpt_init_ex(&rm->m, g, 1, 1, 0));
-    /* the GPU computes in the engine's working type (bf16.enabled: bf16) */
-    ZR_CHECK(zr_gpt_gpu_init(&rm->gpu, zr_stream_device(s), g, B, T, ecfg->work_type, ecfg));
-    return zr_comm_device_follow(c, rm->gpu.stream);
+    zr_device dev = probe_device(s);
+    zr_gpt_shape sh = {cfg->train_micro_batch_size_per_gpu, cfg->seq_len,
+                       cfg->activation_checkpointing, ecfg->work_type};
+    ZR_CHECK(zr_gpt_run_init(&rm->run, &dev, g, &sh, ecfg));
+    zr_stream *ms = zr_gpt_run_stream(&rm->run);
+    return ms != NULL ? zr_comm_device_follow(c, ms) : ZR_OK;
 }
 
 /* After the engine is gone; safe after a failed init. */
 static zr_status ref_model_free(ref_model *rm, zr_comm *c)
 {
     zr_status st = rm->probe != NULL ? zr_comm_device_follow(c, rm->probe) : ZR_OK;
-    zr_gpt_gpu_free(&rm->gpu);
-    zr_gpt_free(&rm->m);
+    zr_gpt_run_free(&rm->run);
     return st;
 }
 
@@ -118,8 +124,7 @@ static zr_status reference_run(zr_comm *c, ref_model *rm, zr_engine *e, const in
         float loss = 0;
         st = zr_comm_barrier(c);
         if (st == ZR_OK) {
-            st = rm->probe != NULL ? zr_gpt_engine_micro_gpu(&rm->gpu, e, tok, tok + 1, &loss)
-                                   : zr_gpt_engine_micro(&rm->m, e, tok, tok + 1, &loss);
+            st = zr_gpt_engine_micro(&rm->run, e, tok, tok + 1, &loss);
         }
         if (st == ZR_OK) {
             st = zr_engine_step(e, 1e-4f, &stats);
@@ -148,7 +153,9 @@ static zr_status reference_block(zr_comm *c, const zr_train_config *cfg, const z
                                  zr_stream *s, int r, cal_rec *rec)
 {
     int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
-    zr_engine_config ecfg = reference_engine(cfg, r, s != NULL);
+    const zr_gpt_backend_i *be;
+    zr_engine_config ecfg;
+    ZR_CHECK(reference_engine(cfg, r, s, &be, &ecfg));
     ref_model rm;
     zr_engine e;
     zr_gpt_specs sp;
@@ -170,7 +177,7 @@ static zr_status reference_block(zr_comm *c, const zr_train_config *cfg, const z
         engine_up = st == ZR_OK;
     }
     if (st == ZR_OK) {
-        st = zr_gpt_engine_init_params(&e, &rm.m, 1);
+        st = zr_gpt_engine_init_params(&e, g, 1);
     }
     st = zr_comm_agree(c, st);
     if (st == ZR_OK) {
@@ -189,33 +196,30 @@ static zr_status reference_block(zr_comm *c, const zr_train_config *cfg, const z
 
 /*
  * Whether reference r fits the node (the kernel would kill the job, not fail
- * an allocation) or its GPU (s non-NULL: the device model's bytes in place
- * of the CPU's activations, as the trainer checks them).
+ * an allocation) or its device's memory (the backend's model bytes in place
+ * of the CPU's activations, without the host's allowance, as the trainer
+ * checks them).
  */
 static zr_status reference_fits(zr_comm *c, const zr_train_config *cfg, const zr_gpt_config *g,
                                 zr_stream *s, int r, const zr_probe *p)
 {
-    int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
-    int gpu = s != NULL, recompute = gpu ? 0 : cfg->activation_checkpointing;
-    zr_engine_config ecfg = reference_engine(cfg, r, gpu);
-    zr_gpt_memory_prediction need;
-    ZR_CHECK(zr_gpt_engine_predict(g, B, T, recompute, &ecfg, c, &need));
-    double total = (double)need.total;
-    if (gpu) {
-        int cap = zr_gpt_cuda_max_batch(g, T);
-        if (B > cap) {
-            ZR_FAIL(ZR_ERR_INVALID,
-                    "train_micro_batch_size_per_gpu %d is more than the GPU model takes at "
-                    "zr.model.seq_len %d (%d)",
-                    B, T, cap);
-        }
-        total = (double)zr_gpt_gpu_device_bytes(g, B, T, ecfg.work_type, &ecfg) +
-                (double)need.state + (double)need.pool;
+    const zr_gpt_backend_i *be;
+    zr_engine_config ecfg;
+    ZR_CHECK(reference_engine(cfg, r, s, &be, &ecfg));
+    zr_gpt_shape sh = {cfg->train_micro_batch_size_per_gpu, cfg->seq_len,
+                       cfg->activation_checkpointing, ecfg.work_type};
+    if (be->check_shape != NULL) {
+        ZR_CHECK(be->check_shape(g, &sh));
     }
+    zr_gpt_memory_prediction need;
+    ZR_CHECK(zr_gpt_engine_predict(g, sh.B, sh.T, sh.recompute, &ecfg, c, &need));
+    double total = (double)need.total - (double)need.activations +
+                   (double)be->model_bytes(g, &sh, &ecfg) -
+                   (be->device_memory ? (double)need.allowance : 0.0);
     if (total > 0.8 * p->mem_per_rank) {
         ZR_FAIL(ZR_ERR_NOMEM,
                 "it needs %.2f GB per rank%s, 0.8 of the %.2f GB available is the limit",
-                total / 1e9, gpu ? " on the GPU" : "", p->mem_per_rank / 1e9);
+                total / 1e9, be->device_memory ? " in device memory" : "", p->mem_per_rank / 1e9);
     }
     return ZR_OK;
 }

@@ -57,8 +57,8 @@ zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *
     /* the model file's reader refuses a weight that is not finite (zr_gpt_read_llmc_unit) */
     if (st == ZR_OK) {
         st = t->cfg.init_path[0] != '\0'
-                 ? zr_gpt_engine_load_llmc(&t->engine, &t->model, t->cfg.init_path)
-                 : zr_gpt_engine_init_params(&t->engine, &t->model, t->cfg.seed);
+                 ? zr_gpt_engine_load_llmc(&t->engine, &t->mcfg, t->cfg.init_path)
+                 : zr_gpt_engine_init_params(&t->engine, &t->mcfg, t->cfg.seed);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     ZR_CHECK(zr_trainer_claim_dir(t));
@@ -114,8 +114,7 @@ static zr_status validate(zr_trainer *t, float *loss)
     for (int i = 0; i < t->cfg.val_batches; i++) {
         float l;
         zr_loader_next(&t->val, t->inputs, t->targets);
-        ZR_CHECK(t->on_gpu ? zr_gpt_engine_eval_gpu(&t->gpu, &t->engine, t->inputs, t->targets, &l)
-                           : zr_gpt_engine_eval(&t->model, &t->engine, t->inputs, t->targets, &l));
+        ZR_CHECK(zr_gpt_engine_eval(&t->run, &t->engine, t->inputs, t->targets, &l));
         sum += l;
     }
     ZR_CHECK(zr_comm_allreduce_sum_f64(&t->comm, ZR_GROUP_WORLD, &sum, 1));
@@ -163,7 +162,7 @@ static void write_metrics(zr_trainer *t, int done, float loss, float lr, const z
     zr_metrics_line_i64(&l, "bytes_inter", (long long)v[2]);
     zr_metrics_line_i64(&l, "zero3_bytes_inter", (long long)v[3]);
     zr_metrics_line_i64(&l, "skipped", st->skipped);
-    if (t->on_gpu) {
+    if (t->be->device_memory) {
         zr_metrics_line_i64(&l, "device_mem_peak", (long long)zr_mem_device_peak());
     }
     if (do_val) {
@@ -182,8 +181,7 @@ static zr_status forward_backward_update(zr_trainer *t, float lr, double *local,
     for (int k = 0; k < t->cfg.gradient_accumulation_steps; k++) {
         float l;
         zr_loader_next(&t->train, t->inputs, t->targets);
-        ZR_CHECK(t->on_gpu ? zr_gpt_engine_micro_gpu(&t->gpu, &t->engine, t->inputs, t->targets, &l)
-                           : zr_gpt_engine_micro(&t->model, &t->engine, t->inputs, t->targets, &l));
+        ZR_CHECK(zr_gpt_engine_micro(&t->run, &t->engine, t->inputs, t->targets, &l));
         *local += l;
     }
     return zr_engine_step(&t->engine, lr, st);
@@ -208,7 +206,7 @@ static void fill_record(zr_trainer *t, zr_step_record *rec, const zr_step_stats 
     rec->t_compute = st->t_total - st->t_comm - st->t_optim;
     rec->tokens_per_s =
         (double)t->world * accum * c->train_micro_batch_size_per_gpu * c->seq_len / st->t_total;
-    rec->device_mem_peak = t->on_gpu ? (double)zr_mem_device_peak() : 0.0;
+    rec->device_mem_peak = (double)zr_mem_device_peak(); /* 0 where nothing is in device memory */
     rec->eta_s = (zr_now() - t->t_run) / (done - t->start) * (c->train_steps - done);
     rec->print = done % c->steps_per_print == 0 || done == c->train_steps || done == t->start + 1;
     rec->val_loss = NAN;
@@ -417,7 +415,6 @@ void zr_trainer_free(zr_trainer *t, int exit_code)
         zr_engine_free(&t->engine);
     }
     zr_gpt_specs_free(&t->specs);
-    zr_gpt_free(&t->model);
     zr_dataset_free(&t->data);
     zr_free(t->inputs);
     zr_free(t->targets);
@@ -430,7 +427,7 @@ void zr_trainer_free(zr_trainer *t, int exit_code)
         zr_comm_free(&t->comm);
     }
     /* after the communicator: a device transport follows the model's stream */
-    zr_gpt_gpu_free(&t->gpu);
+    zr_gpt_run_free(&t->run);
     memset(t, 0, sizeof *t);
     t->lock.fd = -1;
     t->resumed_from = -1;

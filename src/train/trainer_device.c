@@ -23,7 +23,7 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
 {
     const char *want = t->cfg.device;
     t->device = zr_device_cpu();
-    t->on_gpu = 0;
+    ZR_CHECK(zr_gpt_backend_of(t->device.kind, &t->be));
     if (strcmp(want, "cpu") == 0) {
         zr_trainer_note(t, ZR_LOG_INFO, "device: cpu (zr.device cpu)");
         return ZR_OK;
@@ -46,8 +46,10 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
     }
     zr_status st = zr_device_open_for_rank(t->comm.rank[ZR_GROUP_NODE], t->comm.size[ZR_GROUP_NODE],
                                            &t->device);
+    if (st == ZR_OK) {
+        st = zr_gpt_backend_of(t->device.kind, &t->be);
+    }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
-    t->on_gpu = 1;
     char desc[256];
     zr_device_describe(&t->device, desc, sizeof desc);
     zr_trainer_note(t, ZR_LOG_INFO,
@@ -59,17 +61,6 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
                           "fp32 master weights)"
                         : "fp32 compute, TF32 off (bf16.enabled false)");
     return ZR_OK;
-}
-
-/*
- * The GPU's compute type: bf16.enabled, as in DeepSpeed, means bf16 weights
- * and activations (fp32 accumulation, fp32 master weights in the engine);
- * false gives the fp32 mode compared with the CPU. (On the CPU bf16.enabled
- * sets the wire and the matrix products' inputs: cpu_products below.)
- */
-static zr_dtype compute_type(const zr_trainer *t)
-{
-    return t->cfg.bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32;
 }
 
 /* The node-local ranks on this rank's GPU (itself included). */
@@ -84,34 +75,26 @@ static int gpu_sharing(const zr_trainer *t)
 }
 
 /*
- * What one rank holds on its GPU, predicted before any of it is allocated:
- * the device model (activations; bf16: the unit buffers its engine's fp32
- * buffers need), the engine's model state and its pool's bound
- * (zr_gpt_engine_predict, the host engine's formulas for the GPU's working
- * type: the device engine lays its state out the same way), checked against
- * the GPU's free memory.
+ * What one rank holds in its device's memory, predicted before any of it is
+ * allocated: the device model (activations; bf16: the unit buffers its
+ * engine's fp32 buffers need), the engine's model state and its pool's
+ * bound (zr_gpt_engine_predict, the host engine's formulas for the device's
+ * working type: the device engine lays its state out the same way), checked
+ * against the device's free memory.
  */
-static zr_status check_gpu_memory(zr_trainer *t, int B, int T)
+static zr_status check_device_memory(zr_trainer *t, int B, int T)
 {
     const zr_train_config *c = &t->cfg;
-    int bmax = zr_gpt_cuda_max_batch(&t->mcfg, T);
-    if (B > bmax) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "train_micro_batch_size_per_gpu %d at zr.model.seq_len %d is more than the GPU "
-                "model takes (%d: its kernels take micro-batch x seq_len rows up to 2^30 and "
-                "micro-batch x heads attention blocks up to 65535); lower "
-                "train_micro_batch_size_per_gpu and raise gradient_accumulation_steps",
-                B, T, bmax);
+    if (t->be->check_shape != NULL) {
+        ZR_CHECK(t->be->check_shape(&t->mcfg, &t->shape));
     }
     size_t free_b = 0, total_b = 0;
     ZR_CHECK(zr_device_mem_info(&t->device, &free_b, &total_b));
     zr_gpt_memory_prediction p;
     ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, B, T, 0, &t->ecfg, &t->comm, &p));
-    double model = (double)zr_gpt_gpu_device_bytes(&t->mcfg, B, T, compute_type(t), &t->ecfg);
+    double model = (double)t->be->model_bytes(&t->mcfg, &t->shape, &t->ecfg);
     double need = model + (double)p.state + (double)p.pool;
     t->gpu_predicted = (size_t)need;
-    /* the peak the progress line shows is this run's */
-    zr_mem_device_peak_reset();
     int sharing = gpu_sharing(t);
     const double GB = 1e9;
     zr_trainer_note(t, ZR_LOG_INFO,
@@ -142,7 +125,8 @@ static zr_status use_transport(zr_trainer *t)
 {
     const char *want = t->cfg.transport;
     int nccl = 0, shared = 0;
-    ZR_CHECK(zr_comm_use_device(&t->comm, &t->device, t->gpu.stream, want, &nccl, &shared));
+    ZR_CHECK(
+        zr_comm_use_device(&t->comm, &t->device, zr_gpt_run_stream(&t->run), want, &nccl, &shared));
     zr_trainer_note(t, ZR_LOG_INFO,
                     "transport: %s (zr.transport %s%s); the ZeRO engine's state on the GPU",
                     nccl ? "NCCL" : "staged through pinned host memory and MPI", want,
@@ -162,7 +146,7 @@ static zr_status use_transport(zr_trainer *t)
 static zr_status cpu_products(zr_trainer *t)
 {
     char why[256];
-    int mine = zr_gpt_set_products(&t->model, t->cfg.bf16_enabled, why, sizeof why);
+    int mine = t->be->set_products(t->run.model, t->cfg.bf16_enabled, why, sizeof why);
     int64_t not_all[2] = {mine < 0, t->cfg.bf16_enabled && mine == 0};
     ZR_CHECK(zr_comm_allreduce_max_i64(&t->comm, ZR_GROUP_WORLD, not_all, 2));
     if (mine < 0) {
@@ -172,7 +156,7 @@ static zr_status cpu_products(zr_trainer *t)
         ZR_FAIL(ZR_ERR_REMOTE, "another rank had no memory for the bf16 products' scratch");
     }
     if (not_all[1] && mine == 1) {
-        (void)zr_gpt_set_products(&t->model, 0, why, sizeof why);
+        (void)t->be->set_products(t->run.model, 0, why, sizeof why);
         snprintf(why, sizeof why, "fp32 products: another rank's CPU has no bf16 products");
     }
     if (t->cfg.bf16_enabled && !not_all[1]) {
@@ -184,23 +168,29 @@ static zr_status cpu_products(zr_trainer *t)
     return ZR_OK;
 }
 
+/*
+ * The model on the chosen device's backend. Where it keeps its memory on the
+ * device, that memory is checked first, and the communicator's data plane
+ * becomes a device transport following the model's stream; a backend with
+ * bf16 matrix products on fp32 (the CPU's) sets them once every rank agrees.
+ */
 zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
 {
-    if (!t->on_gpu) {
-        ZR_CHECK(zr_comm_agree(
-            &t->comm, zr_gpt_init_ex(&t->model, &t->mcfg, B, T, t->cfg.activation_checkpointing)));
-        return cpu_products(t);
+    /* the peak the progress line shows is this run's */
+    zr_mem_device_peak_reset();
+    if (t->be->device_memory) {
+        ZR_CHECK(zr_comm_agree(&t->comm, check_device_memory(t, B, T)));
+        if (t->cfg.activation_checkpointing) {
+            zr_trainer_note(t, ZR_LOG_WARN,
+                            "zr.model.activation_checkpointing has no effect on the GPU yet: "
+                            "every activation is kept");
+            t->shape.recompute = 0;
+        }
     }
-    ZR_CHECK(zr_comm_agree(&t->comm, check_gpu_memory(t, B, T)));
-    if (t->cfg.activation_checkpointing) {
-        zr_trainer_note(t, ZR_LOG_WARN,
-                        "zr.model.activation_checkpointing has no effect on the GPU yet: every "
-                        "activation is kept");
+    ZR_CHECK(zr_comm_agree(&t->comm,
+                           zr_gpt_run_init(&t->run, &t->device, &t->mcfg, &t->shape, &t->ecfg)));
+    if (t->be->device_memory) {
+        return use_transport(t);
     }
-    zr_status st = zr_gpt_init_ex(&t->model, &t->mcfg, 1, 1, 0);
-    if (st == ZR_OK) {
-        st = zr_gpt_gpu_init(&t->gpu, &t->device, &t->mcfg, B, T, compute_type(t), &t->ecfg);
-    }
-    ZR_CHECK(zr_comm_agree(&t->comm, st));
-    return use_transport(t);
+    return t->be->set_products != NULL ? cpu_products(t) : ZR_OK;
 }

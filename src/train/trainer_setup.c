@@ -17,8 +17,6 @@
 #include "zr/launch.h"
 #include "zr/pool.h"
 
-#include "../base/blas.h"
-
 #include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
@@ -218,8 +216,8 @@ static zr_status check_sizes(zr_trainer *t)
                          128.0 * c->seq_len);
     double params = (double)zr_gpt_config_param_count(m);
     double state = 16.0 * params / t->world + (c->stage < 3 ? 4.0 * params : 0.0);
-    if (t->on_gpu) {
-        /* on the GPU: zr_trainer_init_model checks them against its memory */
+    if (t->be->device_memory) {
+        /* in device memory: zr_trainer_init_model checks them there */
         acts = 0;
         state = 0;
     }
@@ -261,15 +259,6 @@ static int proc_number(const char *path, const char *key, double *out)
     return found;
 }
 
-/* Whether this process will run bf16.enabled's matrix products in bf16 (zr_gpt_set_products's
- * choice, the library opened: it is, right after, for the model). */
-static int cpu_bf16_products(void)
-{
-    const char *kernel;
-    char why[160];
-    return zr_blas_bf16_here(&kernel, why, sizeof why);
-}
-
 /*
  * The predicted peak per rank (zr_gpt_engine_predict), printed by rank 0 and
  * checked before the model and the engine allocate anything: against this
@@ -285,19 +274,16 @@ static zr_status check_memory(zr_trainer *t)
     ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
                                    c->activation_checkpointing, &t->ecfg, &t->comm, &p));
     const double GB = 1e9;
-    if (!t->on_gpu && c->bf16_enabled && cpu_bf16_products()) {
-        /* the products' bf16 scratch (zr_gpt_set_products), counted with the activations */
-        size_t s = zr_gpt_config_products_bytes(&t->mcfg, c->train_micro_batch_size_per_gpu,
-                                                c->seq_len, zr_threads_get());
-        p.activations += s;
-        p.total += s;
-    }
-    if (t->on_gpu) {
-        /* model state, engine buffers and activations live on the GPU: zr_trainer_init_model
+    if (t->be->device_memory) {
+        /* model state, engine buffers and activations live on the device: zr_trainer_init_model
            checks them there; the host holds the program, MPI and the transport's staging */
         p.state = p.pool = p.activations = 0;
         p.total = p.allowance;
     } else {
+        /* the model's own count (the CPU's: with bf16 products, their scratch too) */
+        size_t model = t->be->model_bytes(&t->mcfg, &t->shape, &t->ecfg);
+        p.total = p.total - p.activations + model;
+        p.activations = model;
         zr_trainer_note(t, ZR_LOG_INFO,
                         "memory: predicted peak per rank %.2f GB = model state %.2f + activations "
                         "%.2f + engine buffers %.2f (bounded by the live-parameter, prefetch and "
@@ -372,7 +358,12 @@ zr_status zr_trainer_setup(zr_trainer *t)
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     fit_val_batches(t);
     ZR_CHECK(zr_trainer_pick_device(t));
-    t->ecfg = zr_config_engine(c, t->on_gpu);
+    t->ecfg = zr_config_engine(c, t->be->bf16_work_type);
+    /* bf16.enabled, as in DeepSpeed: bf16 weights and activations on a GPU (fp32 accumulation,
+       fp32 master weights in the engine), the matrix products' inputs on the CPU; false gives
+       the fp32 mode compared across devices and with llm.c */
+    t->shape = (zr_gpt_shape){B, T, c->activation_checkpointing,
+                              c->bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32};
     ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
     ZR_CHECK(zr_comm_agree(&t->comm, check_memory(t)));
     ZR_CHECK(zr_trainer_init_model(t, B, T));
