@@ -38,6 +38,7 @@
 #define ZR_TEST_MPI
 #include "test.h"
 
+#include "zr/model_cuda.h"
 #include "zr/trainer.h"
 
 #include <stdlib.h>

@@ -22,7 +22,6 @@
 #define ZR_GPT_ENGINE_H
 
 #include "zr/model.h"
-#include "zr/model_cuda.h"
 #include "zr/zero.h"
 
 /* Unit specs of a GPT config, with weight-decay ranges from its tensor table. */

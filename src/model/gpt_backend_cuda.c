@@ -33,6 +33,7 @@
  */
 #include "gpt_backend_impl.h"
 
+#include "zr/model_cuda.h"
 #include "zr/quant_cuda.h"
 
 #include <string.h>

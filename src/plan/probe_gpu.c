@@ -20,6 +20,8 @@
  */
 #include "probe_impl.h"
 
+#include "zr/model_cuda.h"
+
 #include "zr/optim.h"
 #include "zr/quant_cuda.h"
 
