@@ -17,6 +17,13 @@
 #             function over 80 (from the line at column 0 that starts its
 #             definition to its closing "}" at column 0, in the clang-formatted
 #             tree; a kernel by the name after its __launch_bounds__(...))
+#   devices   callers never ask which device they run on (README, "Devices
+#             behind tables"): outside src/base/ and the CUDA backend's own
+#             files (the Makefile's CUDA_ONLY_SRC, and the files named *cuda*
+#             or *gpu*), at most MAX_DEVICE_BRANCHES conditionals (if, while,
+#             ?:) on the device (a kind, on_gpu, on_device, device_memory);
+#             "#if ZR_CUDA" / "#if ZR_NCCL" only there and at the build's
+#             registration point (src/model/gpt_engine.c's list of backends)
 #
 # A file still over a size limit while another change splits it is listed in
 # scripts/check_tree.allow, one path a line with a "#" comment naming what will
@@ -27,6 +34,7 @@ cd "$(dirname "$0")/.." || exit 1
 
 MAX_FILE=700
 MAX_FUNC=80
+MAX_DEVICE_BRANCHES=5
 ALLOW=scripts/check_tree.allow
 problems=()
 bad() { problems+=("$*"); }
@@ -212,10 +220,34 @@ for entry in "${!allowed[@]}"; do
         bad "$ALLOW: $entry is within the limits (or gone): remove its entry"
 done
 
+# ---- devices ----------------------------------------------------------------------
+
+cuda_only=" $(sed -n '/^CUDA_ONLY_SRC :=/,/[^\\]$/p' Makefile | sed 's/^CUDA_ONLY_SRC :=//; s/\\//g' |
+    tr -s ' \n' '  ') "
+device_re='\<(on_gpu|on_device|device_memory|ZR_DEVICE_CPU|ZR_DEVICE_CUDA)\>'
+branch_re='(\<(if|while) \()|( \? )'
+branches=()
+for f in src/*/*.c; do
+    case "$f" in src/base/* | *cuda* | *gpu*) continue ;; esac
+    case "$cuda_only" in *" $f "*) continue ;; esac
+    while IFS= read -r hit; do
+        branches+=("$f:$hit")
+    done < <(grep -nE "$branch_re" "$f" | grep -E "$device_re" | grep -vE '^[0-9]+:[[:space:]]*(/?\*)')
+    if grep -nE '^[[:space:]]*#[[:space:]]*if(def)?[[:space:]].*\<ZR_(CUDA|NCCL)\>' "$f" >/dev/null &&
+        [ "$f" != src/model/gpt_engine.c ]; then
+        bad "$f: #if ZR_CUDA/ZR_NCCL outside src/base/, the CUDA backend's files and the registration point"
+    fi
+done
+if [ ${#branches[@]} -gt $MAX_DEVICE_BRANCHES ]; then
+    bad "${#branches[@]} conditionals on the device outside src/base/ and the CUDA backend's files (at most $MAX_DEVICE_BRANCHES): put the work behind the device's table"
+    for b in "${branches[@]}"; do bad "  $b"; done
+fi
+
 # ---- verdict ----------------------------------------------------------------------
 
 if [ ${#problems[@]} -eq 0 ]; then
-    echo "check-tree: ok ($mk_chain; ${#allowed[@]} file(s) allowed over the size limits in $ALLOW)"
+    echo "check-tree: ok ($mk_chain; ${#allowed[@]} file(s) allowed over the size limits in $ALLOW;" \
+        "${#branches[@]} of at most $MAX_DEVICE_BRANCHES conditionals on the device outside the device layers)"
     exit 0
 fi
 echo "check-tree: FAILED (${#problems[@]}):"

@@ -80,6 +80,9 @@ typedef struct zr_gpt_backend_i {
     size_t (*model_bytes)(const zr_gpt_config *cfg, const zr_gpt_shape *s,
                           const zr_engine_config *ecfg);
     int device_memory;
+    /* 1: activation checkpointing (zr_gpt_shape.recompute) is implemented; 0: every activation
+       is kept whatever it asks */
+    int recompute;
     zr_status (*init)(void **model, const zr_device *dev, const zr_gpt_config *cfg,
                       const zr_gpt_shape *s, const zr_engine_config *ecfg);
     void (*free)(void *model);
@@ -155,6 +158,17 @@ typedef struct zr_gpt_memory_prediction {
 zr_status zr_gpt_engine_predict(const zr_gpt_config *cfg, int B, int T, int recompute,
                                 const zr_engine_config *ecfg, const zr_comm *comm,
                                 zr_gpt_memory_prediction *out);
+
+/*
+ * zr_gpt_engine_predict for the GPT on backend be in shape s, the model's own
+ * bytes (be->model_bytes) in place of the host model's activations, split by
+ * the memory each part lives in: *host (the program's allowance always; the
+ * rest where be computes in host memory) and *device (all zero there).
+ */
+zr_status zr_gpt_engine_predict_on(const zr_gpt_backend_i *be, const zr_gpt_config *cfg,
+                                   const zr_gpt_shape *s, const zr_engine_config *ecfg,
+                                   const zr_comm *comm, zr_gpt_memory_prediction *host,
+                                   zr_gpt_memory_prediction *device);
 
 /* Forward only (evaluation): *loss = this rank's mean loss. */
 zr_status zr_gpt_engine_eval(zr_gpt_run *r, zr_engine *e, const int *inputs, const int *targets,

@@ -95,6 +95,7 @@ const zr_gpt_backend_i zr_gpt_backend_cpu = {
     .bf16_work_type = ZR_DTYPE_F32,
     .model_bytes = cpu_model_bytes,
     .device_memory = 0,
+    .recompute = 1,
     .init = cpu_init,
     .free = cpu_free,
     .set_products = cpu_set_products,

@@ -301,6 +301,7 @@ const zr_gpt_backend_i zr_gpt_backend_cuda = {
     .check_shape = cuda_check_shape,
     .model_bytes = zr_gpt_cuda_engine_bytes,
     .device_memory = 1,
+    .recompute = 0,
     .init = cuda_init,
     .free = cuda_free,
     .stream = cuda_stream,

@@ -109,6 +109,26 @@ zr_status zr_gpt_backend_of(zr_device_kind kind, const zr_gpt_backend_i **out)
     return ZR_OK;
 }
 
+zr_status zr_gpt_engine_predict_on(const zr_gpt_backend_i *be, const zr_gpt_config *cfg,
+                                   const zr_gpt_shape *s, const zr_engine_config *ecfg,
+                                   const zr_comm *comm, zr_gpt_memory_prediction *host,
+                                   zr_gpt_memory_prediction *device)
+{
+    zr_gpt_memory_prediction p;
+    ZR_CHECK(zr_gpt_engine_predict(cfg, s->B, s->T, s->recompute, ecfg, comm, &p));
+    p.activations = be->model_bytes(cfg, s, ecfg);
+    memset(host, 0, sizeof *host);
+    memset(device, 0, sizeof *device);
+    host->allowance = p.allowance;
+    zr_gpt_memory_prediction *where = be->device_memory ? device : host;
+    where->state = p.state;
+    where->activations = p.activations;
+    where->pool = p.pool;
+    host->total = host->state + host->activations + host->pool + host->allowance;
+    device->total = device->state + device->activations + device->pool;
+    return ZR_OK;
+}
+
 zr_status zr_gpt_run_init(zr_gpt_run *r, const zr_device *dev, const zr_gpt_config *cfg,
                           const zr_gpt_shape *s, const zr_engine_config *ecfg)
 {

@@ -207,19 +207,18 @@ static zr_status reference_fits(zr_comm *c, const zr_train_config *cfg, const zr
     zr_engine_config ecfg;
     ZR_CHECK(reference_engine(cfg, r, s, &be, &ecfg));
     zr_gpt_shape sh = {cfg->train_micro_batch_size_per_gpu, cfg->seq_len,
-                       cfg->activation_checkpointing, ecfg.work_type};
+                       cfg->activation_checkpointing && be->recompute, ecfg.work_type};
     if (be->check_shape != NULL) {
         ZR_CHECK(be->check_shape(g, &sh));
     }
-    zr_gpt_memory_prediction need;
-    ZR_CHECK(zr_gpt_engine_predict(g, sh.B, sh.T, sh.recompute, &ecfg, c, &need));
-    double total = (double)need.total - (double)need.activations +
-                   (double)be->model_bytes(g, &sh, &ecfg) -
-                   (be->device_memory ? (double)need.allowance : 0.0);
+    /* the probe's memory per rank is the device's where the model lives there */
+    zr_gpt_memory_prediction host, dev;
+    ZR_CHECK(zr_gpt_engine_predict_on(be, g, &sh, &ecfg, c, &host, &dev));
+    double total = (double)(dev.total > 0 ? dev.total : host.total);
     if (total > 0.8 * p->mem_per_rank) {
         ZR_FAIL(ZR_ERR_NOMEM,
                 "it needs %.2f GB per rank%s, 0.8 of the %.2f GB available is the limit",
-                total / 1e9, be->device_memory ? " in device memory" : "", p->mem_per_rank / 1e9);
+                total / 1e9, dev.total > 0 ? " on the GPU" : "", p->mem_per_rank / 1e9);
     }
     return ZR_OK;
 }

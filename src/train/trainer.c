@@ -162,7 +162,7 @@ static void write_metrics(zr_trainer *t, int done, float loss, float lr, const z
     zr_metrics_line_i64(&l, "bytes_inter", (long long)v[2]);
     zr_metrics_line_i64(&l, "zero3_bytes_inter", (long long)v[3]);
     zr_metrics_line_i64(&l, "skipped", st->skipped);
-    if (t->be->device_memory) {
+    if (zr_mem_device_peak() > 0) { /* this run's (zr_trainer_init_model reset it) */
         zr_metrics_line_i64(&l, "device_mem_peak", (long long)zr_mem_device_peak());
     }
     if (do_val) {

@@ -90,10 +90,9 @@ static zr_status check_device_memory(zr_trainer *t, int B, int T)
     }
     size_t free_b = 0, total_b = 0;
     ZR_CHECK(zr_device_mem_info(&t->device, &free_b, &total_b));
-    zr_gpt_memory_prediction p;
-    ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, B, T, 0, &t->ecfg, &t->comm, &p));
-    double model = (double)t->be->model_bytes(&t->mcfg, &t->shape, &t->ecfg);
-    double need = model + (double)p.state + (double)p.pool;
+    zr_gpt_memory_prediction host, p;
+    ZR_CHECK(zr_gpt_engine_predict_on(t->be, &t->mcfg, &t->shape, &t->ecfg, &t->comm, &host, &p));
+    double model = (double)p.activations, need = (double)p.total;
     t->gpu_predicted = (size_t)need;
     int sharing = gpu_sharing(t);
     const double GB = 1e9;
@@ -178,18 +177,15 @@ zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
 {
     /* the peak the progress line shows is this run's */
     zr_mem_device_peak_reset();
-    if (t->be->device_memory) {
+    zr_gpt_memory_prediction host, dev;
+    ZR_CHECK(zr_gpt_engine_predict_on(t->be, &t->mcfg, &t->shape, &t->ecfg, &t->comm, &host, &dev));
+    if (dev.total > 0) {
         ZR_CHECK(zr_comm_agree(&t->comm, check_device_memory(t, B, T)));
-        if (t->cfg.activation_checkpointing) {
-            zr_trainer_note(t, ZR_LOG_WARN,
-                            "zr.model.activation_checkpointing has no effect on the GPU yet: "
-                            "every activation is kept");
-            t->shape.recompute = 0;
-        }
     }
     ZR_CHECK(zr_comm_agree(&t->comm,
                            zr_gpt_run_init(&t->run, &t->device, &t->mcfg, &t->shape, &t->ecfg)));
-    if (t->be->device_memory) {
+    if (zr_gpt_run_stream(&t->run) != NULL) {
+        /* the collectives follow the model's stream */
         return use_transport(t);
     }
     return t->be->set_products != NULL ? cpu_products(t) : ZR_OK;

@@ -216,7 +216,9 @@ static zr_status check_sizes(zr_trainer *t)
                          128.0 * c->seq_len);
     double params = (double)zr_gpt_config_param_count(m);
     double state = 16.0 * params / t->world + (c->stage < 3 ? 4.0 * params : 0.0);
-    if (t->be->device_memory) {
+    zr_gpt_memory_prediction host, dev;
+    ZR_CHECK(zr_gpt_engine_predict_on(t->be, &t->mcfg, &t->shape, &t->ecfg, &t->comm, &host, &dev));
+    if (dev.total > 0) {
         /* in device memory: zr_trainer_init_model checks them there */
         acts = 0;
         state = 0;
@@ -270,20 +272,14 @@ static int proc_number(const char *path, const char *key, double *out)
 static zr_status check_memory(zr_trainer *t)
 {
     const zr_train_config *c = &t->cfg;
-    zr_gpt_memory_prediction p;
-    ZR_CHECK(zr_gpt_engine_predict(&t->mcfg, c->train_micro_batch_size_per_gpu, c->seq_len,
-                                   c->activation_checkpointing, &t->ecfg, &t->comm, &p));
+    /* what lives in host memory: everything where the model computes there (its activations
+       by its own count: the CPU's with its bf16 products' scratch); only the program, MPI and the
+       transport's staging where the model and the engine's state live on a device, whose memory
+       zr_trainer_init_model checks */
+    zr_gpt_memory_prediction p, dev;
+    ZR_CHECK(zr_gpt_engine_predict_on(t->be, &t->mcfg, &t->shape, &t->ecfg, &t->comm, &p, &dev));
     const double GB = 1e9;
-    if (t->be->device_memory) {
-        /* model state, engine buffers and activations live on the device: zr_trainer_init_model
-           checks them there; the host holds the program, MPI and the transport's staging */
-        p.state = p.pool = p.activations = 0;
-        p.total = p.allowance;
-    } else {
-        /* the model's own count (the CPU's: with bf16 products, their scratch too) */
-        size_t model = t->be->model_bytes(&t->mcfg, &t->shape, &t->ecfg);
-        p.total = p.total - p.activations + model;
-        p.activations = model;
+    if (p.total > p.allowance) {
         zr_trainer_note(t, ZR_LOG_INFO,
                         "memory: predicted peak per rank %.2f GB = model state %.2f + activations "
                         "%.2f + engine buffers %.2f (bounded by the live-parameter, prefetch and "
@@ -362,8 +358,14 @@ zr_status zr_trainer_setup(zr_trainer *t)
     /* bf16.enabled, as in DeepSpeed: bf16 weights and activations on a GPU (fp32 accumulation,
        fp32 master weights in the engine), the matrix products' inputs on the CPU; false gives
        the fp32 mode compared across devices and with llm.c */
-    t->shape = (zr_gpt_shape){B, T, c->activation_checkpointing,
+    t->shape = (zr_gpt_shape){B, T, c->activation_checkpointing && t->be->recompute,
                               c->bf16_enabled ? ZR_DTYPE_BF16 : ZR_DTYPE_F32};
+    if (c->activation_checkpointing && !t->be->recompute) {
+        zr_trainer_note(t, ZR_LOG_WARN,
+                        "zr.model.activation_checkpointing has no effect on the %s backend yet: "
+                        "every activation is kept",
+                        t->be->name);
+    }
     ZR_CHECK(zr_comm_agree(&t->comm, check_sizes(t)));
     ZR_CHECK(zr_comm_agree(&t->comm, check_memory(t)));
     ZR_CHECK(zr_trainer_init_model(t, B, T));
