@@ -178,7 +178,7 @@ DNNL2 := $(if $(shell grep -qs '^\#define DNNL_VERSION_MAJOR 2$$' \
 CUDA_ONLY_SRC := src/base/cudalib.c src/base/device_cuda.c src/quant/quant_cuda.c \
                  src/comm/transport_device.c src/comm/transport_staged.c \
                  src/coll/coll_local_cuda.c src/optim/optim_cuda.c src/model/ops_cuda.c \
-                 src/model/blas_cuda.c
+                 src/model/blas_cuda.c src/model/gpt_backend_cuda.c
 LEFT_OUT := $(if $(filter 1,$(CUDA_BUILT)),$(wildcard src/*/*_nocuda.c),$(CUDA_ONLY_SRC)) \
             $(if $(filter 1,$(NCCL_BUILT)),src/comm/transport_nccl_none.c,src/comm/transport_nccl.c) \
             $(if $(filter 1,$(DNNL2)),src/base/blas_bf16_none.c,src/base/blas_bf16.c)

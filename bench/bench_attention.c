@@ -20,7 +20,8 @@
  * GPU it exits with status 1, saying so.
  */
 #include "../src/cli/cli.h"
-#include "../src/model/ops_cuda.h" /* the kernels by variant: internal to src/model */
+#include "../src/model/ops_table.h" /* the kernels by variant: internal to src/model */
+#include "zr/gpt_engine.h"
 #include "zr/quant.h"
 
 #include <math.h>
@@ -34,6 +35,7 @@ static const char *const k_name[NK] = {"fwd", "bwd", "delta", "bwd_dkv", "bwd_dq
 static const double k_prod[NK] = {2, 5, 0, 4, 3}; /* causal products of each */
 
 typedef struct att_bench {
+    const zr_op_table *ops; /* the CUDA backend's */
     zr_device dev;
     zr_stream *s;
     zr_event *e0, *e1;
@@ -60,12 +62,12 @@ static zr_status run_kernel(att_bench *a, int v, int k)
 {
     const zr_dtype t = ZR_DTYPE_BF16;
     if (k == K_FWD) {
-        return zr_op_cuda_attention_fwd_variant(v, t, a->out, a->lse, a->qkv, a->B, a->T, a->C,
-                                                a->NH, a->s);
+        return a->ops->attention_fwd_variant(v, t, a->out, a->lse, a->qkv, a->B, a->T, a->C, a->NH,
+                                             a->s);
     }
     int part = k == K_BWD ? 0 : k - K_BWD;
-    return zr_op_cuda_attention_bwd_variant(v, part, t, a->dqkv, a->delta, a->dout, a->qkv, a->out0,
-                                            a->lse, a->B, a->T, a->C, a->NH, a->s);
+    return a->ops->attention_bwd_variant(v, part, t, a->dqkv, a->delta, a->dout, a->qkv, a->out0,
+                                         a->lse, a->B, a->T, a->C, a->NH, a->s);
 }
 
 /* Median ms of kernel k of variant v over a->reps runs after one warm-up. */
@@ -164,8 +166,8 @@ static zr_status bench_variant(att_bench *a, int v, int hs)
     const double causal = 2.0 * a->B * a->NH * ((double)a->T * a->T / 2) * hs;
     const size_t n3 = (size_t)a->B * a->T * 3 * a->C, no = (size_t)a->B * a->T * a->C;
     double ms[NK] = {0}, dout = 0, dgrad = 0;
-    ZR_CHECK(zr_op_cuda_attention_fwd_variant(0, ZR_DTYPE_BF16, a->out0, a->lse, a->qkv, a->B, a->T,
-                                              a->C, a->NH, a->s));
+    ZR_CHECK(a->ops->attention_fwd_variant(0, ZR_DTYPE_BF16, a->out0, a->lse, a->qkv, a->B, a->T,
+                                           a->C, a->NH, a->s));
     for (int k = 0; k < NK; k++) {
         if (v >= 0 || k <= K_BWD) {
             ZR_CHECK(time_kernel(a, v, k, &ms[k]));
@@ -235,7 +237,12 @@ int zr_bench_attention(int argc, char **argv)
     zr_device_kind kind;
     int ordinal;
     zr_status st = zr_device_parse(spec, &kind, &ordinal);
+    const zr_gpt_backend_i *be = NULL;
     if (st == ZR_OK) {
+        st = zr_gpt_backend_of(ZR_DEVICE_CUDA, &be);
+    }
+    if (st == ZR_OK) {
+        a.ops = be->ops;
         st = zr_device_open_cuda(ordinal < 0 ? 0 : ordinal, &a.dev);
     }
     if (st != ZR_OK) {

@@ -12,7 +12,7 @@
 /* a = B, b = T, c = C, d = V: tokens with repeats; forward, then backward through the buckets */
 static int run_encoder(const ops_op *op, const ops_row *r, ops_backend *be)
 {
-    if (be->encoder_fwd == NULL || be->encoder_bwd == NULL) {
+    if (be->ops->encoder_fwd == NULL || be->ops->encoder_bwd == NULL) {
         return 0;
     }
     int B = r->a, T = r->b, C = r->c, V = r->d, BT = B * T;
@@ -32,15 +32,15 @@ static int run_encoder(const ops_op *op, const ops_row *r, ops_backend *be)
     void *d_inp = bput_int(be, inp, BT), *d_wte = bput(be, wte, nw, r->t);
     void *d_wpe = bput(be, wpe, np, r->t), *d_dout = bput(be, dout, no, r->t);
     void *d_out = bput(be, dout, no, r->t);
-    TEST_OK(be->encoder_fwd(r->t, d_out, d_inp, d_wte, d_wpe, B, T, C, be->stream));
+    TEST_OK(be->ops->encoder_fwd(r->t, d_out, d_inp, d_wte, d_wpe, B, T, C, be->stream));
     zr_op_encoder_fwd(ref, inp, wte, wpe, B, T, C);
     bget(be, got, d_out, no, r->t);
     check("forward (one addition)", r, got, ref, no, SAME_BITS);
     int nb = zr_token_buckets(inp, BT, V, tok, start, pos, count);
     void *d_tok = bput_int(be, tok, nb > 0 ? nb : 1), *d_start = bput_int(be, start, nb + 1);
     void *d_pos = bput_int(be, pos, BT);
-    TEST_OK(be->encoder_bwd(r->t, d_wte, d_wpe, d_dout, d_tok, d_start, d_pos, nb, B, T, C,
-                            be->stream));
+    TEST_OK(be->ops->encoder_bwd(r->t, d_wte, d_wpe, d_dout, d_tok, d_start, d_pos, nb, B, T, C,
+                                 be->stream));
     zr_op_encoder_bwd(wte, wpe, dout, inp, B, T, C); /* accumulates onto the weights */
     bget(be, got, d_wte, nw, r->t);
     check("backward dwte", r, got, wte, nw, row_tol(op, r));
@@ -58,7 +58,7 @@ static int run_encoder(const ops_op *op, const ops_row *r, ops_backend *be)
 /* a = N rows, b = C: LayerNorm forward, mean and rstd within 1e-6 in either precision */
 static int run_layernorm(const ops_op *op, const ops_row *r, ops_backend *be)
 {
-    if (be->layernorm_fwd == NULL) {
+    if (be->ops->layernorm_fwd == NULL) {
         return 0;
     }
     int N = r->a, C = r->b;
@@ -71,7 +71,7 @@ static int run_layernorm(const ops_op *op, const ops_row *r, ops_backend *be)
     fill_t(&rng, b, C, 0.3f, r->t);
     void *d_a = bput(be, a, n, r->t), *d_w = bput(be, w, C, r->t), *d_b = bput(be, b, C, r->t);
     void *d_out = bpoison(be, n), *d_mean = bpoison(be, N), *d_rstd = bpoison(be, N);
-    TEST_OK(be->layernorm_fwd(r->t, d_out, d_mean, d_rstd, d_a, d_w, d_b, N, C, be->stream));
+    TEST_OK(be->ops->layernorm_fwd(r->t, d_out, d_mean, d_rstd, d_a, d_w, d_b, N, C, be->stream));
     zr_op_layernorm_fwd(out, mean, rstd, a, w, b, N, C);
     bget(be, got, d_out, n, r->t);
     check("out", r, got, out, n, row_tol(op, r));
@@ -91,7 +91,7 @@ static int run_layernorm(const ops_op *op, const ops_row *r, ops_backend *be)
  */
 static int run_residual_layernorm(const ops_op *op, const ops_row *r, ops_backend *be)
 {
-    if (be->residual_layernorm_fwd == NULL || be->residual_fwd == NULL) {
+    if (be->ops->residual_layernorm_fwd == NULL || be->ops->residual_fwd == NULL) {
         return 0;
     }
     int N = r->a, C = r->b;
@@ -114,13 +114,13 @@ static int run_residual_layernorm(const ops_op *op, const ops_row *r, ops_backen
     void *d_w = bput(be, w, C, r->t), *d_b = bput(be, b, C, r->t);
     void *d_res = bput(be, a, n, r->t), *d_out = bput(be, a, n, r->t);
     void *d_mean = bpoison(be, N), *d_rstd = bpoison(be, N);
-    TEST_OK(be->residual_layernorm_fwd(r->t, d_res, d_out, d_mean, d_rstd, d_a, d_x, d_xb, d_w, d_b,
-                                       N, C, be->stream));
+    TEST_OK(be->ops->residual_layernorm_fwd(r->t, d_res, d_out, d_mean, d_rstd, d_a, d_x, d_xb, d_w,
+                                            d_b, N, C, be->stream));
     bget(be, got, d_res, n, r->t);
     check("residual (two additions)", r, got, res, n, SAME_BITS);
     bget(be, got, d_out, n, r->t);
     check("out", r, got, out, n, row_tol(op, r));
-    TEST_OK(be->residual_fwd(r->t, d_out, d_a, d_x, d_xb, N, C, be->stream));
+    TEST_OK(be->ops->residual_fwd(r->t, d_out, d_a, d_x, d_xb, N, C, be->stream));
     bget(be, got, d_out, n, r->t);
     check("residual alone (two additions)", r, got, res, n, SAME_BITS);
     void *ds[] = {d_a, d_x, d_xb, d_w, d_b, d_res, d_out, d_mean, d_rstd};
@@ -133,11 +133,11 @@ static int run_residual_layernorm(const ops_op *op, const ops_row *r, ops_backen
 /* a = N, b = C: dinp (accumulated, then overwritten), dw and db accumulated */
 static int run_layernorm_bwd(const ops_op *op, const ops_row *r, ops_backend *be)
 {
-    if (be->layernorm_bwd == NULL || be->colsum_scratch == NULL) {
+    if (be->ops->layernorm_bwd == NULL) {
         return 0;
     }
     int N = r->a, C = r->b;
-    size_t n = (size_t)N * C, ns = be->colsum_scratch(N, C);
+    size_t n = (size_t)N * C, ns = zr_op_colsum_scratch(N, C);
     zr_test_rng rng = {(uint64_t)(N * 7 + C)};
     float *x = malloc(n * 4), *d = malloc(n * 4), *dx = malloc(n * 4), *got = malloc(n * 4);
     float *w = malloc(C * 4), *b = malloc(C * 4), *dw = malloc(C * 4), *db = malloc(C * 4);
@@ -156,8 +156,8 @@ static int run_layernorm_bwd(const ops_op *op, const ops_row *r, ops_backend *be
     void *d_mean = bput(be, mean, N, ZR_DTYPE_F32), *d_rstd = bput(be, rstd, N, ZR_DTYPE_F32);
     double tol = row_tol(op, r);
     for (int acc = 1; acc >= 0; acc--) {
-        TEST_OK(be->layernorm_bwd(r->t, d_dx, d_dw, d_db, d_d, d_x, d_w, d_mean, d_rstd, N, C, acc,
-                                  scratch, be->stream));
+        TEST_OK(be->ops->layernorm_bwd(r->t, d_dx, d_dw, d_db, d_d, d_x, d_w, d_mean, d_rstd, N, C,
+                                       acc, scratch, be->stream));
         if (!acc) {
             memset(dx, 0, n * 4);
         }
@@ -181,7 +181,7 @@ static int run_layernorm_bwd(const ops_op *op, const ops_row *r, ops_backend *be
 /* a = N, b = OC: x += bias row by row, one addition each: the CPU's bits */
 static int run_bias_add(const ops_op *op, const ops_row *r, ops_backend *be)
 {
-    if (be->bias_add == NULL) {
+    if (be->ops->bias_add == NULL) {
         return 0;
     }
     int N = r->a, OC = r->b;
@@ -191,7 +191,7 @@ static int run_bias_add(const ops_op *op, const ops_row *r, ops_backend *be)
     fill_t(&rng, x, n, 1.0f, r->t);
     fill_t(&rng, bias, OC, 1.0f, r->t);
     void *d_x = bput(be, x, n, r->t), *d_b = bput(be, bias, OC, r->t);
-    TEST_OK(be->bias_add(r->t, d_x, d_b, N, OC, be->stream));
+    TEST_OK(be->ops->bias_add(r->t, d_x, d_b, N, OC, be->stream));
     for (size_t i = 0; i < n; i++) {
         x[i] += bias[i % OC];
     }
@@ -212,7 +212,7 @@ static int run_bias_add(const ops_op *op, const ops_row *r, ops_backend *be)
  */
 static int run_colsum(const ops_op *op, const ops_row *r, ops_backend *be)
 {
-    if (be->colsum_acc == NULL || be->colsum_scratch == NULL) {
+    if (be->ops->colsum_acc == NULL) {
         return 0;
     }
     int N = r->a, OC = r->b;
@@ -221,9 +221,9 @@ static int run_colsum(const ops_op *op, const ops_row *r, ops_backend *be)
     float *d = malloc(n * 4), *db = malloc(OC * 4), *got = malloc(OC * 4);
     fill_t(&rng, d, n, 1.0f, r->t);
     fill_t(&rng, db, OC, 1.0f, r->t);
-    void *scratch = bpoison(be, be->colsum_scratch(N, OC));
+    void *scratch = bpoison(be, zr_op_colsum_scratch(N, OC));
     void *d_d = bput(be, d, n, r->t), *d_db = bput(be, db, OC, r->t);
-    TEST_OK(be->colsum_acc(r->t, d_db, d_d, N, OC, scratch, be->stream));
+    TEST_OK(be->ops->colsum_acc(r->t, d_db, d_d, N, OC, scratch, be->stream));
     bget(be, got, d_db, OC, r->t);
     int bad = 0;
     for (int j = 0; j < OC; j++) {
@@ -241,7 +241,7 @@ static int run_colsum(const ops_op *op, const ops_row *r, ops_backend *be)
     /* a second run from the same db: the same bits */
     be->free(d_db);
     d_db = bput(be, db, OC, r->t);
-    TEST_OK(be->colsum_acc(r->t, d_db, d_d, N, OC, scratch, be->stream));
+    TEST_OK(be->ops->colsum_acc(r->t, d_db, d_d, N, OC, scratch, be->stream));
     bget(be, db, d_db, OC, r->t);
     TEST_CHECKF(memcmp(db, got, (size_t)OC * 4) == 0, "colsum %d x %d: a second run differs", N,
                 OC);
@@ -268,7 +268,7 @@ static double dgelu64(double x)
  */
 static int run_gelu(const ops_op *op, const ops_row *r, ops_backend *be)
 {
-    if (be->bias_gelu_fwd == NULL || be->gelu_bwd == NULL) {
+    if (be->ops->bias_gelu_fwd == NULL || be->ops->gelu_bwd == NULL) {
         return 0;
     }
     int N = r->a, OC = r->b;
@@ -285,7 +285,7 @@ static int run_gelu(const ops_op *op, const ops_row *r, ops_backend *be)
     fill(&rng, d, n, 1.0f);
     void *d_x = bput(be, x, n, r->t), *d_b = bput(be, bias, OC, r->t);
     void *d_out = bput(be, x, n, r->t), *d_d = bput(be, d, n, r->t);
-    TEST_OK(be->bias_gelu_fwd(r->t, d_out, d_x, d_b, N, OC, be->stream));
+    TEST_OK(be->ops->bias_gelu_fwd(r->t, d_out, d_x, d_b, N, OC, be->stream));
     for (size_t i = 0; i < n; i++) {
         pre[i] = x[i] + bias[i % OC];
         ref[i] = (float)gelu64(pre[i]);
@@ -294,7 +294,7 @@ static int run_gelu(const ops_op *op, const ops_row *r, ops_backend *be)
     check("the stored pre-activation", r, got, pre, n, SAME_BITS);
     bget(be, got, d_out, n, r->t);
     check("forward", r, got, ref, n, row_tol(op, r));
-    TEST_OK(be->gelu_bwd(r->t, d_d, d_x, d_d, n, be->stream));
+    TEST_OK(be->ops->gelu_bwd(r->t, d_d, d_x, d_d, n, be->stream));
     for (size_t i = 0; i < n; i++) {
         ref[i] = (float)(dgelu64(pre[i]) * d[i]);
     }
@@ -389,7 +389,7 @@ static void qkv_part(float *x, const float *dqkv, int BT, int C, int part)
  */
 static int run_attention(const ops_op *op, const ops_row *r, ops_backend *be)
 {
-    if (be->attention_fwd == NULL || be->attention_bwd == NULL) {
+    if (be->ops->attention_fwd == NULL || be->ops->attention_bwd == NULL) {
         return 0;
     }
     int B = r->a, T = r->b, C = r->c, NH = r->d, BT = B * T;
@@ -406,14 +406,14 @@ static int run_attention(const ops_op *op, const ops_row *r, ops_backend *be)
     void *d_qkv = bput(be, qkv, nq, r->t), *d_dout = bput(be, dout, no, r->t);
     void *d_out = bput(be, out, no, r->t), *d_dqkv = bput(be, qkv, nq, r->t);
     void *d_lse = bput(be, lse, nl, ZR_DTYPE_F32), *d_delta = bput(be, lse, nl, ZR_DTYPE_F32);
-    TEST_OK(be->attention_fwd(r->t, d_out, d_lse, d_qkv, B, T, C, NH, be->stream));
+    TEST_OK(be->ops->attention_fwd(r->t, d_out, d_lse, d_qkv, B, T, C, NH, be->stream));
     bget(be, got, d_out, no, r->t);
     check("out", r, got, out, no, tol);
     bget(be, got, d_lse, nl, ZR_DTYPE_F32);
     double lmax = max_abs(lse, nl);
     check("log-sum-exp", r, got, lse, nl, bf ? 1e-3 / (lmax > 0.0 ? lmax : 1.0) : 1e-6);
-    TEST_OK(be->attention_bwd(r->t, d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH,
-                              be->stream));
+    TEST_OK(be->ops->attention_bwd(r->t, d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH,
+                                   be->stream));
     bget(be, got, d_dqkv, nq, r->t);
     static const char *names[3] = {"dQ", "dK", "dV"};
     for (int part = 0; part < 3; part++) {
@@ -422,8 +422,8 @@ static int run_attention(const ops_op *op, const ops_row *r, ops_backend *be)
         check(names[part], r, pg, pr, no, tol);
     }
     if (r->x) {
-        TEST_OK(be->attention_bwd(r->t, d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C, NH,
-                                  be->stream));
+        TEST_OK(be->ops->attention_bwd(r->t, d_dqkv, d_delta, d_dout, d_qkv, d_out, d_lse, B, T, C,
+                                       NH, be->stream));
         bget(be, g1, d_dqkv, nq, r->t);
         TEST_CHECKF(memcmp(g1, got, nq * 4) == 0,
                     "attention T %d: the backward's second run differs", T);
@@ -461,8 +461,8 @@ static void xent_cpu(float *losses, float *dlogits, const float *logits, const i
  */
 static int run_xent(const ops_op *op, const ops_row *r, ops_backend *be)
 {
-    if (be->xent_fwd == NULL || be->xent_bwd == NULL || be->xent_fused == NULL ||
-        be->mean == NULL) {
+    if (be->ops->xent_fwd == NULL || be->ops->xent_bwd == NULL || be->ops->xent_fused == NULL ||
+        be->ops->mean == NULL) {
         return 0;
     }
     int N = r->a, V = r->b, Vp = r->c, targets[16];
@@ -480,8 +480,8 @@ static int run_xent(const ops_op *op, const ops_row *r, ops_backend *be)
     xent_cpu(losses, probs, logits, targets, N, V, Vp);
     void *d_logits = bput(be, logits, n, r->t), *d_tgt = bput_int(be, targets, N);
     void *d_losses = bpoison(be, N), *d_lse = bpoison(be, N), *d_mean = bpoison(be, 1);
-    TEST_OK(be->xent_fwd(r->t, d_losses, d_lse, d_logits, d_tgt, N, V, Vp, be->stream));
-    TEST_OK(be->mean(d_mean, d_losses, N, be->stream));
+    TEST_OK(be->ops->xent_fwd(r->t, d_losses, d_lse, d_logits, d_tgt, N, V, Vp, be->stream));
+    TEST_OK(be->ops->mean(d_mean, d_losses, N, be->stream));
     bget(be, glosses, d_losses, N, ZR_DTYPE_F32);
     check("losses", r, glosses, losses, N, op->tol[0]);
     double sum = 0.0;
@@ -491,7 +491,7 @@ static int run_xent(const ops_op *op, const ops_row *r, ops_backend *be)
     float want = (float)(sum / N);
     bget(be, &mean, d_mean, 1, ZR_DTYPE_F32);
     check("mean loss", r, &mean, &want, 1, 1e-6);
-    TEST_OK(be->xent_bwd(r->t, d_logits, d_lse, d_tgt, dloss, N, V, Vp, be->stream));
+    TEST_OK(be->ops->xent_bwd(r->t, d_logits, d_lse, d_tgt, dloss, N, V, Vp, be->stream));
     bget(be, got, d_logits, n, r->t);
     double pmax = max_abs(probs, n); /* check() is relative to it (1 when it is 0) */
     check("dlogits", r, got, probs, n,
@@ -500,7 +500,7 @@ static int run_xent(const ops_op *op, const ops_row *r, ops_backend *be)
     float *fused = malloc(n * 4), flse[16], flosses[16];
     bget(be, glse, d_lse, N, ZR_DTYPE_F32);
     void *d_l2 = bput(be, logits, n, r->t), *d_fl = bpoison(be, N), *d_flse = bpoison(be, N);
-    TEST_OK(be->xent_fused(r->t, d_fl, d_flse, d_l2, d_tgt, dloss, N, V, Vp, be->stream));
+    TEST_OK(be->ops->xent_fused(r->t, d_fl, d_flse, d_l2, d_tgt, dloss, N, V, Vp, be->stream));
     bget(be, fused, d_l2, n, r->t);
     bget(be, flosses, d_fl, N, ZR_DTYPE_F32);
     bget(be, flse, d_flse, N, ZR_DTYPE_F32);

@@ -2,10 +2,11 @@
  * test_backend_ops.c - one list of ops, walked on every device backend and
  * compared with the CPU on the same inputs (ggml's test-backend-ops; issue 41).
  *
- * A backend is an adapter struct written the way the backend table of issue
- * 41 will be (ggml's ggml_backend_i): a name, allocate / copy / free, and the
- * op entry points, NULL where the backend has none (its rows are then
- * skipped, and counted as such). Today's one device backend is CUDA: the
+ * A backend is an adapter (ggml's ggml_backend_i's shape): a name, allocate /
+ * copy / free, the model's operators as the registered backend's own table
+ * (zr_gpt_backend_i.ops, ops_table.h: a NULL member is an op the backend
+ * lacks, its rows then skipped and counted as such), and the engine's,
+ * collectives' and products' kernels beside it. Today's one device backend is CUDA: the
  * GPU emulator's in suite emu, a real GPU in suite gpu; without a device the
  * program prints why and counts as skipped. The CPU is the other side of
  * every row, not a backend walked here: against itself it would be trivial.
@@ -22,7 +23,8 @@
  * unaligned pointers, T = 1 and the largest a kernel handles (head size 256,
  * C over 1024, 2^22 + 5001 elements). The walk prints the rows and
  * comparisons each backend ran, and fails a row that compared nothing.
- * Adding an op to a backend = a member in ops_backend, an op and its rows.
+ * Adding an op to a backend = a member of its table (src/model/ops_table.h),
+ * an op and its rows here.
  *
  * Inside a row where the op says so: scratch and outputs poisoned with NaN
  * first, a second run giving the same bits (column sums, the attention
@@ -33,13 +35,14 @@
  */
 #include "test.h"
 #include "zr/device.h"
+#include "zr/gpt_engine.h"
 #include "zr/model_cuda.h"
 #include "zr/optim.h"
 #include "zr/quant.h"
 #include "zr/quant_cuda.h"
 
-#include "../src/model/ops.h"      /* the CPU operators: internal to src/model */
-#include "../src/model/ops_cuda.h" /* the CUDA operators: internal to src/model */
+#include "../src/model/ops.h"       /* the CPU operators: internal to src/model */
+#include "../src/model/ops_table.h" /* the devices' operators: internal to src/model */
 
 /* ---- the backend adapter --------------------------------------------------------------------- */
 
@@ -52,37 +55,10 @@ typedef struct ops_backend {
     void (*get)(void *host, const void *src, size_t bytes); /* backend -> host, synchronous */
     void (*free)(void *p);
     zr_stream *stream;
-    /* the operators (optional: NULL where the backend has none) */
-    zr_status (*encoder_fwd)(zr_dtype, void *, const int *, const void *, const void *, int, int,
-                             int, zr_stream *);
-    zr_status (*encoder_bwd)(zr_dtype, void *, void *, const void *, const int *, const int *,
-                             const int *, int, int, int, int, zr_stream *);
-    zr_status (*layernorm_fwd)(zr_dtype, void *, float *, float *, const void *, const void *,
-                               const void *, int, int, zr_stream *);
-    zr_status (*residual_layernorm_fwd)(zr_dtype, void *, void *, float *, float *, const void *,
-                                        const void *, const void *, const void *, const void *, int,
-                                        int, zr_stream *);
-    zr_status (*residual_fwd)(zr_dtype, void *, const void *, const void *, const void *, int, int,
-                              zr_stream *);
-    size_t (*colsum_scratch)(int N, int C);
-    zr_status (*layernorm_bwd)(zr_dtype, void *, void *, void *, const void *, const void *,
-                               const void *, const float *, const float *, int, int, int, float *,
-                               zr_stream *);
-    zr_status (*bias_add)(zr_dtype, void *, const void *, int, int, zr_stream *);
-    zr_status (*colsum_acc)(zr_dtype, void *, const void *, int, int, float *, zr_stream *);
-    zr_status (*bias_gelu_fwd)(zr_dtype, void *, void *, const void *, int, int, zr_stream *);
-    zr_status (*gelu_bwd)(zr_dtype, void *, const void *, const void *, size_t, zr_stream *);
-    zr_status (*attention_fwd)(zr_dtype, void *, float *, const void *, int, int, int, int,
-                               zr_stream *);
-    zr_status (*attention_bwd)(zr_dtype, void *, float *, const void *, const void *, const void *,
-                               const float *, int, int, int, int, zr_stream *);
-    zr_status (*xent_fwd)(zr_dtype, float *, float *, const void *, const int *, int, int, int,
-                          zr_stream *);
-    zr_status (*xent_bwd)(zr_dtype, void *, const float *, const int *, float, int, int, int,
-                          zr_stream *);
-    zr_status (*xent_fused)(zr_dtype, float *, float *, void *, const int *, float, int, int, int,
-                            zr_stream *);
-    zr_status (*mean)(float *, const float *, int, zr_stream *);
+    /* the model's operators (ops_table.h): the registered backend's table, set by open; a NULL
+       member is an op the backend lacks */
+    const zr_op_table *ops;
+    /* the engine's, the collectives' and the products' kernels */
     zr_status (*bf16_from_f32)(zr_bf16 *, const float *, size_t, zr_stream *);
     zr_status (*bf16_to_f32)(float *, const zr_bf16 *, size_t, zr_stream *);
     zr_status (*add)(float *, const void *, zr_dtype, size_t, zr_stream *);
@@ -103,6 +79,9 @@ static zr_device cuda_dev;
 
 static zr_status cuda_open(ops_backend *be)
 {
+    const zr_gpt_backend_i *gb; /* the CUDA backend, where the build registers one */
+    ZR_CHECK(zr_gpt_backend_of(ZR_DEVICE_CUDA, &gb));
+    be->ops = gb->ops;
     int n = 0;
     zr_status s = zr_device_cuda_count(&n);
     if (s == ZR_OK) {
@@ -152,23 +131,6 @@ static ops_backend backends[] = {
         .put = cuda_put,
         .get = cuda_get,
         .free = cuda_free,
-        .encoder_fwd = zr_op_cuda_encoder_fwd,
-        .encoder_bwd = zr_op_cuda_encoder_bwd,
-        .layernorm_fwd = zr_op_cuda_layernorm_fwd,
-        .residual_layernorm_fwd = zr_op_cuda_residual_layernorm_fwd,
-        .residual_fwd = zr_op_cuda_residual_fwd,
-        .colsum_scratch = zr_op_cuda_colsum_scratch,
-        .layernorm_bwd = zr_op_cuda_layernorm_bwd,
-        .bias_add = zr_op_cuda_bias_add,
-        .colsum_acc = zr_op_cuda_colsum_acc,
-        .bias_gelu_fwd = zr_op_cuda_bias_gelu_fwd,
-        .gelu_bwd = zr_op_cuda_gelu_bwd,
-        .attention_fwd = zr_op_cuda_attention_fwd,
-        .attention_bwd = zr_op_cuda_attention_bwd,
-        .xent_fwd = zr_op_cuda_xent_fwd,
-        .xent_bwd = zr_op_cuda_xent_bwd,
-        .xent_fused = zr_op_cuda_xent_fused,
-        .mean = zr_op_cuda_mean,
         .bf16_from_f32 = zr_bf16_cuda_from_f32,
         .bf16_to_f32 = zr_bf16_cuda_to_f32,
         .add = zr_quant_cuda_add,
@@ -612,22 +574,21 @@ static void test_arguments(void)
     float x[4] = {0};
     void *d = bput(be, x, 4, ZR_DTYPE_F32);
     zr_stream *st = be->stream;
-    TEST_FAILS(zr_op_cuda_layernorm_fwd(ZR_DTYPE_F32, d, NULL, d, d, d, d, 1, 4, st),
-               ZR_ERR_INVALID, "pointer argument 2 is NULL");
-    TEST_FAILS(zr_op_cuda_attention_fwd(ZR_DTYPE_F32, d, d, d, 1, 1, 1024, 2, st), ZR_ERR_INVALID,
+    TEST_FAILS(be->ops->layernorm_fwd(ZR_DTYPE_F32, d, NULL, d, d, d, d, 1, 4, st), ZR_ERR_INVALID,
+               "pointer argument 2 is NULL");
+    TEST_FAILS(be->ops->attention_fwd(ZR_DTYPE_F32, d, d, d, 1, 1, 1024, 2, st), ZR_ERR_INVALID,
                "head size 512");
-    TEST_FAILS(zr_op_cuda_attention_fwd(ZR_DTYPE_F32, d, d, d, 1, 1, 30, 4, st), ZR_ERR_INVALID,
+    TEST_FAILS(be->ops->attention_fwd(ZR_DTYPE_F32, d, d, d, 1, 1, 30, 4, st), ZR_ERR_INVALID,
                "a multiple of NH");
-    TEST_FAILS(zr_op_cuda_xent_fwd(ZR_DTYPE_F32, d, d, d, NULL, 1, 9, 8, st), ZR_ERR_INVALID,
+    TEST_FAILS(be->ops->xent_fwd(ZR_DTYPE_F32, d, d, d, NULL, 1, 9, 8, st), ZR_ERR_INVALID,
                "Vp >= V");
-    TEST_FAILS(zr_op_cuda_bias_add((zr_dtype)9, d, d, 1, 1, st), ZR_ERR_INVALID,
+    TEST_FAILS(be->ops->bias_add((zr_dtype)9, d, d, 1, 1, st), ZR_ERR_INVALID,
                "neither fp32 nor bf16");
     TEST_FAILS(zr_quant_cuda_add(d, d, (zr_dtype)7, 4, st), ZR_ERR_INVALID, "dtype");
     zr_device cpu = zr_device_cpu();
     zr_stream *cs = NULL;
     TEST_OK(zr_stream_create(&cpu, &cs));
-    TEST_FAILS(zr_op_cuda_gelu_bwd(ZR_DTYPE_F32, d, d, d, 4, cs), ZR_ERR_INVALID,
-               "got a CPU stream");
+    TEST_FAILS(be->ops->gelu_bwd(ZR_DTYPE_F32, d, d, d, 4, cs), ZR_ERR_INVALID, "got a CPU stream");
     zr_stream_destroy(cs);
     be->free(d);
 }

@@ -1,9 +1,9 @@
 /*
  * test_gpu_flash.c - the tensor-core attention (src/model/attention_flash.cu,
- * issue 42), which zr_op_cuda_attention_fwd/_bwd run for bf16 storage with
+ * issue 42), which the CUDA operators attention_fwd/_bwd (ops_table.h) run for bf16 storage with
  * head size 32, 64 or 128, against an fp64 reference, the CPU operators
  * (zr_op_attention_fwd/_bwd, fp32) and the scalar kernels
- * (zr_op_cuda_attention_*_scalar) on the same bf16 inputs.
+ * (attention_*_scalar) on the same bf16 inputs.
  *
  * Cases: T = 1, 15, 64, 100, 257 (one tile, T short of a tile, whole
  * tiles, T past a tile) x head sizes 32, 64, 128, B * NH = 3 (B 1 x NH 3
@@ -24,10 +24,11 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "test.h"
+#include "zr/gpt_engine.h"
 #include "zr/model_cuda.h"
 
-#include "../src/model/ops.h"      /* the CPU operators: internal to src/model */
-#include "../src/model/ops_cuda.h" /* the CUDA operators: internal to src/model */
+#include "../src/model/ops.h"       /* the CPU operators: internal to src/model */
+#include "../src/model/ops_table.h" /* the devices' operators: internal to src/model */
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,6 +38,9 @@ static zr_stream *st;
 static double worst_seen;
 
 /* A device copy of x[0..n-1] as bf16, `off` elements into its buffer. */
+/* The CUDA backend's operators (set by main). */
+static const zr_op_table *ops;
+
 static void *dput(const float *x, size_t n, int bf16, size_t off)
 {
     void *d = NULL;
@@ -208,21 +212,19 @@ static void run(const flash_case *c, const flash_dev *d, int variant, float *out
     TEST_OK(zr_memcpy_async(d->dqkv, pd, r->nq * 2, st));
     const void *qkv = (const char *)d->qkv + (size_t)c->off * 2;
     if (variant > 0) {
-        TEST_OK(zr_op_cuda_attention_fwd_variant(variant, ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B,
-                                                 c->T, C, c->NH, st));
-        TEST_OK(zr_op_cuda_attention_bwd_variant(variant, 0, ZR_DTYPE_BF16, d->dqkv, d->delta,
-                                                 d->dout, qkv, d->out, d->lse, c->B, c->T, C, c->NH,
-                                                 st));
+        TEST_OK(ops->attention_fwd_variant(variant, ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B, c->T,
+                                           C, c->NH, st));
+        TEST_OK(ops->attention_bwd_variant(variant, 0, ZR_DTYPE_BF16, d->dqkv, d->delta, d->dout,
+                                           qkv, d->out, d->lse, c->B, c->T, C, c->NH, st));
     } else if (variant < 0) {
-        TEST_OK(zr_op_cuda_attention_fwd_scalar(ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B, c->T, C,
-                                                c->NH, st));
-        TEST_OK(zr_op_cuda_attention_bwd_scalar(ZR_DTYPE_BF16, d->dqkv, d->delta, d->dout, qkv,
-                                                d->out, d->lse, c->B, c->T, C, c->NH, st));
+        TEST_OK(ops->attention_fwd_scalar(ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B, c->T, C, c->NH,
+                                          st));
+        TEST_OK(ops->attention_bwd_scalar(ZR_DTYPE_BF16, d->dqkv, d->delta, d->dout, qkv, d->out,
+                                          d->lse, c->B, c->T, C, c->NH, st));
     } else {
-        TEST_OK(
-            zr_op_cuda_attention_fwd(ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B, c->T, C, c->NH, st));
-        TEST_OK(zr_op_cuda_attention_bwd(ZR_DTYPE_BF16, d->dqkv, d->delta, d->dout, qkv, d->out,
-                                         d->lse, c->B, c->T, C, c->NH, st));
+        TEST_OK(ops->attention_fwd(ZR_DTYPE_BF16, d->out, d->lse, qkv, c->B, c->T, C, c->NH, st));
+        TEST_OK(ops->attention_bwd(ZR_DTYPE_BF16, d->dqkv, d->delta, d->dout, qkv, d->out, d->lse,
+                                   c->B, c->T, C, c->NH, st));
     }
     dget(out, d->out, r->no, 1);
     dget(lse, d->lse, r->nl, 0);
@@ -390,6 +392,9 @@ int main(void)
         return zr_test_skip("%s", zr_error_message());
     }
     zr_error_clear();
+    const zr_gpt_backend_i *be;
+    TEST_OK(zr_gpt_backend_of(ZR_DEVICE_CUDA, &be));
+    ops = be->ops;
     TEST_OK(zr_device_open_cuda(0, &gpu));
     TEST_OK(zr_stream_create(&gpu, &st));
     if (st != NULL) {

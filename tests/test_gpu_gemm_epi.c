@@ -18,7 +18,7 @@
  *              orders); bf16 (inputs rounded to bf16 for the reference too):
  *              within 1e-2 of it.
  *   unfused    the same BIAS_GELU and DGELU products through zr_blas_gemm +
- *              zr_op_cuda_bias_gelu_fwd / zr_op_cuda_gelu_bwd: fp32 within
+ *              the CUDA operators bias_gelu_fwd / gelu_bwd: fp32 within
  *              1e-5; a second fused call of a kept shape gives the same bits.
  *   no algo    (emulator: ZR_EMU_LT_NO_ALGO=1, its heuristic finds none) the
  *              epilogues fall back to the plain GEMM + kernel, same bounds;
@@ -31,12 +31,16 @@
 
 #include "test.h"
 #include "test_gpu.h"
+#include "zr/gpt_engine.h"
 #include "zr/model_cuda.h"
 
-#include "../src/model/ops.h"      /* the CPU operators: internal to src/model */
-#include "../src/model/ops_cuda.h" /* the CUDA operators: internal to src/model */
+#include "../src/model/ops.h"       /* the CPU operators: internal to src/model */
+#include "../src/model/ops_table.h" /* the devices' operators: internal to src/model */
 
 /* Random values of amplitude amp, as storage type t holds them. */
+/* The CUDA backend's operators (set by main). */
+static const zr_op_table *ops;
+
 static float *rand_buf(zr_test_rng *rng, size_t n, float amp, zr_dtype t)
 {
     float *x = malloc(n * sizeof *x + 4);
@@ -208,7 +212,7 @@ static void test_fused_vs_unfused(void)
             TEST_OK(zr_blas_gemm_epi(b, &fw, &e, dx, dw, out));
         } else {
             TEST_OK(zr_blas_gemm(b, &fw, dx, dw, pre));
-            TEST_OK(zr_op_cuda_bias_gelu_fwd(ZR_DTYPE_F32, out, pre, dbias, M, N, st));
+            TEST_OK(ops->bias_gelu_fwd(ZR_DTYPE_F32, out, pre, dbias, M, N, st));
         }
         dget(r[0], out, nc, ZR_DTYPE_F32);
         dget(r[1], pre, nc, ZR_DTYPE_F32);
@@ -217,7 +221,7 @@ static void test_fused_vs_unfused(void)
             TEST_OK(zr_blas_gemm_epi(b, &bw, &e, ddy, dw, out));
         } else {
             TEST_OK(zr_blas_gemm(b, &bw, ddy, dw, out));
-            TEST_OK(zr_op_cuda_gelu_bwd(ZR_DTYPE_F32, out, pre, out, nc, st));
+            TEST_OK(ops->gelu_bwd(ZR_DTYPE_F32, out, pre, out, nc, st));
         }
         dget(r[2], out, nc, ZR_DTYPE_F32);
     }
@@ -273,6 +277,9 @@ int main(void)
         return zr_test_skip("%s", zr_error_message());
     }
     zr_error_clear();
+    const zr_gpt_backend_i *be;
+    TEST_OK(zr_gpt_backend_of(ZR_DEVICE_CUDA, &be));
+    ops = be->ops;
     TEST_OK(zr_device_open_cuda(0, &gpu));
     TEST_OK(zr_stream_create(&gpu, &st));
     if (st != NULL) {

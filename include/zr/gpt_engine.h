@@ -88,6 +88,9 @@ typedef struct zr_gpt_backend_i {
     void (*free)(void *model);
     /* Optional: the stream the model queues its work on (NULL: it computes at once). */
     zr_stream *(*stream)(void *model);
+    /* Optional: the operators of the backend's device model (src/model/ops_table.h), which
+       tests/test_backend_ops.c walks against the CPU's. */
+    const struct zr_op_table *ops;
     /* Optional: matrix products on bf16 inputs (zr_gpt_set_products' result and message). */
     int (*set_products)(void *model, int bf16, char *why, size_t n);
     /* The engine's buffers must be where, and of the types, the model computes on. */

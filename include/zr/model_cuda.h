@@ -129,7 +129,8 @@ typedef struct zr_gpt_cuda {
     zr_dtype type;
     size_t es; /* bytes per element of the compute type */
     zr_tensor_desc unit0_desc[2], block_desc[ZR_GPT_BLOCK_TENSORS], final_desc[2];
-    zr_stream *stream; /* every kernel and GEMM runs on it; not owned */
+    zr_stream *stream;             /* every kernel and GEMM runs on it; not owned */
+    const struct zr_op_table *ops; /* its operators: the CUDA backend's (src/model/ops_table.h) */
     zr_blas *blas;
     /* 1: bias, bias + GELU and GELU's backward are GEMM epilogues (cuBLASLt), 0: a plain GEMM
        and the element-wise kernels; read from ZR_GEMM_EPILOGUE ("0" = unfused) at init */

@@ -29,7 +29,7 @@
 
 #include "../base/cudalib.h"
 #include "../base/device_impl.h"
-#include "ops_cuda.h"
+#include "ops_table.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -365,13 +365,13 @@ static zr_status epi_unfused(zr_blas *b, const zr_gemm *g, const zr_gemm_epi *e,
     switch (e->kind) {
     case ZR_GEMM_EPI_BIAS:
         ZR_CHECK(zr_blas_gemm(b, g, A, B, C));
-        return zr_op_cuda_bias_add(b->type, C, e->bias, g->M, g->N, b->s);
+        return zr_ops_cuda.bias_add(b->type, C, e->bias, g->M, g->N, b->s);
     case ZR_GEMM_EPI_BIAS_GELU:
         ZR_CHECK(zr_blas_gemm(b, g, A, B, e->aux));
-        return zr_op_cuda_bias_gelu_fwd(b->type, C, e->aux, e->bias, g->M, g->N, b->s);
+        return zr_ops_cuda.bias_gelu_fwd(b->type, C, e->aux, e->bias, g->M, g->N, b->s);
     case ZR_GEMM_EPI_DGELU:
         ZR_CHECK(zr_blas_gemm(b, g, A, B, C));
-        return zr_op_cuda_gelu_bwd(b->type, C, e->aux, C, (size_t)g->M * (size_t)g->N, b->s);
+        return zr_ops_cuda.gelu_bwd(b->type, C, e->aux, C, (size_t)g->M * (size_t)g->N, b->s);
     default:
         return zr_blas_gemm(b, g, A, B, C);
     }

@@ -3,13 +3,57 @@
  * build (with CUDA or without) and tested on the CPU: the plan that turns a
  * row-major product into cuBLAS's column-major call (blas_cuda.c says why it
  * is right), the size of the cuBLASLt workspace a model reserves, and the
- * token buckets of the embedding's deterministic backward (ops_cuda.h).
+ * token buckets of the embedding's deterministic backward, and the row
+ * ranges of the column sums' first pass, which size the device model's
+ * scratch in every build (ops_table.h, ops_cuda_impl.h).
  */
 #include "zr/model_cuda.h"
 
-#include "ops_cuda.h"
+#include "gpt_backend_impl.h"
+#include "ops_table.h"
 
 #include <string.h>
+
+#define PART_ROWS 16  /* the fewest rows of a column sum's row range */
+#define MAX_PARTS 256 /* row ranges of a column sum (blocks to fill a GPU) */
+
+/* Declared for the kernels in ops_cuda_impl.h, which needs the CUDA runtime's header. */
+int zr_op_k_colsum_parts(int N);
+
+int zr_op_k_colsum_parts(int N)
+{
+    int p = (N + PART_ROWS - 1) / PART_ROWS;
+    return p < 1 ? 1 : p > MAX_PARTS ? MAX_PARTS : p;
+}
+
+size_t zr_op_colsum_scratch(int N, int C)
+{
+    return (size_t)zr_op_k_colsum_parts(N) * (size_t)C * 2;
+}
+
+void zr_gpt_cuda_slot_numel(const zr_gpt_config *cfg, size_t n[3])
+{
+    n[0] = zr_gpt_config_unit_numel(cfg, 0);
+    n[1] = zr_gpt_config_unit_numel(cfg, 1); /* blocks are all alike */
+    n[2] = zr_gpt_config_unit_numel(cfg, cfg->layers + 1);
+}
+
+void zr_gpt_cuda_buffer_kinds(zr_dtype type, const zr_engine_config *ecfg, int *params, int *grads)
+{
+    *params = zr_engine_param_type(ecfg) != type;
+    *grads = zr_engine_grad_type(ecfg) != type;
+}
+
+size_t zr_gpt_cuda_engine_bytes(const zr_gpt_config *cfg, const zr_gpt_shape *s,
+                                const zr_engine_config *ecfg)
+{
+    size_t n[3];
+    zr_gpt_cuda_slot_numel(cfg, n);
+    int params, grads;
+    zr_gpt_cuda_buffer_kinds(s->compute, ecfg, &params, &grads);
+    size_t act = zr_gpt_cuda_activation_bytes(cfg, s->B, s->T, s->compute);
+    return act + (size_t)(params + grads) * (n[0] + n[1] + n[2]) * zr_dtype_size(s->compute);
+}
 
 int zr_token_buckets(const int *inp, int n, int V, int *token, int *start, int *pos, int *count)
 {

@@ -36,6 +36,8 @@
 #include "zr/model_cuda.h"
 #include "zr/quant_cuda.h"
 
+#include "ops_table.h"
+
 #include <string.h>
 
 typedef struct gpt_cuda {
@@ -52,32 +54,6 @@ typedef struct gpt_cuda {
 static int slot_of(const gpt_cuda *g, int u)
 {
     return u == 0 ? 0 : u <= g->model.cfg.layers ? 1 : 2;
-}
-
-/* Elements of the units of each slot (blocks are all alike). */
-static void slot_numel(const zr_gpt_config *cfg, size_t n[3])
-{
-    n[0] = zr_gpt_config_unit_numel(cfg, 0);
-    n[1] = zr_gpt_config_unit_numel(cfg, 1);
-    n[2] = zr_gpt_config_unit_numel(cfg, cfg->layers + 1);
-}
-
-/* How many kinds of unit buffers (parameters, gradients) the engine's types need: 0, 1 or 2. */
-static void buffer_kinds(zr_dtype type, const zr_engine_config *ecfg, int *params, int *grads)
-{
-    *params = zr_engine_param_type(ecfg) != type;
-    *grads = zr_engine_grad_type(ecfg) != type;
-}
-
-size_t zr_gpt_cuda_engine_bytes(const zr_gpt_config *cfg, const zr_gpt_shape *s,
-                                const zr_engine_config *ecfg)
-{
-    size_t n[3];
-    slot_numel(cfg, n);
-    int params, grads;
-    buffer_kinds(s->compute, ecfg, &params, &grads);
-    size_t act = zr_gpt_cuda_activation_bytes(cfg, s->B, s->T, s->compute);
-    return act + (size_t)(params + grads) * (n[0] + n[1] + n[2]) * zr_dtype_size(s->compute);
 }
 
 /* The device model's kernels take B x T rows up to 2^30 and B x heads attention blocks up to
@@ -100,7 +76,7 @@ static zr_status cuda_check_shape(const zr_gpt_config *cfg, const zr_gpt_shape *
 static zr_status alloc_buffers(gpt_cuda *g, zr_dtype type, const zr_engine_config *ecfg)
 {
     int params, grads;
-    buffer_kinds(type, ecfg, &params, &grads);
+    zr_gpt_cuda_buffer_kinds(type, ecfg, &params, &grads);
     size_t es = zr_dtype_size(type);
     for (int i = 0; i < 3; i++) {
         if (params) {
@@ -133,7 +109,7 @@ static zr_status cuda_init(void **model, const zr_device *dev, const zr_gpt_conf
     g->dev = *dev;
     zr_status st = zr_stream_create(&g->dev, &g->stream);
     if (st == ZR_OK) {
-        slot_numel(cfg, g->numel);
+        zr_gpt_cuda_slot_numel(cfg, g->numel);
         st = alloc_buffers(g, type, ecfg);
     }
     if (st == ZR_OK) {
@@ -305,6 +281,7 @@ const zr_gpt_backend_i zr_gpt_backend_cuda = {
     .init = cuda_init,
     .free = cuda_free,
     .stream = cuda_stream,
+    .ops = &zr_ops_cuda,
     .check_engine = cuda_check_engine,
     .forward_begin = cuda_forward_begin,
     .forward_unit = cuda_forward_unit,

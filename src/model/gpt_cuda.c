@@ -18,13 +18,16 @@
  *   fch = ln2 W_fc^T; fch += b_fc, fch_gelu = GELU(fch)             (fused)
  *   tmp = fch_gelu W_fcproj^T; res3 = res2 + (tmp + b_fcproj)
  * and backward in reverse, dres carrying d(res3) down to d(x) in place. The
- * matrix products are cuBLAS' (blas_cuda.c), the rest ops_cuda.h's kernels.
+ * matrix products are cuBLAS' (blas_cuda.c), the rest the CUDA operators' kernels (ops_table.h,
+ * m->ops).
  */
 #include "zr/model_cuda.h"
 
 #include "../base/device_impl.h"
 #include "gpt_tensors.h"
-#include "ops_cuda.h"
+#include "zr/gpt_engine.h"
+
+#include "ops_table.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -77,7 +80,7 @@ static size_t layout(zr_gpt_cuda *m, char *base)
     CARVE(m->dbig, BT * 4 * C * es);
     CARVE(m->tmp, BT * C * es);
     CARVE(m->att_delta, B * NH * T * f);
-    CARVE(m->colsum, zr_op_cuda_colsum_scratch((int)BT, 4 * (int)C) * f);
+    CARVE(m->colsum, zr_op_colsum_scratch((int)BT, 4 * (int)C) * f);
     CARVE(m->tokens, (5 * BT + 1) * sizeof(int));
     CARVE(m->ctrl, ZR_GPT_CUDA_CTRL * f);
 #undef CARVE
@@ -186,6 +189,9 @@ zr_status zr_gpt_cuda_init(zr_gpt_cuda *m, const zr_gpt_config *cfg, int B, int 
 {
     memset(m, 0, sizeof *m);
     ZR_CHECK(shape_ok(cfg, B, T, type, s));
+    const zr_gpt_backend_i *be; /* "built without CUDA" in a build without */
+    ZR_CHECK(zr_gpt_backend_of(ZR_DEVICE_CUDA, &be));
+    m->ops = be->ops;
     m->cfg = *cfg;
     m->B = B;
     m->T = T;
@@ -326,29 +332,28 @@ static zr_status block_forward(zr_gpt_cuda *m, int l, const void *p)
     zr_gpt_cuda_layer *a = &m->layers[l];
     const void *inp = block_input(m, l);
 #define W(i) tensor(m, d, (i), p)
-    ZR_CHECK(zr_op_cuda_layernorm_fwd(t, a->ln1, a->ln1_mean, a->ln1_rstd, inp, W(T_LN1W),
-                                      W(T_LN1B), BT, C, s));
+    ZR_CHECK(m->ops->layernorm_fwd(t, a->ln1, a->ln1_mean, a->ln1_rstd, inp, W(T_LN1W), W(T_LN1B),
+                                   BT, C, s));
     if (m->fused) {
         ZR_CHECK(mm_fwd_epi(m, a->qkv, a->ln1, W(T_QKVW), BT, C, 3 * C, ZR_GEMM_EPI_BIAS, W(T_QKVB),
                             NULL));
     } else {
         ZR_CHECK(mm_fwd(m, a->qkv, a->ln1, W(T_QKVW), BT, C, 3 * C, 3 * C));
-        ZR_CHECK(zr_op_cuda_bias_add(t, a->qkv, W(T_QKVB), BT, 3 * C, s));
+        ZR_CHECK(m->ops->bias_add(t, a->qkv, W(T_QKVB), BT, 3 * C, s));
     }
-    ZR_CHECK(zr_op_cuda_attention_fwd(t, a->atty, a->att_lse, a->qkv, B, T, C, NH, s));
+    ZR_CHECK(m->ops->attention_fwd(t, a->atty, a->att_lse, a->qkv, B, T, C, NH, s));
     ZR_CHECK(mm_fwd(m, m->tmp, a->atty, W(T_ATTPROJW), BT, C, C, C));
-    ZR_CHECK(zr_op_cuda_residual_layernorm_fwd(t, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, inp,
-                                               m->tmp, W(T_ATTPROJB), W(T_LN2W), W(T_LN2B), BT, C,
-                                               s));
+    ZR_CHECK(m->ops->residual_layernorm_fwd(t, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, inp,
+                                            m->tmp, W(T_ATTPROJB), W(T_LN2W), W(T_LN2B), BT, C, s));
     if (m->fused) { /* fch keeps GELU's input for the backward */
         ZR_CHECK(mm_fwd_epi(m, a->fch_gelu, a->ln2, W(T_FCW), BT, C, 4 * C, ZR_GEMM_EPI_BIAS_GELU,
                             W(T_FCB), a->fch));
     } else {
         ZR_CHECK(mm_fwd(m, a->fch, a->ln2, W(T_FCW), BT, C, 4 * C, 4 * C));
-        ZR_CHECK(zr_op_cuda_bias_gelu_fwd(t, a->fch_gelu, a->fch, W(T_FCB), BT, 4 * C, s));
+        ZR_CHECK(m->ops->bias_gelu_fwd(t, a->fch_gelu, a->fch, W(T_FCB), BT, 4 * C, s));
     }
     ZR_CHECK(mm_fwd(m, m->tmp, a->fch_gelu, W(T_FCPROJW), BT, 4 * C, C, C));
-    ZR_CHECK(zr_op_cuda_residual_fwd(t, a->res3, a->res2, m->tmp, W(T_FCPROJB), BT, C, s));
+    ZR_CHECK(m->ops->residual_fwd(t, a->res3, a->res2, m->tmp, W(T_FCPROJB), BT, C, s));
 #undef W
     return ZR_OK;
 }
@@ -359,9 +364,9 @@ static zr_status final_forward(zr_gpt_cuda *m, const void *p, const void *p0)
     const int BT = m->B * m->T, C = m->cfg.channels, V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
     const zr_dtype t = m->type;
     zr_stream *s = m->stream;
-    ZR_CHECK(zr_op_cuda_layernorm_fwd(t, m->lnf, m->lnf_mean, m->lnf_rstd,
-                                      block_input(m, m->cfg.layers), tensor(m, m->final_desc, 0, p),
-                                      tensor(m, m->final_desc, 1, p), BT, C, s));
+    ZR_CHECK(m->ops->layernorm_fwd(t, m->lnf, m->lnf_mean, m->lnf_rstd,
+                                   block_input(m, m->cfg.layers), tensor(m, m->final_desc, 0, p),
+                                   tensor(m, m->final_desc, 1, p), BT, C, s));
     /* logits over the aligned Vp (cuBLAS's fast kernels want N % 8 == 0; at N = V = 50257 it
        ran sm_75 CUTLASS kernels, ~15x slower on an H200): columns V..Vp come from wte's padded
        rows, whatever they hold; the loss never reads them and the backward zeroes them */
@@ -369,9 +374,8 @@ static zr_status final_forward(zr_gpt_cuda *m, const void *p, const void *p0)
     if (!m->has_targets) {
         return ZR_OK;
     }
-    ZR_CHECK(
-        zr_op_cuda_xent_fwd(t, m->losses, m->xent_lse, m->logits, dev_targets(m), BT, V, Vp, s));
-    ZR_CHECK(zr_op_cuda_mean(m->ctrl, m->losses, BT, s));
+    ZR_CHECK(m->ops->xent_fwd(t, m->losses, m->xent_lse, m->logits, dev_targets(m), BT, V, Vp, s));
+    ZR_CHECK(m->ops->mean(m->ctrl, m->losses, BT, s));
     ZR_CHECK(zr_memcpy_async(m->host_ctrl, m->ctrl, ZR_GPT_CUDA_CTRL * sizeof(float), s));
     ZR_CHECK(zr_event_record(m->ctrl_ev, s));
     m->loss_pending = 1;
@@ -393,7 +397,7 @@ zr_status zr_gpt_cuda_forward_unit(zr_gpt_cuda *m, int u, const void *params,
                 u == L + 1 ? " and unit 0's (tied LM head)" : "");
     }
     if (u == 0) {
-        ZR_CHECK(zr_op_cuda_encoder_fwd(
+        ZR_CHECK(m->ops->encoder_fwd(
             m->type, m->encoded, dev_inputs(m), tensor(m, m->unit0_desc, 0, params),
             tensor(m, m->unit0_desc, 1, params), m->B, m->T, m->cfg.channels, m->stream));
     } else if (u <= L) {
@@ -434,17 +438,17 @@ static zr_status final_backward(zr_gpt_cuda *m, const void *p, const void *p0, v
     const int BT = m->B * m->T, C = m->cfg.channels, V = m->cfg.vocab, Vp = m->cfg.padded_vocab;
     const zr_dtype t = m->type;
     zr_stream *s = m->stream;
-    ZR_CHECK(zr_op_cuda_xent_bwd(t, m->logits, m->xent_lse, dev_targets(m), 1.0f / (float)BT, BT, V,
-                                 Vp, s));
+    ZR_CHECK(m->ops->xent_bwd(t, m->logits, m->xent_lse, dev_targets(m), 1.0f / (float)BT, BT, V,
+                              Vp, s));
     /* over Vp: dlogits' padded columns are exactly 0 (xent_bwd writes them), so they add
        nothing to dln and the padded rows of wte's gradient get + 0 (they stay 0, as on the CPU) */
     ZR_CHECK(mm_dinp(m, m->dln, m->logits, tensor(m, m->unit0_desc, 0, p0), BT, C, Vp, Vp));
     ZR_CHECK(mm_dw(m, tensor(m, m->unit0_desc, 0, g0), m->logits, m->lnf, BT, C, Vp, Vp));
     /* dres is written here (not accumulated): the residual stream's gradient starts */
-    return zr_op_cuda_layernorm_bwd(t, m->dres, tensor(m, m->final_desc, 0, g),
-                                    tensor(m, m->final_desc, 1, g), m->dln,
-                                    block_input(m, m->cfg.layers), tensor(m, m->final_desc, 0, p),
-                                    m->lnf_mean, m->lnf_rstd, BT, C, 0, m->colsum, s);
+    return m->ops->layernorm_bwd(t, m->dres, tensor(m, m->final_desc, 0, g),
+                                 tensor(m, m->final_desc, 1, g), m->dln,
+                                 block_input(m, m->cfg.layers), tensor(m, m->final_desc, 0, p),
+                                 m->lnf_mean, m->lnf_rstd, BT, C, 0, m->colsum, s);
 }
 
 /* The MLP half of block l's backward: dres = d(res3) becomes d(res2). */
@@ -463,15 +467,15 @@ static zr_status block_backward_mlp(zr_gpt_cuda *m, int l, const void *p, void *
         ZR_CHECK(mm_dinp(m, m->dbig, m->dres, W(T_FCPROJW), BT, 4 * C, C, C));
     }
     ZR_CHECK(mm_dw(m, G(T_FCPROJW), m->dres, a->fch_gelu, BT, 4 * C, C, C));
-    ZR_CHECK(zr_op_cuda_colsum_acc(t, G(T_FCPROJB), m->dres, BT, C, m->colsum, s));
+    ZR_CHECK(m->ops->colsum_acc(t, G(T_FCPROJB), m->dres, BT, C, m->colsum, s));
     if (!m->fused) {
-        ZR_CHECK(zr_op_cuda_gelu_bwd(t, m->dbig, a->fch, m->dbig, (size_t)BT * 4 * C, s));
+        ZR_CHECK(m->ops->gelu_bwd(t, m->dbig, a->fch, m->dbig, (size_t)BT * 4 * C, s));
     }
-    ZR_CHECK(zr_op_cuda_colsum_acc(t, G(T_FCB), m->dbig, BT, 4 * C, m->colsum, s));
+    ZR_CHECK(m->ops->colsum_acc(t, G(T_FCB), m->dbig, BT, 4 * C, m->colsum, s));
     ZR_CHECK(mm_dinp(m, m->dln, m->dbig, W(T_FCW), BT, C, 4 * C, 4 * C));
     ZR_CHECK(mm_dw(m, G(T_FCW), m->dbig, a->ln2, BT, C, 4 * C, 4 * C));
-    return zr_op_cuda_layernorm_bwd(t, m->dres, G(T_LN2W), G(T_LN2B), m->dln, a->res2, W(T_LN2W),
-                                    a->ln2_mean, a->ln2_rstd, BT, C, 1, m->colsum, s);
+    return m->ops->layernorm_bwd(t, m->dres, G(T_LN2W), G(T_LN2B), m->dln, a->res2, W(T_LN2W),
+                                 a->ln2_mean, a->ln2_rstd, BT, C, 1, m->colsum, s);
 }
 
 /* The attention half: dres = d(res2) becomes d(block input). */
@@ -484,14 +488,14 @@ static zr_status block_backward_attn(zr_gpt_cuda *m, int l, const void *p, void 
     const zr_gpt_cuda_layer *a = &m->layers[l];
     ZR_CHECK(mm_dinp(m, m->datty, m->dres, W(T_ATTPROJW), BT, C, C, C));
     ZR_CHECK(mm_dw(m, G(T_ATTPROJW), m->dres, a->atty, BT, C, C, C));
-    ZR_CHECK(zr_op_cuda_colsum_acc(t, G(T_ATTPROJB), m->dres, BT, C, m->colsum, s));
-    ZR_CHECK(zr_op_cuda_attention_bwd(t, m->dbig, m->att_delta, m->datty, a->qkv, a->atty,
-                                      a->att_lse, B, T, C, NH, s));
+    ZR_CHECK(m->ops->colsum_acc(t, G(T_ATTPROJB), m->dres, BT, C, m->colsum, s));
+    ZR_CHECK(m->ops->attention_bwd(t, m->dbig, m->att_delta, m->datty, a->qkv, a->atty, a->att_lse,
+                                   B, T, C, NH, s));
     ZR_CHECK(mm_dinp(m, m->dln, m->dbig, W(T_QKVW), BT, C, 3 * C, 3 * C));
     ZR_CHECK(mm_dw(m, G(T_QKVW), m->dbig, a->ln1, BT, C, 3 * C, 3 * C));
-    ZR_CHECK(zr_op_cuda_colsum_acc(t, G(T_QKVB), m->dbig, BT, 3 * C, m->colsum, s));
-    return zr_op_cuda_layernorm_bwd(t, m->dres, G(T_LN1W), G(T_LN1B), m->dln, block_input(m, l),
-                                    W(T_LN1W), a->ln1_mean, a->ln1_rstd, BT, C, 1, m->colsum, s);
+    ZR_CHECK(m->ops->colsum_acc(t, G(T_QKVB), m->dbig, BT, 3 * C, m->colsum, s));
+    return m->ops->layernorm_bwd(t, m->dres, G(T_LN1W), G(T_LN1B), m->dln, block_input(m, l),
+                                 W(T_LN1W), a->ln1_mean, a->ln1_rstd, BT, C, 1, m->colsum, s);
 #undef W
 #undef G
 }
@@ -518,10 +522,10 @@ zr_status zr_gpt_cuda_backward_unit(zr_gpt_cuda *m, int u, const void *params,
         ZR_CHECK(block_backward_mlp(m, u - 1, params, grads));
         ZR_CHECK(block_backward_attn(m, u - 1, params, grads));
     } else {
-        ZR_CHECK(zr_op_cuda_encoder_bwd(m->type, tensor(m, m->unit0_desc, 0, grads),
-                                        tensor(m, m->unit0_desc, 1, grads), m->dres,
-                                        dev_buckets(m, 0), dev_buckets(m, 1), dev_buckets(m, 2),
-                                        m->nbuckets, m->B, m->T, m->cfg.channels, m->stream));
+        ZR_CHECK(m->ops->encoder_bwd(m->type, tensor(m, m->unit0_desc, 0, grads),
+                                     tensor(m, m->unit0_desc, 1, grads), m->dres, dev_buckets(m, 0),
+                                     dev_buckets(m, 1), dev_buckets(m, 2), m->nbuckets, m->B, m->T,
+                                     m->cfg.channels, m->stream));
     }
     m->bwd_next = u - 1;
     return ZR_OK;

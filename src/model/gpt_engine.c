@@ -86,8 +86,10 @@ zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt_config *cfg, uint
 
 /*
  * The build's backends of the GPT, by device kind: the one place that knows
- * which exist. The CUDA backend's file is compiled in every build (the
- * planner sizes GPU runs anywhere) but registered only where CUDA is.
+ * which exist. The CUDA backend's files (gpt_backend_cuda.c, ops_cuda.c) are
+ * compiled only where CUDA is built (the Makefile's CUDA_ONLY_SRC), and so
+ * is its line here; its sizes, which the planner needs anywhere, are
+ * cuda_host.c's.
  */
 static const zr_gpt_backend_i *const backends[] = {
     [ZR_DEVICE_CPU] = &zr_gpt_backend_cpu,

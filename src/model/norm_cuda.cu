@@ -24,8 +24,6 @@
 #define COL_ROWS    8                  /* row lanes (warps) of a column-sum block */
 #define COL_THREADS (32 * COL_ROWS)    /* threads of a column-sum block */
 #define COL_SPAN    (32 * ZR_OP_CHUNK) /* columns of a column-sum block: 8 a thread */
-#define PART_ROWS   16                 /* the fewest rows of a column sum's row range */
-#define MAX_PARTS   256                /* row ranges of a column sum (blocks to fill a GPU) */
 
 /* ---- LayerNorm ------------------------------------------------------------------------- */
 
@@ -361,12 +359,6 @@ __global__ void __launch_bounds__(COL_THREADS)
 }
 
 /* ---- launchers ------------------------------------------------------------------------------ */
-
-extern "C" int zr_op_k_colsum_parts(int N)
-{
-    int p = (N + PART_ROWS - 1) / PART_ROWS;
-    return p < 1 ? 1 : p > MAX_PARTS ? MAX_PARTS : p;
-}
 
 /* Rows in registers (CH chunks a lane) where C <= 256 CH; else the streaming kernel (CH 0). */
 template <typename S, bool RES, int CH>

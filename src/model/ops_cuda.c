@@ -1,14 +1,14 @@
 /*
- * ops_cuda.c - the C API of GPT-2's CUDA operators (ops_cuda.h): argument
- * checks, where 16-byte accesses are allowed, the attention's lane count,
- * and launch errors as zr_status. The kernels are ops_cuda.cu, norm_cuda.cu,
- * xent_cuda.cu and attention_cuda.cu, seen only through their launchers (ops_cuda_impl.h).
+ * ops_cuda.c - the C API of GPT-2's CUDA operators (ops_table.h: the instance zr_ops_cuda):
+ * argument checks, where 16-byte accesses are allowed, the attention's lane count, and launch
+ * errors as zr_status. The kernels are ops_cuda.cu, norm_cuda.cu, xent_cuda.cu and
+ * attention_cuda.cu, seen only through their launchers (ops_cuda_impl.h).
  *
  * Compiled only where CUDA is built; a build without compiles
  * model_nocuda.c instead. zr_token_buckets, the host half of the
  * embedding's deterministic backward, is plain C in every build (cuda_host.c).
  */
-#include "ops_cuda.h"
+#include "ops_table.h"
 
 #include "../base/device_impl.h"
 #include "ops_cuda_impl.h"
@@ -70,8 +70,8 @@ static int is_bf16(zr_dtype t)
     return t == ZR_DTYPE_BF16;
 }
 
-zr_status zr_op_cuda_encoder_fwd(zr_dtype t, void *out, const int *inp, const void *wte,
-                                 const void *wpe, int B, int T, int C, zr_stream *s)
+static zr_status cuda_encoder_fwd(zr_dtype t, void *out, const int *inp, const void *wte,
+                                  const void *wpe, int B, int T, int C, zr_stream *s)
 {
     const char *what = "cuda encoder forward";
     cudaStream_t cs;
@@ -85,9 +85,9 @@ zr_status zr_op_cuda_encoder_fwd(zr_dtype t, void *out, const int *inp, const vo
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_encoder_bwd(zr_dtype t, void *dwte, void *dwpe, const void *dout,
-                                 const int *btoken, const int *bstart, const int *bpos,
-                                 int nbuckets, int B, int T, int C, zr_stream *s)
+static zr_status cuda_encoder_bwd(zr_dtype t, void *dwte, void *dwpe, const void *dout,
+                                  const int *btoken, const int *bstart, const int *bpos,
+                                  int nbuckets, int B, int T, int C, zr_stream *s)
 {
     const char *what = "cuda encoder backward";
     cudaStream_t cs;
@@ -121,17 +121,18 @@ static zr_status layernorm(const char *what, zr_dtype t, const zr_op_k_ln *a, zr
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd, const void *inp,
-                                   const void *w, const void *b, int N, int C, zr_stream *s)
+static zr_status cuda_layernorm_fwd(zr_dtype t, void *out, float *mean, float *rstd,
+                                    const void *inp, const void *w, const void *b, int N, int C,
+                                    zr_stream *s)
 {
     zr_op_k_ln a = {out, NULL, mean, rstd, inp, NULL, NULL, w, b, N, C, 0};
     return layernorm("cuda layernorm forward", t, &a, s);
 }
 
-zr_status zr_op_cuda_residual_layernorm_fwd(zr_dtype t, void *res, void *out, float *mean,
-                                            float *rstd, const void *a, const void *x,
-                                            const void *xbias, const void *w, const void *b, int N,
-                                            int C, zr_stream *s)
+static zr_status cuda_residual_layernorm_fwd(zr_dtype t, void *res, void *out, float *mean,
+                                             float *rstd, const void *a, const void *x,
+                                             const void *xbias, const void *w, const void *b, int N,
+                                             int C, zr_stream *s)
 {
     if (res == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "cuda residual layernorm forward: NULL residual output");
@@ -140,8 +141,8 @@ zr_status zr_op_cuda_residual_layernorm_fwd(zr_dtype t, void *res, void *out, fl
     return layernorm("cuda residual layernorm forward", t, &k, s);
 }
 
-zr_status zr_op_cuda_residual_fwd(zr_dtype t, void *res, const void *a, const void *x,
-                                  const void *xbias, int N, int C, zr_stream *s)
+static zr_status cuda_residual_fwd(zr_dtype t, void *res, const void *a, const void *x,
+                                   const void *xbias, int N, int C, zr_stream *s)
 {
     const char *what = "cuda residual forward";
     cudaStream_t cs;
@@ -155,15 +156,10 @@ zr_status zr_op_cuda_residual_fwd(zr_dtype t, void *res, const void *a, const vo
     return ZR_OK;
 }
 
-size_t zr_op_cuda_colsum_scratch(int N, int C)
-{
-    return (size_t)zr_op_k_colsum_parts(N) * (size_t)C * 2;
-}
-
-zr_status zr_op_cuda_layernorm_bwd(zr_dtype t, void *dinp, void *dw, void *db, const void *dout,
-                                   const void *inp, const void *w, const float *mean,
-                                   const float *rstd, int N, int C, int accumulate, float *scratch,
-                                   zr_stream *s)
+static zr_status cuda_layernorm_bwd(zr_dtype t, void *dinp, void *dw, void *db, const void *dout,
+                                    const void *inp, const void *w, const float *mean,
+                                    const float *rstd, int N, int C, int accumulate, float *scratch,
+                                    zr_stream *s)
 {
     const char *what = "cuda layernorm backward";
     cudaStream_t cs;
@@ -178,7 +174,7 @@ zr_status zr_op_cuda_layernorm_bwd(zr_dtype t, void *dinp, void *dw, void *db, c
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_bias_add(zr_dtype t, void *x, const void *bias, int N, int OC, zr_stream *s)
+static zr_status cuda_bias_add(zr_dtype t, void *x, const void *bias, int N, int OC, zr_stream *s)
 {
     const char *what = "cuda bias add";
     cudaStream_t cs;
@@ -190,8 +186,8 @@ zr_status zr_op_cuda_bias_add(zr_dtype t, void *x, const void *bias, int N, int 
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_colsum_acc(zr_dtype t, void *db, const void *d, int N, int OC, float *scratch,
-                                zr_stream *s)
+static zr_status cuda_colsum_acc(zr_dtype t, void *db, const void *d, int N, int OC, float *scratch,
+                                 zr_stream *s)
 {
     const char *what = "cuda column sum";
     cudaStream_t cs;
@@ -205,8 +201,8 @@ zr_status zr_op_cuda_colsum_acc(zr_dtype t, void *db, const void *d, int N, int 
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_bias_gelu_fwd(zr_dtype t, void *out, void *pre, const void *bias, int N,
-                                   int OC, zr_stream *s)
+static zr_status cuda_bias_gelu_fwd(zr_dtype t, void *out, void *pre, const void *bias, int N,
+                                    int OC, zr_stream *s)
 {
     const char *what = "cuda bias gelu forward";
     cudaStream_t cs;
@@ -220,8 +216,8 @@ zr_status zr_op_cuda_bias_gelu_fwd(zr_dtype t, void *out, void *pre, const void 
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_gelu_bwd(zr_dtype t, void *dinp, const void *inp, const void *dout, size_t n,
-                              zr_stream *s)
+static zr_status cuda_gelu_bwd(zr_dtype t, void *dinp, const void *inp, const void *dout, size_t n,
+                               zr_stream *s)
 {
     const char *what = "cuda gelu backward";
     cudaStream_t cs;
@@ -306,15 +302,15 @@ static zr_status attention_bwd(zr_dtype t, void *dqkv, float *delta, const void 
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
-                                   int C, int NH, zr_stream *s)
+static zr_status cuda_attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B,
+                                    int T, int C, int NH, zr_stream *s)
 {
     return attention_fwd(t, out, lse, qkv, B, T, C, NH, s, 0);
 }
 
-zr_status zr_op_cuda_attention_fwd_variant(int variant, zr_dtype t, void *out, float *lse,
-                                           const void *qkv, int B, int T, int C, int NH,
-                                           zr_stream *s)
+static zr_status cuda_attention_fwd_variant(int variant, zr_dtype t, void *out, float *lse,
+                                            const void *qkv, int B, int T, int C, int NH,
+                                            zr_stream *s)
 {
     if (variant < -1 || variant >= ZR_OP_CUDA_ATT_VARIANTS) {
         ZR_FAIL(ZR_ERR_INVALID, "cuda attention forward: variant %d", variant);
@@ -322,23 +318,23 @@ zr_status zr_op_cuda_attention_fwd_variant(int variant, zr_dtype t, void *out, f
     return attention_fwd(t, out, lse, qkv, B, T, C, NH, s, variant);
 }
 
-zr_status zr_op_cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, const void *qkv, int B,
-                                          int T, int C, int NH, zr_stream *s)
+static zr_status cuda_attention_fwd_scalar(zr_dtype t, void *out, float *lse, const void *qkv,
+                                           int B, int T, int C, int NH, zr_stream *s)
 {
     return attention_fwd(t, out, lse, qkv, B, T, C, NH, s, -1);
 }
 
-zr_status zr_op_cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
-                                   const void *qkv, const void *out, const float *lse, int B, int T,
-                                   int C, int NH, zr_stream *s)
+static zr_status cuda_attention_bwd(zr_dtype t, void *dqkv, float *delta, const void *dout,
+                                    const void *qkv, const void *out, const float *lse, int B,
+                                    int T, int C, int NH, zr_stream *s)
 {
     return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, 0, 0);
 }
 
-zr_status zr_op_cuda_attention_bwd_variant(int variant, int part, zr_dtype t, void *dqkv,
-                                           float *delta, const void *dout, const void *qkv,
-                                           const void *out, const float *lse, int B, int T, int C,
-                                           int NH, zr_stream *s)
+static zr_status cuda_attention_bwd_variant(int variant, int part, zr_dtype t, void *dqkv,
+                                            float *delta, const void *dout, const void *qkv,
+                                            const void *out, const float *lse, int B, int T, int C,
+                                            int NH, zr_stream *s)
 {
     if (variant < -1) {
         ZR_FAIL(ZR_ERR_INVALID, "cuda attention backward: variant %d", variant);
@@ -346,9 +342,9 @@ zr_status zr_op_cuda_attention_bwd_variant(int variant, int part, zr_dtype t, vo
     return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, variant, part);
 }
 
-zr_status zr_op_cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
-                                          const void *qkv, const void *out, const float *lse, int B,
-                                          int T, int C, int NH, zr_stream *s)
+static zr_status cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta, const void *dout,
+                                           const void *qkv, const void *out, const float *lse,
+                                           int B, int T, int C, int NH, zr_stream *s)
 {
     return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, -1, 0);
 }
@@ -364,8 +360,8 @@ static zr_status xent_args(const char *what, zr_dtype t, zr_stream *s, int N, in
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void *logits,
-                              const int *targets, int N, int V, int Vp, zr_stream *s)
+static zr_status cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void *logits,
+                               const int *targets, int N, int V, int Vp, zr_stream *s)
 {
     const char *what = "cuda softmax cross-entropy forward";
     cudaStream_t cs;
@@ -381,8 +377,8 @@ zr_status zr_op_cuda_xent_fwd(zr_dtype t, float *losses, float *lse, const void 
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const int *targets,
-                              float dloss, int N, int V, int Vp, zr_stream *s)
+static zr_status cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const int *targets,
+                               float dloss, int N, int V, int Vp, zr_stream *s)
 {
     const char *what = "cuda softmax cross-entropy backward";
     cudaStream_t cs;
@@ -395,8 +391,9 @@ zr_status zr_op_cuda_xent_bwd(zr_dtype t, void *logits, const float *lse, const 
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_xent_fused(zr_dtype t, float *losses, float *lse, void *logits,
-                                const int *targets, float dloss, int N, int V, int Vp, zr_stream *s)
+static zr_status cuda_xent_fused(zr_dtype t, float *losses, float *lse, void *logits,
+                                 const int *targets, float dloss, int N, int V, int Vp,
+                                 zr_stream *s)
 {
     const char *what = "cuda softmax cross-entropy forward and backward";
     cudaStream_t cs;
@@ -409,7 +406,7 @@ zr_status zr_op_cuda_xent_fused(zr_dtype t, float *losses, float *lse, void *log
     return ZR_OK;
 }
 
-zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s)
+static zr_status cuda_mean(float *out, const float *x, int n, zr_stream *s)
 {
     const char *what = "cuda mean";
     cudaStream_t cs;
@@ -420,3 +417,27 @@ zr_status zr_op_cuda_mean(float *out, const float *x, int n, zr_stream *s)
     ZR_CUDA_CHECK(zr_op_k_launch_mean(out, x, n, cs));
     return ZR_OK;
 }
+
+const zr_op_table zr_ops_cuda = {
+    .name = "cuda",
+    .encoder_fwd = cuda_encoder_fwd,
+    .encoder_bwd = cuda_encoder_bwd,
+    .layernorm_fwd = cuda_layernorm_fwd,
+    .residual_layernorm_fwd = cuda_residual_layernorm_fwd,
+    .residual_fwd = cuda_residual_fwd,
+    .layernorm_bwd = cuda_layernorm_bwd,
+    .bias_add = cuda_bias_add,
+    .colsum_acc = cuda_colsum_acc,
+    .bias_gelu_fwd = cuda_bias_gelu_fwd,
+    .gelu_bwd = cuda_gelu_bwd,
+    .attention_fwd = cuda_attention_fwd,
+    .attention_fwd_variant = cuda_attention_fwd_variant,
+    .attention_fwd_scalar = cuda_attention_fwd_scalar,
+    .attention_bwd = cuda_attention_bwd,
+    .attention_bwd_variant = cuda_attention_bwd_variant,
+    .attention_bwd_scalar = cuda_attention_bwd_scalar,
+    .xent_fwd = cuda_xent_fwd,
+    .xent_bwd = cuda_xent_bwd,
+    .xent_fused = cuda_xent_fused,
+    .mean = cuda_mean,
+};
