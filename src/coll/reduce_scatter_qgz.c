@@ -302,9 +302,7 @@ static zr_status feedback_prepare(zr_comm *c, zr_coll_op *op, zr_qgz_feedback *f
 {
     const zr_device *d = zr_comm_device(c, NULL);
     zr_device dev = d != NULL ? *d : zr_device_cpu();
-    int moved =
-        dev.kind != fb->dev.kind || (dev.kind == ZR_DEVICE_CUDA && dev.ordinal != fb->dev.ordinal);
-    if (moved) {
+    if (!zr_device_same(&dev, &fb->dev)) {
         zr_qgz_feedback_free(fb);
         fb->dev = dev;
     }

@@ -485,7 +485,7 @@ zr_status zr_engine_feedback_write(zr_engine *e, int u, int hop, size_t total, s
         if (fb->intra == NULL && fb->inter == NULL) {
             fb->dev = dev;
         }
-        ZR_ASSERT(dev.kind == fb->dev.kind && dev.ordinal == fb->dev.ordinal);
+        ZR_ASSERT(zr_device_same(&dev, &fb->dev));
         zr_device_free(&fb->dev, *buf);
         *buf = NULL;
         *n = 0;
