@@ -40,7 +40,8 @@
  *
  * Every buffer above is the engine's memory (buffers.c): host memory, or the
  * GPU of a device transport, with the same layout and life cycle; this file
- * and the others touch payloads only through buffers.c's calls.
+ * and the others touch payloads only through the engine's buffer table
+ * (e->bufs, zero_impl.h).
  */
 #define _POSIX_C_SOURCE 200809L
 

@@ -12,6 +12,9 @@
  *   step.c       the optimizer step: remaining reductions, norm, AdamW,
  *                refresh of replicated parameters
  *   exchange.c   every collective start and wait, real or dry; dry runs
+ *   buffers.c    the engine's buffer work behind a table (zr_engine_bufs):
+ *                placement, the host and dry instances; buffers_device.c
+ *                the device instance
  */
 #ifndef ZR_ZERO_IMPL_H
 #define ZR_ZERO_IMPL_H
