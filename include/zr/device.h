@@ -50,6 +50,9 @@ int zr_device_cuda_built(void);
 /* The CPU device. */
 zr_device zr_device_cpu(void);
 
+/* 1 when a and b are the same device: the CPU, or one GPU ordinal. */
+int zr_device_same(const zr_device *a, const zr_device *b);
+
 /*
  * "cpu", "cuda" (ordinal -1: the rank's GPU, zr_device_open_for_rank) or
  * "cuda:N"; ZR_ERR_INVALID naming the bad spec otherwise.

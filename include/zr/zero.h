@@ -208,9 +208,10 @@ typedef struct zr_engine_observer {
     void *ctx;
 } zr_engine_observer;
 
-typedef struct zr_unit_state zr_unit_state;   /* private to the engine */
-typedef struct zr_engine_pool zr_engine_pool; /* private: reused transient buffers and ops */
-typedef struct zr_engine_gpu zr_engine_gpu;   /* private: a device engine's step scratch */
+typedef struct zr_unit_state zr_unit_state;         /* private to the engine */
+typedef struct zr_engine_pool zr_engine_pool;       /* private: reused transient buffers and ops */
+typedef struct zr_engine_bufs zr_engine_bufs;       /* private: the engine's buffer operations */
+typedef struct zr_engine_scratch zr_engine_scratch; /* private: a device engine's step scratch */
 
 typedef struct zr_engine {
     zr_comm *comm; /* not owned */
@@ -229,11 +230,12 @@ typedef struct zr_engine {
     size_t prefetched;      /* elements of gathers started ahead of use, not yet waited on */
     double t_comm, t_optim, t_begin;
     zr_traffic traffic_begin;
-    uint64_t zero3_inter;   /* the ZeRO-3 bf16 shadow count of this step */
-    zr_engine_observer dry; /* dry runs: where events go; event == NULL: a real engine */
-    int on_device;          /* the state is in device memory (see "Where the state lives") */
-    zr_device device;       /* that GPU, or the CPU */
-    zr_engine_gpu *gpu;     /* owned; on_device only */
+    uint64_t zero3_inter;       /* the ZeRO-3 bf16 shadow count of this step */
+    zr_engine_observer dry;     /* dry runs: where events go; event == NULL: a real engine */
+    int on_device;              /* the state is in device memory (see "Where the state lives") */
+    zr_device device;           /* that GPU, or the CPU */
+    const zr_engine_bufs *bufs; /* where its buffer work runs: host, device or dry */
+    zr_engine_scratch *scratch; /* owned by bufs' device instance; on_device only */
 } zr_engine;
 
 /*

@@ -27,6 +27,11 @@ zr_device zr_device_cpu(void)
     return d;
 }
 
+int zr_device_same(const zr_device *a, const zr_device *b)
+{
+    return a->kind == b->kind && (a->kind == ZR_DEVICE_CPU || a->ordinal == b->ordinal);
+}
+
 zr_status zr_device_parse(const char *spec, zr_device_kind *kind, int *ordinal)
 {
     if (spec != NULL && strcmp(spec, "cpu") == 0) {

@@ -26,6 +26,8 @@
  * in flight (finishing) until the host sees the codec stream's final event
  * and the received headers pass validation; test and wait poll that here,
  * and a failure drains the codec stream before the workspace can be reused.
+ * All of it goes through the op's table (zr_coll_local: start, finish,
+ * poll, drain, follow), picked once at begin; the CPU's members do nothing.
  */
 #include "coll_impl.h"
 
@@ -35,7 +37,7 @@
 /* What an op keeps from one collective to the next (its resources). */
 typedef struct zr_coll_keep {
     zr_coll_dev *dev;   /* the device part (codec stream, events); NULL until a device op */
-    zr_device work_dev; /* where op->work lives (kind CPU: host memory) */
+    zr_device work_dev; /* where op->work lives (the CPU: host memory) */
     void *scratch;      /* zr_coll_host_scratch */
     size_t scratch_cap;
 } zr_coll_keep;
@@ -49,8 +51,8 @@ typedef struct zr_coll_state {
     unsigned pending;                  /* bit g: this op will still post on group g */
     int registered;
     const zr_coll_local *local; /* the local work: zr_coll_local_cpu or _cuda */
-    int on_device;              /* this op runs on keep.dev */
-    int finishing;              /* device: the last step is queued, completion is polled */
+    zr_device where;            /* where the op's buffers and workspace live */
+    int finishing;              /* the last step is queued, completion is polled (a device) */
     zr_coll_keep keep;
     union {
         max_align_t align;
@@ -64,6 +66,12 @@ typedef struct zr_coll_state {
  * filtered by communicator where it matters.
  */
 static zr_coll_state *registry_head, *registry_tail;
+
+/* The local work of each device kind. */
+static const zr_coll_local *const by_kind[] = {
+    [ZR_DEVICE_CPU] = &zr_coll_local_cpu,
+    [ZR_DEVICE_CUDA] = &zr_coll_local_cuda,
+};
 
 static void registry_add(zr_coll_state *s)
 {
@@ -122,20 +130,14 @@ zr_status zr_coll_begin(zr_comm *c, zr_coll_op *op, const zr_coll_algo *algo, un
     s->op = op;
     s->algo = algo;
     s->pending = pending;
-    s->local = &zr_coll_local_cpu;
     for (int i = 0; i < 4; i++) {
         ZR_ASSERT(!op->req[i].active);
     }
     zr_stream *follow = NULL;
-    const zr_device *dev = zr_comm_device(c, &follow);
-    if (dev != NULL) {
-        /* device buffers: the op's local work goes to its codec stream, after the followed
-           stream's work (which wrote the inputs) */
-        ZR_CHECK(zr_coll_dev_attach(&s->keep.dev, dev));
-        ZR_CHECK(zr_coll_dev_start(s->keep.dev, follow));
-        s->local = &zr_coll_local_cuda;
-        s->on_device = 1;
-    }
+    s->local = zr_coll_local_for(c, &s->where, &follow);
+    /* device buffers: the op's local work goes to its codec stream, after the followed
+       stream's work (which wrote the inputs) */
+    ZR_CHECK(s->local->start(&s->keep.dev, &s->where, follow));
     op->phase = 0;
     op->nonfinite = 0;
     op->active = 1;
@@ -144,6 +146,13 @@ zr_status zr_coll_begin(zr_comm *c, zr_coll_op *op, const zr_coll_algo *algo, un
     }
     *state = s->algo_state.bytes;
     return ZR_OK;
+}
+
+const zr_coll_local *zr_coll_local_for(const zr_comm *c, zr_device *where, zr_stream **follow)
+{
+    const zr_device *dev = zr_comm_device(c, follow);
+    *where = dev != NULL ? *dev : zr_device_cpu();
+    return by_kind[where->kind];
 }
 
 void *zr_coll_algo_state(zr_coll_op *op)
@@ -166,21 +175,22 @@ void zr_coll_end(zr_coll_op *op)
 zr_status zr_coll_finish(zr_coll_op *op)
 {
     zr_coll_state *s = op->impl;
-    if (!s->on_device) {
-        zr_coll_end(op);
-        return ZR_OK;
-    }
     registry_remove(s);
     s->pending = 0;
-    ZR_CHECK(zr_coll_dev_finish(s->keep.dev));
-    s->finishing = 1;
+    int done = 0;
+    ZR_CHECK(s->local->finish(s->keep.dev, &done));
+    if (done) {
+        zr_coll_end(op);
+    } else {
+        s->finishing = 1;
+    }
     return ZR_OK;
 }
 
 const zr_coll_local *zr_coll_local_of(zr_coll_op *op, void **x)
 {
     zr_coll_state *s = op->impl;
-    *x = s->on_device ? (void *)s->keep.dev : NULL;
+    *x = s->keep.dev; /* the CPU's members do not look at it */
     return s->local;
 }
 
@@ -189,16 +199,11 @@ static zr_status exchange(zr_comm *c, zr_coll_op *op, int alltoall, zr_group g, 
 {
     zr_coll_state *s = op->impl;
     zr_stream *prev = NULL;
-    if (s->on_device) {
-        ZR_CHECK(zr_coll_dev_follow(s->keep.dev, c, &prev));
-    }
+    ZR_CHECK(s->local->follow(s->keep.dev, c, &prev));
     zr_status st = alltoall ? zr_comm_ialltoall(c, g, kind, send, bytes, recv, req)
                             : zr_comm_iallgather(c, g, kind, send, bytes, recv, req);
-    if (s->on_device) {
-        zr_status back = zr_comm_device_follow(c, prev);
-        st = st != ZR_OK ? st : back;
-    }
-    return st;
+    zr_status back = s->local->unfollow(s->keep.dev, c, prev);
+    return st != ZR_OK ? st : back;
 }
 
 zr_status zr_coll_iallgather(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind, const void *send,
@@ -244,9 +249,7 @@ zr_status zr_coll_fail(zr_comm *c, zr_coll_op *op, zr_status st)
         (void)zr_comm_wait(c, &op->req[i]);
     }
     /* and so does the work queued on the codec stream */
-    if (s->on_device) {
-        zr_coll_dev_drain(s->keep.dev);
-    }
+    s->local->drain(s->keep.dev);
     zr_coll_end(op);
     return st;
 }
@@ -264,7 +267,7 @@ static zr_status step(zr_comm *c, zr_coll_op *op, int block)
     }
     if (st == ZR_OK && s->finishing) {
         int done = 0;
-        st = zr_coll_dev_poll(c, s->keep.dev, op, block, &done);
+        st = s->local->poll(c, s->keep.dev, op, block, &done);
         if (st == ZR_OK && done) {
             zr_coll_end(op);
         }
@@ -328,20 +331,10 @@ zr_status zr_coll_progress(zr_comm *c, zr_request *req, int block, int *done)
     return zr_comm_test(c, req, done);
 }
 
-/* Where an op's workspace lives: host memory, or the GPU of its device part. */
-static zr_device work_device(const zr_coll_state *s)
-{
-    return s->on_device ? *zr_coll_dev_device(s->keep.dev) : zr_device_cpu();
-}
-
-static int same_device(const zr_device *a, const zr_device *b)
-{
-    return a->kind == b->kind && (a->kind == ZR_DEVICE_CPU || a->ordinal == b->ordinal);
-}
-
+/* The workspace goes back to where it lives (an op never begun has none). */
 static void work_free(zr_coll_op *op, zr_coll_state *s)
 {
-    if (s != NULL && s->keep.work_dev.kind == ZR_DEVICE_CUDA) {
+    if (s != NULL) {
         zr_device_free(&s->keep.work_dev, op->work);
     } else {
         zr_free(op->work);
@@ -353,14 +346,13 @@ static void work_free(zr_coll_op *op, zr_coll_state *s)
 zr_status zr_coll_reserve(zr_coll_op *op, size_t bytes)
 {
     zr_coll_state *s = op->impl;
-    zr_device want = work_device(s);
-    if (bytes <= op->work_cap && op->work != NULL && same_device(&want, &s->keep.work_dev)) {
+    if (bytes <= op->work_cap && op->work != NULL && zr_device_same(&s->where, &s->keep.work_dev)) {
         return ZR_OK;
     }
     work_free(op, s);
     /* device memory through the counted allocator; host memory zeroed, as before */
-    ZR_CHECK(zr_device_alloc_at(&want, &op->work, bytes, __FILE__, __LINE__));
-    s->keep.work_dev = want;
+    ZR_CHECK(zr_device_alloc_at(&s->where, &op->work, bytes, __FILE__, __LINE__));
+    s->keep.work_dev = s->where;
     op->work_cap = bytes;
     return ZR_OK;
 }

@@ -115,6 +115,8 @@ typedef struct zr_coll_check {
     int add_nonfinite;   /* add its non-finite groups to op->nonfinite */
 } zr_coll_check;
 
+typedef struct zr_coll_dev zr_coll_dev; /* an op's device part, kept across its collectives */
+
 /*
  * Everything an algorithm does between its exchanges, as a table chosen per
  * op at zr_coll_begin by where the communicator's data plane lives
@@ -125,10 +127,14 @@ typedef struct zr_coll_check {
  * bytes: exact results are the same bits, and so are quantized blocks (the
  * codec's rules are shared, zr/quant_cuda.h). x is the table's context
  * (zr_coll_local_of). On the device every call only queues work.
+ *
+ * The op core (coll.c) calls the device part's members: the CPU's do
+ * nothing (finish says the op is complete at once), the device's keep the
+ * op's codec stream (coll_local_cuda.c). Every member is set in both
+ * instances of a build with CUDA.
  */
 typedef struct zr_coll_local {
     const char *name; /* "cpu", "cuda" */
-    int device;       /* 1: the op's buffers and workspace are device memory */
     zr_status (*copy)(void *x, void *dst, const void *src, size_t bytes);
     zr_status (*zero)(void *x, void *dst, size_t bytes);
     zr_status (*to_bf16)(void *x, zr_bf16 *dst, const float *src, size_t n);
@@ -150,6 +156,32 @@ typedef struct zr_coll_local {
     /* Validate a received block (CPU: now; device: its header, when the op completes). */
     zr_status (*check)(void *x, zr_comm *c, zr_coll_op *op, const void *block,
                        const zr_coll_check *k);
+    /* Where an array of pointers the local work reads lives (bytes): the workspace piece
+       carved for it (CPU), or the op's host scratch (a device, whose launches take it from
+       the host while the workspace is device memory). */
+    zr_status (*ptr_array)(zr_coll_op *op, void *carved, size_t bytes, void **out);
+    /* hpZ's cut (hpz.c), outside any op: n elements of src into dst, a copy or a bf16 cast,
+       queued on the stream the communicator follows (follow; the CPU: at once). */
+    zr_status (*cut)(zr_stream *follow, zr_dtype dst_type, void *dst, zr_dtype src_type,
+                     const void *src, size_t n);
+
+    /* ---- the device part of an op, for the op core ---- */
+    /*
+     * A new op on d: *dev (the op's device part: codec stream, events) kept
+     * when it already is on d, else (re)created; the codec stream starts
+     * after the work queued on follow so far (NULL: legacy stream).
+     */
+    zr_status (*start)(zr_coll_dev **dev, const zr_device *d, zr_stream *follow);
+    /* The op's last step is queued: *done = 1 when it is complete now, 0 when it is polled. */
+    zr_status (*finish)(void *x, int *done);
+    /* *done = 1 once the queued work has run and the checks passed (block: wait, polling). */
+    zr_status (*poll)(zr_comm *c, void *x, zr_coll_op *op, int block, int *done);
+    /* After a failure: wait until the queued work has run. */
+    void (*drain)(void *x);
+    /* Around each exchange: c's exchanges follow the op's work (*prev: what they followed
+       before), then prev again. */
+    zr_status (*follow)(void *x, zr_comm *c, zr_stream **prev);
+    zr_status (*unfollow)(void *x, zr_comm *c, zr_stream *prev);
 } zr_coll_local;
 
 extern const zr_coll_local zr_coll_local_cpu;
@@ -164,6 +196,12 @@ zr_status zr_coll_check_now(zr_comm *c, zr_coll_op *op, const void *block, const
  */
 zr_status zr_coll_convert(const zr_coll_local *L, void *x, zr_dtype dst_type, void *dst,
                           zr_dtype src_type, const void *src, size_t n);
+
+/*
+ * The local-work table of c's data plane, by where its bytes live (*where:
+ * zr_comm_device's GPU, or the CPU), and the stream c follows (*follow).
+ */
+const zr_coll_local *zr_coll_local_for(const zr_comm *c, zr_device *where, zr_stream **follow);
 
 /* The local-work table of an op begun with zr_coll_begin, and its context in *x. */
 const zr_coll_local *zr_coll_local_of(zr_coll_op *op, void **x);
@@ -181,24 +219,8 @@ zr_status zr_coll_ialltoall(zr_comm *c, zr_coll_op *op, zr_group g, zr_kind kind
 /* Host memory of the op kept across calls (pointer arrays for the device's launches). */
 zr_status zr_coll_host_scratch(zr_coll_op *op, size_t bytes, void **out);
 
-/* ---- the device part of an op (coll_local_cuda.c) -------------------------- */
-
-typedef struct zr_coll_dev zr_coll_dev;
-
-/* *dev on GPU d: kept when it already is, else (re)created: codec stream, events. */
-zr_status zr_coll_dev_attach(zr_coll_dev **dev, const zr_device *d);
+/* The device part an op kept (zr_coll_local.start), freed with the op (NULL: nothing). */
 void zr_coll_dev_free(zr_coll_dev *dev);
-const zr_device *zr_coll_dev_device(const zr_coll_dev *dev);
-/* A new op: its codec stream starts after the work queued on follow so far (NULL: legacy). */
-zr_status zr_coll_dev_start(zr_coll_dev *dev, zr_stream *follow);
-/* The op's last step is queued: mark the end of the codec stream's work. */
-zr_status zr_coll_dev_finish(zr_coll_dev *dev);
-/* *done = 1 once the codec stream got there and the checks passed (block: wait, polling). */
-zr_status zr_coll_dev_poll(zr_comm *c, zr_coll_dev *dev, zr_coll_op *op, int block, int *done);
-/* After a failure: wait until the codec stream has run what it was given. */
-void zr_coll_dev_drain(zr_coll_dev *dev);
-/* Make c's exchanges follow the codec stream; *prev: what they followed before. */
-zr_status zr_coll_dev_follow(zr_coll_dev *dev, zr_comm *c, zr_stream **prev);
 
 /* Wait (block) or test one request; *done = 1 once it is complete. */
 zr_status zr_coll_progress(zr_comm *c, zr_request *req, int block, int *done);

@@ -194,10 +194,96 @@ static zr_status cpu_check(void *x, zr_comm *c, zr_coll_op *op, const void *bloc
     return zr_coll_check_now(c, op, block, k);
 }
 
+static zr_status cpu_ptr_array(zr_coll_op *op, void *carved, size_t bytes, void **out)
+{
+    (void)op;
+    (void)bytes;
+    *out = carved;
+    return ZR_OK;
+}
+
+static zr_status cpu_cut(zr_stream *follow, zr_dtype dst_type, void *dst, zr_dtype src_type,
+                         const void *src, size_t n)
+{
+    (void)follow;
+    if (dst_type == src_type) {
+        memcpy(dst, src, n * zr_dtype_size(src_type));
+    } else if (dst_type == ZR_DTYPE_BF16) {
+        zr_bf16_from_f32_n(dst, src, n);
+    } else {
+        zr_bf16_to_f32_n(dst, src, n);
+    }
+    return ZR_OK;
+}
+
+/* The device part on the CPU: nothing is queued, so an op is complete with its last step. */
+static zr_status cpu_start(zr_coll_dev **dev, const zr_device *d, zr_stream *follow)
+{
+    (void)dev;
+    (void)d;
+    (void)follow;
+    return ZR_OK;
+}
+
+static zr_status cpu_finish(void *x, int *done)
+{
+    (void)x;
+    *done = 1;
+    return ZR_OK;
+}
+
+static zr_status cpu_poll(zr_comm *c, void *x, zr_coll_op *op, int block, int *done)
+{
+    (void)c;
+    (void)x;
+    (void)op;
+    (void)block;
+    *done = 1;
+    return ZR_OK;
+}
+
+static void cpu_drain(void *x)
+{
+    (void)x;
+}
+
+static zr_status cpu_follow(void *x, zr_comm *c, zr_stream **prev)
+{
+    (void)x;
+    (void)c;
+    *prev = NULL;
+    return ZR_OK;
+}
+
+static zr_status cpu_unfollow(void *x, zr_comm *c, zr_stream *prev)
+{
+    (void)x;
+    (void)c;
+    (void)prev;
+    return ZR_OK;
+}
+
 const zr_coll_local zr_coll_local_cpu = {
-    "cpu",      0,          cpu_copy,       cpu_zero,        cpu_to_bf16, cpu_from_bf16,
-    cpu_encode, cpu_decode, cpu_decode_add, cpu_sum_requant, cpu_mean,    cpu_expect_checks,
-    cpu_check,
+    .name = "cpu",
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .to_bf16 = cpu_to_bf16,
+    .from_bf16 = cpu_from_bf16,
+    .encode = cpu_encode,
+    .decode = cpu_decode,
+    .decode_add = cpu_decode_add,
+    .sum_requant = cpu_sum_requant,
+    .mean = cpu_mean,
+    .expect_checks = cpu_expect_checks,
+    .check = cpu_check,
+    .ptr_array = cpu_ptr_array,
+    .cut = cpu_cut,
+    .start = cpu_start,
+    .finish = cpu_finish,
+    .poll = cpu_poll,
+    .drain = cpu_drain,
+    .follow = cpu_follow,
+    .unfollow = cpu_unfollow,
 };
 
 zr_status zr_coll_convert(const zr_coll_local *L, void *x, zr_dtype dst_type, void *dst,

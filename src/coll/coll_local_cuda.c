@@ -2,8 +2,9 @@
  * coll_local_cuda.c - zr_coll_local_cuda: the collectives' local work on
  * device buffers (coll_local.c says what the table is and why each op has a
  * codec stream), as kernels of zr/quant_cuda.h queued on the op's codec
- * stream, and the device part of an op (coll_impl.h). Compiled only where
- * CUDA is built; a build without compiles coll_nocuda.c instead.
+ * stream, and the device part of an op (the table's start, finish, poll,
+ * drain and follow members, coll_impl.h). Compiled only where CUDA is
+ * built; a build without compiles coll_nocuda.c instead.
  */
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "coll_impl.h"
@@ -26,7 +27,8 @@ struct zr_coll_dev {
     size_t nchk, capchk; /* checks queued in this op, room */
 };
 
-zr_status zr_coll_dev_attach(zr_coll_dev **devp, const zr_device *d)
+/* *devp on GPU d: kept when it already is, else (re)created: codec stream, events. */
+static zr_status attach(zr_coll_dev **devp, const zr_device *d)
 {
     zr_coll_dev *x = *devp;
     if (x != NULL && x->dev.ordinal == d->ordinal) {
@@ -69,21 +71,21 @@ void zr_coll_dev_free(zr_coll_dev *x)
     zr_free(x);
 }
 
-const zr_device *zr_coll_dev_device(const zr_coll_dev *x)
+static zr_status dev_start(zr_coll_dev **devp, const zr_device *d, zr_stream *follow)
 {
-    return &x->dev;
-}
-
-zr_status zr_coll_dev_start(zr_coll_dev *x, zr_stream *follow)
-{
+    ZR_CHECK(attach(devp, d));
+    zr_coll_dev *x = *devp;
     x->nchk = 0;
     ZR_CUDA_CHECK(cudaEventRecord(x->start, follow != NULL ? zr_stream_cuda(follow) : NULL));
     ZR_CUDA_CHECK(cudaStreamWaitEvent(zr_stream_cuda(x->codec), x->start, 0));
     return ZR_OK;
 }
 
-zr_status zr_coll_dev_finish(zr_coll_dev *x)
+/* The last step is queued: mark the end of the codec stream's work; completion is polled. */
+static zr_status dev_finish(void *xp, int *done)
 {
+    zr_coll_dev *x = xp;
+    *done = 0;
     ZR_CUDA_CHECK(cudaEventRecord(x->final, zr_stream_cuda(x->codec)));
     return ZR_OK;
 }
@@ -99,8 +101,9 @@ static zr_status run_checks(zr_comm *c, zr_coll_dev *x, zr_coll_op *op)
     return ZR_OK;
 }
 
-zr_status zr_coll_dev_poll(zr_comm *c, zr_coll_dev *x, zr_coll_op *op, int block, int *done)
+static zr_status dev_poll(zr_comm *c, void *xp, zr_coll_op *op, int block, int *done)
 {
+    zr_coll_dev *x = xp;
     *done = 0;
     for (unsigned spins = 0;; spins++) {
         cudaError_t err = cudaEventQuery(x->final);
@@ -128,18 +131,26 @@ zr_status zr_coll_dev_poll(zr_comm *c, zr_coll_dev *x, zr_coll_op *op, int block
     return ZR_OK;
 }
 
-void zr_coll_dev_drain(zr_coll_dev *x)
+static void dev_drain(void *xp)
 {
+    zr_coll_dev *x = xp;
     if (zr_stream_sync(x->codec) != ZR_OK) {
         ZR_WARN("a failed collective's codec stream did not drain: %s", zr_error_message());
     }
     x->nchk = 0;
 }
 
-zr_status zr_coll_dev_follow(zr_coll_dev *x, zr_comm *c, zr_stream **prev)
+static zr_status dev_follow(void *xp, zr_comm *c, zr_stream **prev)
 {
+    zr_coll_dev *x = xp;
     (void)zr_comm_device(c, prev);
     return zr_comm_device_follow(c, x->codec);
+}
+
+static zr_status dev_unfollow(void *xp, zr_comm *c, zr_stream *prev)
+{
+    (void)xp;
+    return zr_comm_device_follow(c, prev);
 }
 
 static zr_status dev_copy(void *x, void *dst, const void *src, size_t bytes)
@@ -239,8 +250,49 @@ static zr_status dev_check(void *x, zr_comm *c, zr_coll_op *op, const void *bloc
     return zr_memcpy_async(d->hdr + i * HEADER_BYTES, block, bytes, d->codec);
 }
 
+/* The launches take a host array of device pointers; op->work is device memory. */
+static zr_status dev_ptr_array(zr_coll_op *op, void *carved, size_t bytes, void **out)
+{
+    (void)carved;
+    return zr_coll_host_scratch(op, bytes, out);
+}
+
+/* The cut: queued on the stream the communicator follows (the caller's), not a codec stream. */
+static zr_status dev_cut(zr_stream *follow, zr_dtype dst_type, void *dst, zr_dtype src_type,
+                         const void *src, size_t n)
+{
+    if (follow == NULL) {
+        ZR_FAIL(ZR_ERR_INVALID, "hpZ cut on a device: the communicator follows the legacy default "
+                                "stream; give its transport a stream (zr_comm_device_follow)");
+    }
+    if (dst_type == src_type) {
+        return zr_memcpy_async(dst, src, n * zr_dtype_size(src_type), follow);
+    }
+    if (dst_type == ZR_DTYPE_BF16) {
+        return zr_bf16_cuda_from_f32(dst, src, n, follow);
+    }
+    return zr_bf16_cuda_to_f32(dst, src, n, follow);
+}
+
 const zr_coll_local zr_coll_local_cuda = {
-    "cuda",     1,          dev_copy,       dev_zero,        dev_to_bf16, dev_from_bf16,
-    dev_encode, dev_decode, dev_decode_add, dev_sum_requant, dev_mean,    dev_expect_checks,
-    dev_check,
+    .name = "cuda",
+    .copy = dev_copy,
+    .zero = dev_zero,
+    .to_bf16 = dev_to_bf16,
+    .from_bf16 = dev_from_bf16,
+    .encode = dev_encode,
+    .decode = dev_decode,
+    .decode_add = dev_decode_add,
+    .sum_requant = dev_sum_requant,
+    .mean = dev_mean,
+    .expect_checks = dev_expect_checks,
+    .check = dev_check,
+    .ptr_array = dev_ptr_array,
+    .cut = dev_cut,
+    .start = dev_start,
+    .finish = dev_finish,
+    .poll = dev_poll,
+    .drain = dev_drain,
+    .follow = dev_follow,
+    .unfollow = dev_unfollow,
 };

@@ -23,31 +23,10 @@
  * On a device transport both take device buffers: the cut is a copy or a
  * bf16 kernel queued on the stream the communicator follows (it belongs to
  * the caller's sequence of work, not to a collective), the gather is the
- * device all-gather.
+ * device all-gather. The cut runs through the local-work table of the
+ * communicator's data plane (coll_impl.h, zr_coll_local.cut).
  */
-#include "zr/coll.h"
-#include "zr/quant_cuda.h"
-
-#include <string.h>
-
-/* The cut on a device: queued on the stream the communicator follows (the caller's). */
-static zr_status cut_on_device(const zr_comm *c, zr_dtype full_type, const void *mine, size_t count,
-                               zr_dtype type, void *secondary)
-{
-    zr_stream *s = NULL;
-    (void)zr_comm_device(c, &s);
-    if (s == NULL) {
-        ZR_FAIL(ZR_ERR_INVALID, "hpZ cut on a device: the communicator follows the legacy default "
-                                "stream; give its transport a stream (zr_comm_device_follow)");
-    }
-    if (full_type == type) {
-        return zr_memcpy_async(secondary, mine, count * zr_dtype_size(type), s);
-    }
-    if (type == ZR_DTYPE_BF16) {
-        return zr_bf16_cuda_from_f32(secondary, mine, count, s);
-    }
-    return zr_bf16_cuda_to_f32(secondary, mine, count, s);
-}
+#include "coll_impl.h"
 
 static int is_type(zr_dtype t)
 {
@@ -67,17 +46,10 @@ zr_status zr_hpz_cut(const zr_comm *c, zr_dtype full_type, const void *full, siz
     }
     const unsigned char *mine = (const unsigned char *)full +
                                 (size_t)c->rank[ZR_GROUP_HPZ] * count * zr_dtype_size(full_type);
-    if (zr_comm_device(c, NULL) != NULL) {
-        return cut_on_device(c, full_type, mine, count, type, secondary);
-    }
-    if (full_type == type) {
-        memcpy(secondary, mine, count * zr_dtype_size(type));
-    } else if (type == ZR_DTYPE_BF16) {
-        zr_bf16_from_f32_n(secondary, (const float *)(const void *)mine, count);
-    } else {
-        zr_bf16_to_f32_n(secondary, (const zr_bf16 *)(const void *)mine, count);
-    }
-    return ZR_OK;
+    zr_device where;
+    zr_stream *follow = NULL;
+    const zr_coll_local *L = zr_coll_local_for(c, &where, &follow);
+    return L->cut(follow, type, secondary, full_type, mine, count);
 }
 
 zr_status zr_hpz_gather_start(zr_comm *c, const zr_wire *wire, zr_dtype type, const void *secondary,

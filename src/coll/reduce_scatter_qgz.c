@@ -80,7 +80,7 @@ typedef struct qgz_state {
     int next_final;      /* first chunk whose inter hop is not summed yet */
     unsigned char *send1[SLOTS], *recv1[SLOTS];
     unsigned char *send2[SLOTS], *recv2[SLOTS];
-    const void **blocks; /* D pointers for zr_quant_sum_requant, carved from op->work */
+    const void **blocks; /* D pointers for zr_quant_sum_requant (zr_coll_local.ptr_array) */
 } qgz_state;
 
 _Static_assert(sizeof(qgz_state) <= ZR_COLL_STATE_BYTES, "qgZ state fits in an op");
@@ -302,9 +302,7 @@ static zr_status feedback_prepare(zr_comm *c, zr_coll_op *op, zr_qgz_feedback *f
 {
     const zr_device *d = zr_comm_device(c, NULL);
     zr_device dev = d != NULL ? *d : zr_device_cpu();
-    int moved =
-        dev.kind != fb->dev.kind || (dev.kind == ZR_DEVICE_CUDA && dev.ordinal != fb->dev.ordinal);
-    if (moved) {
+    if (!zr_device_same(&dev, &fb->dev)) {
         zr_qgz_feedback_free(fb);
         fb->dev = dev;
     }
@@ -446,13 +444,10 @@ static zr_status setup(zr_comm *c, const zr_qgz_config *cfg, const qgz_layout *L
     q->groups = L->groups;
     q->chunks = L->chunks;
     unsigned char *cur = op->work;
-    q->blocks = zr_coll_carve(&cur, sizeof(void *) * (size_t)L->nptr);
-    if (loc->device) {
-        /* the launches take a host array of device pointers; op->work is device memory */
-        void *ptrs = NULL;
-        ZR_CHECK(zr_coll_host_scratch(op, sizeof(void *) * (size_t)L->nptr, &ptrs));
-        q->blocks = ptrs;
-    }
+    size_t ptr_bytes = sizeof(void *) * (size_t)L->nptr;
+    void *ptrs = NULL;
+    ZR_CHECK(loc->ptr_array(op, zr_coll_carve(&cur, ptr_bytes), ptr_bytes, &ptrs));
+    q->blocks = ptrs;
     for (int i = 0; i < L->slots; i++) {
         if (D > 1) {
             q->send1[i] = zr_coll_carve(&cur, (size_t)W * L->bytes);

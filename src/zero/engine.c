@@ -40,7 +40,8 @@
  *
  * Every buffer above is the engine's memory (buffers.c): host memory, or the
  * GPU of a device transport, with the same layout and life cycle; this file
- * and the others touch payloads only through buffers.c's calls.
+ * and the others touch payloads only through the engine's buffer table
+ * (e->bufs, zero_impl.h).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -485,7 +486,7 @@ zr_status zr_engine_feedback_write(zr_engine *e, int u, int hop, size_t total, s
         if (fb->intra == NULL && fb->inter == NULL) {
             fb->dev = dev;
         }
-        ZR_ASSERT(dev.kind == fb->dev.kind && dev.ordinal == fb->dev.ordinal);
+        ZR_ASSERT(zr_device_same(&dev, &fb->dev));
         zr_device_free(&fb->dev, *buf);
         *buf = NULL;
         *n = 0;

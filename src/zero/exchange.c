@@ -8,7 +8,9 @@
  * request, kept), the observer hears what it would send and convert
  * (zr_coll_cost, from the algorithm's own file), and it is complete when the
  * engine waits for it. The engine's code above this door is the same for
- * both, so a dry run takes every decision the real run takes.
+ * both, so a dry run takes every decision the real run takes. Waits go
+ * through the engine's buffer table (zr_engine_bufs: the host times them, a
+ * device marks its stream, a dry engine reports them).
  */
 #include "zero_impl.h"
 
@@ -69,29 +71,9 @@ zr_status zr_engine_qgz(zr_engine *e, zr_dtype in_type, const void *in, size_t c
     return zr_qgz_start(e->comm, cfg, in_type, in, count, out, cfg->error_feedback ? fb : NULL, op);
 }
 
-static zr_status wait_untimed(zr_engine *e, zr_coll_op *op)
-{
-    if (zr_engine_is_dry(e)) {
-        zr_engine_event ev = {.type = ZR_ENGINE_WAIT, .op = op};
-        report(e, &ev);
-        return ZR_OK;
-    }
-    return zr_coll_wait(e->comm, op);
-}
-
 zr_status zr_engine_wait(zr_engine *e, zr_coll_op *op)
 {
-    if (e->on_device) {
-        /* the GPU's idle time between the marks is what counts (buffers.c) */
-        ZR_CHECK(zr_engine_buf_mark(e));
-        zr_status st = wait_untimed(e, op);
-        zr_status mark = zr_engine_buf_mark(e); /* marks come in pairs, whatever the wait gave */
-        return st != ZR_OK ? st : mark;
-    }
-    double t0 = zr_now();
-    zr_status st = wait_untimed(e, op);
-    e->t_comm += zr_now() - t0;
-    return st;
+    return e->bufs->wait(e, op, zr_now());
 }
 
 zr_status zr_engine_gather_slices(zr_engine *e, zr_unit_state *s, const float *mine, void *buf,
@@ -99,23 +81,13 @@ zr_status zr_engine_gather_slices(zr_engine *e, zr_unit_state *s, const float *m
 {
     zr_coll_op *op;
     ZR_CHECK(zr_engine_pool_get_op(e->pool, &op));
-    double t0 = zr_now();
+    double t0 = zr_now(); /* the host counts the start too: it blocks the caller as well */
     zr_status st;
     ZR_CHECK_GOTO(zr_engine_allgather(e, ZR_GROUP_WORLD, ZR_KIND_ALLGATHER, wire, ZR_DTYPE_F32,
                                       mine, s->shard, type, buf, op),
                   st, done);
-    if (e->on_device) {
-        ZR_CHECK_GOTO(zr_engine_buf_mark(e), st, done);
-    }
-    st = wait_untimed(e, op);
-    if (e->on_device) {
-        zr_status mark = zr_engine_buf_mark(e); /* the pair's second, whatever the wait gave */
-        st = st != ZR_OK ? st : mark;
-    }
+    st = e->bufs->wait(e, op, t0);
 done:
-    if (!e->on_device) {
-        e->t_comm += zr_now() - t0;
-    }
     zr_engine_pool_put_op(e->pool, op);
     return st;
 }

@@ -224,7 +224,7 @@ zr_status zr_engine_micro_begin(zr_engine *e)
     if (e->micro == 0) {
         e->t_begin = zr_now();
         e->t_comm = 0.0;
-        zr_engine_buf_marks_reset(e);
+        e->bufs->marks_reset(e);
         e->t_optim = 0.0;
         e->live_peak = e->live;
         e->traffic_begin = zr_comm_traffic_get(e->comm);

@@ -7,7 +7,7 @@
  *
  * A dry engine reports the CPU work of the norm, AdamW and the clearing
  * instead of doing it, and takes every step (its gradients are finite).
- * A device engine queues that work on its stream (buffers.c) and waits for
+ * A device engine queues that work on its stream (buffers_device.c) and waits for
  * it twice: for the sums of squares of the norm, and at the end of the step,
  * so that the step's times include the device's work.
  */
@@ -98,8 +98,8 @@ static zr_status adamw_unit(zr_engine *e, zr_unit_state *s, float lr, float grad
             b = hi;
         }
         if (a < b && !dry) {
-            ZR_CHECK(zr_engine_buf_adamw(e, &h, lr, grad_scale, s->ranges[i].decay, master + a,
-                                         g + a, m + a, v + a, b - a));
+            ZR_CHECK(e->bufs->adamw(e, &h, lr, grad_scale, s->ranges[i].decay, master + a, g + a,
+                                    m + a, v + a, b - a));
         }
         *n += a < b ? b - a : 0;
     }
@@ -114,11 +114,10 @@ static zr_status grad_norm(zr_engine *e, double *norm)
     for (int u = 0; u < e->nunits; u++) {
         n += e->units[u].shard;
         if (!zr_engine_is_dry(e)) {
-            ZR_CHECK(
-                zr_engine_buf_sumsq(e, u, grad_slice(e, &e->units[u]), e->units[u].shard, &sq));
+            ZR_CHECK(e->bufs->sumsq(e, u, grad_slice(e, &e->units[u]), e->units[u].shard, &sq));
         }
     }
-    ZR_CHECK(zr_engine_buf_sumsq_finish(e, &sq));
+    ZR_CHECK(e->bufs->sumsq_finish(e, &sq));
     zr_engine_report_work(e, ZR_WORK_NORM, n);
     if (!zr_engine_is_dry(e)) {
         /* control values: not data traffic, and no part of a dry run's report */
@@ -198,9 +197,7 @@ zr_status zr_engine_step(zr_engine *e, float lr, zr_step_stats *stats)
     }
     /* the step's time is the device's too: its clears have run when it returns */
     ZR_CHECK(zr_engine_buf_sync(e));
-    if (e->on_device) {
-        ZR_CHECK(zr_engine_buf_exposed(e, &e->t_comm));
-    }
+    ZR_CHECK(e->bufs->exposed(e));
     e->micro = 0;
     fill_stats(e, stats);
     return ZR_OK;

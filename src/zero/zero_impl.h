@@ -12,6 +12,9 @@
  *   step.c       the optimizer step: remaining reductions, norm, AdamW,
  *                refresh of replicated parameters
  *   exchange.c   every collective start and wait, real or dry; dry runs
+ *   buffers.c    the engine's buffer work behind a table (zr_engine_bufs):
+ *                placement, the host and dry instances; buffers_device.c
+ *                the device instance
  */
 #ifndef ZR_ZERO_IMPL_H
 #define ZR_ZERO_IMPL_H
@@ -68,49 +71,102 @@ static inline zr_dtype zr_engine_grad_full_type(const zr_engine *e)
     return zr_engine_grad_type(&e->cfg);
 }
 
-/* ---- buffers.c ------------------------------------------------------------- */
+/* ---- buffers.c, buffers_device.c -------------------------------------------- */
+
+/*
+ * The engine's buffer work, in ggml_backend_i's manner: one table per place
+ * the state can live, chosen once by zr_engine_place (e->bufs) and called
+ * through by the rest of src/zero, which never asks where it runs.
+ *   zr_engine_bufs_host    host memory, every operation done at once
+ *   zr_engine_bufs_device  the communicator's GPU, work queued on the stream
+ *                          it follows (buffers_device.c)
+ *   zr_engine_bufs_dry     host tokens; nothing runs, waits are reported
+ * Every member is set in every instance.
+ */
+struct zr_engine_bufs {
+    const char *name; /* "host", "device", "dry" */
+    /* set up / free what the instance keeps per engine (the device's step scratch) */
+    zr_status (*place)(zr_engine *e, zr_stream *follow);
+    void (*unplace)(zr_engine *e);
+    /* bytes of zeroed engine memory (a dry engine: a host token) */
+    zr_status (*alloc)(zr_engine *e, void **p, size_t bytes, const char *file, int line);
+    void (*free)(zr_engine *e, void *p);
+    /* engine memory set to zero; copied (engine memory, or host memory on either side) */
+    zr_status (*zero)(zr_engine *e, void *p, size_t bytes);
+    zr_status (*copy)(zr_engine *e, void *dst, const void *src, size_t bytes);
+    /* wait until the engine's queued work has run (the host's is done already) */
+    zr_status (*sync)(zr_engine *e);
+    /* acc[i] += x[i] */
+    zr_status (*add)(zr_engine *e, float *acc, const float *x, size_t n);
+    /* zr_adamw_update at step e->step */
+    zr_status (*adamw)(zr_engine *e, const zr_adamw *h, float lr, float grad_scale, int decay,
+                       float *param, const float *grad, float *m, float *v, size_t n);
+    /* unit u's sum of squares of x into *sq (host: added now; device: queued, added in unit
+       order by sumsq_finish) */
+    zr_status (*sumsq)(zr_engine *e, int u, const float *x, size_t n, double *sq);
+    zr_status (*sumsq_finish)(zr_engine *e, double *sq);
+    /*
+     * Wait for the collective on op, counting the blocked time as exposed
+     * communication: the host adds the wall clock since `since` to
+     * e->t_comm; a device marks its stream just before and just after the
+     * wait (buffers_device.c's head); a dry engine reports the wait.
+     */
+    zr_status (*wait)(zr_engine *e, zr_coll_op *op, double since);
+    /* a new step: forget the marks of the last */
+    void (*marks_reset)(zr_engine *e);
+    /* once the step's work has run: a device sets e->t_comm to the stream's idle time between
+       its marks since the reset; the host's e->t_comm is counted already */
+    zr_status (*exposed)(zr_engine *e);
+};
+
+extern const zr_engine_bufs zr_engine_bufs_host;
+extern const zr_engine_bufs zr_engine_bufs_device;
+extern const zr_engine_bufs zr_engine_bufs_dry;
 
 /*
  * Place the engine's state: on the communicator's GPU when its transport is a
- * device one (allocating the norm's scratch), else in host memory. Called
- * once by init, before anything is allocated; unplace frees the scratch.
+ * device one (allocating the norm's scratch), else in host memory; sets
+ * e->bufs. Called once by init, before anything is allocated; unplace frees
+ * the scratch.
  */
 zr_status zr_engine_place(zr_engine *e);
 void zr_engine_unplace(zr_engine *e);
-/* The stream the engine's device work is queued on: the one the communicator follows. */
-zr_stream *zr_engine_stream(const zr_engine *e);
-/* bytes of zeroed engine memory (a dry engine: a host token); free with zr_engine_buf_free. */
-zr_status zr_engine_buf_alloc(zr_engine *e, void **p, size_t bytes, const char *file, int line);
-void zr_engine_buf_free(zr_engine *e, void *p);
+
+/* The table's members as the engine's files call them. */
+static inline zr_status zr_engine_buf_alloc(zr_engine *e, void **p, size_t bytes, const char *file,
+                                            int line)
+{
+    return e->bufs->alloc(e, p, bytes, file, line);
+}
+
+static inline void zr_engine_buf_free(zr_engine *e, void *p)
+{
+    e->bufs->free(e, p);
+}
+
 #define ZR_ENGINE_ALLOC(e, ptr, count)                                                             \
     ZR_CHECK(zr_engine_buf_alloc((e), (void **)&(ptr), zr_mul_size_((count), sizeof *(ptr)),       \
                                  __FILE__, __LINE__))
-/* Engine memory set to zero; copied (engine memory, or host memory on either side). */
-zr_status zr_engine_buf_zero(zr_engine *e, void *p, size_t bytes);
-zr_status zr_engine_buf_copy(zr_engine *e, void *dst, const void *src, size_t bytes);
-/* Wait until the engine's queued work has run (a device engine; the host's is done already). */
-zr_status zr_engine_buf_sync(zr_engine *e);
-/* acc[i] += x[i] */
-zr_status zr_engine_buf_add(zr_engine *e, float *acc, const float *x, size_t n);
-/* zr_adamw_update at step e->step */
-zr_status zr_engine_buf_adamw(zr_engine *e, const zr_adamw *h, float lr, float grad_scale,
-                              int decay, float *param, const float *grad, float *m, float *v,
-                              size_t n);
-/*
- * Unit u's sum of squares of x into *sq (the host: added now; a device:
- * queued, and added in unit order by zr_engine_buf_sumsq_finish).
- */
-zr_status zr_engine_buf_sumsq(zr_engine *e, int u, const float *x, size_t n, double *sq);
-zr_status zr_engine_buf_sumsq_finish(zr_engine *e, double *sq);
-/*
- * Exposed communication on a device (buffers.c's head): mark the stream just
- * before and just after each host wait for a collective; after the step's
- * work has run, *seconds = the stream's idle time between each pair of
- * marks since the last reset. Nothing on the host.
- */
-zr_status zr_engine_buf_mark(zr_engine *e);
-void zr_engine_buf_marks_reset(zr_engine *e);
-zr_status zr_engine_buf_exposed(zr_engine *e, double *seconds);
+
+static inline zr_status zr_engine_buf_zero(zr_engine *e, void *p, size_t bytes)
+{
+    return e->bufs->zero(e, p, bytes);
+}
+
+static inline zr_status zr_engine_buf_copy(zr_engine *e, void *dst, const void *src, size_t bytes)
+{
+    return e->bufs->copy(e, dst, src, bytes);
+}
+
+static inline zr_status zr_engine_buf_sync(zr_engine *e)
+{
+    return e->bufs->sync(e);
+}
+
+static inline zr_status zr_engine_buf_add(zr_engine *e, float *acc, const float *x, size_t n)
+{
+    return e->bufs->add(e, acc, x, n);
+}
 
 /* ---- pool.c ---------------------------------------------------------------- */
 
