@@ -6,14 +6,14 @@
  *   host    host memory, every operation done at once (the MPI transport)
  *   device  the memory of the GPU whose bytes the communicator's data plane
  *           moves (a device transport, zr_comm_device), every operation
- *           queued on the stream the communicator follows (buffers_device.c
+ *           queued on the stream the communicator follows (buffers_cuda.c
  *           says why that stream, and how exposed time is measured there)
  *   dry     host tokens: nothing is ever queued or computed for a dry
  *           engine; its waits are reported to its observer
  *
  * Same bits on the host and the device: the device's fold and AdamW run the
  * host's rules; only the order in which the gradient norm's squares are
- * added differs (buffers_device.c).
+ * added differs (buffers_cuda.c).
  */
 #include "zero_impl.h"
 
@@ -26,7 +26,7 @@
 /* The table of each device kind; a dry engine has its own whatever the communicator. */
 static const zr_engine_bufs *const by_kind[] = {
     [ZR_DEVICE_CPU] = &zr_engine_bufs_host,
-    [ZR_DEVICE_CUDA] = &zr_engine_bufs_device,
+    [ZR_DEVICE_CUDA] = &zr_engine_bufs_cuda,
 };
 
 zr_status zr_engine_place(zr_engine *e)

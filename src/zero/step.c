@@ -7,7 +7,7 @@
  *
  * A dry engine reports the CPU work of the norm, AdamW and the clearing
  * instead of doing it, and takes every step (its gradients are finite).
- * A device engine queues that work on its stream (buffers_device.c) and waits for
+ * A device engine queues that work on its stream (buffers_cuda.c) and waits for
  * it twice: for the sums of squares of the norm, and at the end of the step,
  * so that the step's times include the device's work.
  */

@@ -13,7 +13,7 @@
  *                refresh of replicated parameters
  *   exchange.c   every collective start and wait, real or dry; dry runs
  *   buffers.c    the engine's buffer work behind a table (zr_engine_bufs):
- *                placement, the host and dry instances; buffers_device.c
+ *                placement, the host and dry instances; buffers_cuda.c
  *                the device instance
  */
 #ifndef ZR_ZERO_IMPL_H
@@ -71,15 +71,15 @@ static inline zr_dtype zr_engine_grad_full_type(const zr_engine *e)
     return zr_engine_grad_type(&e->cfg);
 }
 
-/* ---- buffers.c, buffers_device.c -------------------------------------------- */
+/* ---- buffers.c, buffers_cuda.c -------------------------------------------- */
 
 /*
  * The engine's buffer work, in ggml_backend_i's manner: one table per place
  * the state can live, chosen once by zr_engine_place (e->bufs) and called
  * through by the rest of src/zero, which never asks where it runs.
  *   zr_engine_bufs_host    host memory, every operation done at once
- *   zr_engine_bufs_device  the communicator's GPU, work queued on the stream
- *                          it follows (buffers_device.c)
+ *   zr_engine_bufs_cuda    the communicator's GPU, work queued on the stream
+ *                          it follows (buffers_cuda.c)
  *   zr_engine_bufs_dry     host tokens; nothing runs, waits are reported
  * Every member is set in every instance.
  */
@@ -109,7 +109,7 @@ struct zr_engine_bufs {
      * Wait for the collective on op, counting the blocked time as exposed
      * communication: the host adds the wall clock since `since` to
      * e->t_comm; a device marks its stream just before and just after the
-     * wait (buffers_device.c's head); a dry engine reports the wait.
+     * wait (buffers_cuda.c's head); a dry engine reports the wait.
      */
     zr_status (*wait)(zr_engine *e, zr_coll_op *op, double since);
     /* a new step: forget the marks of the last */
@@ -120,7 +120,7 @@ struct zr_engine_bufs {
 };
 
 extern const zr_engine_bufs zr_engine_bufs_host;
-extern const zr_engine_bufs zr_engine_bufs_device;
+extern const zr_engine_bufs zr_engine_bufs_cuda;
 extern const zr_engine_bufs zr_engine_bufs_dry;
 
 /*

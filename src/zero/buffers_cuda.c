@@ -1,5 +1,5 @@
 /*
- * buffers_device.c - zr_engine_bufs_device: the engine's buffers in the
+ * buffers_cuda.c - zr_engine_bufs_cuda: the engine's buffers in the
  * memory of the GPU whose bytes the communicator's data plane moves (a
  * device transport, zr_comm_device), its work queued on the stream the
  * communicator follows. It calls only zr_* APIs every build has (a build
@@ -207,7 +207,7 @@ static zr_status dev_exposed(zr_engine *e)
     return ZR_OK;
 }
 
-const zr_engine_bufs zr_engine_bufs_device = {
+const zr_engine_bufs zr_engine_bufs_cuda = {
     .name = "device",
     .place = dev_place,
     .unplace = dev_unplace,
