@@ -42,7 +42,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 from safetensors.torch import save_file
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 B, T = 2, 16
@@ -80,9 +81,10 @@ def models():
 
 
 def randomize(model, seed):
-    """Weights whose effects are visible: matrices N(0, 1/fan_in), embeddings
-    N(0, 1/hidden) (logits of order 1, tied or not), norm weights 1 + N(0, 0.01),
-    biases N(0, 0.01) (transformers' ones and zeros would hide mistakes)."""
+    """Weights whose effects are visible, as N(mean, variance): matrices
+    N(0, 1/fan_in), embeddings N(0, 1/hidden) (logits of order 1, tied or not),
+    norm weights 1 + N(0, 0.01), biases N(0, 0.01) (transformers' ones and
+    zeros would hide mistakes)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
