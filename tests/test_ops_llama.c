@@ -581,7 +581,7 @@ static float *st_get(const st_file *f, const char *name, size_t numel)
 
 /* A model's shapes, from its config.json (both forms of the rope keys). */
 typedef struct hf_shape {
-    int B, T, C, NH, NKV, hd, IC;
+    int B, T, C, NH, NKV, hd, IC, V, layers, tied, qkv_bias;
     double eps, theta;
     zr_rope_scaling sc;
 } hf_shape;
@@ -608,6 +608,11 @@ static int hf_shape_read(hf_shape *s, const char *dir)
     s->NKV = (int)jnum(cfg, "num_key_value_heads", s->NH);
     s->hd = (int)jnum(cfg, "head_dim", s->C / s->NH);
     s->IC = (int)jnum(cfg, "intermediate_size", 0);
+    s->V = (int)jnum(cfg, "vocab_size", 0);
+    s->layers = (int)jnum(cfg, "num_hidden_layers", 0);
+    s->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings"));
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
+    s->qkv_bias = cJSON_IsString(mt) && strcmp(mt->valuestring, "qwen2") == 0;
     s->eps = jnum(cfg, "rms_norm_eps", 1e-6);
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(cfg, "rope_parameters");
     if (!cJSON_IsObject(rp)) {
@@ -790,6 +795,186 @@ static void test_vs_transformers(void)
     printf("  worst over both models: %.3g (bound 1e-5)\n", hf_worst);
 }
 
+/* ---- a whole forward, composed from the operators, against transformers' logits ---- */
+
+/* One tensor of model.safetensors by printf-style name (NULL and a failure if absent). */
+static float *weight(const st_file *f, size_t n, const char *fmt, int layer)
+{
+    char name[160];
+    snprintf(name, sizeof name, fmt, layer);
+    return st_get(f, name, n);
+}
+
+static void add_to(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        x[i] += y[i];
+    }
+}
+
+/* x += attention block of layer l (pre-norm), scratch in w[0..5] */
+static void fwd_attention(const hf_shape *s, const st_file *f, int l, float *x, float **w,
+                          const float *cs, const float *sn)
+{
+    const int N = s->B * s->T, C = s->C, Q = s->NH * s->hd, K = s->NKV * s->hd;
+    float *ln = weight(f, (size_t)C, "model.layers.%d.input_layernorm.weight", l);
+    float *wq = weight(f, (size_t)Q * C, "model.layers.%d.self_attn.q_proj.weight", l);
+    float *wk = weight(f, (size_t)K * C, "model.layers.%d.self_attn.k_proj.weight", l);
+    float *wv = weight(f, (size_t)K * C, "model.layers.%d.self_attn.v_proj.weight", l);
+    float *wo = weight(f, (size_t)C * Q, "model.layers.%d.self_attn.o_proj.weight", l);
+    float *bq = NULL, *bk = NULL, *bv = NULL;
+    if (s->qkv_bias) {
+        bq = weight(f, (size_t)Q, "model.layers.%d.self_attn.q_proj.bias", l);
+        bk = weight(f, (size_t)K, "model.layers.%d.self_attn.k_proj.bias", l);
+        bv = weight(f, (size_t)K, "model.layers.%d.self_attn.v_proj.bias", l);
+    }
+    if (ln != NULL && wq != NULL && wk != NULL && wv != NULL && wo != NULL) {
+        zr_op_rmsnorm_fwd(w[0], w[5], x, ln, (float)s->eps, N, C);
+        zr_op_matmul_fwd(NULL, w[1], w[0], wq, bq, N, C, Q);
+        zr_op_matmul_fwd(NULL, w[2], w[0], wk, bk, N, C, K);
+        zr_op_matmul_fwd(NULL, w[3], w[0], wv, bv, N, C, K);
+        zr_op_rope_fwd(w[1], w[1], cs, sn, s->B, s->T, s->NH, s->hd);
+        zr_op_rope_fwd(w[2], w[2], cs, sn, s->B, s->T, s->NKV, s->hd);
+        zr_op_attention_gqa_fwd(w[4], w[5], w[1], w[2], w[3], s->B, s->T, s->NH, s->NKV, s->hd);
+        zr_op_matmul_fwd(NULL, w[0], w[4], wo, NULL, N, Q, C);
+        add_to(x, w[0], (size_t)N * C);
+    }
+    free(ln), free(wq), free(wk), free(wv), free(wo), free(bq), free(bk), free(bv);
+}
+
+/* x += MLP block of layer l (pre-norm) */
+static void fwd_mlp(const hf_shape *s, const st_file *f, int l, float *x, float **w)
+{
+    const int N = s->B * s->T, C = s->C, IC = s->IC;
+    float *ln = weight(f, (size_t)C, "model.layers.%d.post_attention_layernorm.weight", l);
+    float *wg = weight(f, (size_t)IC * C, "model.layers.%d.mlp.gate_proj.weight", l);
+    float *wu = weight(f, (size_t)IC * C, "model.layers.%d.mlp.up_proj.weight", l);
+    float *wd = weight(f, (size_t)C * IC, "model.layers.%d.mlp.down_proj.weight", l);
+    if (ln != NULL && wg != NULL && wu != NULL && wd != NULL) {
+        zr_op_rmsnorm_fwd(w[0], w[5], x, ln, (float)s->eps, N, C);
+        zr_op_matmul_fwd(NULL, w[1], w[0], wg, NULL, N, C, IC);
+        zr_op_matmul_fwd(NULL, w[2], w[0], wu, NULL, N, C, IC);
+        zr_op_swiglu_fwd(w[3], w[1], w[2], N, IC, IC);
+        zr_op_matmul_fwd(NULL, w[0], w[3], wd, NULL, N, IC, C);
+        add_to(x, w[0], (size_t)N * C);
+    }
+    free(ln), free(wg), free(wu), free(wd);
+}
+
+/* The tokens of reference.json: in[B T] the first T of each row, tg the last T; the loss. */
+static double ref_tokens(const char *dir, const hf_shape *s, int *in, int *tg)
+{
+    char path[512];
+    size_t len;
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    char *txt = slurp(path, &len);
+    cJSON *ref = txt != NULL ? cJSON_Parse(txt) : NULL;
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(ref, "tokens");
+    int ok = cJSON_GetArraySize(rows) == s->B;
+    for (int b = 0; ok && b < s->B; b++) {
+        const cJSON *row = cJSON_GetArrayItem(rows, b);
+        ok = cJSON_GetArraySize(row) == s->T + 1;
+        for (int t = 0; ok && t < s->T; t++) {
+            in[b * s->T + t] = cJSON_GetArrayItem(row, t)->valueint;
+            tg[b * s->T + t] = cJSON_GetArrayItem(row, t + 1)->valueint;
+        }
+    }
+    TEST_CHECKF(ok, "%s: tokens are not %d rows of %d", path, s->B, s->T + 1);
+    double loss = jnum(ref, "loss", NAN);
+    cJSON_Delete(ref);
+    free(txt);
+    return loss;
+}
+
+/* Embeddings, the layers, the final norm and the head: logits [N, V] (NULL on a failure). */
+static float *model_logits(const hf_shape *s, const st_file *f, const int *in)
+{
+    const int N = s->B * s->T, C = s->C, V = s->V;
+    const size_t big = (size_t)N * (s->NH * s->hd > s->IC ? s->NH * s->hd : s->IC) + C;
+    float *x = malloc((size_t)N * C * sizeof *x), *w[6], inv[ZR_ATT_MAX_HS / 2];
+    float *cs = malloc((size_t)s->T * s->hd / 2 * sizeof *cs);
+    float *sn = malloc((size_t)s->T * s->hd / 2 * sizeof *sn);
+    for (int i = 0; i < 6; i++) {
+        w[i] = malloc(big * sizeof *w[i] + (size_t)N * s->NH * sizeof(float));
+    }
+    float *emb = weight(f, (size_t)V * C, "model.embed_tokens.weight", 0);
+    float *head = s->tied ? emb : weight(f, (size_t)V * C, "lm_head.weight", 0);
+    float *norm = weight(f, (size_t)C, "model.norm.weight", 0);
+    float *logits = malloc((size_t)N * V * sizeof *logits);
+    zr_op_rope_inv_freq(inv, s->hd, s->theta, &s->sc);
+    zr_op_rope_table(cs, sn, inv, s->T, s->hd);
+    for (int i = 0; emb != NULL && i < N; i++) {
+        memcpy(x + (size_t)i * C, emb + (size_t)in[i] * C, (size_t)C * sizeof *x);
+    }
+    for (int l = 0; emb != NULL && l < s->layers && zr_test_failed_checks == 0; l++) {
+        fwd_attention(s, f, l, x, w, cs, sn);
+        fwd_mlp(s, f, l, x, w);
+    }
+    if (emb != NULL && head != NULL && norm != NULL && zr_test_failed_checks == 0) {
+        zr_op_rmsnorm_fwd(w[0], w[5], x, norm, (float)s->eps, N, C);
+        zr_op_matmul_fwd(NULL, logits, w[0], head, NULL, N, C, V);
+    } else {
+        free(logits);
+        logits = NULL;
+    }
+    for (int i = 0; i < 6; i++) {
+        free(w[i]);
+    }
+    if (head != emb) {
+        free(head);
+    }
+    free(x), free(cs), free(sn), free(emb), free(norm);
+    return logits;
+}
+
+static void hf_whole(const char *model)
+{
+    const char *root = getenv("ZR_HF_DATA") != NULL ? getenv("ZR_HF_DATA") : "tests/data/hf";
+    char dir[400], path[512];
+    snprintf(dir, sizeof dir, "%s/%s", root, model);
+    hf_shape s = {0};
+    st_file mf = {0}, rf = {0};
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int ok = hf_shape_read(&s, dir) && st_open(&mf, path);
+    snprintf(path, sizeof path, "%s/reference.safetensors", dir);
+    ok = ok && st_open(&rf, path);
+    const size_t N = (size_t)s.B * s.T;
+    int *in = malloc(N * sizeof *in), *tg = malloc(N * sizeof *tg);
+    float *want = ok ? st_get(&rf, "logits", N * s.V) : NULL;
+    double loss_ref = ok ? ref_tokens(dir, &s, in, tg) : NAN;
+    float *got = ok && want != NULL ? model_logits(&s, &mf, in) : NULL;
+    TEST_CHECKF(got != NULL, "%s: no logits", model);
+    if (got != NULL) {
+        hf_compare(model, "logits (whole forward)", got, want, N * s.V);
+        float *losses = malloc(N * sizeof *losses);
+        zr_op_softmax_xent_fwd(got, losses, tg, (int)N, s.V, s.V);
+        double loss = 0;
+        for (size_t i = 0; i < N; i++) {
+            loss += losses[i];
+        }
+        loss /= (double)N;
+        printf("  %s loss %.9g, transformers %.9g: relative %.3g (bound 1e-5)\n", model, loss,
+               loss_ref, fabs(loss - loss_ref) / loss_ref);
+        TEST_CHECKF(fabs(loss - loss_ref) <= 1e-5 * loss_ref, "%s: loss %.9g vs %.9g", model, loss,
+                    loss_ref);
+        free(losses);
+    }
+    free(in), free(tg), free(want), free(got);
+    cJSON_Delete(mf.hdr), cJSON_Delete(rf.hdr);
+    free(mf.buf), free(rf.buf);
+}
+
+/*
+ * Every operator together: embeddings, 2 layers (GQA + llama3 rope; MHA,
+ * head_dim given, tied; Qwen2's q/k/v biases), final norm, head, loss.
+ */
+static void test_forward_vs_transformers(void)
+{
+    hf_whole("llama_gqa");
+    hf_whole("llama_mha_tied");
+    hf_whole("qwen2");
+}
+
 int main(void)
 {
     TEST_OK(zr_threads_set(1));
@@ -800,5 +985,6 @@ int main(void)
     TEST_RUN(test_attention_gpt2_bits);
     TEST_RUN(test_attention_threads_and_kernels);
     TEST_RUN(test_vs_transformers);
+    TEST_RUN(test_forward_vs_transformers);
     return zr_test_finish();
 }
