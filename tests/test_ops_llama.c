@@ -203,7 +203,7 @@ static void rope_ref(const fd_case *c, double *out)
 }
 
 /* llama3's frequency bands in double, from transformers' formula */
-static double llama3_ref(double f, const zr_rope_scaling *sc)
+static double llama3_ref(double f, const zr_op_rope_scaling *sc)
 {
     double wave = 2 * M_PI / f, lo_wave = sc->original_max_pos / sc->low_freq_factor;
     double hi_wave = sc->original_max_pos / sc->high_freq_factor;
@@ -221,7 +221,7 @@ static double llama3_ref(double f, const zr_rope_scaling *sc)
 static void test_rope(void)
 {
     /* head_dim 128, theta 500000, Llama 3.1's scaling: every band is used */
-    const zr_rope_scaling sc = {1, 8.0, 1.0, 4.0, 8192.0};
+    const zr_op_rope_scaling sc = {1, 8.0, 1.0, 4.0, 8192.0};
     float inv[64], plain[64];
     zr_op_rope_inv_freq(inv, 128, 500000.0, &sc);
     zr_op_rope_inv_freq(plain, 128, 500000.0, NULL);
@@ -583,7 +583,7 @@ static float *st_get(const st_file *f, const char *name, size_t numel)
 typedef struct hf_shape {
     int B, T, C, NH, NKV, hd, IC, V, layers, tied, qkv_bias;
     double eps, theta;
-    zr_rope_scaling sc;
+    zr_op_rope_scaling sc;
 } hf_shape;
 
 static double jnum(const cJSON *o, const char *key, double dflt)
@@ -620,10 +620,10 @@ static int hf_shape_read(hf_shape *s, const char *dir)
     }
     s->theta = jnum(cJSON_IsObject(rp) ? rp : cfg, "rope_theta", jnum(cfg, "rope_theta", 1e4));
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-    s->sc = (zr_rope_scaling){cJSON_IsString(type) && strcmp(type->valuestring, "llama3") == 0,
-                              jnum(rp, "factor", 1), jnum(rp, "low_freq_factor", 1),
-                              jnum(rp, "high_freq_factor", 1),
-                              jnum(rp, "original_max_position_embeddings", 1)};
+    s->sc = (zr_op_rope_scaling){cJSON_IsString(type) && strcmp(type->valuestring, "llama3") == 0,
+                                 jnum(rp, "factor", 1), jnum(rp, "low_freq_factor", 1),
+                                 jnum(rp, "high_freq_factor", 1),
+                                 jnum(rp, "original_max_position_embeddings", 1)};
     cJSON_Delete(cfg);
     snprintf(path, sizeof path, "%s/reference.json", dir);
     txt = slurp(path, &len);

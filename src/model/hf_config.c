@@ -317,7 +317,7 @@ static zr_status rope_read(const cJSON *r, const char *name, zr_hf_config *c)
     snprintf(sub, sizeof sub, "%s: key \"%s\"", name, key);
     ZR_CHECK(get_pos(r, name, "rope_theta", 10000.0, &c->rope_theta));
     ZR_CHECK(full_rotary(r, name));
-    c->rope = (zr_rope_scaling){0};
+    c->rope = (zr_op_rope_scaling){0};
     if (rp == NULL) {
         return ZR_OK;
     }
@@ -341,7 +341,7 @@ static zr_status rope_read(const cJSON *r, const char *name, zr_hf_config *c)
     if (type == NULL || strcmp(type, "default") == 0) {
         return ZR_OK;
     }
-    zr_rope_scaling *s = &c->rope;
+    zr_op_rope_scaling *s = &c->rope;
     s->llama3 = 1;
     ZR_CHECK(get_pos(rp, sub, "factor", -1, &s->factor));
     ZR_CHECK(get_pos(rp, sub, "low_freq_factor", -1, &s->low_freq_factor));

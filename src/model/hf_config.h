@@ -16,7 +16,7 @@
 #ifndef ZR_MODEL_HF_CONFIG_H
 #define ZR_MODEL_HF_CONFIG_H
 
-#include "ops.h" /* zr_rope_scaling */
+#include "ops.h" /* zr_op_rope_scaling */
 #include "zr/base.h"
 
 typedef enum zr_hf_family {
@@ -34,7 +34,7 @@ typedef struct zr_hf_config {
     int vocab, hidden, layers, heads, kv_heads, head_dim, intermediate, max_pos;
     double norm_eps;   /* rms_norm_eps; GPT-2: layer_norm_epsilon */
     double rope_theta; /* 0 for GPT-2 (learned positions) */
-    zr_rope_scaling rope;
+    zr_op_rope_scaling rope;
     int tied;                       /* tie_word_embeddings */
     int qkv_bias, o_bias, mlp_bias; /* Llama: attention_bias, mlp_bias; Qwen2: q/k/v only */
     int sliding_window;             /* attention window in tokens; 0: none */

@@ -158,12 +158,12 @@ void zr_op_rmsnorm_bwd_acc(float *dinp, float *dw, const float *dout, const floa
                            const float *w, const float *rstd, int N, int C);
 
 /* rope_scaling of type llama3 (llama3 = 0: none, the others unused). */
-typedef struct zr_rope_scaling {
+typedef struct zr_op_rope_scaling {
     int llama3;
     double factor, low_freq_factor, high_freq_factor, original_max_pos;
-} zr_rope_scaling;
+} zr_op_rope_scaling;
 /* inv_freq[hd / 2] as transformers computes them (in float), scaled by sc (NULL: none). */
-void zr_op_rope_inv_freq(float *inv_freq, int hd, double theta, const zr_rope_scaling *sc);
+void zr_op_rope_inv_freq(float *inv_freq, int hd, double theta, const zr_op_rope_scaling *sc);
 /* cos and sin [T, hd / 2] of (float)t * inv_freq[i], positions t = 0 .. T-1. */
 void zr_op_rope_table(float *cosines, float *sines, const float *inv_freq, int T, int hd);
 /*

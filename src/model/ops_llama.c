@@ -196,7 +196,7 @@ void zr_op_rmsnorm_bwd_acc(float *dinp, float *dw, const float *dout, const floa
  * above original / low_freq_factor, and in between the blend
  * (1 - s) f / factor + s f, s = (original / wavelength - low) / (high - low).
  */
-void zr_op_rope_inv_freq(float *inv_freq, int hd, double theta, const zr_rope_scaling *sc)
+void zr_op_rope_inv_freq(float *inv_freq, int hd, double theta, const zr_op_rope_scaling *sc)
 {
     for (int i = 0; i < hd / 2; i++) {
         float e = (float)(2 * i) / (float)hd;
