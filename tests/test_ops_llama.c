@@ -8,7 +8,7 @@
  * the vector width; then every operator against what transformers computed
  * for layer 0 of the models scripts/hf_reference.py made (tests/data/hf).
  */
-#define _DEFAULT_SOURCE /* M_PI */
+#define _DEFAULT_SOURCE /* M_PI, setenv */
 #include "test.h"
 #include "zr/pool.h"
 
@@ -975,12 +975,98 @@ static void test_forward_vs_transformers(void)
     hf_whole("qwen2");
 }
 
-int main(void)
+/*
+ * RMSNorm, rope and SwiGLU, forward and backward, at 1 and 3 threads with
+ * the widest kernels and at 1 and 2 with the reference ones: the same bits
+ * (N spans several row tasks, C and IC are no multiple of the lanes).
+ */
+typedef struct ew_out {
+    float *y, *rstd, *dx, *dw, *r, *dr, *g, *dg, *du;
+} ew_out;
+
+static void ew_run(ew_out *o, const float *x, const float *w, const float *R, const float *cs,
+                   const float *sn, int N, int C, int T)
 {
+    const size_t n = (size_t)N * C;
+    o->y = malloc(n * sizeof *o->y);
+    o->rstd = malloc((size_t)N * sizeof *o->rstd);
+    o->dx = calloc(n, sizeof *o->dx);
+    o->dw = calloc((size_t)C, sizeof *o->dw);
+    o->r = malloc(n * sizeof *o->r);
+    o->dr = malloc(n * sizeof *o->dr);
+    o->g = malloc(n * sizeof *o->g);
+    o->dg = malloc(n * sizeof *o->dg);
+    o->du = malloc(n * sizeof *o->du);
+    zr_op_rmsnorm_fwd(o->y, o->rstd, x, w, 1e-5f, N, C);
+    zr_op_rmsnorm_bwd_acc(o->dx, o->dw, R, x, w, o->rstd, N, C);
+    zr_op_rope_fwd(o->r, x, cs, sn, N / T, T, C / 40, 40);
+    zr_op_rope_bwd(o->dr, R, cs, sn, N / T, T, C / 40, 40);
+    zr_op_swiglu_fwd(o->g, x, R, N, C, C);
+    zr_op_swiglu_bwd(o->dg, o->du, w, x, R, N, C, C);
+}
+
+static int ew_same(const ew_out *a, const ew_out *b, size_t n, size_t N, size_t C)
+{
+    return !memcmp(a->y, b->y, n * 4) && !memcmp(a->rstd, b->rstd, N * 4) &&
+           !memcmp(a->dx, b->dx, n * 4) && !memcmp(a->dw, b->dw, C * 4) &&
+           !memcmp(a->r, b->r, n * 4) && !memcmp(a->dr, b->dr, n * 4) &&
+           !memcmp(a->g, b->g, n * 4) && !memcmp(a->dg, b->dg, n * 4) &&
+           !memcmp(a->du, b->du, n * 4);
+}
+
+static void ew_free(ew_out *o)
+{
+    free(o->y), free(o->rstd), free(o->dx), free(o->dw), free(o->r), free(o->dr), free(o->g);
+    free(o->dg), free(o->du);
+}
+
+static void test_threads_and_kernels_same_bits(void)
+{
+    const int T = 150, N = 2 * T, C = 360; /* rope: 9 heads of 40 */
+    const size_t n = (size_t)N * C;
+    float *x = randn(n, 2.0f, 71), *R = randn(n, 1.0f, 72), *w = randn(n, 1.0f, 73), f20[20];
+    float *cs = malloc((size_t)T * 20 * sizeof *cs), *sn = malloc((size_t)T * 20 * sizeof *sn);
+    zr_op_rope_inv_freq(f20, 40, 10000.0, &(zr_op_rope_scaling){1, 8.0, 1.0, 4.0, 64.0});
+    zr_op_rope_table(cs, sn, f20, T, 40);
+    ew_out ref;
+    ew_run(&ref, x, w, R, cs, sn, N, C, T);
+    const int threads[] = {3, 1, 2};
+    for (int k = 0; k < 3; k++) {
+        zr_ops_set_impl(k >= 1 ? ZR_OPS_IMPL_SCALAR : ZR_OPS_IMPL_AUTO);
+        TEST_OK(zr_threads_set(threads[k]));
+        ew_out o;
+        ew_run(&o, x, w, R, cs, sn, N, C, T);
+        TEST_CHECKF(ew_same(&o, &ref, n, (size_t)N, (size_t)C),
+                    "%d threads, %s kernels: other bits", threads[k], zr_ops_impl_name());
+        ew_free(&o);
+    }
+    zr_ops_set_impl(ZR_OPS_IMPL_AUTO);
+    TEST_OK(zr_threads_set(1));
+    printf("  rmsnorm, rope, swiglu: 1, 2, 3 threads and the reference kernels agree bit for bit "
+           "(vector path %s)\n",
+           zr_ops_impl_name());
+    ew_free(&ref);
+    free(x), free(R), free(w), free(cs), free(sn);
+}
+
+/*
+ * --cpu NAME: the kernels capped at NAME (ZR_CPU), so that a wider CPU also
+ * runs the AVX2 ones against the reference (as test_model --cpu).
+ */
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--cpu") == 0) {
+        setenv("ZR_CPU", argv[2], 1);
+        printf("  kernels capped at %s: %s\n", argv[2], zr_ops_impl_name());
+    } else if (argc != 1) {
+        fprintf(stderr, "usage: test_ops_llama [--cpu sse2|avx2|avx512]\n");
+        return 2;
+    }
     TEST_OK(zr_threads_set(1));
     TEST_RUN(test_rmsnorm);
     TEST_RUN(test_rope);
     TEST_RUN(test_swiglu);
+    TEST_RUN(test_threads_and_kernels_same_bits);
     TEST_RUN(test_attention_gqa);
     TEST_RUN(test_attention_gpt2_bits);
     TEST_RUN(test_attention_threads_and_kernels);
