@@ -10,10 +10,11 @@
  * Threads: every operator runs on the process's pool (zr/pool.h), split so
  * that the thread count never changes a bit: matrix products by bands of
  * rows (a single-threaded cblas_sgemm each), per-row work by rows, sums over rows
- * (bias and LayerNorm weight gradients, the embedding's) by columns, each
- * column summed over all rows in row order by one thread, attention by
- * (batch, head). Vector code is chosen at run time (AVX2, AVX-512, or the
- * portable build's own), and every path gives the same bits.
+ * (bias, LayerNorm and RMSNorm weight gradients, the embedding's) by columns,
+ * each column summed over all rows in row order by one thread, attention by
+ * (batch, head) forward and (batch, key/value head) backward. Vector code is
+ * chosen at run time (AVX2, AVX-512, or the portable build's own), and every
+ * path gives the same bits.
  */
 #ifndef ZR_MODEL_OPS_H
 #define ZR_MODEL_OPS_H
