@@ -1,6 +1,8 @@
 /*
  * attention.c - causal self-attention on the CPU, streamed over key blocks
  * (the FlashAttention-2 recurrence): the T x T scores are never stored.
+ * GPT-2's packed qkv and the Llama family's separate q, k, v with grouped
+ * key/value heads run the same code (att_args' strides and group).
  *
  * Forward, for one head and a tile of ZR_ATT_BQ query rows, key blocks of
  * ZR_ATT_BK in order, each query i holding a running max m, a running sum l
@@ -38,8 +40,10 @@
  * query tile that sees it.
  *
  * Threads: the forward splits (batch, head, query tile) tasks, the
- * backward (batch, head), which owns its columns of dQ, dK and dV, so no
- * sum is ever split. Tiles live on the stack (ZR_ATT_MAX_HS bounds them).
+ * backward (batch, key/value head), which owns its columns of dK and dV and
+ * those of dQ of the query heads that read them (GPT-2: one head; grouped
+ * KV heads: NH / NKV of them, in order), so no sum is ever split. Tiles
+ * live on the stack (ZR_ATT_MAX_HS bounds them).
  */
 #include "attention_impl.h"
 #include "ops.h"
@@ -225,12 +229,19 @@ static att_kernels kernels(void)
 
 /* ---- the tiles ------------------------------------------------------------------ */
 
+/*
+ * One call's tensors: q, key and v (and their gradients dq, dk, dv, laid
+ * out the same) have rows of lq, lk and lv floats per token, out and dout
+ * rows of lo; query head h reads key and value head h / group. GPT-2's
+ * packed qkv is q = qkv, key = qkv + C, v = qkv + 2C, all rows 3C, group 1.
+ */
 typedef struct att_args {
     att_kernels k;
-    int B, T, C, NH, hs, tiles;
+    int B, T, NH, group, hs, tiles;
+    size_t lq, lk, lv, lo;
     float scale;
-    float *out, *lse, *dqkv, *dlt;
-    const float *qkv, *dout, *fwd_out, *fwd_lse;
+    float *out, *lse, *dq, *dk, *dv, *dlt;
+    const float *q, *key, *v, *dout, *fwd_out, *fwd_lse;
 } att_args;
 
 /* dst[d * ldd + j] = src[j * ld + d]: n rows of hs values become hs rows of n. */
@@ -261,9 +272,9 @@ static int clampi(int x, int lo, int hi)
 static void fwd_scores(const att_args *a, float *st, const float *kj, const float *qt_, int nk,
                        int nq, int i0, int j0)
 {
-    const size_t C3 = 3 * (size_t)a->C;
+    const size_t lk = a->lk;
     if (j0 + nk <= i0 + 1) {
-        a->k.gemm(nk, nq, a->hs, kj, C3, 1, qt_, BQ, st, BQ, 0);
+        a->k.gemm(nk, nq, a->hs, kj, lk, 1, qt_, BQ, st, BQ, 0);
         return;
     }
     for (int jb = 0; jb < nk; jb += DIAG) {
@@ -273,7 +284,7 @@ static void fwd_scores(const att_args *a, float *st, const float *kj, const floa
                 st[(size_t)j * BQ + r] = 0.0f;
             }
         }
-        a->k.gemm(rows, nq - c0, a->hs, kj + jb * C3, C3, 1, qt_ + c0, BQ, st + jb * BQ + c0, BQ,
+        a->k.gemm(rows, nq - c0, a->hs, kj + jb * lk, lk, 1, qt_ + c0, BQ, st + jb * BQ + c0, BQ,
                   0);
     }
 }
@@ -282,14 +293,14 @@ static void fwd_scores(const att_args *a, float *st, const float *kj, const floa
 static void fwd_values(const att_args *a, float *y, const float *st, const float *vj, int nk,
                        int nq, int i0, int j0)
 {
-    const size_t C3 = 3 * (size_t)a->C;
+    const size_t lv = a->lv, lo = a->lo;
     if (j0 + nk <= i0 + 1) {
-        a->k.gemm(nq, a->hs, nk, st, 1, BQ, vj, C3, y, (size_t)a->C, 1);
+        a->k.gemm(nq, a->hs, nk, st, 1, BQ, vj, lv, y, lo, 1);
         return;
     }
     for (int rb = 0; rb < nq; rb += DIAG) {
         int rows = clampi(nq - rb, 0, DIAG), kk = clampi(i0 + rb + rows - j0, 0, nk);
-        a->k.gemm(rows, a->hs, kk, st + rb, 1, BQ, vj, C3, y + (size_t)rb * a->C, (size_t)a->C, 1);
+        a->k.gemm(rows, a->hs, kk, st + rb, 1, BQ, vj, lv, y + rb * lo, lo, 1);
     }
 }
 
@@ -298,37 +309,39 @@ static void fwd_tile(const att_args *a, int b, int h, int qt)
     _Alignas(64) float qt_[ZR_ATT_MAX_HS * BQ];
     _Alignas(64) float st[BK * BQ];
     float m[BQ], l[BQ], corr[BQ];
-    const int T = a->T, C = a->C, hs = a->hs;
-    const size_t C3 = 3 * (size_t)C;
-    const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
+    const int T = a->T, hs = a->hs, kh = h / a->group;
+    const size_t lo = a->lo;
+    const float *q = a->q + (size_t)b * T * a->lq + (size_t)h * hs;
+    const float *k = a->key + (size_t)b * T * a->lk + (size_t)kh * hs;
+    const float *v = a->v + (size_t)b * T * a->lv + (size_t)kh * hs;
     const int i0 = qt * BQ, nq = T - i0 < BQ ? T - i0 : BQ;
-    float *y = a->out + ((size_t)b * T + i0) * C + (size_t)h * hs;
-    transpose_rows(qt_, BQ, q + i0 * C3, C3, nq, hs);
+    float *y = a->out + ((size_t)b * T + i0) * lo + (size_t)h * hs;
+    transpose_rows(qt_, BQ, q + i0 * a->lq, a->lq, nq, hs);
     for (int r = 0; r < nq; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
         for (int d = 0; d < hs; d++) {
-            y[(size_t)r * C + d] = 0.0f;
+            y[r * lo + d] = 0.0f;
         }
     }
     for (int j0 = 0; j0 < i0 + nq; j0 += BK) {
         int nk = i0 + nq - j0 < BK ? i0 + nq - j0 : BK;
-        fwd_scores(a, st, k + j0 * C3, qt_, nk, nq, i0, j0);
+        fwd_scores(a, st, k + j0 * a->lk, qt_, nk, nq, i0, j0);
         a->k.fwd_step(st, nk, nq, i0, j0, a->scale, m, l, corr);
         for (int r = 0; r < nq; r++) {
             if (corr[r] != 1.0f) { /* multiplying by 1 changes nothing: skip it */
                 for (int d = 0; d < hs; d++) {
-                    y[(size_t)r * C + d] *= corr[r];
+                    y[r * lo + d] *= corr[r];
                 }
             }
         }
-        fwd_values(a, y, st, v + j0 * C3, nk, nq, i0, j0);
+        fwd_values(a, y, st, v + j0 * a->lv, nk, nq, i0, j0);
     }
     float *lse = a->lse + ((size_t)b * a->NH + h) * T + i0;
     for (int r = 0; r < nq; r++) {
         float inv = 1.0f / l[r];
         for (int d = 0; d < hs; d++) {
-            y[(size_t)r * C + d] *= inv;
+            y[r * lo + d] *= inv;
         }
         lse[r] = m[r] + logf(l[r]);
     }
@@ -344,22 +357,49 @@ static void fwd_task(void *arg, size_t t0, size_t t1, int thread)
     }
 }
 
+/* The shapes and strides of a call: q [B, T, NH hs] etc. as att_args says. */
+static att_args args_for(int B, int T, int NH, int NKV, int hs, size_t lq, size_t lk, size_t lv,
+                         size_t lo)
+{
+    ZR_ASSERT(hs <= ZR_ATT_MAX_HS && NKV > 0 && NH % NKV == 0);
+    return (att_args){.k = kernels(),
+                      .B = B,
+                      .T = T,
+                      .NH = NH,
+                      .group = NH / NKV,
+                      .hs = hs,
+                      .tiles = (T + BQ - 1) / BQ,
+                      .lq = lq,
+                      .lk = lk,
+                      .lv = lv,
+                      .lo = lo,
+                      .scale = 1.0f / sqrtf((float)hs)};
+}
+
+static void fwd_run(att_args *a, float *out, float *lse, const float *q, const float *k,
+                    const float *v)
+{
+    a->out = out;
+    a->lse = lse;
+    a->q = q;
+    a->key = k;
+    a->v = v;
+    zr_parallel_for((size_t)a->B * a->NH * a->tiles, 1, fwd_task, a);
+}
+
 void zr_op_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
 {
-    const int hs = C / NH;
-    ZR_ASSERT(hs <= ZR_ATT_MAX_HS);
-    att_args a = {.k = kernels(),
-                  .B = B,
-                  .T = T,
-                  .C = C,
-                  .NH = NH,
-                  .hs = hs,
-                  .tiles = (T + BQ - 1) / BQ,
-                  .scale = 1.0f / sqrtf((float)hs),
-                  .out = out,
-                  .lse = lse,
-                  .qkv = qkv};
-    zr_parallel_for((size_t)B * NH * a.tiles, 1, fwd_task, &a);
+    const size_t C3 = 3 * (size_t)C;
+    att_args a = args_for(B, T, NH, NH, C / NH, C3, C3, C3, (size_t)C);
+    fwd_run(&a, out, lse, qkv, qkv + C, qkv + 2 * C);
+}
+
+void zr_op_attention_gqa_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                             int B, int T, int NH, int NKV, int hd)
+{
+    const size_t lq = (size_t)NH * hd, lkv = (size_t)NKV * hd;
+    att_args a = args_for(B, T, NH, NKV, hd, lq, lkv, lkv, lq);
+    fwd_run(&a, out, lse, q, k, v);
 }
 
 /*
@@ -377,11 +417,11 @@ typedef struct bwd_pair {
 static void bwd_scores(const att_args *a, const bwd_pair *x, float *p, float *ds, const float *kt,
                        const float *vt)
 {
-    const size_t C3 = 3 * (size_t)a->C, C = (size_t)a->C;
+    const size_t lq = a->lq, lo = a->lo;
     const int hs = a->hs, nk = x->nk;
     if (x->j0 + nk <= x->i0 + 1) {
-        a->k.gemm(x->nq, nk, hs, x->qi, C3, 1, kt, BK, p, BK, 0);
-        a->k.gemm(x->nq, nk, hs, x->doi, C, 1, vt, BK, ds, BK, 0);
+        a->k.gemm(x->nq, nk, hs, x->qi, lq, 1, kt, BK, p, BK, 0);
+        a->k.gemm(x->nq, nk, hs, x->doi, lo, 1, vt, BK, ds, BK, 0);
         return;
     }
     for (int rb = 0; rb < x->nq; rb += DIAG) {
@@ -391,70 +431,99 @@ static void bwd_scores(const att_args *a, const bwd_pair *x, float *p, float *ds
                 p[(size_t)r * BK + j] = ds[(size_t)r * BK + j] = 0.0f;
             }
         }
-        a->k.gemm(rows, n, hs, x->qi + rb * C3, C3, 1, kt, BK, p + rb * BK, BK, 0);
-        a->k.gemm(rows, n, hs, x->doi + rb * C, C, 1, vt, BK, ds + rb * BK, BK, 0);
+        a->k.gemm(rows, n, hs, x->qi + rb * lq, lq, 1, kt, BK, p + rb * BK, BK, 0);
+        a->k.gemm(rows, n, hs, x->doi + rb * lo, lo, 1, vt, BK, ds + rb * BK, BK, 0);
     }
 }
 
 static void bwd_grads(const att_args *a, const bwd_pair *x, const float *p, const float *ds)
 {
-    const size_t C3 = 3 * (size_t)a->C, C = (size_t)a->C;
+    const size_t lq = a->lq, lk = a->lk, lv = a->lv, lo = a->lo;
     const int hs = a->hs, nq = x->nq, nk = x->nk;
     if (x->j0 + nk <= x->i0 + 1) {
-        a->k.gemm(nk, hs, nq, p, 1, BK, x->doi, C, x->dvj, C3, 1);
-        a->k.gemm(nq, hs, nk, ds, BK, 1, x->kj, C3, x->dq, C3, 1);
-        a->k.gemm(nk, hs, nq, ds, 1, BK, x->qi, C3, x->dkj, C3, 1);
+        a->k.gemm(nk, hs, nq, p, 1, BK, x->doi, lo, x->dvj, lv, 1);
+        a->k.gemm(nq, hs, nk, ds, BK, 1, x->kj, lk, x->dq, lq, 1);
+        a->k.gemm(nk, hs, nq, ds, 1, BK, x->qi, lq, x->dkj, lk, 1);
         return;
     }
     for (int jb = 0; jb < nk; jb += DIAG) {
         int rows = clampi(nk - jb, 0, DIAG), r0 = clampi(x->j0 + jb - x->i0, 0, nq);
         const float *pj = p + (size_t)r0 * BK + jb, *dsj = ds + (size_t)r0 * BK + jb;
-        a->k.gemm(rows, hs, nq - r0, pj, 1, BK, x->doi + r0 * C, C, x->dvj + jb * C3, C3, 1);
-        a->k.gemm(rows, hs, nq - r0, dsj, 1, BK, x->qi + r0 * C3, C3, x->dkj + jb * C3, C3, 1);
+        a->k.gemm(rows, hs, nq - r0, pj, 1, BK, x->doi + r0 * lo, lo, x->dvj + jb * lv, lv, 1);
+        a->k.gemm(rows, hs, nq - r0, dsj, 1, BK, x->qi + r0 * lq, lq, x->dkj + jb * lk, lk, 1);
     }
     for (int rb = 0; rb < nq; rb += DIAG) {
         int rows = clampi(nq - rb, 0, DIAG), kk = clampi(x->i0 + rb + rows - x->j0, 0, nk);
-        a->k.gemm(rows, hs, kk, ds + (size_t)rb * BK, BK, 1, x->kj, C3, x->dq + rb * C3, C3, 1);
+        a->k.gemm(rows, hs, kk, ds + (size_t)rb * BK, BK, 1, x->kj, lk, x->dq + rb * lq, lq, 1);
     }
 }
 
-/* One (batch, head): its columns of dQ, dK and dV; key blocks outer, query tiles inner. */
-static void bwd_head(const att_args *a, int b, int h)
+/* Query head h of batch b: its rows, its key and value head's, and its lse and D. */
+typedef struct head_ptrs {
+    const float *q, *k, *v, *dO, *O, *lse;
+    float *dq, *dk, *dv, *dlt;
+} head_ptrs;
+
+static head_ptrs head_at(const att_args *a, int b, int h)
+{
+    const size_t T = (size_t)a->T, hs = (size_t)a->hs, kh = (size_t)(h / a->group);
+    const size_t oq = b * T * a->lq + h * hs, ok = b * T * a->lk + kh * hs;
+    const size_t ov = b * T * a->lv + kh * hs, oo = b * T * a->lo + h * hs;
+    const size_t ol = ((size_t)b * a->NH + h) * T;
+    return (head_ptrs){a->q + oq,       a->key + ok, a->v + ov,  a->dout + oo, a->fwd_out + oo,
+                       a->fwd_lse + ol, a->dq + oq,  a->dk + ok, a->dv + ov,   a->dlt + ol};
+}
+
+static void zero_rows(float *x, size_t ld, int T, int hs)
+{
+    for (int t = 0; t < T; t++) {
+        for (int d = 0; d < hs; d++) {
+            x[t * ld + d] = 0.0f;
+        }
+    }
+}
+
+/*
+ * One (batch, key/value head): its columns of dK and dV, and of dQ for the
+ * query heads that share it (one head for GPT-2). Key blocks outer, then
+ * the group's query heads in order, query tiles inner: every sum into dK
+ * and dV runs over those in that order whatever the thread count.
+ */
+static void bwd_group(const att_args *a, int b, int g)
 {
     _Alignas(64) float kt[ZR_ATT_MAX_HS * BK], vt[ZR_ATT_MAX_HS * BK];
     _Alignas(64) float p[BQ * BK], ds[BQ * BK];
-    const int T = a->T, C = a->C, hs = a->hs;
-    const size_t C3 = 3 * (size_t)C;
-    const float *q = a->qkv + (size_t)b * T * C3 + (size_t)h * hs, *k = q + C, *v = q + 2 * C;
-    float *dq = a->dqkv + (size_t)b * T * C3 + (size_t)h * hs, *dk = dq + C, *dv = dq + 2 * C;
-    const float *dO = a->dout + (size_t)b * T * C + (size_t)h * hs;
-    const float *O = a->fwd_out + (size_t)b * T * C + (size_t)h * hs;
-    const float *lse = a->fwd_lse + ((size_t)b * a->NH + h) * T;
-    float *dlt = a->dlt + ((size_t)b * a->NH + h) * T;
-    a->k.delta(dlt, dO, O, (size_t)C, T, hs);
-    for (int t = 0; t < T; t++) {
-        for (int d = 0; d < hs; d++) {
-            dq[t * C3 + d] = dk[t * C3 + d] = dv[t * C3 + d] = 0.0f;
-        }
+    const int T = a->T, hs = a->hs, h0 = g * a->group, h1 = h0 + a->group;
+    const size_t lq = a->lq, lk = a->lk, lv = a->lv, lo = a->lo;
+    const head_ptrs kv = head_at(a, b, h0);
+    for (int h = h0; h < h1; h++) {
+        head_ptrs x = head_at(a, b, h);
+        a->k.delta(x.dlt, x.dO, x.O, lo, T, hs);
+        zero_rows(x.dq, lq, T, hs);
     }
+    zero_rows(kv.dk, lk, T, hs);
+    zero_rows(kv.dv, lv, T, hs);
     for (int j0 = 0; j0 < T; j0 += BK) {
         int nk = T - j0 < BK ? T - j0 : BK;
-        transpose_rows(kt, BK, k + j0 * C3, C3, nk, hs);
-        transpose_rows(vt, BK, v + j0 * C3, C3, nk, hs);
-        for (int i0 = j0 / BQ * BQ; i0 < T; i0 += BQ) {
-            bwd_pair x = {.qi = q + i0 * C3,
-                          .doi = dO + (size_t)i0 * C,
-                          .kj = k + j0 * C3,
-                          .dq = dq + i0 * C3,
-                          .dkj = dk + j0 * C3,
-                          .dvj = dv + j0 * C3,
-                          .nq = T - i0 < BQ ? T - i0 : BQ,
-                          .nk = nk,
-                          .i0 = i0,
-                          .j0 = j0};
-            bwd_scores(a, &x, p, ds, kt, vt);
-            a->k.bwd_step(p, ds, x.nq, nk, i0, j0, a->scale, lse + i0, dlt + i0);
-            bwd_grads(a, &x, p, ds);
+        transpose_rows(kt, BK, kv.k + j0 * lk, lk, nk, hs);
+        transpose_rows(vt, BK, kv.v + j0 * lv, lv, nk, hs);
+        for (int h = h0; h < h1; h++) {
+            head_ptrs x = head_at(a, b, h);
+            for (int i0 = j0 / BQ * BQ; i0 < T; i0 += BQ) {
+                bwd_pair y = {.qi = x.q + i0 * lq,
+                              .doi = x.dO + i0 * lo,
+                              .kj = x.k + j0 * lk,
+                              .dq = x.dq + i0 * lq,
+                              .dkj = x.dk + j0 * lk,
+                              .dvj = x.dv + j0 * lv,
+                              .nq = T - i0 < BQ ? T - i0 : BQ,
+                              .nk = nk,
+                              .i0 = i0,
+                              .j0 = j0};
+                bwd_scores(a, &y, p, ds, kt, vt);
+                a->k.bwd_step(p, ds, y.nq, nk, i0, j0, a->scale, x.lse + i0, x.dlt + i0);
+                bwd_grads(a, &y, p, ds);
+            }
         }
     }
 }
@@ -462,31 +531,45 @@ static void bwd_head(const att_args *a, int b, int h)
 static void bwd_task(void *arg, size_t t0, size_t t1, int thread)
 {
     const att_args *a = arg;
+    const int groups = a->NH / a->group;
     (void)thread;
     for (size_t t = t0; t < t1; t++) {
-        bwd_head(a, (int)t / a->NH, (int)t % a->NH);
+        bwd_group(a, (int)t / groups, (int)t % groups);
     }
+}
+
+static void bwd_run(att_args *a, float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                    const float *q, const float *k, const float *v, const float *out,
+                    const float *lse)
+{
+    a->dq = dq;
+    a->dk = dk;
+    a->dv = dv;
+    a->dlt = scratch;
+    a->dout = dout;
+    a->q = q;
+    a->key = k;
+    a->v = v;
+    a->fwd_out = out;
+    a->fwd_lse = lse;
+    zr_parallel_for((size_t)a->B * (a->NH / a->group), 1, bwd_task, a);
 }
 
 void zr_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const float *qkv,
                          const float *out, const float *lse, int B, int T, int C, int NH)
 {
-    const int hs = C / NH;
-    ZR_ASSERT(hs <= ZR_ATT_MAX_HS);
-    att_args a = {.k = kernels(),
-                  .B = B,
-                  .T = T,
-                  .C = C,
-                  .NH = NH,
-                  .hs = hs,
-                  .scale = 1.0f / sqrtf((float)hs),
-                  .dqkv = dqkv,
-                  .dlt = scratch,
-                  .qkv = qkv,
-                  .dout = dout,
-                  .fwd_out = out,
-                  .fwd_lse = lse};
-    zr_parallel_for((size_t)B * NH, 1, bwd_task, &a);
+    const size_t C3 = 3 * (size_t)C;
+    att_args a = args_for(B, T, NH, NH, C / NH, C3, C3, C3, (size_t)C);
+    bwd_run(&a, dqkv, dqkv + C, dqkv + 2 * C, scratch, dout, qkv, qkv + C, qkv + 2 * C, out, lse);
+}
+
+void zr_op_attention_gqa_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                             const float *q, const float *k, const float *v, const float *out,
+                             const float *lse, int B, int T, int NH, int NKV, int hd)
+{
+    const size_t lq = (size_t)NH * hd, lkv = (size_t)NKV * hd;
+    att_args a = args_for(B, T, NH, NKV, hd, lq, lkv, lkv, lq);
+    bwd_run(&a, dq, dk, dv, scratch, dout, q, k, v, out, lse);
 }
 
 /* ---- the double-precision reference --------------------------------------------- */

@@ -1,6 +1,7 @@
 /*
- * ops.h - GPT-2 operators on the CPU, shared by gpt.c, the tests and the
- * benchmarks. Internal to src/model (not a public header).
+ * ops.h - GPT-2's and the Llama family's operators on the CPU, shared by
+ * gpt.c, the tests and the benchmarks. Internal to src/model (not a public
+ * header).
  *
  * Conventions: row-major, N = B*T rows. Forward outputs are overwritten.
  * In backward, parameter gradients (dw, db) are accumulated (+=); the input
@@ -9,10 +10,11 @@
  * Threads: every operator runs on the process's pool (zr/pool.h), split so
  * that the thread count never changes a bit: matrix products by bands of
  * rows (a single-threaded cblas_sgemm each), per-row work by rows, sums over rows
- * (bias and LayerNorm weight gradients, the embedding's) by columns, each
- * column summed over all rows in row order by one thread, attention by
- * (batch, head). Vector code is chosen at run time (AVX2, AVX-512, or the
- * portable build's own), and every path gives the same bits.
+ * (bias, LayerNorm and RMSNorm weight gradients, the embedding's) by columns,
+ * each column summed over all rows in row order by one thread, attention by
+ * (batch, head) forward and (batch, key/value head) backward. Vector code is
+ * chosen at run time (AVX2, AVX-512, or the portable build's own), and every
+ * path gives the same bits.
  */
 #ifndef ZR_MODEL_OPS_H
 #define ZR_MODEL_OPS_H
@@ -128,6 +130,61 @@ void zr_op_attention_bwd(float *dqkv, float *scratch, const float *dout, const f
  * another: the accuracy reference of the tests (O(T^2) time, O(T) memory).
  */
 void zr_op_attention_fwd_ref64(double *out, const float *qkv, int B, int T, int C, int NH);
+
+/*
+ * The same attention with grouped key and value heads (GQA: Llama, Mistral,
+ * Qwen2): q [B, T, NH * hd], k and v [B, T, NKV * hd] (NKV divides NH;
+ * query head h reads key and value head h / (NH / NKV)), out [B, T, NH * hd],
+ * lse [B, NH, T]. The same key blocks and arithmetic as above: with
+ * NKV = NH and q, k, v cut from a qkv, the bits of zr_op_attention_fwd.
+ */
+void zr_op_attention_gqa_fwd(float *out, float *lse, const float *q, const float *k, const float *v,
+                             int B, int T, int NH, int NKV, int hd);
+/*
+ * dq, dk, dv overwritten (the shapes of q, k, v); scratch holds B * NH * T
+ * floats. Each (batch, key head) sums its dk and dv over its query heads in
+ * order: the thread count changes no bit.
+ */
+void zr_op_attention_gqa_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout,
+                             const float *q, const float *k, const float *v, const float *out,
+                             const float *lse, int B, int T, int NH, int NKV, int hd);
+
+/* ---- the Llama family's other operators (ops_llama.c) ---------------------- */
+
+/* out = w * (x * rstd) per row of C, rstd = 1 / sqrt(mean(x^2) + eps) kept in rstd[N]. */
+void zr_op_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, float eps, int N,
+                       int C);
+/* dinp += the input gradient, dw += the weight's (rows summed in order). */
+void zr_op_rmsnorm_bwd_acc(float *dinp, float *dw, const float *dout, const float *inp,
+                           const float *w, const float *rstd, int N, int C);
+
+/* rope_scaling of type llama3 (llama3 = 0: none, the others unused). */
+typedef struct zr_op_rope_scaling {
+    int llama3;
+    double factor, low_freq_factor, high_freq_factor, original_max_pos;
+} zr_op_rope_scaling;
+/* inv_freq[hd / 2] as transformers computes them (in float), scaled by sc (NULL: none). */
+void zr_op_rope_inv_freq(float *inv_freq, int hd, double theta, const zr_op_rope_scaling *sc);
+/* cos and sin [T, hd / 2] of (float)t * inv_freq[i], positions t = 0 .. T-1. */
+void zr_op_rope_table(float *cosines, float *sines, const float *inv_freq, int T, int hd);
+/*
+ * Rotary embedding of x [B, T, NH * hd] (q or k), transformers' layout:
+ * dimension i < hd/2 pairs with i + hd/2. out may alias inp; the backward
+ * rotates dout back (dinp may alias dout).
+ */
+void zr_op_rope_fwd(float *out, const float *inp, const float *cosines, const float *sines, int B,
+                    int T, int NH, int hd);
+void zr_op_rope_bwd(float *dinp, const float *dout, const float *cosines, const float *sines, int B,
+                    int T, int NH, int hd);
+
+/*
+ * SwiGLU: out[N, IC] = silu(gate) * up, silu(x) = x / (1 + exp(-x)); gate
+ * and up rows ld floats apart (IC for separate tensors, 2 IC for one [N, 2 IC]
+ * product). Backward: dgate, dup (rows ld apart) overwritten.
+ */
+void zr_op_swiglu_fwd(float *out, const float *gate, const float *up, int N, int IC, int ld);
+void zr_op_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
+                      const float *up, int N, int IC, int ld);
 
 /* pre += bias (rows of OC), then out = GELU(pre): the bias add fused in. */
 void zr_op_bias_gelu_fwd(float *out, float *pre, const float *bias, int N, int OC);

@@ -54,6 +54,8 @@ build: $(EMU_LIB) $(EMU_TEST_BIN)
 # and zr bench noise (zr with test_cli_rules)
 EMU_TSAN_C_TESTS := $(BUILD)/tests/test_transport $(BUILD)/tests/test_model \
                     $(BUILD)/tests/test_quant $(BUILD)/tests/test_cli_rules $(BUILD)/zr
+# the Llama operators' split over the pool: GQA attention's backward by key/value head
+EMU_TSAN_C_TESTS += $(BUILD)/tests/test_ops_llama
 emu-tests: $(EMU_LIB) $(EMU_TEST_BIN) $(EMU_TSAN_C_TESTS)
 $(BUILD)/libzr.a: $(EMU_CU_OBJ)
 $(BUILD)/zr $(TEST_BIN): $(EMU_LIB)
