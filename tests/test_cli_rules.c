@@ -490,9 +490,16 @@ static void test_resume_unrecorded(void)
     TEST_CHECK(drop_member("un_cfg/step_00000002", "config"));
     TEST_CHECK(drop_member("un_zr/step_00000002", "config.zr"));
     TEST_CHECK(drop_member("un_data/step_00000002", "data"));
-    /* no configuration: said, not "none changed"; the seed is still the manifest's */
-    int code = sh("cd %s && %s train %s --steps 3 --ckpt-dir un_cfg --resume --lr 0.01", work,
+    /* --ckpt-dir naming a checkpoint rather than its folder: refused, nothing written there */
+    int code = sh("cd %s && %s train %s --steps 3 --ckpt-dir un/step_00000002 --resume", work,
                   zr_bin, base);
+    TEST_CHECKF(code == 2, "exit %d\n%s", code, res.out);
+    OUT_HAS("zr.checkpoint.dir un/step_00000002 is a checkpoint (step 2), not a folder of "
+            "checkpoints: resume with --ckpt-dir un --resume");
+    TEST_EQ_INT(sh("cd %s && ! ls -d un/step_00000002/step_* 2>/dev/null", work), 0);
+    /* no configuration: said, not "none changed"; the seed is still the manifest's */
+    code = sh("cd %s && %s train %s --steps 3 --ckpt-dir un_cfg --resume --lr 0.01", work, zr_bin,
+              base);
     TEST_CHECKF(code == 0, "exit %d\n%s", code, res.out);
     OUT_HAS("un_cfg/step_00000002 records no configuration");
     OUT_HAS("could not be compared");

@@ -461,6 +461,32 @@ static void announce(zr_trainer *t, const char *path, const zr_ckpt_meta *meta,
 }
 
 /*
+ * A checkpoint dir that holds none but is itself a checkpoint (--ckpt-dir
+ * ck/step_00000100 --resume): refused, not trained from step 0 with the
+ * run's checkpoints written inside it.
+ */
+static zr_status not_a_checkpoint(const char *dir)
+{
+    zr_ckpt_meta meta;
+    if (zr_ckpt_read_meta(dir, &meta) != ZR_OK) {
+        zr_error_clear();
+        return ZR_OK;
+    }
+    char parent[ZR_PATH_MAX];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash != NULL && slash != parent) {
+        *slash = '\0';
+    } else {
+        snprintf(parent, sizeof parent, "%s", slash == parent ? "/" : ".");
+    }
+    ZR_FAIL(ZR_ERR_INVALID,
+            "zr.checkpoint.dir %s is a checkpoint (step %lld), not a folder of checkpoints: "
+            "resume with --ckpt-dir %s --resume (its newest checkpoint) or --resume-from %s",
+            dir, (long long)meta.step, parent, dir);
+}
+
+/*
  * Restore from --resume-from or the newest checkpoint; *start = first step
  * to run.
  */
@@ -478,6 +504,9 @@ static zr_status resume_at(zr_trainer *t, int *start)
         /* rank 0 reports what is named like a checkpoint but is none */
         st = zr_ckpt_find_latest(t->cfg.checkpoint_dir, path, sizeof path, &found,
                                  zr_trainer_warn_ckpt, t);
+    }
+    if (st == ZR_OK && !found) {
+        st = not_a_checkpoint(t->cfg.checkpoint_dir);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     if (!found) {
