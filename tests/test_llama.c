@@ -280,6 +280,111 @@ static void test_threads_same_bits(void)
     run_close(&r[1]);
 }
 
+/* The loss of r's batch (a forward with targets). */
+static double fd_loss(run *r)
+{
+    return run_forward(r, 1);
+}
+
+/*
+ * A random model of config c against central differences of its own loss:
+ * in every tensor, the element of the largest gradient and two others.
+ */
+static void fd_case(const zr_llama_config *c, const char *what)
+{
+    run r;
+    memset(&r, 0, sizeof r);
+    const int B = 2, T = 5;
+    TEST_OK(zr_llama_init(&r.m, c, B, T));
+    if (zr_test_failed_checks != 0) {
+        return;
+    }
+    r.units = zr_llama_unit_count(&r.m);
+    r.N = B * T;
+    r.p = calloc((size_t)r.units, sizeof *r.p);
+    r.g = calloc((size_t)r.units, sizeof *r.g);
+    r.mo = calloc((size_t)r.units, sizeof *r.mo);
+    r.vo = calloc((size_t)r.units, sizeof *r.vo);
+    r.in = calloc((size_t)r.N, sizeof *r.in);
+    r.tg = calloc((size_t)r.N, sizeof *r.tg);
+    zr_test_rng rng = {0x5eed};
+    for (int i = 0; i < r.N; i++) {
+        r.in[i] = (int)(zr_test_rng_next(&rng) % (uint64_t)c->vocab);
+        r.tg[i] = (int)(zr_test_rng_next(&rng) % (uint64_t)c->vocab);
+    }
+    for (int u = 0; u < r.units; u++) {
+        const zr_tensor_desc *d = NULL;
+        int k = zr_llama_unit_tensors(&r.m, u, &d);
+        r.p[u] = calloc(zr_llama_unit_numel(&r.m, u), sizeof(float));
+        r.g[u] = calloc(zr_llama_unit_numel(&r.m, u), sizeof(float));
+        for (int i = 0; i < k; i++) {
+            int norm = strstr(d[i].name, "norm") != NULL;
+            for (size_t j = 0; j < d[i].numel; j++) {
+                double x = (double)(zr_test_rng_next(&rng) >> 11) / 9007199254740992.0 - 0.5;
+                r.p[u][d[i].offset + j] = (float)(norm ? 1.0 + 0.2 * x : 0.6 * x);
+            }
+        }
+    }
+    fd_loss(&r);
+    run_backward(&r);
+    double worst = 0;
+    for (int u = 0; u < r.units; u++) {
+        const zr_tensor_desc *d = NULL;
+        int k = zr_llama_unit_tensors(&r.m, u, &d);
+        for (int i = 0; i < k; i++) {
+            size_t big = 0, pick[3];
+            for (size_t j = 0; j < d[i].numel; j++) {
+                big = fabsf(r.g[u][d[i].offset + j]) > fabsf(r.g[u][d[i].offset + big]) ? j : big;
+            }
+            pick[0] = big, pick[1] = d[i].numel / 3, pick[2] = d[i].numel - 1;
+            for (int s = 0; s < 3; s++) {
+                float *x = &r.p[u][d[i].offset + pick[s]], x0 = *x;
+                const float h = 1e-2f;
+                *x = x0 + h;
+                double lp = fd_loss(&r);
+                *x = x0 - h;
+                double lm = fd_loss(&r);
+                *x = x0;
+                double fd = (lp - lm) / (2.0 * h), g = r.g[u][d[i].offset + pick[s]];
+                double e = fabs(fd - g) / (1e-3 + fabs(g));
+                worst = fmax(worst, e);
+                TEST_CHECKF(fabs(fd - g) <= 1e-3 + 0.05 * fabs(g),
+                            "%s: %s[%zu]: gradient %.6g, central difference %.6g", what, d[i].name,
+                            pick[s], g, fd);
+            }
+        }
+    }
+    printf("  %-36s worst |difference| / (1e-3 + |gradient|) = %.3g\n", what, worst);
+    run_close(&r);
+}
+
+/* The layouts the reference folders lack: every bias (Llama's attention_bias, mlp_bias), MQA. */
+static void test_central_differences(void)
+{
+    zr_llama_config c = {.family = 1,
+                         .vocab = 32,
+                         .hidden = 16,
+                         .layers = 2,
+                         .heads = 4,
+                         .kv_heads = 2,
+                         .head_dim = 4,
+                         .intermediate = 24,
+                         .norm_eps = 1e-5,
+                         .rope_theta = 10000,
+                         .qkv_bias = 1,
+                         .o_bias = 1,
+                         .mlp_bias = 1};
+    fd_case(&c, "all biases, GQA 2:1, untied");
+    c.qkv_bias = c.o_bias = c.mlp_bias = 0;
+    c.kv_heads = 1;
+    c.tied = 1;
+    c.head_dim = 8;
+    c.rope_llama3 = 1;
+    c.rope_factor = 8, c.rope_low_freq_factor = 1, c.rope_high_freq_factor = 4;
+    c.rope_original_max_pos = 4;
+    fd_case(&c, "MQA, tied, head_dim 8 given, llama3");
+}
+
 static char tmp_dir[64];
 
 /* A safetensors file at tmp_dir/name: header, then `data` bytes (zeros when data is NULL). */
@@ -551,6 +656,7 @@ int main(void)
     TEST_OK(zr_threads_set(1));
     TEST_RUN(test_vs_transformers);
     TEST_RUN(test_threads_same_bits);
+    TEST_RUN(test_central_differences);
     TEST_RUN(test_safetensors_refused);
     TEST_RUN(test_safetensors_dtypes);
     TEST_RUN(test_load_refused);
