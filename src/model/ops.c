@@ -20,27 +20,13 @@
 #include "ops.h"
 
 #include "ops_math.h"
+#include "ops_task.h"
 #include "zr/base.h"
 #include "zr/pool.h"
 
 #include "../base/blas.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#define ZR_OPS_X86 1
-#define T256       __attribute__((target("avx2")))
-#define T512       __attribute__((target("avx512f")))
-#else
-#define ZR_OPS_X86 0
-#endif
-
-/* Columns per block of the column-split sums: one 64-byte cache line. */
-#define ZR_COLS 16
-/* Elements a task should have at least, so that waking a thread pays off. */
-#define ZR_GRAIN 16384
-
 /* ---- kernel selection ------------------------------------------------------- */
-
-enum { ISA_SCALAR, ISA_AVX2, ISA_AVX512 };
 
 static int forced_scalar;
 
@@ -71,63 +57,6 @@ const char *zr_ops_impl_name(void)
 {
     static const char *const names[] = {"scalar", "avx2", "avx512"};
     return names[zr_ops_isa()];
-}
-
-/*
- * MULTIVERSION(name, type) turns name##_body(const type *a, size_t begin,
- * size_t end) into a pool task name##_task that runs the body compiled for
- * the width a->isa names.
- */
-#if ZR_OPS_X86
-#define MULTIVERSION(name, type)                                                                   \
-    static void name##_base(const type *a, size_t b, size_t e)                                     \
-    {                                                                                              \
-        name##_body(a, b, e);                                                                      \
-    }                                                                                              \
-    static T256 void name##_avx2(const type *a, size_t b, size_t e)                                \
-    {                                                                                              \
-        name##_body(a, b, e);                                                                      \
-    }                                                                                              \
-    static T512 void name##_avx512(const type *a, size_t b, size_t e)                              \
-    {                                                                                              \
-        name##_body(a, b, e);                                                                      \
-    }                                                                                              \
-    static void name##_task(void *arg, size_t b, size_t e, int thread)                             \
-    {                                                                                              \
-        const type *a = arg;                                                                       \
-        (void)thread;                                                                              \
-        if (a->isa == ISA_AVX512) {                                                                \
-            name##_avx512(a, b, e);                                                                \
-        } else if (a->isa == ISA_AVX2) {                                                           \
-            name##_avx2(a, b, e);                                                                  \
-        } else {                                                                                   \
-            name##_base(a, b, e);                                                                  \
-        }                                                                                          \
-    }
-#else
-#define MULTIVERSION(name, type)                                                                   \
-    static void name##_task(void *arg, size_t b, size_t e, int thread)                             \
-    {                                                                                              \
-        (void)thread;                                                                              \
-        name##_body((const type *)arg, b, e);                                                      \
-    }
-#endif
-
-/* Rows per task for rows of n floats. */
-static size_t row_grain(size_t n)
-{
-    return n >= ZR_GRAIN ? 1 : ZR_GRAIN / n;
-}
-
-/* Column blocks of ZR_COLS in n columns, and blocks per task for N rows. */
-static size_t col_blocks(int n)
-{
-    return zr_div_up((size_t)n, ZR_COLS);
-}
-
-static size_t col_grain(int N)
-{
-    return row_grain((size_t)N * ZR_COLS);
 }
 
 /* ---- elementwise ------------------------------------------------------------ */
@@ -190,7 +119,7 @@ void zr_op_encoder_fwd(float *out, const int *inp, const float *wte, const float
                   .wte = wte,
                   .wpe = wpe,
                   .inp = inp};
-    zr_parallel_for((size_t)B * T, row_grain((size_t)C), enc_fwd_task, &a);
+    zr_parallel_for((size_t)B * T, zr_ops_row_grain((size_t)C), enc_fwd_task, &a);
 }
 
 /* column blocks, rows in order: a token seen twice adds in position order */
@@ -224,7 +153,7 @@ void zr_op_encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *i
                   .dwpe = dwpe,
                   .dout = dout,
                   .inp = inp};
-    zr_parallel_for(col_blocks(C), col_grain(B * T), enc_bwd_task, &a);
+    zr_parallel_for(zr_ops_col_blocks(C), zr_ops_col_grain(B * T), enc_bwd_task, &a);
 }
 
 /* ---- layernorm -------------------------------------------------------------- */
@@ -301,7 +230,7 @@ void zr_op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
                  .inp = inp,
                  .w = w,
                  .b = b};
-    zr_parallel_for((size_t)N, row_grain((size_t)C), ln_fwd_task, &p);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)C), ln_fwd_task, &p);
 }
 
 void zr_op_residual_layernorm_fwd(float *res, float *out, float *mean, float *rstd, const float *a,
@@ -320,14 +249,14 @@ void zr_op_residual_layernorm_fwd(float *res, float *out, float *mean, float *rs
                  .a = a,
                  .t = t,
                  .tbias = tbias};
-    zr_parallel_for((size_t)N, row_grain((size_t)C), ln_fwd_task, &p);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)C), ln_fwd_task, &p);
 }
 
 void zr_op_residual_fwd(float *res, const float *a, const float *t, const float *tbias, int N,
                         int C)
 {
     ln_args p = {.isa = zr_ops_isa(), .N = N, .C = C, .res = res, .a = a, .t = t, .tbias = tbias};
-    zr_parallel_for((size_t)N, row_grain((size_t)C), ln_fwd_task, &p);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)C), ln_fwd_task, &p);
 }
 
 /* rows: the input gradient, from the two row means it needs (fixed lane order) */
@@ -402,8 +331,8 @@ void zr_op_layernorm_bwd_acc(float *dinp, float *dw, float *db, const float *dou
                  .inp = inp,
                  .w = w,
                  .dout = dout};
-    zr_parallel_for((size_t)N, row_grain((size_t)C), ln_bwd_rows_task, &p);
-    zr_parallel_for(col_blocks(C), col_grain(N), ln_bwd_cols_task, &p);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)C), ln_bwd_rows_task, &p);
+    zr_parallel_for(zr_ops_col_blocks(C), zr_ops_col_grain(N), ln_bwd_cols_task, &p);
 }
 
 /* ---- bias, matmul ------------------------------------------------------------ */
@@ -445,7 +374,7 @@ MULTIVERSION(colsum, bias_args)
 void zr_op_colsum_acc(float *db, const float *d, int N, int OC)
 {
     bias_args a = {.isa = zr_ops_isa(), .N = N, .OC = OC, .db = db, .d = d};
-    zr_parallel_for(col_blocks(OC), col_grain(N), colsum_task, &a);
+    zr_parallel_for(zr_ops_col_blocks(OC), zr_ops_col_grain(N), colsum_task, &a);
 }
 
 void zr_op_matmul_fwd(zr_op_products *p, float *out, const float *inp, const float *w,
@@ -454,7 +383,7 @@ void zr_op_matmul_fwd(zr_op_products *p, float *out, const float *inp, const flo
     zr_op_gemm(p, 0, 1, N, OC, C, inp, C, w, C, 0.0f, out, OC);
     if (bias != NULL) {
         bias_args a = {.isa = zr_ops_isa(), .N = N, .OC = OC, .out = out, .bias = bias};
-        zr_parallel_for((size_t)N, row_grain((size_t)OC), bias_add_task, &a);
+        zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)OC), bias_add_task, &a);
     }
 }
 
@@ -518,7 +447,7 @@ MULTIVERSION(gelu_fwd, bias_args)
 void zr_op_bias_gelu_fwd(float *out, float *pre, const float *bias, int N, int OC)
 {
     bias_args a = {.isa = zr_ops_isa(), .N = N, .OC = OC, .out = out, .pre = pre, .bias = bias};
-    zr_parallel_for((size_t)N, row_grain((size_t)OC), gelu_fwd_task, &a);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)OC), gelu_fwd_task, &a);
 }
 
 /* column blocks: dinp = gelu'(inp) * dout, and db += dinp row by row */
@@ -546,7 +475,7 @@ void zr_op_gelu_bwd(float *dinp, float *db, const float *inp, const float *dout,
 {
     bias_args a = {
         .isa = zr_ops_isa(), .N = N, .OC = OC, .out = dinp, .db = db, .d = dout, .inp = inp};
-    zr_parallel_for(col_blocks(OC), col_grain(N), gelu_bwd_task, &a);
+    zr_parallel_for(zr_ops_col_blocks(OC), zr_ops_col_grain(N), gelu_bwd_task, &a);
 }
 
 /* ---- fused softmax + cross-entropy ---------------------------------------------- */
@@ -592,7 +521,7 @@ void zr_op_softmax_xent_fwd(float *probs, float *losses, const int *targets, int
                    .probs = probs,
                    .losses = losses,
                    .targets = targets};
-    zr_parallel_for((size_t)N, row_grain((size_t)Vp), xent_fwd_task, &a);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)Vp), xent_fwd_task, &a);
 }
 
 static inline __attribute__((always_inline)) void xent_bwd_body(const xent_args *a, size_t r0,
@@ -612,5 +541,5 @@ void zr_op_softmax_xent_bwd(float *probs, const int *targets, float dloss, int N
 {
     xent_args a = {
         .isa = zr_ops_isa(), .V = V, .Vp = Vp, .probs = probs, .dloss = dloss, .targets = targets};
-    zr_parallel_for((size_t)N, row_grain((size_t)Vp), xent_bwd_task, &a);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)Vp), xent_bwd_task, &a);
 }

@@ -16,69 +16,11 @@
 #include "ops.h"
 
 #include "ops_math.h"
+#include "ops_task.h"
 #include "zr/base.h"
 #include "zr/pool.h"
 
 #include <math.h>
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define ZR_OPS_X86 1
-#define T256       __attribute__((target("avx2")))
-#define T512       __attribute__((target("avx512f")))
-#else
-#define ZR_OPS_X86 0
-#endif
-
-/* ops.c's: columns per block of a column-split sum, elements per task at least */
-#define ZR_COLS  16
-#define ZR_GRAIN 16384
-#define INLINE   static inline __attribute__((always_inline))
-
-/*
- * MULTIVERSION(name, type): name##_body(const type *a, size_t begin, size_t
- * end) becomes the pool task name##_task, running the body compiled for
- * a->isa (zr_ops_isa(): 0 the build's target, 1 AVX2, 2 AVX-512), as ops.c.
- */
-#if ZR_OPS_X86
-#define MULTIVERSION(name, type)                                                                   \
-    static void name##_base(const type *a, size_t b, size_t e)                                     \
-    {                                                                                              \
-        name##_body(a, b, e);                                                                      \
-    }                                                                                              \
-    static T256 void name##_avx2(const type *a, size_t b, size_t e)                                \
-    {                                                                                              \
-        name##_body(a, b, e);                                                                      \
-    }                                                                                              \
-    static T512 void name##_avx512(const type *a, size_t b, size_t e)                              \
-    {                                                                                              \
-        name##_body(a, b, e);                                                                      \
-    }                                                                                              \
-    static void name##_task(void *arg, size_t b, size_t e, int thread)                             \
-    {                                                                                              \
-        const type *a = arg;                                                                       \
-        (void)thread;                                                                              \
-        if (a->isa == 2) {                                                                         \
-            name##_avx512(a, b, e);                                                                \
-        } else if (a->isa == 1) {                                                                  \
-            name##_avx2(a, b, e);                                                                  \
-        } else {                                                                                   \
-            name##_base(a, b, e);                                                                  \
-        }                                                                                          \
-    }
-#else
-#define MULTIVERSION(name, type)                                                                   \
-    static void name##_task(void *arg, size_t b, size_t e, int thread)                             \
-    {                                                                                              \
-        (void)thread;                                                                              \
-        name##_body((const type *)arg, b, e);                                                      \
-    }
-#endif
-
-/* Rows per task for rows of n floats. */
-static size_t row_grain(size_t n)
-{
-    return n >= ZR_GRAIN ? 1 : ZR_GRAIN / n;
-}
 
 /* ---- RMSNorm ------------------------------------------------------------------ */
 
@@ -89,7 +31,7 @@ typedef struct rms_args {
     const float *inp, *w, *dout;
 } rms_args;
 
-INLINE void rms_fwd_body(const rms_args *p, size_t r0, size_t r1)
+ZR_MATH_INLINE void rms_fwd_body(const rms_args *p, size_t r0, size_t r1)
 {
     const int C = p->C;
     for (size_t i = r0; i < r1; i++) {
@@ -125,11 +67,11 @@ void zr_op_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w
                   .rstd = rstd,
                   .inp = inp,
                   .w = w};
-    zr_parallel_for((size_t)N, row_grain((size_t)C), rms_fwd_task, &p);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)C), rms_fwd_task, &p);
 }
 
 /* rows: dx += (dn - xn * mean(dn * xn)) * rstd, dn = w * dout, xn = x * rstd */
-INLINE void rms_bwd_rows_body(const rms_args *p, size_t r0, size_t r1)
+ZR_MATH_INLINE void rms_bwd_rows_body(const rms_args *p, size_t r0, size_t r1)
 {
     const int C = p->C;
     const float *w = p->w;
@@ -156,7 +98,7 @@ INLINE void rms_bwd_rows_body(const rms_args *p, size_t r0, size_t r1)
 MULTIVERSION(rms_bwd_rows, rms_args)
 
 /* column blocks: dw[c] += dout[i, c] * x[i, c] * rstd[i], every row in order */
-INLINE void rms_bwd_cols_body(const rms_args *p, size_t k0, size_t k1)
+ZR_MATH_INLINE void rms_bwd_cols_body(const rms_args *p, size_t k0, size_t k1)
 {
     const size_t C = (size_t)p->C;
     const size_t c0 = k0 * ZR_COLS, c1 = k1 * ZR_COLS < C ? k1 * ZR_COLS : C;
@@ -182,9 +124,9 @@ void zr_op_rmsnorm_bwd_acc(float *dinp, float *dw, const float *dout, const floa
                   .inp = inp,
                   .w = w,
                   .dout = dout};
-    zr_parallel_for((size_t)N, row_grain((size_t)C), rms_bwd_rows_task, &p);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)C), rms_bwd_rows_task, &p);
     size_t blocks = zr_div_up((size_t)C, ZR_COLS);
-    zr_parallel_for(blocks, row_grain((size_t)N * ZR_COLS), rms_bwd_cols_task, &p);
+    zr_parallel_for(blocks, zr_ops_row_grain((size_t)N * ZR_COLS), rms_bwd_cols_task, &p);
 }
 
 /* ---- rotary position embeddings ------------------------------------------------- */
@@ -241,7 +183,7 @@ typedef struct rope_args {
  * y[j] = x1 c - x2 s and y[j + hd / 2] = x2 c + x1 s (transformers'
  * q * cos + rotate_half(q) * sin); the backward rotates back (s -> -s).
  */
-INLINE void rope_body(const rope_args *a, size_t r0, size_t r1)
+ZR_MATH_INLINE void rope_body(const rope_args *a, size_t r0, size_t r1)
 {
     const int h2 = a->hd / 2;
     const size_t C = (size_t)a->NH * a->hd;
@@ -274,7 +216,7 @@ static void rope_run(float *out, const float *inp, const float *cosines, const f
                    .inp = inp,
                    .cosines = cosines,
                    .sines = sines};
-    zr_parallel_for((size_t)B * T, row_grain((size_t)NH * hd), rope_task, &a);
+    zr_parallel_for((size_t)B * T, zr_ops_row_grain((size_t)NH * hd), rope_task, &a);
 }
 
 void zr_op_rope_fwd(float *out, const float *inp, const float *cosines, const float *sines, int B,
@@ -297,7 +239,7 @@ typedef struct glu_args {
     const float *gate, *up, *dout;
 } glu_args;
 
-INLINE void glu_fwd_body(const glu_args *a, size_t r0, size_t r1)
+ZR_MATH_INLINE void glu_fwd_body(const glu_args *a, size_t r0, size_t r1)
 {
     const size_t IC = (size_t)a->IC, ld = (size_t)a->ld;
     for (size_t i = r0; i < r1; i++) {
@@ -312,7 +254,7 @@ INLINE void glu_fwd_body(const glu_args *a, size_t r0, size_t r1)
 MULTIVERSION(glu_fwd, glu_args)
 
 /* sigma = 1 / (1 + exp(-g)): d silu / dg = sigma (1 + g (1 - sigma)) */
-INLINE void glu_bwd_body(const glu_args *a, size_t r0, size_t r1)
+ZR_MATH_INLINE void glu_bwd_body(const glu_args *a, size_t r0, size_t r1)
 {
     const size_t IC = (size_t)a->IC, ld = (size_t)a->ld;
     for (size_t i = r0; i < r1; i++) {
@@ -331,7 +273,7 @@ MULTIVERSION(glu_bwd, glu_args)
 void zr_op_swiglu_fwd(float *out, const float *gate, const float *up, int N, int IC, int ld)
 {
     glu_args a = {.isa = zr_ops_isa(), .IC = IC, .ld = ld, .out = out, .gate = gate, .up = up};
-    zr_parallel_for((size_t)N, row_grain((size_t)IC), glu_fwd_task, &a);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)IC), glu_fwd_task, &a);
 }
 
 void zr_op_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate,
@@ -345,5 +287,5 @@ void zr_op_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *
                   .gate = gate,
                   .up = up,
                   .dout = dout};
-    zr_parallel_for((size_t)N, row_grain((size_t)IC), glu_bwd_task, &a);
+    zr_parallel_for((size_t)N, zr_ops_row_grain((size_t)IC), glu_bwd_task, &a);
 }
