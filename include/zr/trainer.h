@@ -82,6 +82,9 @@ typedef struct zr_trainer {
     /* in device memory (be->device_memory): the predicted peak bytes per rank there (model
        state, engine buffers, activations), checked at start-up against its free memory */
     size_t gpu_predicted;
+    /* what one rank holds, predicted once in set-up (zr_gpt_engine_predict_on): in host
+       memory, and in the device's (all zero where the model computes in host memory) */
+    zr_gpt_memory_prediction mem_host, mem_dev;
     zr_gpt_specs specs;
     /* the engine's settings from cfg for this device (zr_config_engine), computed once in
        setup when the device is known and used by every check and init that needs them */

@@ -90,8 +90,7 @@ static zr_status check_device_memory(zr_trainer *t, int B, int T)
     }
     size_t free_b = 0, total_b = 0;
     ZR_CHECK(zr_device_mem_info(&t->device, &free_b, &total_b));
-    zr_gpt_memory_prediction host, p;
-    ZR_CHECK(zr_gpt_engine_predict_on(t->be, &t->mcfg, &t->shape, &t->ecfg, &t->comm, &host, &p));
+    const zr_gpt_memory_prediction p = t->mem_dev; /* set-up's prediction */
     double model = (double)p.activations, need = (double)p.total;
     t->gpu_predicted = (size_t)need;
     int sharing = gpu_sharing(t);
@@ -177,9 +176,7 @@ zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
 {
     /* the peak the progress line shows is this run's */
     zr_mem_device_peak_reset();
-    zr_gpt_memory_prediction host, dev;
-    ZR_CHECK(zr_gpt_engine_predict_on(t->be, &t->mcfg, &t->shape, &t->ecfg, &t->comm, &host, &dev));
-    if (dev.total > 0) {
+    if (t->mem_dev.total > 0) {
         ZR_CHECK(zr_comm_agree(&t->comm, check_device_memory(t, B, T)));
     }
     ZR_CHECK(zr_comm_agree(&t->comm,

@@ -216,9 +216,9 @@ static zr_status check_sizes(zr_trainer *t)
                          128.0 * c->seq_len);
     double params = (double)zr_gpt_config_param_count(m);
     double state = 16.0 * params / t->world + (c->stage < 3 ? 4.0 * params : 0.0);
-    zr_gpt_memory_prediction host, dev;
-    ZR_CHECK(zr_gpt_engine_predict_on(t->be, &t->mcfg, &t->shape, &t->ecfg, &t->comm, &host, &dev));
-    if (dev.total > 0) {
+    ZR_CHECK(zr_gpt_engine_predict_on(t->be, &t->mcfg, &t->shape, &t->ecfg, &t->comm, &t->mem_host,
+                                      &t->mem_dev));
+    if (t->mem_dev.total > 0) {
         /* in device memory: zr_trainer_init_model checks them there */
         acts = 0;
         state = 0;
@@ -275,9 +275,8 @@ static zr_status check_memory(zr_trainer *t)
     /* what lives in host memory: everything where the model computes there (its activations
        by its own count: the CPU's with its bf16 products' scratch); only the program, MPI and the
        transport's staging where the model and the engine's state live on a device, whose memory
-       zr_trainer_init_model checks */
-    zr_gpt_memory_prediction p, dev;
-    ZR_CHECK(zr_gpt_engine_predict_on(t->be, &t->mcfg, &t->shape, &t->ecfg, &t->comm, &p, &dev));
+       zr_trainer_init_model checks (check_sizes predicted both) */
+    const zr_gpt_memory_prediction p = t->mem_host;
     const double GB = 1e9;
     if (p.total > p.allowance) {
         zr_trainer_note(t, ZR_LOG_INFO,
