@@ -208,7 +208,7 @@ static zr_status dev_exposed(zr_engine *e)
 }
 
 const zr_engine_bufs zr_engine_bufs_cuda = {
-    .name = "device",
+    .name = "cuda",
     .place = dev_place,
     .unplace = dev_unplace,
     .alloc = dev_alloc,

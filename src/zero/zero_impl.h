@@ -84,7 +84,7 @@ static inline zr_dtype zr_engine_grad_full_type(const zr_engine *e)
  * Every member is set in every instance.
  */
 struct zr_engine_bufs {
-    const char *name; /* "host", "device", "dry" */
+    const char *name; /* "host", "cuda", "dry" */
     /* set up / free what the instance keeps per engine (the device's step scratch) */
     zr_status (*place)(zr_engine *e, zr_stream *follow);
     void (*unplace)(zr_engine *e);
