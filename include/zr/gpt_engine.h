@@ -43,6 +43,20 @@ zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt_config *cfg, uint
  */
 zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt_config *cfg, const char *path);
 
+/*
+ * The shape of a Hugging Face model folder (its config.json): the Llama
+ * family (arch ZR_ARCH_LLAMA; max_t its max_position_embeddings). An
+ * architecture or key zr does not train is an error naming it.
+ */
+zr_status zr_gpt_config_read_hf(const char *dir, zr_gpt_config *cfg);
+/*
+ * Parameters of shape cfg from the folder's safetensors (F32, BF16 or F16
+ * to fp32 masters): every name and shape checked first, then each rank
+ * reads only the elements of its optimizer shard of each unit. Collective:
+ * every rank returns the same status (the first failure, agreed).
+ */
+zr_status zr_gpt_engine_load_hf(zr_engine *e, const zr_gpt_config *cfg, const char *dir);
+
 /* ---- the GPT on a backend --------------------------------------------------------- */
 
 /*
@@ -106,7 +120,13 @@ typedef struct zr_gpt_backend_i {
                                void *g0);
 } zr_gpt_backend_i;
 
-/* The backend of a device kind; ZR_ERR_DEVICE naming it where this build has none. */
+/*
+ * The backend of cfg's architecture on a device kind; ZR_ERR_DEVICE naming
+ * both where this build has none.
+ */
+zr_status zr_gpt_backend_for(const zr_gpt_config *cfg, zr_device_kind kind,
+                             const zr_gpt_backend_i **out);
+/* GPT-2's backend on a device kind (zr_gpt_backend_for of a GPT-2 shape). */
 zr_status zr_gpt_backend_of(zr_device_kind kind, const zr_gpt_backend_i **out);
 
 /* The GPT on one backend: what the schedule, the trainer and the planner hold. */

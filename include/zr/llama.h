@@ -33,19 +33,23 @@
 
 #include <stddef.h>
 
-typedef struct zr_llama_config {
-    int family; /* 1 Llama, 2 Mistral, 3 Qwen2 (src/model/hf_config.h's zr_hf_family) */
-    int vocab, hidden, layers, heads, kv_heads, head_dim, intermediate;
-    double norm_eps, rope_theta;
-    int rope_llama3; /* rope_scaling of type llama3, with: */
-    double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos;
-    int tied;
-    int qkv_bias, o_bias, mlp_bias;
-    int sliding_window; /* 0: none; shorter than T is refused */
-} zr_llama_config;
+/* zr_llama_config: in zr/model.h (zr_gpt_config carries it). */
 
 /* Tensors per layer unit at most (2 norms, 7 weights, 7 biases). */
 #define ZR_LLAMA_MAX_UNIT_TENSORS 16
+
+/*
+ * Unit u's tensors from the configuration alone (no model): out holds
+ * ZR_LLAMA_MAX_UNIT_TENSORS; returns the count. Names are static: a layer's
+ * without its "model.layers.{l}." prefix (zr_llama_config_hf_name adds it).
+ */
+int zr_llama_config_unit_tensors(const zr_llama_config *cfg, int u, zr_tensor_desc *out);
+size_t zr_llama_config_unit_numel(const zr_llama_config *cfg, int u);
+/* Tensor d of unit u by its Hugging Face name ("model.layers.3.mlp.up_proj.weight"). */
+void zr_llama_config_hf_name(const zr_llama_config *cfg, int u, const zr_tensor_desc *d, char *out,
+                             size_t n);
+/* zr_llama_activation_bytes of a model of cfg for B x T, before any exists. */
+size_t zr_llama_config_activation_bytes(const zr_llama_config *cfg, int B, int T);
 
 /*
  * The configuration of a Hugging Face folder (or its config.json): the

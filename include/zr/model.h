@@ -37,6 +37,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The Llama family's shape (LlamaForCausalLM, MistralForCausalLM,
+ * Qwen2ForCausalLM: zr/llama.h), as its config.json gives it.
+ */
+typedef struct zr_llama_config {
+    int family; /* 1 Llama, 2 Mistral, 3 Qwen2 (src/model/hf_config.h's zr_hf_family) */
+    int vocab, hidden, layers, heads, kv_heads, head_dim, intermediate;
+    double norm_eps, rope_theta;
+    int rope_llama3; /* rope_scaling of type llama3, with: */
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_max_pos;
+    int tied;
+    int qkv_bias, o_bias, mlp_bias;
+    int sliding_window; /* 0: none; shorter than T is refused */
+} zr_llama_config;
+
+/* The decoder's architecture: what computes the units (zr/gpt_engine.h's backends). */
+typedef enum zr_model_arch {
+    ZR_ARCH_GPT2 = 0,  /* GPT-2 (this header's model) */
+    ZR_ARCH_LLAMA = 1, /* the Llama family (zr/llama.h) */
+} zr_model_arch;
+
+/*
+ * A decoder-only transformer's shape: what the engine's units, the
+ * checkpoints and the planner are sized from. A GPT-2 is the first six
+ * fields (arch 0); a Llama-family model sets arch and llama, and repeats its
+ * vocab (padded_vocab = vocab: no padded rows), layers, heads and hidden
+ * size in the fields GPT-2 reads (max_t: max_position_embeddings).
+ */
 typedef struct zr_gpt_config {
     int max_t;        /* maximum sequence length (rows of wpe; GPT-2: 1024), >= the T trained on */
     int vocab;        /* real vocabulary size V */
@@ -44,6 +72,8 @@ typedef struct zr_gpt_config {
     int layers;       /* L */
     int heads;        /* NH; channels % heads == 0 */
     int channels;     /* C */
+    zr_model_arch arch;
+    zr_llama_config llama; /* arch == ZR_ARCH_LLAMA only */
 } zr_gpt_config;
 
 /*
@@ -59,9 +89,10 @@ typedef struct zr_tensor_desc {
     int decay;
 } zr_tensor_desc;
 
-/* Tensors per block unit, and the most any unit has. */
+/* Tensors per GPT-2 block unit, and the most a unit of any architecture has (a Llama layer's 16).
+ */
 #define ZR_GPT_BLOCK_TENSORS    12
-#define ZR_GPT_MAX_UNIT_TENSORS 12
+#define ZR_GPT_MAX_UNIT_TENSORS 16
 
 /* Activations of one transformer block for the current micro-batch. */
 typedef struct zr_gpt_layer_acts {
@@ -113,6 +144,8 @@ typedef struct zr_gpt {
  * field. */
 zr_status zr_gpt_config_check(const zr_gpt_config *cfg);
 
+/* 1 when a and b are the same model (every field that shapes it; not their padding bytes). */
+int zr_gpt_config_equal(const zr_gpt_config *a, const zr_gpt_config *b);
 int zr_gpt_config_unit_count(const zr_gpt_config *cfg);
 size_t zr_gpt_config_unit_numel(const zr_gpt_config *cfg, int u);
 /* Fills out (ZR_GPT_MAX_UNIT_TENSORS entries) and returns the count; names are static. */

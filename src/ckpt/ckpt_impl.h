@@ -116,6 +116,13 @@ zr_status zr_ckpt_manifest_read_section(const char *path, zr_ckpt_manifest *m, c
                                         char **out);
 void zr_ckpt_manifest_free(zr_ckpt_manifest *m);
 
+/* ---- a Llama-family model's shape (manifest_llama.c) ---------------------------------- */
+
+/* "model.llama" of a manifest (NULL: no memory). */
+struct cJSON *zr_ckpt_llama_json(const zr_llama_config *l);
+/* The same read back: every key present, of its kind and range, and no other. */
+zr_status zr_ckpt_llama_read(const struct cJSON *o, const char *mpath, zr_llama_config *l);
+
 /* ---- qgZ's residuals (feedback.c) ------------------------------------------------------ */
 
 /* Engine e's checkpoints hold its qgZ residuals (zr.quant.qgz_error_feedback is on). */

@@ -63,6 +63,10 @@ static cJSON *model_json(const zr_gpt_config *m)
     cJSON_AddNumberToObject(o, "layers", m->layers);
     cJSON_AddNumberToObject(o, "heads", m->heads);
     cJSON_AddNumberToObject(o, "channels", m->channels);
+    if (m->arch == ZR_ARCH_LLAMA) {
+        cJSON_AddStringToObject(o, "arch", "llama");
+        cJSON_AddItemToObject(o, "llama", zr_ckpt_llama_json(&m->llama));
+    }
     return o;
 }
 
@@ -356,11 +360,14 @@ static zr_status read_plan(const cJSON *root, const char *mpath, zr_ckpt_meta *m
     return ZR_OK;
 }
 
-/* "model": six dimensions that make a GPT zr can build. */
+/*
+ * "model": six dimensions that make a GPT zr can build; a Llama-family model
+ * ("arch": "llama") adds its shape (manifest_llama.c). Without "arch": GPT-2.
+ */
 static zr_status read_model(const cJSON *root, const char *mpath, zr_gpt_config *model)
 {
     static const char *const model_keys[] = {"max_t",    "vocab", "padded_vocab", "layers", "heads",
-                                             "channels", NULL};
+                                             "channels", "arch",  "llama",        NULL};
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "model");
     ZR_CHECK(json_kind_is(o, is_object, "an object", mpath, "model"));
     ZR_CHECK(only_keys(o, "model", model_keys, mpath));
@@ -370,6 +377,18 @@ static zr_status read_model(const cJSON *root, const char *mpath, zr_gpt_config 
         int64_t v = 0;
         ZR_CHECK(json_int(o, "model", model_keys[i], mpath, 1, 1 << 24, &v));
         *dims[i] = (int)v;
+    }
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(o, "arch");
+    if (arch != NULL || cJSON_GetObjectItemCaseSensitive(o, "llama") != NULL) {
+        if (!cJSON_IsString(arch) || strcmp(arch->valuestring, "llama") != 0) {
+            ZR_FAIL(ZR_ERR_FORMAT,
+                    "%s: \"model.arch\" must be \"llama\" where \"model.llama\" is (GPT-2: "
+                    "neither)",
+                    mpath);
+        }
+        model->arch = ZR_ARCH_LLAMA;
+        ZR_CHECK(
+            zr_ckpt_llama_read(cJSON_GetObjectItemCaseSensitive(o, "llama"), mpath, &model->llama));
     }
     if (model->layers > 1 << 16) {
         ZR_FAIL(ZR_ERR_FORMAT, "%s: \"model.layers\" is %d, more than zr builds (65536)", mpath,

@@ -19,6 +19,7 @@
 #include "zr/model.h"
 
 #include "gpt_tensors.h"
+#include "zr/llama.h"
 #include "ops.h"
 #include "zr/pool.h"
 
@@ -30,10 +31,37 @@
 
 /* ---- configuration and layout ------------------------------------------- */
 
+/* A Llama-family shape: its own checks, and the fields GPT-2 reads repeating it. */
+static zr_status check_llama(const zr_gpt_config *cfg)
+{
+    const zr_llama_config *l = &cfg->llama;
+    ZR_CHECK(zr_llama_config_check(l));
+    if (cfg->vocab != l->vocab || cfg->padded_vocab != l->vocab || cfg->layers != l->layers ||
+        cfg->heads != l->heads || cfg->channels != l->hidden) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "model config: vocab %d, padded_vocab %d, layers %d, heads %d, channels %d do not "
+                "repeat the Llama shape's %d, %d, %d, %d, %d",
+                cfg->vocab, cfg->padded_vocab, cfg->layers, cfg->heads, cfg->channels, l->vocab,
+                l->vocab, l->layers, l->heads, l->hidden);
+    }
+    if (cfg->max_t <= 0 || cfg->max_t > (1 << 24) || l->vocab > (1 << 24) ||
+        l->hidden > (1 << 24) || l->layers > (1 << 24) || l->intermediate > (1 << 24)) {
+        ZR_FAIL(ZR_ERR_INVALID, "model config: a Llama size is out of range (1 .. 2^24)");
+    }
+    return ZR_OK;
+}
+
 zr_status zr_gpt_config_check(const zr_gpt_config *cfg)
 {
     if (cfg == NULL) {
         ZR_FAIL(ZR_ERR_INVALID, "GPT config is NULL");
+    }
+    if (cfg->arch == ZR_ARCH_LLAMA) {
+        return check_llama(cfg);
+    }
+    if (cfg->arch != ZR_ARCH_GPT2) {
+        ZR_FAIL(ZR_ERR_INVALID, "model config: architecture %d is neither GPT-2 (0) nor Llama (1)",
+                (int)cfg->arch);
     }
     const struct {
         const char *name;
@@ -62,6 +90,27 @@ zr_status zr_gpt_config_check(const zr_gpt_config *cfg)
     return ZR_OK;
 }
 
+int zr_gpt_config_equal(const zr_gpt_config *a, const zr_gpt_config *b)
+{
+    const zr_llama_config *x = &a->llama, *y = &b->llama;
+    int same = a->max_t == b->max_t && a->vocab == b->vocab && a->padded_vocab == b->padded_vocab &&
+               a->layers == b->layers && a->heads == b->heads && a->channels == b->channels &&
+               a->arch == b->arch;
+    if (!same || a->arch != ZR_ARCH_LLAMA) {
+        return same;
+    }
+    return x->family == y->family && x->vocab == y->vocab && x->hidden == y->hidden &&
+           x->layers == y->layers && x->heads == y->heads && x->kv_heads == y->kv_heads &&
+           x->head_dim == y->head_dim && x->intermediate == y->intermediate &&
+           x->norm_eps == y->norm_eps && x->rope_theta == y->rope_theta &&
+           x->rope_llama3 == y->rope_llama3 && x->rope_factor == y->rope_factor &&
+           x->rope_low_freq_factor == y->rope_low_freq_factor &&
+           x->rope_high_freq_factor == y->rope_high_freq_factor &&
+           x->rope_original_max_pos == y->rope_original_max_pos && x->tied == y->tied &&
+           x->qkv_bias == y->qkv_bias && x->o_bias == y->o_bias && x->mlp_bias == y->mlp_bias &&
+           x->sliding_window == y->sliding_window;
+}
+
 int zr_gpt_config_unit_count(const zr_gpt_config *cfg)
 {
     return cfg->layers + 2;
@@ -83,6 +132,9 @@ static void set_desc(zr_tensor_desc *d, const char *name, size_t *offset, int de
 
 int zr_gpt_config_unit_tensors(const zr_gpt_config *cfg, int u, zr_tensor_desc *out)
 {
+    if (cfg->arch == ZR_ARCH_LLAMA) {
+        return zr_llama_config_unit_tensors(&cfg->llama, u, out);
+    }
     const int C = cfg->channels, L = cfg->layers;
     size_t off = 0;
     if (u == 0) {
@@ -223,6 +275,9 @@ zr_status zr_gpt_init_ex(zr_gpt *m, const zr_gpt_config *cfg, int B, int T, int 
     memset(m, 0, sizeof *m);
     m->recompute = recompute != 0;
     ZR_CHECK(zr_gpt_config_check(cfg));
+    if (cfg->arch != ZR_ARCH_GPT2) {
+        ZR_FAIL(ZR_ERR_INVALID, "the GPT-2 model cannot compute a Llama-family shape (zr/llama.h)");
+    }
     const zr_blas *blas = NULL; /* the products' library, opened before the first one */
     ZR_CHECK(zr_blas_load(&blas));
     if (B <= 0 || T <= 0 || T > cfg->max_t) {
@@ -279,6 +334,9 @@ size_t zr_gpt_activation_bytes(const zr_gpt *m)
 
 size_t zr_gpt_config_activation_bytes(const zr_gpt_config *cfg, int B, int T, int recompute)
 {
+    if (cfg->arch == ZR_ARCH_LLAMA) {
+        return zr_llama_config_activation_bytes(&cfg->llama, B, T); /* keeps every activation */
+    }
     zr_gpt m;
     memset(&m, 0, sizeof m);
     m.cfg = *cfg;
@@ -414,8 +472,36 @@ void zr_gpt_unit_init_params(const zr_gpt *m, int u, float *params, uint64_t see
     zr_gpt_config_unit_init(&m->cfg, u, params, seed);
 }
 
+/*
+ * A Llama-family unit as transformers initialises one (initializer_range
+ * 0.02): matrices and the embedding N(0, 0.02), RMSNorm weights 1, biases 0.
+ */
+static void llama_unit_init(const zr_gpt_config *cfg, int u, float *params, uint64_t seed)
+{
+    zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
+    int n = zr_gpt_config_unit_tensors(cfg, u, d);
+    for (int i = 0; i < n; i++) {
+        uint64_t s = seed ^ 0x5a5a5a5a5a5a5a5aull;
+        s = splitmix64(&s) ^ ((uint64_t)u * 0x100000001b3ull + (uint64_t)i);
+        float *p = params + d[i].offset;
+        size_t len = strlen(d[i].name);
+        if (d[i].ndim == 2) {
+            fill_normal(p, d[i].numel, 0.02, &s);
+        } else {
+            float v = len > 4 && strcmp(d[i].name + len - 4, "bias") == 0 ? 0.0f : 1.0f;
+            for (size_t j = 0; j < d[i].numel; j++) {
+                p[j] = v;
+            }
+        }
+    }
+}
+
 void zr_gpt_config_unit_init(const zr_gpt_config *cfg, int u, float *params, uint64_t seed)
 {
+    if (cfg->arch == ZR_ARCH_LLAMA) {
+        llama_unit_init(cfg, u, params, seed);
+        return;
+    }
     zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
     int n = zr_gpt_config_unit_tensors(cfg, u, d);
     const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * cfg->layers);

@@ -1,7 +1,8 @@
 /*
  * gpt_backend_impl.h - the GPT's backend instances (zr/gpt_engine.h,
- * zr_gpt_backend_i), which gpt_engine.c's list registers: the CPU's
- * (gpt_backend_cpu.c) and the CUDA one (gpt_backend_cuda.c).
+ * zr_gpt_backend_i), which gpt_engine.c's list registers by architecture and
+ * device: GPT-2's on the CPU (gpt_backend_cpu.c) and CUDA (gpt_backend_cuda.c),
+ * the Llama family's on the CPU (llama_backend_cpu.c).
  */
 #ifndef ZR_GPT_BACKEND_IMPL_H
 #define ZR_GPT_BACKEND_IMPL_H
@@ -10,6 +11,7 @@
 
 extern const zr_gpt_backend_i zr_gpt_backend_cpu;
 extern const zr_gpt_backend_i zr_gpt_backend_cuda;
+extern const zr_gpt_backend_i zr_llama_backend_cpu; /* llama_backend_cpu.c */
 
 /*
  * The CUDA backend's unit buffers (gpt_backend_cuda.c), sized in every build

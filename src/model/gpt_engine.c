@@ -91,24 +91,42 @@ zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt_config *cfg, uint
  * is its line here; its sizes, which the planner needs anywhere, are
  * cuda_host.c's.
  */
-static const zr_gpt_backend_i *const backends[] = {
-    [ZR_DEVICE_CPU] = &zr_gpt_backend_cpu,
+static const zr_gpt_backend_i *const backends[][ZR_DEVICE_CUDA + 1] = {
+    [ZR_ARCH_GPT2] =
+        {
+            [ZR_DEVICE_CPU] = &zr_gpt_backend_cpu,
 #if ZR_CUDA
-    [ZR_DEVICE_CUDA] = &zr_gpt_backend_cuda,
+            [ZR_DEVICE_CUDA] = &zr_gpt_backend_cuda,
 #endif
+        },
+    [ZR_ARCH_LLAMA] = {[ZR_DEVICE_CPU] = &zr_llama_backend_cpu},
 };
 
-zr_status zr_gpt_backend_of(zr_device_kind kind, const zr_gpt_backend_i **out)
+zr_status zr_gpt_backend_for(const zr_gpt_config *cfg, zr_device_kind kind,
+                             const zr_gpt_backend_i **out)
 {
-    size_t k = (size_t)kind;
-    *out = k < sizeof backends / sizeof *backends ? backends[k] : NULL;
-    if (*out == NULL) {
+    size_t a = (size_t)cfg->arch, k = (size_t)kind;
+    int known = a < sizeof backends / sizeof *backends;
+    *out = known && k < sizeof *backends / sizeof **backends ? backends[a][k] : NULL;
+    if (*out == NULL && a == ZR_ARCH_GPT2) {
         ZR_FAIL(ZR_ERR_DEVICE,
                 "the GPT has no backend for device kind %d in this build: zr was built without "
                 "CUDA (make CUDA=0, or no nvcc at build time)",
                 (int)kind);
     }
+    if (*out == NULL) {
+        ZR_FAIL(ZR_ERR_DEVICE,
+                "the %s architecture has no backend for %s devices yet: train it with "
+                "--device cpu",
+                known ? "Llama-family" : "unknown", kind == ZR_DEVICE_CUDA ? "CUDA" : "these");
+    }
     return ZR_OK;
+}
+
+zr_status zr_gpt_backend_of(zr_device_kind kind, const zr_gpt_backend_i **out)
+{
+    const zr_gpt_config gpt2 = {.arch = ZR_ARCH_GPT2};
+    return zr_gpt_backend_for(&gpt2, kind, out);
 }
 
 zr_status zr_gpt_engine_predict_on(const zr_gpt_backend_i *be, const zr_gpt_config *cfg,
@@ -136,7 +154,7 @@ zr_status zr_gpt_run_init(zr_gpt_run *r, const zr_device *dev, const zr_gpt_conf
 {
     memset(r, 0, sizeof *r);
     const zr_gpt_backend_i *be;
-    ZR_CHECK(zr_gpt_backend_of(dev->kind, &be));
+    ZR_CHECK(zr_gpt_backend_for(cfg, dev->kind, &be));
     if (be->check_shape != NULL) {
         ZR_CHECK(be->check_shape(cfg, s));
     }

@@ -237,7 +237,7 @@ static zr_status llmc_open_as(const char *path, const zr_gpt_config *cfg, FILE *
 {
     zr_gpt_config fc;
     ZR_CHECK(llmc_open(path, &fc, f));
-    if (memcmp(&fc, cfg, sizeof fc) != 0) {
+    if (!zr_gpt_config_equal(&fc, cfg)) {
         fclose(*f);
         *f = NULL;
         ZR_FAIL(ZR_ERR_FORMAT,

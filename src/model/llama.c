@@ -87,6 +87,7 @@ static void set_desc(zr_tensor_desc *d, const char *name, size_t *offset, int nd
     d->ndim = ndim;
     d->shape[0] = s0;
     d->shape[1] = ndim > 1 ? s1 : 0;
+    d->shape[2] = d->shape[3] = 0;
     d->numel = (size_t)s0 * (ndim > 1 ? (size_t)s1 : 1);
     d->decay = ndim >= 2;
     *offset += d->numel;
@@ -111,39 +112,64 @@ static int layer_has(const zr_llama_config *c, int i)
     }
 }
 
-/* The tables of every unit, names written into m->names. */
-static void layout_tables(zr_llama *m)
+int zr_llama_config_unit_tensors(const zr_llama_config *c, int u, zr_tensor_desc *out)
 {
-    const zr_llama_config *c = &m->cfg;
     const int C = c->hidden, Q = c->heads * c->head_dim, K = c->kv_heads * c->head_dim;
     const int IC = c->intermediate, L = c->layers;
     const int shape[L_COUNT][2] = {{C, 0},  {Q, C},  {Q, 0},  {K, C}, {K, 0},  {K, C},
                                    {K, 0},  {C, Q},  {C, 0},  {C, 0}, {IC, C}, {IC, 0},
                                    {IC, C}, {IC, 0}, {C, IC}, {C, 0}};
+    size_t off = 0;
+    int n = 0;
+    if (u == 0) {
+        set_desc(&out[n++], "model.embed_tokens.weight", &off, 2, c->vocab, C);
+    } else if (u <= L) {
+        for (int i = 0; i < L_COUNT; i++) {
+            if (layer_has(c, i)) {
+                set_desc(&out[n++], layer_names[i], &off, shape[i][1] > 0 ? 2 : 1, shape[i][0],
+                         shape[i][1]);
+            }
+        }
+    } else {
+        set_desc(&out[n++], "model.norm.weight", &off, 1, C, 0);
+        if (!c->tied) {
+            set_desc(&out[n++], "lm_head.weight", &off, 2, c->vocab, C);
+        }
+    }
+    return n;
+}
+
+size_t zr_llama_config_unit_numel(const zr_llama_config *c, int u)
+{
+    zr_tensor_desc d[ZR_LLAMA_MAX_UNIT_TENSORS];
+    int n = zr_llama_config_unit_tensors(c, u, d);
+    return d[n - 1].offset + d[n - 1].numel;
+}
+
+void zr_llama_config_hf_name(const zr_llama_config *c, int u, const zr_tensor_desc *d, char *out,
+                             size_t n)
+{
+    if (u >= 1 && u <= c->layers) {
+        snprintf(out, n, "model.layers.%d.%s", u - 1, d->name);
+    } else {
+        snprintf(out, n, "%s", d->name);
+    }
+}
+
+/* The tables of every unit, with the Hugging Face names written into m->names. */
+static void layout_tables(zr_llama *m)
+{
     for (int u = 0; u < m->units; u++) {
         zr_tensor_desc *d = m->desc + (size_t)u * ZR_LLAMA_MAX_UNIT_TENSORS;
         char *names = m->names + (size_t)u * ZR_LLAMA_MAX_UNIT_TENSORS * NAME_MAX_LEN;
-        size_t off = 0;
-        int n = 0;
-        if (u == 0) {
-            set_desc(&d[n++], "model.embed_tokens.weight", &off, 2, c->vocab, C);
-        } else if (u <= L) {
-            for (int i = 0; i < L_COUNT; i++) {
-                if (layer_has(c, i)) {
-                    char *name = names + (size_t)n * NAME_MAX_LEN;
-                    snprintf(name, NAME_MAX_LEN, "model.layers.%d.%s", u - 1, layer_names[i]);
-                    set_desc(&d[n++], name, &off, shape[i][1] > 0 ? 2 : 1, shape[i][0],
-                             shape[i][1]);
-                }
-            }
-        } else {
-            set_desc(&d[n++], "model.norm.weight", &off, 1, C, 0);
-            if (!c->tied) {
-                set_desc(&d[n++], "lm_head.weight", &off, 2, c->vocab, C);
-            }
+        int n = zr_llama_config_unit_tensors(&m->cfg, u, d);
+        for (int k = 0; k < n; k++) {
+            char *name = names + (size_t)k * NAME_MAX_LEN;
+            zr_llama_config_hf_name(&m->cfg, u, &d[k], name, NAME_MAX_LEN);
+            d[k].name = name;
         }
         m->ndesc[u] = n;
-        m->numel[u] = off;
+        m->numel[u] = d[n - 1].offset + d[n - 1].numel;
     }
 }
 
@@ -244,6 +270,12 @@ void zr_llama_free(zr_llama *m)
 size_t zr_llama_activation_bytes(const zr_llama *m)
 {
     return m->arena_floats * sizeof(float) + 2 * (size_t)m->B * m->T * sizeof(int);
+}
+
+size_t zr_llama_config_activation_bytes(const zr_llama_config *cfg, int B, int T)
+{
+    zr_llama m = {.cfg = *cfg, .B = B, .T = T};
+    return layout_acts(&m, NULL) * sizeof(float) + 2 * (size_t)B * T * sizeof(int);
 }
 
 int zr_llama_unit_count(const zr_llama *m)

@@ -53,13 +53,14 @@ zr_status zr_trainer_init(zr_trainer *t, MPI_Comm world, const zr_train_config *
     zr_gpt_set_threads(cfg->threads);
     ZR_CHECK(zr_trainer_setup(t));
     /* the manifest records the shape zr.model.init gave, not the defaults it replaced */
-    zr_status st = zr_config_to_json(&t->cfg, &t->config_json);
-    /* the model file's reader refuses a weight that is not finite (zr_gpt_read_llmc_unit) */
-    if (st == ZR_OK) {
-        st = t->cfg.init_path[0] != '\0'
-                 ? zr_gpt_engine_load_llmc(&t->engine, &t->mcfg, t->cfg.init_path)
-                 : zr_gpt_engine_init_params(&t->engine, &t->mcfg, t->cfg.seed);
-    }
+    ZR_CHECK(zr_comm_agree(&t->comm, zr_config_to_json(&t->cfg, &t->config_json)));
+    /* the readers refuse a weight that is not finite; a folder's is collective (each rank reads
+       its shards) and agreed inside */
+    zr_status st = t->cfg.init_path[0] == '\0'
+                       ? zr_gpt_engine_init_params(&t->engine, &t->mcfg, t->cfg.seed)
+                   : zr_trainer_init_is_hf(t)
+                       ? zr_gpt_engine_load_hf(&t->engine, &t->mcfg, t->cfg.init_path)
+                       : zr_gpt_engine_load_llmc(&t->engine, &t->mcfg, t->cfg.init_path);
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     ZR_CHECK(zr_trainer_claim_dir(t));
     zr_trainer_check_grace(t);

@@ -23,7 +23,7 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
 {
     const char *want = t->cfg.device;
     t->device = zr_device_cpu();
-    ZR_CHECK(zr_gpt_backend_of(t->device.kind, &t->be));
+    ZR_CHECK(zr_gpt_backend_for(&t->mcfg, t->device.kind, &t->be));
     if (strcmp(want, "cpu") == 0) {
         zr_trainer_note(t, ZR_LOG_INFO, "device: cpu (zr.device cpu)");
         return ZR_OK;
@@ -47,7 +47,7 @@ zr_status zr_trainer_pick_device(zr_trainer *t)
     zr_status st = zr_device_open_for_rank(t->comm.rank[ZR_GROUP_NODE], t->comm.size[ZR_GROUP_NODE],
                                            &t->device);
     if (st == ZR_OK) {
-        st = zr_gpt_backend_of(t->device.kind, &t->be);
+        st = zr_gpt_backend_for(&t->mcfg, t->device.kind, &t->be);
     }
     ZR_CHECK(zr_comm_agree(&t->comm, st));
     char desc[256];

@@ -42,6 +42,8 @@ zr_status zr_trainer_check_accum(const zr_trainer *t);
  * when every rank sees one, else the CPU); rank 0 says which in one line.
  */
 zr_status zr_trainer_pick_device(zr_trainer *t);
+/* Whether zr.model.init is a Hugging Face folder (a directory), not an llm.c model file. */
+int zr_trainer_init_is_hf(const zr_trainer *t);
 
 /*
  * The model for B x T tokens where it computes: the CPU model, or on a GPU

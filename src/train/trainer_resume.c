@@ -102,7 +102,7 @@ static zr_status check_model(const zr_trainer *t, const char *path, const zr_gpt
             fused += k > 0 && (size_t)k < sizeof flags - fused ? (size_t)k : 0;
         }
     }
-    if (used == 0 && memcmp(m, r, sizeof *m) == 0) {
+    if (used == 0 && zr_gpt_config_equal(m, r)) {
         return ZR_OK;
     }
     char shown[160];
@@ -110,7 +110,15 @@ static zr_status check_model(const zr_trainer *t, const char *path, const zr_gpt
             "checkpoint %s is for another model shape: %s; resume with the checkpoint's values "
             "(%s; checkpoints written before zr.model.max_seq_len existed have max_seq_len = "
             "seq_len)",
-            zr_file_show(path, shown, sizeof shown), used ? diff : "the padded vocabulary differs",
+            zr_file_show(path, shown, sizeof shown),
+            used ? diff
+            : m->arch != r->arch
+                ? (m->arch == ZR_ARCH_LLAMA
+                       ? "the checkpoint is a Llama-family model, zr.model.init here is not"
+                       : "the checkpoint is a GPT-2, zr.model.init here is a Llama-family folder")
+            : m->arch == ZR_ARCH_LLAMA ? "the Llama shape (kv heads, head_dim, intermediate size, "
+                                         "rope, norm eps, tying or biases) differs"
+                                       : "the padded vocabulary differs",
             fused ? flags : "the same model keys");
 }
 

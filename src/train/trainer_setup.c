@@ -76,9 +76,15 @@ static zr_status load_data(zr_trainer *t)
     return zr_dataset_load(&t->data, c->data_path, c->vocab_size);
 }
 
+int zr_trainer_init_is_hf(const zr_trainer *t)
+{
+    struct stat sb;
+    return t->cfg.init_path[0] != '\0' && stat(t->cfg.init_path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 /*
- * The model's shape: from the configuration, or from the llm.c model file of
- * zr.model.init, whose shape the keys given must match and whose vocabulary
+ * The model's shape: from the configuration, or from the llm.c model file or
+ * Hugging Face folder of zr.model.init, whose shape the keys given must match and whose vocabulary
  * the data must have been tokenised for.
  */
 static zr_status model_shape(zr_trainer *t)
@@ -91,7 +97,8 @@ static zr_status model_shape(zr_trainer *t)
         return ZR_OK;
     }
     zr_gpt_config fc;
-    ZR_CHECK(zr_gpt_read_llmc_config(c->init_path, &fc));
+    ZR_CHECK(zr_trainer_init_is_hf(t) ? zr_gpt_config_read_hf(c->init_path, &fc)
+                                      : zr_gpt_read_llmc_config(c->init_path, &fc));
     if (!(c->given & ZR_GIVEN_SEQ_LEN) && c->seq_len > fc.max_t) {
         zr_trainer_note(t, ZR_LOG_INFO,
                         "zr.model.seq_len is %d, not the default %d: the model file %s has %d "

@@ -19,7 +19,7 @@ EMU_DEFS := -DZR_CUDA=1 -DZR_CUDA_EMU=1 -DZR_NCCL=1 -Itests/emu/include
 # start and the code easy to debug; no FMA contraction, as nvcc --fmad=false
 # for src/quant and src/optim; src/model's FFMA is checked on a GPU only)
 EMU_CUFLAGS := -std=c++17 -O1 -g -ffp-contract=off -pthread $(EMU_DEFS) -Iinclude \
-               -Wall -Wextra -Wno-unused-parameter -MMD -MP
+               -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers -MMD -MP
 # the emulator itself (its cuBLAS runs on OpenBLAS: cblas.h)
 EMU_LIBFLAGS := -std=c++17 -O2 -g -pthread -Itests/emu/include -Wall -Wextra -MMD -MP \
                 $(DEPS_CFLAGS)

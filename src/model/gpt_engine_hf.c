@@ -1,0 +1,191 @@
+/*
+ * gpt_engine_hf.c - a model from a Hugging Face folder into the ZeRO engine
+ * (zr train --init DIR, issue 43): the shape from its config.json, the
+ * parameters from its safetensors, each rank reading only the part of every
+ * unit that its optimizer shard holds, so that no rank ever holds a whole
+ * unit, let alone the model (a 7B model's 28 GB of fp32 would otherwise be
+ * read by every rank). Every tensor's name and shape is checked against the
+ * model on every rank before anything is read: a missing, extra or
+ * misshapen tensor is the same error everywhere.
+ */
+#include "zr/gpt_engine.h"
+#include "zr/llama.h"
+
+#include "hf_config.h"
+#include "safetensors.h"
+
+#include <stdio.h>
+#include <string.h>
+
+zr_status zr_gpt_config_read_hf(const char *dir, zr_gpt_config *cfg)
+{
+    zr_hf_config h;
+    memset(cfg, 0, sizeof *cfg);
+    ZR_CHECK(zr_hf_config_read(&h, dir));
+    if (h.family == ZR_HF_GPT2) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s: GPT2LMHeadModel folders are not read yet (zr.model.init takes llm.c's GPT-2 "
+                "model file, or a Llama, Mistral or Qwen2 folder)",
+                dir);
+    }
+    zr_llama_config l;
+    ZR_CHECK(zr_llama_config_read(&l, dir));
+    *cfg = (zr_gpt_config){.max_t = h.max_pos,
+                           .vocab = l.vocab,
+                           .padded_vocab = l.vocab,
+                           .layers = l.layers,
+                           .heads = l.heads,
+                           .channels = l.hidden,
+                           .arch = ZR_ARCH_LLAMA,
+                           .llama = l};
+    return zr_gpt_config_check(cfg);
+}
+
+#define HF_NAME_MAX 128
+
+/* Whether the file's tensor `name` is one of cfg's (or a buffer transformers once saved aside). */
+static int model_has(const zr_gpt_config *cfg, const char *name)
+{
+    size_t n = strlen(name), tail = strlen(".rotary_emb.inv_freq");
+    if (n > tail && strcmp(name + n - tail, ".rotary_emb.inv_freq") == 0) {
+        return 1;
+    }
+    for (int u = 0; u < zr_gpt_config_unit_count(cfg); u++) {
+        zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
+        int k = zr_gpt_config_unit_tensors(cfg, u, d);
+        for (int i = 0; i < k; i++) {
+            char full[HF_NAME_MAX];
+            zr_llama_config_hf_name(&cfg->llama, u, &d[i], full, sizeof full);
+            if (strcmp(full, name) == 0) {
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Tensor d of unit u in the file, its shape checked. */
+static zr_status find_tensor(const zr_safetensors *s, const zr_gpt_config *cfg, int u,
+                             const zr_tensor_desc *d, const zr_safetensors_tensor **out)
+{
+    char name[HF_NAME_MAX];
+    zr_llama_config_hf_name(&cfg->llama, u, d, name, sizeof name);
+    const zr_safetensors_tensor *t = zr_safetensors_find(s, name);
+    if (t == NULL) {
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s is missing", s->path, name);
+    }
+    int same = t->ndim == d->ndim;
+    for (int i = 0; same && i < d->ndim; i++) {
+        same = t->shape[i] == d->shape[i];
+    }
+    if (!same) {
+        char got[96] = "", want[64] = "";
+        for (int i = 0, g = 0; i < t->ndim && g < 80; i++) {
+            g += snprintf(got + g, sizeof got - (size_t)g, "%s%lld", i ? ", " : "",
+                          (long long)t->shape[i]);
+        }
+        for (int i = 0, w = 0; i < d->ndim; i++) {
+            w += snprintf(want + w, sizeof want - (size_t)w, "%s%d", i ? ", " : "", d->shape[i]);
+        }
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s has shape [%s], the model's is [%s]", s->path, name,
+                got, want);
+    }
+    *out = t;
+    return ZR_OK;
+}
+
+/* Every tensor of the file known to cfg, and every tensor of cfg in the file with its shape. */
+static zr_status check_names(const zr_safetensors *s, const zr_gpt_config *cfg)
+{
+    for (int i = 0; i < s->count; i++) {
+        if (!model_has(cfg, s->tensors[i].name)) {
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s is not one of the model's (%d layers, %s head%s)",
+                    s->path, s->tensors[i].name, cfg->layers, cfg->llama.tied ? "tied" : "untied",
+                    cfg->llama.tied ? ": no lm_head.weight" : "");
+        }
+    }
+    for (int u = 0; u < zr_gpt_config_unit_count(cfg); u++) {
+        zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
+        int k = zr_gpt_config_unit_tensors(cfg, u, d);
+        for (int i = 0; i < k; i++) {
+            const zr_safetensors_tensor *t;
+            ZR_CHECK(find_tensor(s, cfg, u, &d[i], &t));
+        }
+    }
+    return ZR_OK;
+}
+
+/*
+ * Elements [first, first + count) of tensor t into out, refusing a value
+ * that is not finite. (Reads the tensor whole for now: the folder reader's
+ * ranged read replaces it.)
+ */
+static zr_status read_range(const zr_safetensors *s, const zr_safetensors_tensor *t, size_t first,
+                            size_t count, float *out)
+{
+    zr_status st = ZR_OK;
+    float *whole;
+    ZR_ALLOC(whole, t->numel);
+    ZR_CHECK_GOTO(zr_safetensors_read_f32(s, t, whole), st, done);
+    memcpy(out, whole + first, count * sizeof *out);
+    size_t bad = zr_first_nonfinite(out, count);
+    if (bad < count) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "%s: tensor %s holds a non-finite value (%g) at element %zu: the weights are "
+                     "damaged",
+                     s->path, t->name, (double)out[bad], first + bad);
+    }
+done:
+    zr_free(whole);
+    return st;
+}
+
+/* This rank's optimizer shard of unit u ([r S, (r + 1) S) of the padded unit) from the file. */
+static zr_status load_shard(zr_engine *e, const zr_safetensors *s, const zr_gpt_config *cfg, int u,
+                            float *shard)
+{
+    size_t S = zr_engine_shard(e, u), lo = (size_t)e->comm->rank[ZR_GROUP_WORLD] * S;
+    memset(shard, 0, S * sizeof *shard); /* the padding */
+    zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
+    int k = zr_gpt_config_unit_tensors(cfg, u, d);
+    for (int i = 0; i < k; i++) {
+        size_t a = d[i].offset > lo ? d[i].offset : lo;
+        size_t b = d[i].offset + d[i].numel < lo + S ? d[i].offset + d[i].numel : lo + S;
+        if (a < b) {
+            const zr_safetensors_tensor *t;
+            ZR_CHECK(find_tensor(s, cfg, u, &d[i], &t));
+            ZR_CHECK(read_range(s, t, a - d[i].offset, b - a, shard + (a - lo)));
+        }
+    }
+    return zr_engine_optim_write(e, u, ZR_OPTIM_MASTER, 0, S, shard);
+}
+
+zr_status zr_gpt_engine_load_hf(zr_engine *e, const zr_gpt_config *cfg, const char *dir)
+{
+    zr_status st = ZR_OK;
+    zr_safetensors s = {0};
+    float *shard = NULL;
+    char path[4096];
+    int n = zr_gpt_config_unit_count(cfg);
+    ZR_ASSERT(n == e->nunits && cfg->arch == ZR_ARCH_LLAMA);
+    if (snprintf(path, sizeof path, "%s/model.safetensors", dir) >= (int)sizeof path) {
+        ZR_FAIL(ZR_ERR_INVALID, "zr.model.init: the folder's name is too long: %s", dir);
+    }
+    ZR_CHECK_GOTO(zr_safetensors_open(&s, path), st, done);
+    ZR_CHECK_GOTO(check_names(&s, cfg), st, done);
+    size_t most = 0;
+    for (int u = 0; u < n; u++) {
+        most = zr_engine_shard(e, u) > most ? zr_engine_shard(e, u) : most;
+    }
+    ZR_ALLOC_GOTO(shard, most, st, done);
+    for (int u = 0; u < n; u++) {
+        ZR_CHECK_GOTO(load_shard(e, &s, cfg, u, shard), st, done);
+    }
+done:
+    zr_free(shard);
+    zr_safetensors_close(&s);
+    /* every rank gets here, loaded or not: the first failure is every rank's before the
+       collective rebuild of the working parameters */
+    ZR_CHECK(zr_comm_agree(e->comm, st));
+    return zr_engine_sync_from_shards(e);
+}
