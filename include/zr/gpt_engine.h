@@ -49,6 +49,9 @@ zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt_config *cfg, const 
  * architecture or key zr does not train is an error naming it.
  */
 zr_status zr_gpt_config_read_hf(const char *dir, zr_gpt_config *cfg);
+/* The shape in one line: "L=12 NH=12 C=768 V=50257 max_seq_len=1024" (GPT-2), or the family and
+ * its Llama fields. */
+void zr_gpt_config_describe(const zr_gpt_config *cfg, char *out, size_t n);
 /*
  * Parameters of shape cfg from the folder's safetensors (F32, BF16 or F16
  * to fp32 masters): every name and shape checked first, then each rank

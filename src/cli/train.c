@@ -130,10 +130,11 @@ static void print_start(const zr_trainer *t)
     printf("zr train: %s\n", desc);
     size_t params = zr_gpt_config_param_count(&t->mcfg);
     zr_memory mem = zr_trainer_memory(t);
-    printf("model: %zu parameters (L=%d NH=%d C=%d V=%d max_seq_len=%d)%s%s; model state "
+    char shape[256];
+    zr_gpt_config_describe(&t->mcfg, shape, sizeof shape);
+    printf("model: %zu parameters (%s)%s%s; model state "
            "per rank %.2f MB (optimizer %.2f, grads %.2f, params %.2f, hpZ secondary %.2f)\n",
-           params, t->mcfg.layers, t->mcfg.heads, t->mcfg.channels, t->mcfg.vocab, t->mcfg.max_t,
-           t->cfg.init_path[0] ? " from " : "", t->cfg.init_path,
+           params, shape, t->cfg.init_path[0] ? " from " : "", t->cfg.init_path,
            (mem.optim + mem.grads + mem.params + mem.secondary) / 1e6, mem.optim / 1e6,
            mem.grads / 1e6, mem.params / 1e6, mem.secondary / 1e6);
     fflush(stdout);

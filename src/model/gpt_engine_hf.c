@@ -41,6 +41,22 @@ zr_status zr_gpt_config_read_hf(const char *dir, zr_gpt_config *cfg)
     return zr_gpt_config_check(cfg);
 }
 
+void zr_gpt_config_describe(const zr_gpt_config *c, char *out, size_t n)
+{
+    const zr_llama_config *l = &c->llama;
+    if (c->arch != ZR_ARCH_LLAMA) {
+        snprintf(out, n, "L=%d NH=%d C=%d V=%d max_seq_len=%d", c->layers, c->heads, c->channels,
+                 c->vocab, c->max_t);
+        return;
+    }
+    snprintf(out, n,
+             "%s: L=%d NH=%d KV=%d head_dim=%d C=%d intermediate=%d V=%d max_seq_len=%d, %s "
+             "embeddings",
+             zr_hf_family_name((zr_hf_family)l->family), c->layers, c->heads, l->kv_heads,
+             l->head_dim, c->channels, l->intermediate, c->vocab, c->max_t,
+             l->tied ? "tied" : "untied");
+}
+
 #define HF_NAME_MAX 128
 
 /* Whether the file's tensor `name` is one of cfg's (or a buffer transformers once saved aside). */

@@ -138,9 +138,22 @@ static zr_status read_tensor(void *ctx, int u, size_t offset, size_t numel)
     return ZR_OK;
 }
 
-zr_status zr_gpt_write_llmc(const char *path, const zr_gpt_config *cfg, float *const *units)
+/* llm.c's file and the GPT-2 names hold a GPT-2 only. */
+static zr_status gpt2_only(const zr_gpt_config *cfg, const char *path, const char *format)
 {
     ZR_CHECK(zr_gpt_config_check(cfg));
+    if (cfg->arch != ZR_ARCH_GPT2) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s: %s holds a GPT-2 only, and this model is of the Llama family: export it as a "
+                "Hugging Face folder (zr export --hf DIR)",
+                path, format);
+    }
+    return ZR_OK;
+}
+
+zr_status zr_gpt_write_llmc(const char *path, const zr_gpt_config *cfg, float *const *units)
+{
+    ZR_CHECK(gpt2_only(cfg, path, "llm.c's model file"));
     zr_file_tmp t;
     ZR_CHECK(zr_file_tmp_open(&t, path));
     int32_t h[ZR_LLMC_HEADER_INTS];
@@ -383,7 +396,7 @@ static zr_status st_header(const st_tensor *t, int n, char **out)
 
 zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg, float *const *units)
 {
-    ZR_CHECK(zr_gpt_config_check(cfg));
+    ZR_CHECK(gpt2_only(cfg, path, "a safetensors file of GPT-2's names"));
     int count = 4 + ZR_GPT_BLOCK_TENSORS * cfg->layers;
     st_tensor *t;
     ZR_ALLOC(t, (size_t)count);

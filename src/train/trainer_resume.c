@@ -81,6 +81,18 @@ static int64_t step_of(const char *path)
 static zr_status check_model(const zr_trainer *t, const char *path, const zr_gpt_config *m)
 {
     const zr_gpt_config *r = &t->mcfg;
+    char shown[160], shape[256];
+    if (m->arch != r->arch) {
+        zr_gpt_config_describe(m, shape, sizeof shape);
+        ZR_FAIL(ZR_ERR_INVALID,
+                "checkpoint %s is a %s model (%s), and this run builds a %s: resume with "
+                "zr.model.init (--init) %s",
+                zr_file_show(path, shown, sizeof shown),
+                m->arch == ZR_ARCH_LLAMA ? "Llama-family" : "GPT-2", shape,
+                r->arch == ZR_ARCH_LLAMA ? "Llama-family model" : "GPT-2 from the zr.model keys",
+                m->arch == ZR_ARCH_LLAMA ? "the Hugging Face folder the run started from"
+                                         : "left out, or the llm.c model file it started from");
+    }
     const struct {
         const char *key, *flag;
         int was, now;
@@ -105,7 +117,6 @@ static zr_status check_model(const zr_trainer *t, const char *path, const zr_gpt
     if (used == 0 && zr_gpt_config_equal(m, r)) {
         return ZR_OK;
     }
-    char shown[160];
     ZR_FAIL(ZR_ERR_INVALID,
             "checkpoint %s is for another model shape: %s; resume with the checkpoint's values "
             "(%s; checkpoints written before zr.model.max_seq_len existed have max_seq_len = "
