@@ -360,10 +360,7 @@ static zr_status read_plan(const cJSON *root, const char *mpath, zr_ckpt_meta *m
     return ZR_OK;
 }
 
-/*
- * "model": six dimensions that make a GPT zr can build; a Llama-family model
- * ("arch": "llama") adds its shape (manifest_llama.c). Without "arch": GPT-2.
- */
+/* "model": six dimensions that make a GPT-2; a Llama ("arch": "llama") adds its shape. */
 static zr_status read_model(const cJSON *root, const char *mpath, zr_gpt_config *model)
 {
     static const char *const model_keys[] = {"max_t",    "vocab", "padded_vocab", "layers", "heads",
@@ -382,9 +379,7 @@ static zr_status read_model(const cJSON *root, const char *mpath, zr_gpt_config 
     if (arch != NULL || cJSON_GetObjectItemCaseSensitive(o, "llama") != NULL) {
         if (!cJSON_IsString(arch) || strcmp(arch->valuestring, "llama") != 0) {
             ZR_FAIL(ZR_ERR_FORMAT,
-                    "%s: \"model.arch\" must be \"llama\" where \"model.llama\" is (GPT-2: "
-                    "neither)",
-                    mpath);
+                    "%s: \"model.arch\" is \"llama\" with \"model.llama\", or neither", mpath);
         }
         model->arch = ZR_ARCH_LLAMA;
         ZR_CHECK(

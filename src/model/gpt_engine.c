@@ -116,9 +116,9 @@ zr_status zr_gpt_backend_for(const zr_gpt_config *cfg, zr_device_kind kind,
     }
     if (*out == NULL) {
         ZR_FAIL(ZR_ERR_DEVICE,
-                "the %s architecture has no backend for %s devices yet: train it with "
+                "the %s architecture has no backend for device kind %d (a GPU) yet: train it with "
                 "--device cpu",
-                known ? "Llama-family" : "unknown", kind == ZR_DEVICE_CUDA ? "CUDA" : "these");
+                known ? "Llama-family" : "unknown", (int)kind);
     }
     return ZR_OK;
 }
