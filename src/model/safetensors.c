@@ -63,8 +63,12 @@ static zr_status entry_read(const zr_safetensors *s, zr_safetensors_tensor *t, c
     uint64_t numel = 1, v = 0;
     t->ndim = cJSON_GetArraySize(sh);
     for (int i = 0; i < t->ndim; i++) {
-        if (!json_u64(cJSON_GetArrayItem(sh, i), &v) || (v != 0 && numel > UINT64_MAX / v / es)) {
+        if (!json_u64(cJSON_GetArrayItem(sh, i), &v)) {
             ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s: shape[%d] is not a size", s->path, t->name, i);
+        }
+        if (v != 0 && numel > UINT64_MAX / v / es) {
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s: shape[%d]: the shape's bytes pass 2^64", s->path,
+                    t->name, i);
         }
         t->shape[i] = (int64_t)v;
         numel *= v;
