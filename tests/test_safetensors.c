@@ -258,49 +258,11 @@ static void test_ranges(void)
     zr_error_clear();
 }
 
-/* The tensors of a file, read to F32 (names and shapes point into s: keep it open). */
-typedef struct model_copy {
-    zr_safetensors s;
-    test_st_tensor *t;
-    float **data;
-    const char **names;
-    int n;
-} model_copy;
-
-static void copy_open(model_copy *c, const char *path)
-{
-    memset(c, 0, sizeof *c);
-    TEST_OK(zr_safetensors_open(&c->s, path));
-    c->n = c->s.count;
-    c->t = calloc((size_t)c->n + 1, sizeof *c->t);
-    c->data = calloc((size_t)c->n + 1, sizeof *c->data);
-    c->names = calloc((size_t)c->n + 1, sizeof *c->names);
-    for (int i = 0; i < c->n; i++) {
-        const zr_safetensors_tensor *x = &c->s.tensors[i];
-        c->data[i] = malloc(x->numel * sizeof(float) + 1);
-        TEST_OK(zr_safetensors_read_f32(&c->s, x, c->data[i]));
-        c->t[i] = (test_st_tensor){x->name, "F32", x->ndim, {0}, c->data[i], x->numel * 4};
-        for (int d = 0; d < x->ndim && d < 4; d++) {
-            c->t[i].shape[d] = x->shape[d];
-        }
-        c->names[i] = x->name;
-    }
-}
-
-static void copy_close(model_copy *c)
-{
-    for (int i = 0; i < c->n; i++) {
-        free(c->data[i]);
-    }
-    free(c->t), free(c->data), free(c->names);
-    zr_safetensors_close(&c->s);
-}
-
 static const char *const SHARD[2] = {"model-00001-of-00002.safetensors",
                                      "model-00002-of-00002.safetensors"};
 
 /* The copy's tensors split into dir's two shards (even ones in the first), file[i] each's. */
-static void write_shards(const model_copy *c, const char *dir, const char **file)
+static void write_shards(const test_st_copy *c, const char *dir, const char **file)
 {
     char path[256];
     test_st_tensor *part = calloc((size_t)c->n + 1, sizeof *part);
@@ -331,8 +293,8 @@ static void test_sharded_llama(void)
     snprintf(dir, sizeof dir, "%s/model.safetensors", src);
     snprintf(sh, sizeof sh, "%s/sharded", tmp_dir);
     mkdir_p(sh);
-    model_copy c;
-    copy_open(&c, dir);
+    test_st_copy c;
+    test_st_copy_open(&c, dir);
     const char **file = calloc((size_t)c.n + 1, sizeof *file);
     write_shards(&c, sh, file);
     test_st_index(sh, c.names, file, c.n);
@@ -384,7 +346,7 @@ static void test_sharded_llama(void)
                ZR_ERR_INVALID, "elements [");
     zr_llama_free(&m);
     free(file);
-    copy_close(&c);
+    test_st_copy_close(&c);
     zr_error_clear();
 }
 
@@ -416,8 +378,8 @@ static void test_index_refused(void)
     snprintf(src, sizeof src, "%s/llama_gqa/model.safetensors", hf_root());
     snprintf(dir, sizeof dir, "%s/bad", tmp_dir);
     mkdir_p(dir);
-    model_copy c;
-    copy_open(&c, src);
+    test_st_copy c;
+    test_st_copy_open(&c, src);
     const int n = c.n;
     const char **file = calloc((size_t)n + 2, sizeof *file);
     const char **names = calloc((size_t)n + 2, sizeof *names);
@@ -494,7 +456,7 @@ static void test_index_refused(void)
     TEST_FAILS(zr_hf_weights_open(&(zr_hf_weights){0}, dir), ZR_ERR_FORMAT,
                "model-00002-of-00002.safetensors: tensor a: data_offsets [0, 16] go past the end");
     free(file), free(names);
-    copy_close(&c);
+    test_st_copy_close(&c);
     zr_error_clear();
 }
 

@@ -1,12 +1,14 @@
 /*
  * test_st.h - safetensors fixtures for the tests of Hugging Face folders:
  * files written from a list of tensors (header by cJSON, data packed in
- * order) and a model.safetensors.index.json.
+ * order), a model.safetensors.index.json, a file's tensors copied to F32.
  */
 #ifndef ZR_TEST_ST_H
 #define ZR_TEST_ST_H
 
 #include "test.h"
+
+#include "../src/model/safetensors.h" /* internal to src/model */
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -76,6 +78,44 @@ static inline void test_st_index(const char *dir, const char *const *name, const
     zr_test_write_file(path, text, strlen(text));
     cJSON_free(text);
     cJSON_Delete(root);
+}
+
+/* The tensors of a file, read to F32 (names and shapes point into s: keep it open). */
+typedef struct test_st_copy {
+    zr_safetensors s;
+    test_st_tensor *t;
+    float **data;
+    const char **names;
+    int n;
+} test_st_copy;
+
+static inline void test_st_copy_open(test_st_copy *c, const char *path)
+{
+    memset(c, 0, sizeof *c);
+    TEST_OK(zr_safetensors_open(&c->s, path));
+    c->n = c->s.count;
+    c->t = calloc((size_t)c->n + 1, sizeof *c->t);
+    c->data = calloc((size_t)c->n + 1, sizeof *c->data);
+    c->names = calloc((size_t)c->n + 1, sizeof *c->names);
+    for (int i = 0; i < c->n; i++) {
+        const zr_safetensors_tensor *x = &c->s.tensors[i];
+        c->data[i] = malloc(x->numel * sizeof(float) + 1);
+        TEST_OK(zr_safetensors_read_f32(&c->s, x, c->data[i]));
+        c->t[i] = (test_st_tensor){x->name, "F32", x->ndim, {0}, c->data[i], x->numel * 4};
+        for (int d = 0; d < x->ndim && d < 4; d++) {
+            c->t[i].shape[d] = x->shape[d];
+        }
+        c->names[i] = x->name;
+    }
+}
+
+static inline void test_st_copy_close(test_st_copy *c)
+{
+    for (int i = 0; i < c->n; i++) {
+        free(c->data[i]);
+    }
+    free(c->t), free(c->data), free(c->names);
+    zr_safetensors_close(&c->s);
 }
 
 #endif /* ZR_TEST_ST_H */

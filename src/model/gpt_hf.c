@@ -174,11 +174,11 @@ static zr_status load_tensor(const zr_gpt_config *cfg, const zr_hf_weights *w, c
     file_shape(cfg, &d[i], conv, u, want);
     if (t->ndim != d[i].ndim || t->shape[0] != want[0] ||
         (d[i].ndim == 2 && t->shape[1] != want[1])) {
-        ZR_FAIL(ZR_ERR_FORMAT,
-                "%s: tensor %s has %d dimensions [%lld, %lld], GPT-2's is [%lld%s%lld]", s->path,
-                name, t->ndim, (long long)(t->ndim > 0 ? t->shape[0] : 0),
-                (long long)(t->ndim > 1 ? t->shape[1] : 0), (long long)want[0],
-                d[i].ndim == 2 ? ", " : "", d[i].ndim == 2 ? (long long)want[1] : 0);
+        char got_s[96], want_s[96];
+        zr_safetensors_shape_text(got_s, sizeof got_s, t->shape, t->ndim);
+        zr_safetensors_shape_text(want_s, sizeof want_s, want, d[i].ndim);
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s has shape %s, GPT-2's is %s", s->path, name, got_s,
+                want_s);
     }
     if (out == NULL) {
         return ZR_OK;

@@ -61,16 +61,6 @@ static int model_has(const zr_llama *m, const char *name)
     return 0;
 }
 
-/* "[a, b, ...]" of n sizes into out. */
-static void shape_text(char *out, size_t n, const int64_t *shape, int ndim)
-{
-    int k = snprintf(out, n, "[");
-    for (int i = 0; i < ndim && (size_t)k + 24 < n; i++) {
-        k += snprintf(out + k, n - (size_t)k, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    }
-    snprintf(out + k, n - (size_t)k, "]");
-}
-
 /*
  * Elements [first, first + count) of tensor d's place in its unit, where they
  * overlap the tensor, into out (out[0] is the unit's element first); the
@@ -94,8 +84,8 @@ static zr_status load_tensor(const zr_hf_weights *w, const char *where, const zr
         for (int i = 0; i < d->ndim; i++) {
             ws[i] = d->shape[i];
         }
-        shape_text(want, sizeof want, ws, d->ndim);
-        shape_text(got, sizeof got, t->shape, t->ndim);
+        zr_safetensors_shape_text(want, sizeof want, ws, d->ndim);
+        zr_safetensors_shape_text(got, sizeof got, t->shape, t->ndim);
         ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s has shape %s, the model's is %s", s->path, d->name,
                 got, want);
     }

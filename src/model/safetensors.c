@@ -288,6 +288,15 @@ const zr_safetensors_tensor *zr_safetensors_find(const zr_safetensors *s, const 
     return NULL;
 }
 
+void zr_safetensors_shape_text(char *out, size_t n, const int64_t *shape, int ndim)
+{
+    int k = snprintf(out, n, "[");
+    for (int i = 0; i < ndim && (size_t)k + 24 < n; i++) {
+        k += snprintf(out + k, n - (size_t)k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    }
+    snprintf(out + k, n - (size_t)k, "]");
+}
+
 /* IEEE half to float, exactly (subnormals, infinities and NaN included). */
 static float half_to_float(uint16_t h)
 {

@@ -49,6 +49,8 @@ typedef struct zr_safetensors {
 zr_status zr_safetensors_open(zr_safetensors *s, const char *path);
 /* Safe on a zeroed struct and after a failed open. */
 void zr_safetensors_close(zr_safetensors *s);
+/* "[a, b, ...]" of ndim sizes into out (n bytes; 96 hold any 3 sizes), for messages. */
+void zr_safetensors_shape_text(char *out, size_t n, const int64_t *shape, int ndim);
 /* The tensor called name, or NULL. */
 const zr_safetensors_tensor *zr_safetensors_find(const zr_safetensors *s, const char *name);
 /*
