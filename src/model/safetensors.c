@@ -104,7 +104,11 @@ static int by_begin(const void *a, const void *b)
                                  : (x->end > y->end) - (x->end < y->end);
 }
 
-/* No two tensors share a byte (empty ones aside). */
+/*
+ * No two tensors share a byte and no byte of the data is in none (empty
+ * tensors aside): the format allows no hole, so that a file cannot carry
+ * bytes nothing describes.
+ */
 static zr_status check_overlap(const zr_safetensors *s)
 {
     zr_status st = ZR_OK;
@@ -116,17 +120,32 @@ static zr_status check_overlap(const zr_safetensors *s)
     qsort(order, (size_t)s->count, sizeof *order, by_begin);
     const zr_safetensors_tensor *prev = NULL;
     for (int i = 0; i < s->count; i++) {
-        if (order[i]->begin == order[i]->end) {
+        const zr_safetensors_tensor *t = order[i];
+        if (t->begin == t->end) {
             continue;
         }
-        if (prev != NULL && order[i]->begin < prev->end) {
+        if (prev != NULL && t->begin < prev->end) {
             ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
                          "%s: tensors %s [%llu, %llu] and %s [%llu, %llu] overlap", s->path,
                          prev->name, (unsigned long long)prev->begin, (unsigned long long)prev->end,
-                         order[i]->name, (unsigned long long)order[i]->begin,
-                         (unsigned long long)order[i]->end);
+                         t->name, (unsigned long long)t->begin, (unsigned long long)t->end);
         }
-        prev = order[i];
+        if (t->begin != (prev != NULL ? prev->end : 0)) {
+            ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                         "%s: bytes [%llu, %llu) of the data, before tensor %s, belong to no "
+                         "tensor (the format allows no hole)",
+                         s->path, (unsigned long long)(prev != NULL ? prev->end : 0),
+                         (unsigned long long)t->begin, t->name);
+        }
+        prev = t;
+    }
+    if ((prev != NULL ? prev->end : 0) != s->size - s->data0) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                     "%s: bytes [%llu, %llu) of the data, after the last tensor%s%s, belong to "
+                     "no tensor (the format allows no hole)",
+                     s->path, (unsigned long long)(prev != NULL ? prev->end : 0),
+                     (unsigned long long)(s->size - s->data0), prev != NULL ? " " : "",
+                     prev != NULL ? prev->name : "");
     }
 done:
     zr_free(order);

@@ -11,7 +11,8 @@
  * of at most ZR_SAFETENSORS_MAX_DIMS non-negative integer sizes whose byte
  * count fits in 64 bits, data_offsets [begin, end] inside the file's data,
  * end - begin equal to the shape's elements times the dtype's size, no two
- * tensors overlapping and no name twice. Each failure is ZR_ERR_FORMAT
+ * tensors overlapping, no byte of the data in none (no hole: the format's
+ * rule) and no name twice. Each failure is ZR_ERR_FORMAT
  * naming the file and the tensor. Tensors are read whole or in part into
  * fp32 (F32, BF16 and F16 converted exactly), with pread: no shared file
  * position, so threads may read one open file at once.
