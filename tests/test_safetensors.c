@@ -396,6 +396,11 @@ static void test_index_refused(void)
     index_refused(dir, ZR_ERR_IO, "neither model.safetensors nor model.safetensors.index.json");
     write_index_text(dir, "{\"weight_map\": {");
     index_refused(dir, ZR_ERR_FORMAT, "not a JSON object");
+    /* an index past any real one (sparse): refused before it is read */
+    char index[256];
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    TEST_CHECK(truncate(index, 200000000) == 0);
+    index_refused(dir, ZR_ERR_FORMAT, "200000000 bytes, more than the 100000000 an index may have");
     write_index_text(dir, "{\"metadata\": {}}");
     index_refused(dir, ZR_ERR_FORMAT, "key \"weight_map\" is missing");
     write_index_text(dir, "{\"weight_map\": [\"model-00001-of-00002.safetensors\"]}");

@@ -515,6 +515,11 @@ static zr_status index_open(zr_hf_weights *w, const char *dir)
     size_t n = 0;
     cJSON *root = NULL;
     int *file_of = NULL;
+    struct stat sb;
+    if (stat(w->index, &sb) == 0 && (uint64_t)sb.st_size > ZR_SAFETENSORS_MAX_HEADER) {
+        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT, "%s: %lld bytes, more than the %u an index may have",
+                     w->index, (long long)sb.st_size, ZR_SAFETENSORS_MAX_HEADER);
+    }
     ZR_CHECK_GOTO(zr_file_read_all(w->index, &text, &n), st, done);
     root = cJSON_ParseWithLength(text, n);
     if (!cJSON_IsObject(root)) {
