@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""hf_reference.py - reference data for the Llama family from transformers (issue 43).
+"""hf_reference.py - reference data for the Llama family and GPT-2 from transformers (issue 43).
 
 Builds small random models with a fixed seed, saves each as a Hugging Face
 folder (config.json + model.safetensors, fp32) under tests/data/hf/<name>/,
@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 from safetensors.torch import save_file
-from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 B, T = 2, 16
@@ -77,6 +77,13 @@ def models():
             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
             rms_norm_eps=1e-6, use_sliding_window=False,
             rope_scaling={"rope_type": "default", "rope_theta": 1000000.0})),
+        # GPT-2 (Conv1D weights stored [in, out], tied head, learned positions); dropout off,
+        # as zr trains without it; token ids inside the small vocabulary
+        "gpt2": (GPT2Config, GPT2LMHeadModel, 4304, dict(
+            vocab_size=320, n_embd=64, n_layer=2, n_head=4, n_positions=64,
+            activation_function="gelu_new", layer_norm_epsilon=1e-5, resid_pdrop=0.0,
+            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
+            initializer_range=0.02, use_cache=False)),
     }
 
 
@@ -84,15 +91,19 @@ def randomize(model, seed):
     """Weights whose effects are visible, as N(mean, variance): matrices
     N(0, 1/fan_in), embeddings N(0, 1/hidden) (logits of order 1, tied or not),
     norm weights 1 + N(0, 0.01), biases N(0, 0.01) (transformers' ones and
-    zeros would hide mistakes)."""
+    zeros would hide mistakes). GPT-2's Conv1D weights are [in, out]: fan_in
+    is their first size; its LayerNorms are ln_1, ln_2, ln_f."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
-                base = 1.0 if name.endswith("norm.weight") else 0.0
+                norm = name.endswith("norm.weight") or (".ln_" in name and name.endswith(".weight"))
+                base = 1.0 if norm else 0.0
                 p.copy_(base + 0.1 * torch.randn(p.shape, generator=g))
             elif "embed_tokens" in name:
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+            elif name.startswith("transformer.h."):
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[0]))
             else:
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
 
@@ -170,11 +181,13 @@ def rotary(model, saved):
 
 def build(name, cfg_cls, model_cls, seed, kw, out, dump_layer0):
     torch.manual_seed(seed)
-    rope = kw.pop("rope_scaling")
+    rope = kw.pop("rope_scaling", None)
     cfg = cfg_cls(**kw, attn_implementation="eager")
     # transformers >= 5 keeps theta and scaling in rope_parameters; older ones in
     # rope_theta + rope_scaling. Set whichever this version has.
-    if hasattr(cfg, "rope_parameters"):
+    if rope is None:
+        pass
+    elif hasattr(cfg, "rope_parameters"):
         cfg.rope_parameters = dict(rope)
     else:
         cfg.rope_theta = rope["rope_theta"]
@@ -186,28 +199,29 @@ def build(name, cfg_cls, model_cls, seed, kw, out, dump_layer0):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     model.save_pretrained(d, safe_serialization=True)
-    if rope["rope_type"] == "default":
+    if rope is not None and rope["rope_type"] == "default":
         legacy_rope(os.path.join(d, "config.json"))
 
     g = torch.Generator().manual_seed(seed + 1)
     tokens = torch.randint(0, cfg.vocab_size, (B, T + 1), generator=g)
     inputs, targets = tokens[:, :T], tokens[:, 1:]
 
-    logits, saved = layer0_dump(model, inputs)
+    gpt2 = rope is None
+    logits, saved = (model(input_ids=inputs).logits, {}) if gpt2 else layer0_dump(model, inputs)
     reload_check(d, inputs, logits.detach())
     loss = loss_of(logits, targets)
     loss.backward()
     grad_norms = {n: math.sqrt(p.grad.double().pow(2).sum().item())
                   for n, p in model.named_parameters()}
-    cos, sin, q_rot, k_rot = rotary(model, saved)
-    layer = model.model.layers[0]
-    tensors = {"logits": logits.detach().contiguous(),
-               "l0.cos": cos, "l0.sin": sin, "l0.q_rot": q_rot, "l0.k_rot": k_rot,
-               "l0.ln1_w": layer.input_layernorm.weight.detach().clone(),
-               "l0.ln2_w": layer.post_attention_layernorm.weight.detach().clone(),
-               "l0.dln2_w": layer.post_attention_layernorm.weight.grad.detach().clone()}
-    if not dump_layer0:
-        tensors = {"logits": tensors["logits"]}
+    tensors = {"logits": logits.detach().contiguous()}
+    if dump_layer0:
+        cos, sin, q_rot, k_rot = rotary(model, saved)
+        layer = model.model.layers[0]
+        tensors.update({
+            "l0.cos": cos, "l0.sin": sin, "l0.q_rot": q_rot, "l0.k_rot": k_rot,
+            "l0.ln1_w": layer.input_layernorm.weight.detach().clone(),
+            "l0.ln2_w": layer.post_attention_layernorm.weight.detach().clone(),
+            "l0.dln2_w": layer.post_attention_layernorm.weight.grad.detach().clone()})
     for key, t in (saved if dump_layer0 else {}).items():
         tensors["l0." + key] = t.detach().contiguous()
         if key in ("x", "q", "k", "v", "att", "h1", "ln2", "gate", "up", "act", "h2"):
@@ -263,7 +277,7 @@ def main():
     for name, (cfg_cls, model_cls, seed, kw) in models().items():
         # layer 0's values for the Llama models only (Qwen2's differ by biases, which
         # the operators do not see): each folder stays well under 1 MB
-        build(name, cfg_cls, model_cls, seed, dict(kw), args.out, name != "qwen2")
+        build(name, cfg_cls, model_cls, seed, dict(kw), args.out, name.startswith("llama"))
     return 0
 
 

@@ -105,12 +105,20 @@ size_t zr_llama_unit_numel(const zr_llama *m, int u);
 int zr_llama_unit_tensors(const zr_llama *m, int u, const zr_tensor_desc **out);
 
 /*
- * Unit u's parameters from the folder's model.safetensors (F32, BF16 or
- * F16): every tensor of the unit present with its shape, and (checked on
- * every call) no tensor in the file that the model lacks; a missing, extra
- * or misshapen tensor is ZR_ERR_FORMAT naming it and the file.
+ * Unit u's parameters from the folder's model.safetensors or its shards
+ * (model.safetensors.index.json; F32, BF16 or F16): every tensor of the
+ * unit present with its shape, and (checked on every call) no tensor in the
+ * files that the model lacks; a missing, extra or misshapen tensor is
+ * ZR_ERR_FORMAT naming it and the file.
  */
 zr_status zr_llama_load_hf_unit(const zr_llama *m, const char *dir, int u, float *out);
+/*
+ * The same for elements [first, first + count) of unit u only (into
+ * out[0 .. count)), reading only their bytes: a rank loads its own shard of
+ * every unit. The checks are those of zr_llama_load_hf_unit, whatever the range.
+ */
+zr_status zr_llama_load_hf_range(const zr_llama *m, const char *dir, int u, size_t first,
+                                 size_t count, float *out);
 
 /* Tokens in [0, V); targets NULL: logits only. */
 zr_status zr_llama_forward_begin(zr_llama *m, const int *inputs, const int *targets);

@@ -1,6 +1,7 @@
 /*
  * zr/model.h - GPT-2 on the CPU in fp32, cut into units that the ZeRO
- * engine can gather and free one at a time, plus llm.c / safetensors I/O.
+ * engine can gather and free one at a time, plus llm.c / safetensors I/O
+ * and Hugging Face folders in.
  *
  * Parameters live outside the model. They are split into L + 2 units, each a
  * flat fp32 buffer the caller owns:
@@ -279,5 +280,32 @@ zr_status zr_gpt_read_llmc_unit(const char *path, const zr_gpt_config *cfg, int 
  * Same temporary-name + fsync + rename discipline.
  */
 zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg, float *const *units);
+
+/*
+ * GPT-2 from a Hugging Face folder (gpt_hf.c): GPT2LMHeadModel's
+ * config.json into cfg (max_t = n_positions, padded_vocab = vocab rounded up
+ * to a multiple of 128; n_inner other than 4 n_embd, layer_norm_epsilon
+ * other than 1e-5 or an untied head refused: ZR_ERR_INVALID naming the key).
+ */
+zr_status zr_gpt_read_hf_config(const char *dir, zr_gpt_config *cfg);
+/*
+ * Elements [first, first + count) of unit u (into out[0 .. count)) from the
+ * folder's model.safetensors or shards (F32, BF16 or F16), reading only
+ * their bytes: count = zr_gpt_config_unit_numel(cfg, u) from 0 is the whole
+ * unit. Names with or without "transformer.", the Conv1D weights ([in, out]
+ * there) transposed, wte's padding rows zero. Every tensor of the unit
+ * present with its shape and no tensor unknown to GPT-2 in the files (the
+ * attention-mask buffers attn.bias / attn.masked_bias of old files aside),
+ * whatever the range, and the values read finite; each failure
+ * ZR_ERR_FORMAT naming the file and the tensor.
+ */
+zr_status zr_gpt_read_hf_range(const char *dir, const zr_gpt_config *cfg, int u, size_t first,
+                               size_t count, float *out);
+/*
+ * The Hugging Face name of unit u's tensor i without "transformer."
+ * ("wte.weight", "h.0.attn.c_attn.weight", ...) into out; returns 1 for a
+ * Conv1D weight (stored [in, out] there), 0 for another, -1 for no tensor.
+ */
+int zr_gpt_config_hf_name(const zr_gpt_config *cfg, int u, int i, char *out, size_t n);
 
 #endif /* ZR_MODEL_H */

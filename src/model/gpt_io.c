@@ -1,6 +1,7 @@
 /*
  * gpt_io.c - GPT-2 parameters to and from files: llm.c's model file (read
- * and write) and a consolidated Hugging Face safetensors file (write).
+ * and write) and a consolidated Hugging Face safetensors file (write; the
+ * read of a Hugging Face folder is gpt_hf.c's).
  *
  * Both formats are whole-model files assembled from the per-unit buffers,
  * so a ZeRO run can hand over its gathered units without ever building one
@@ -293,12 +294,6 @@ zr_status zr_gpt_read_llmc_unit(const char *path, const zr_gpt_config *cfg, int 
 
 /* ---- safetensors ------------------------------------------------------------ */
 
-/* Hugging Face name of block tensor i (llm.c order) and whether it is a Conv1D weight. */
-static const char *const hf_block_names[ZR_GPT_BLOCK_TENSORS] = {
-    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
-    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
-
 typedef struct st_tensor {
     char name[64];
     const float *data;
@@ -318,11 +313,10 @@ static int st_tensors(const zr_gpt_config *cfg, float *const *units, st_tensor *
     for (int l = 0; l < L; l++) {
         for (int i = 0; i < ZR_GPT_BLOCK_TENSORS; i++) {
             st_tensor *x = &t[n++];
-            snprintf(x->name, sizeof x->name, "h.%d.%s", l, hf_block_names[i]);
+            x->transpose = zr_gpt_config_hf_name(cfg, 1 + l, i, x->name, sizeof x->name) == 1;
             x->data = units[1 + l] + d[i].offset;
             x->rows = d[i].shape[0];
             x->cols = d[i].ndim == 2 ? d[i].shape[1] : 0;
-            x->transpose = d[i].ndim == 2; /* every block matrix is a Conv1D */
         }
     }
     zr_gpt_config_unit_tensors(cfg, L + 1, d);

@@ -1,7 +1,8 @@
 /*
  * llama_io.c - a Llama-family model from a Hugging Face folder (zr/llama.h):
- * its config.json through hf_config.c, its model.safetensors through the
- * safetensors reader, every name and shape checked against the units.
+ * its config.json through hf_config.c, its model.safetensors (or shards)
+ * through the folder reader of safetensors.h, every name and shape checked
+ * against the units; a unit whole or any range of its elements.
  */
 #include "hf_config.h"
 #include "safetensors.h"
@@ -60,62 +61,90 @@ static int model_has(const zr_llama *m, const char *name)
     return 0;
 }
 
-/* Tensor d from the file into out, its shape checked. */
-static zr_status load_tensor(const zr_safetensors *s, const zr_tensor_desc *d, float *out)
+/*
+ * Elements [first, first + count) of tensor d's place in its unit, where they
+ * overlap the tensor, into out (out[0] is the unit's element first); the
+ * tensor found in the folder with d's shape. out NULL: the checks only.
+ */
+static zr_status load_tensor(const zr_hf_weights *w, const char *where, const zr_tensor_desc *d,
+                             size_t first, size_t count, float *out)
 {
-    const zr_safetensors_tensor *t = zr_safetensors_find(s, d->name);
+    const zr_safetensors *s = NULL;
+    const zr_safetensors_tensor *t = zr_hf_weights_find(w, d->name, &s);
     if (t == NULL) {
-        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s is missing", s->path, d->name);
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s is missing", where, d->name);
     }
     int same = t->ndim == d->ndim;
     for (int i = 0; same && i < d->ndim; i++) {
         same = t->shape[i] == d->shape[i];
     }
     if (!same) {
-        char want[64], got[96];
-        int w = snprintf(want, sizeof want, "[%d", d->shape[0]);
-        for (int i = 1; i < d->ndim; i++) {
-            w += snprintf(want + w, sizeof want - (size_t)w, ", %d", d->shape[i]);
+        char want[96], got[96];
+        int64_t ws[4];
+        for (int i = 0; i < d->ndim; i++) {
+            ws[i] = d->shape[i];
         }
-        snprintf(want + w, sizeof want - (size_t)w, "]");
-        int g = snprintf(got, sizeof got, "[");
-        for (int i = 0; i < t->ndim && g < 80; i++) {
-            g += snprintf(got + g, sizeof got - (size_t)g, "%s%lld", i ? ", " : "",
-                          (long long)t->shape[i]);
-        }
-        snprintf(got + g, sizeof got - (size_t)g, "]");
+        zr_safetensors_shape_text(want, sizeof want, ws, d->ndim);
+        zr_safetensors_shape_text(got, sizeof got, t->shape, t->ndim);
         ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s has shape %s, the model's is %s", s->path, d->name,
                 got, want);
     }
-    return zr_safetensors_read_f32(s, t, out);
+    if (out == NULL) {
+        return ZR_OK;
+    }
+    size_t lo = first > d->offset ? first : d->offset;
+    size_t hi = first + count < d->offset + d->numel ? first + count : d->offset + d->numel;
+    if (lo >= hi) {
+        return ZR_OK;
+    }
+    return zr_safetensors_read_f32_range(s, t, lo - d->offset, hi - lo, out + (lo - first));
 }
 
-zr_status zr_llama_load_hf_unit(const zr_llama *m, const char *dir, int u, float *out)
+zr_status zr_llama_load_hf_range(const zr_llama *m, const char *dir, int u, size_t first,
+                                 size_t count, float *out)
 {
     zr_status st = ZR_OK;
-    zr_safetensors s = {0};
-    char path[4096];
+    zr_hf_weights w = {0};
     if (u < 0 || u >= zr_llama_unit_count(m)) {
         ZR_FAIL(ZR_ERR_INVALID, "Llama load: unit %d of %d", u, zr_llama_unit_count(m));
     }
-    if (snprintf(path, sizeof path, "%s/model.safetensors", dir) >= (int)sizeof path) {
-        ZR_FAIL(ZR_ERR_INVALID, "Llama load: folder name too long");
+    size_t numel = zr_llama_unit_numel(m, u);
+    if (first > numel || count > numel - first) {
+        ZR_FAIL(ZR_ERR_INVALID, "Llama load: elements [%zu, %zu + %zu) of unit %d's %zu", first,
+                first, count, u, numel);
     }
-    ZR_CHECK_GOTO(zr_safetensors_open(&s, path), st, done);
-    for (int i = 0; i < s.count; i++) {
-        if (!model_has(m, s.tensors[i].name)) {
+    ZR_CHECK_GOTO(zr_hf_weights_open(&w, dir), st, done);
+    const char *where = w.index != NULL ? w.index : w.files[0].path;
+    for (int i = 0; i < zr_hf_weights_count(&w); i++) {
+        const zr_safetensors *s = NULL;
+        const zr_safetensors_tensor *t = zr_hf_weights_tensor(&w, i, &s);
+        if (!model_has(m, t->name)) {
             ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
-                         "%s: tensor %s is not one of the model's (%d layers, %s head%s)", path,
-                         s.tensors[i].name, m->cfg.layers, m->cfg.tied ? "tied" : "untied",
+                         "%s: tensor %s is not one of the model's (%d layers, %s head%s)", s->path,
+                         t->name, m->cfg.layers, m->cfg.tied ? "tied" : "untied",
                          m->cfg.tied ? ": no lm_head.weight" : "");
         }
     }
     const zr_tensor_desc *d = NULL;
     int k = zr_llama_unit_tensors(m, u, &d);
-    for (int i = 0; i < k; i++) {
-        ZR_CHECK_GOTO(load_tensor(&s, &d[i], out + d[i].offset), st, done);
+    /* every tensor checked before out is touched */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            memset(out, 0, count * sizeof *out);
+        }
+        for (int i = 0; i < k; i++) {
+            ZR_CHECK_GOTO(load_tensor(&w, where, &d[i], first, count, pass ? out : NULL), st, done);
+        }
     }
 done:
-    zr_safetensors_close(&s);
+    zr_hf_weights_close(&w);
     return st;
+}
+
+zr_status zr_llama_load_hf_unit(const zr_llama *m, const char *dir, int u, float *out)
+{
+    if (u < 0 || u >= zr_llama_unit_count(m)) {
+        ZR_FAIL(ZR_ERR_INVALID, "Llama load: unit %d of %d", u, zr_llama_unit_count(m));
+    }
+    return zr_llama_load_hf_range(m, dir, u, 0, zr_llama_unit_numel(m, u), out);
 }
