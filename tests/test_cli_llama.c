@@ -7,7 +7,7 @@
  * config with an lm_head, an untied one without), an architecture zr does
  * not train, a sequence past max_position_embeddings, data of another
  * vocabulary, a resume that does not name the folder, and an export to
- * GPT-2's formats.
+ * GPT-2's formats. A GPT-2 folder (GPT2LMHeadModel) trains too.
  */
 #define _DEFAULT_SOURCE /* mkdtemp */
 #include "test.h"
@@ -177,6 +177,31 @@ static void test_llama_checkpoint_rules(void)
     TEST_EQ_INT(sh("ls | grep -c '^x\\.'"), 1); /* grep -c finds none: exit 1 */
 }
 
+/*
+ * GPT-2 from a Hugging Face folder (GPT2LMHeadModel): it trains at 2 ranks, each reading its
+ * shards, from the same first loss as at 1 rank (the weights are the folder's, exactly), and its
+ * checkpoint is a GPT-2 that llm.c's format takes.
+ */
+static void test_gpt2_folder(void)
+{
+    double a[4], b[4];
+    const char *args = " --init %s/tests/data/hf/gpt2 --vocab-size 320" BASE;
+    char fmt[512];
+    snprintf(fmt, sizeof fmt, "%%s train%s --steps 2 --micro-batch 2 --metrics g1.jsonl", args);
+    TEST_EQ_INT(sh(fmt, zr_bin, root), 0);
+    OUT_HAS("(L=2 NH=4 C=64 V=320 max_seq_len=64) from");
+    snprintf(fmt, sizeof fmt,
+             "mpirun.openmpi --oversubscribe -np 2 %%s train%s --steps 2 --ckpt-dir g2 "
+             "--micro-batch 1",
+             args);
+    TEST_EQ_INT(sh(fmt, zr_bin, root), 0);
+    TEST_EQ_INT(losses_of("g1.jsonl", a, 4), 2);
+    TEST_EQ_INT(losses_of("g2/metrics.jsonl", b, 4), 2);
+    TEST_CHECKF(fabs(a[0] - b[0]) <= 1e-6 * a[0], "first loss %.9g at 1 rank, %.9g at 2", a[0],
+                b[0]);
+    TEST_EQ_INT(sh("%s export --checkpoint g2 --llmc g2.bin && test -s g2.bin", zr_bin), 0);
+}
+
 int main(int argc, char **argv)
 {
     char self[4096];
@@ -207,6 +232,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_resume_resharded);
     TEST_RUN(test_refusals);
     TEST_RUN(test_llama_checkpoint_rules);
+    TEST_RUN(test_gpt2_folder);
     sh("rm -rf %s", work);
     return zr_test_finish();
 }

@@ -44,9 +44,10 @@ zr_status zr_gpt_engine_init_params(zr_engine *e, const zr_gpt_config *cfg, uint
 zr_status zr_gpt_engine_load_llmc(zr_engine *e, const zr_gpt_config *cfg, const char *path);
 
 /*
- * The shape of a Hugging Face model folder (its config.json): the Llama
- * family (arch ZR_ARCH_LLAMA; max_t its max_position_embeddings). An
- * architecture or key zr does not train is an error naming it.
+ * The shape of a Hugging Face model folder (its config.json): GPT-2
+ * (GPT2LMHeadModel) or the Llama family (arch ZR_ARCH_LLAMA; max_t its
+ * max_position_embeddings). An architecture or key zr does not train is an
+ * error naming it.
  */
 zr_status zr_gpt_config_read_hf(const char *dir, zr_gpt_config *cfg);
 /* The shape in one line: "L=12 NH=12 C=768 V=50257 max_seq_len=1024" (GPT-2), or the family and

@@ -1,10 +1,10 @@
 /*
  * gpt_engine_hf.c - a model from a Hugging Face folder into the ZeRO engine
  * (zr train --init DIR, issue 43): the shape from its config.json, the
- * parameters from its safetensors, each rank reading only the part of every
- * unit that its optimizer shard holds, so that no rank ever holds a whole
- * unit, let alone the model (a 7B model's 28 GB of fp32 would otherwise be
- * read by every rank). Every tensor's name and shape is checked against the
+ * parameters from its safetensors (one file or shards), each rank reading
+ * only the part of every unit that its optimizer shard holds, so that no
+ * rank ever holds a whole unit, let alone the model (a 7B model's 28 GB of
+ * fp32 would otherwise be read by every rank). Every tensor's name and shape is checked against the
  * model on every rank before anything is read: a missing, extra or
  * misshapen tensor is the same error everywhere.
  */
@@ -23,10 +23,7 @@ zr_status zr_gpt_config_read_hf(const char *dir, zr_gpt_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     ZR_CHECK(zr_hf_config_read(&h, dir));
     if (h.family == ZR_HF_GPT2) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "%s: GPT2LMHeadModel folders are not read yet (zr.model.init takes llm.c's GPT-2 "
-                "model file, or a Llama, Mistral or Qwen2 folder)",
-                dir);
+        return zr_gpt_read_hf_config(dir, cfg);
     }
     zr_llama_config l;
     ZR_CHECK(zr_llama_config_read(&l, dir));
@@ -80,15 +77,16 @@ static int model_has(const zr_gpt_config *cfg, const char *name)
     return 0;
 }
 
-/* Tensor d of unit u in the file, its shape checked. */
-static zr_status find_tensor(const zr_safetensors *s, const zr_gpt_config *cfg, int u,
-                             const zr_tensor_desc *d, const zr_safetensors_tensor **out)
+/* Tensor d of unit u in the folder's files, its shape checked. */
+static zr_status find_tensor(const zr_hf_weights *w, const char *dir, const zr_gpt_config *cfg,
+                             int u, const zr_tensor_desc *d, const zr_safetensors **file,
+                             const zr_safetensors_tensor **out)
 {
     char name[HF_NAME_MAX];
     zr_llama_config_hf_name(&cfg->llama, u, d, name, sizeof name);
-    const zr_safetensors_tensor *t = zr_safetensors_find(s, name);
+    const zr_safetensors_tensor *t = zr_hf_weights_find(w, name, file);
     if (t == NULL) {
-        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s is missing", s->path, name);
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s is missing", dir, name);
     }
     int same = t->ndim == d->ndim;
     for (int i = 0; same && i < d->ndim; i++) {
@@ -100,23 +98,26 @@ static zr_status find_tensor(const zr_safetensors *s, const zr_gpt_config *cfg, 
             g += snprintf(got + g, sizeof got - (size_t)g, "%s%lld", i ? ", " : "",
                           (long long)t->shape[i]);
         }
-        for (int i = 0, w = 0; i < d->ndim; i++) {
-            w += snprintf(want + w, sizeof want - (size_t)w, "%s%d", i ? ", " : "", d->shape[i]);
+        for (int i = 0, k = 0; i < d->ndim; i++) {
+            k += snprintf(want + k, sizeof want - (size_t)k, "%s%d", i ? ", " : "", d->shape[i]);
         }
-        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s has shape [%s], the model's is [%s]", s->path, name,
-                got, want);
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s has shape [%s], the model's is [%s]", (*file)->path,
+                name, got, want);
     }
     *out = t;
     return ZR_OK;
 }
 
-/* Every tensor of the file known to cfg, and every tensor of cfg in the file with its shape. */
-static zr_status check_names(const zr_safetensors *s, const zr_gpt_config *cfg)
+/* Every tensor of the files known to cfg, and every tensor of cfg in them with its shape. */
+static zr_status check_names(const zr_hf_weights *w, const char *dir, const zr_gpt_config *cfg)
 {
-    for (int i = 0; i < s->count; i++) {
-        if (!model_has(cfg, s->tensors[i].name)) {
-            ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s is not one of the model's (%d layers, %s head%s)",
-                    s->path, s->tensors[i].name, cfg->layers, cfg->llama.tied ? "tied" : "untied",
+    for (int i = 0; i < zr_hf_weights_count(w); i++) {
+        const zr_safetensors *f;
+        const zr_safetensors_tensor *t = zr_hf_weights_tensor(w, i, &f);
+        if (!model_has(cfg, t->name)) {
+            ZR_FAIL(ZR_ERR_FORMAT,
+                    "%s: tensor %s is not one of the model's (%d layers, %s head%s)", f->path,
+                    t->name, cfg->layers, cfg->llama.tied ? "tied" : "untied",
                     cfg->llama.tied ? ": no lm_head.weight" : "");
         }
     }
@@ -124,53 +125,55 @@ static zr_status check_names(const zr_safetensors *s, const zr_gpt_config *cfg)
         zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
         int k = zr_gpt_config_unit_tensors(cfg, u, d);
         for (int i = 0; i < k; i++) {
+            const zr_safetensors *f;
             const zr_safetensors_tensor *t;
-            ZR_CHECK(find_tensor(s, cfg, u, &d[i], &t));
+            ZR_CHECK(find_tensor(w, dir, cfg, u, &d[i], &f, &t));
         }
     }
     return ZR_OK;
 }
 
-/*
- * Elements [first, first + count) of tensor t into out, refusing a value
- * that is not finite. (Reads the tensor whole for now: the folder reader's
- * ranged read replaces it.)
- */
-static zr_status read_range(const zr_safetensors *s, const zr_safetensors_tensor *t, size_t first,
+/* Elements [first, first + count) of tensor t of file f into out, refusing a non-finite one. */
+static zr_status read_range(const zr_safetensors *f, const zr_safetensors_tensor *t, size_t first,
                             size_t count, float *out)
 {
-    zr_status st = ZR_OK;
-    float *whole;
-    ZR_ALLOC(whole, t->numel);
-    ZR_CHECK_GOTO(zr_safetensors_read_f32(s, t, whole), st, done);
-    memcpy(out, whole + first, count * sizeof *out);
+    ZR_CHECK(zr_safetensors_read_f32_range(f, t, first, count, out));
     size_t bad = zr_first_nonfinite(out, count);
     if (bad < count) {
-        ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
-                     "%s: tensor %s holds a non-finite value (%g) at element %zu: the weights are "
-                     "damaged",
-                     s->path, t->name, (double)out[bad], first + bad);
+        ZR_FAIL(ZR_ERR_FORMAT,
+                "%s: tensor %s holds a non-finite value (%g) at element %zu: the weights are "
+                "damaged",
+                f->path, t->name, (double)out[bad], first + bad);
     }
-done:
-    zr_free(whole);
-    return st;
+    return ZR_OK;
 }
 
-/* This rank's optimizer shard of unit u ([r S, (r + 1) S) of the padded unit) from the file. */
-static zr_status load_shard(zr_engine *e, const zr_safetensors *s, const zr_gpt_config *cfg, int u,
-                            float *shard)
+/*
+ * This rank's optimizer shard of unit u ([r S, (r + 1) S) of the padded
+ * unit) from the folder: the parts of the tensors that overlap it, only.
+ */
+static zr_status load_shard(zr_engine *e, const zr_hf_weights *w, const char *dir,
+                            const zr_gpt_config *cfg, int u, float *shard)
 {
     size_t S = zr_engine_shard(e, u), lo = (size_t)e->comm->rank[ZR_GROUP_WORLD] * S;
+    size_t numel = zr_gpt_config_unit_numel(cfg, u);
     memset(shard, 0, S * sizeof *shard); /* the padding */
-    zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
-    int k = zr_gpt_config_unit_tensors(cfg, u, d);
-    for (int i = 0; i < k; i++) {
-        size_t a = d[i].offset > lo ? d[i].offset : lo;
-        size_t b = d[i].offset + d[i].numel < lo + S ? d[i].offset + d[i].numel : lo + S;
-        if (a < b) {
-            const zr_safetensors_tensor *t;
-            ZR_CHECK(find_tensor(s, cfg, u, &d[i], &t));
-            ZR_CHECK(read_range(s, t, a - d[i].offset, b - a, shard + (a - lo)));
+    if (cfg->arch == ZR_ARCH_GPT2) {
+        /* every rank reads (and so checks) every unit, an empty range where it holds none */
+        size_t first = lo < numel ? lo : numel, count = numel - first < S ? numel - first : S;
+        ZR_CHECK(zr_gpt_read_hf_range(dir, cfg, u, first, count, shard));
+    } else {
+        zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
+        int k = zr_gpt_config_unit_tensors(cfg, u, d);
+        for (int i = 0; i < k; i++) {
+            size_t a = d[i].offset > lo ? d[i].offset : lo;
+            size_t b = d[i].offset + d[i].numel < lo + S ? d[i].offset + d[i].numel : lo + S;
+            if (a < b) {
+                const zr_safetensors *f;
+                const zr_safetensors_tensor *t;
+                ZR_CHECK(find_tensor(w, dir, cfg, u, &d[i], &f, &t));
+                ZR_CHECK(read_range(f, t, a - d[i].offset, b - a, shard + (a - lo)));
+            }
         }
     }
     return zr_engine_optim_write(e, u, ZR_OPTIM_MASTER, 0, S, shard);
@@ -179,27 +182,25 @@ static zr_status load_shard(zr_engine *e, const zr_safetensors *s, const zr_gpt_
 zr_status zr_gpt_engine_load_hf(zr_engine *e, const zr_gpt_config *cfg, const char *dir)
 {
     zr_status st = ZR_OK;
-    zr_safetensors s = {0};
+    zr_hf_weights w = {0};
     float *shard = NULL;
-    char path[4096];
     int n = zr_gpt_config_unit_count(cfg);
-    ZR_ASSERT(n == e->nunits && cfg->arch == ZR_ARCH_LLAMA);
-    if (snprintf(path, sizeof path, "%s/model.safetensors", dir) >= (int)sizeof path) {
-        ZR_FAIL(ZR_ERR_INVALID, "zr.model.init: the folder's name is too long: %s", dir);
+    ZR_ASSERT(n == e->nunits);
+    if (cfg->arch == ZR_ARCH_LLAMA) {
+        ZR_CHECK_GOTO(zr_hf_weights_open(&w, dir), st, done);
+        ZR_CHECK_GOTO(check_names(&w, dir, cfg), st, done);
     }
-    ZR_CHECK_GOTO(zr_safetensors_open(&s, path), st, done);
-    ZR_CHECK_GOTO(check_names(&s, cfg), st, done);
     size_t most = 0;
     for (int u = 0; u < n; u++) {
         most = zr_engine_shard(e, u) > most ? zr_engine_shard(e, u) : most;
     }
     ZR_ALLOC_GOTO(shard, most, st, done);
     for (int u = 0; u < n; u++) {
-        ZR_CHECK_GOTO(load_shard(e, &s, cfg, u, shard), st, done);
+        ZR_CHECK_GOTO(load_shard(e, &w, dir, cfg, u, shard), st, done);
     }
 done:
     zr_free(shard);
-    zr_safetensors_close(&s);
+    zr_hf_weights_close(&w);
     /* every rank gets here, loaded or not: the first failure is every rank's before the
        collective rebuild of the working parameters */
     ZR_CHECK(zr_comm_agree(e->comm, st));

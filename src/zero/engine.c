@@ -569,6 +569,28 @@ static void pool_rates(const zr_engine_config *cfg, double *gathered, double *in
     }
 }
 
+/* Padded elements of the k largest of the units (k at most 8). */
+static double top_units(const zr_unit_spec *units, int nunits, size_t W, int k)
+{
+    double top[8] = {0};
+    k = k < 1 ? 1 : k > 8 ? 8 : k;
+    for (int u = 0; u < nunits; u++) {
+        double p = (double)zr_round_up(units[u].numel == 0 ? 1 : units[u].numel, W * ZR_ZERO_PAD);
+        for (int i = 0; i < k; i++) {
+            if (p > top[i]) {
+                double t = top[i];
+                top[i] = p;
+                p = t;
+            }
+        }
+    }
+    double sum = 0;
+    for (int i = 0; i < k; i++) {
+        sum += top[i];
+    }
+    return sum;
+}
+
 zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm *comm, int nunits,
                                      const zr_unit_spec *units, int held, int ahead)
 {
@@ -581,16 +603,19 @@ zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm 
         total += (double)padded;
         big = (double)padded > big ? (double)padded : big;
     }
-    /* Elements the pool may serve at once, each slot counted at the largest
-       unit: gathers (held + what prefetch may add), reductions in flight
-       (up to reduce_bucket, or one unit) and gradients being computed. */
-    double held_el = (double)held * big;
+    /* Elements the pool may serve at once, each slot counted at one of the
+       largest units (distinct units: k slots hold at most the k largest,
+       which a model with one large unit, an embedding of a large vocabulary,
+       is far below k times its largest): gathers (held + what prefetch may
+       add), reductions in flight (up to reduce_bucket, or one unit, and the
+       one being added) and gradients being computed. */
+    double held_el = top_units(units, nunits, W, held);
     double gathered = 0, inflight, computing = 0;
     if (plan.params == ZR_SHARDED) {
         double pre = cfg->overlap ? fmin((double)cfg->prefetch_bucket, (double)cfg->max_live) : 0;
-        gathered = fmin(total, held_el + fmin(pre, (double)ahead * big));
+        gathered = fmin(total, held_el + fmin(pre, top_units(units, nunits, W, held + ahead) - held_el));
     }
-    inflight = fmin(total, fmax((double)cfg->reduce_bucket, big) + big);
+    inflight = fmin(total, big + fmax((double)cfg->reduce_bucket, top_units(units, nunits, W, 2) - big));
     if (plan.grads == ZR_SHARDED) {
         computing = fmin(total, held_el);
     }
