@@ -183,10 +183,49 @@ static void check_floor1(const char *what, const ops_row *r, const float *got, c
 }
 
 /*
+ * NKV = NH: GPT-2's attention (attention_*_variant) on the same q, k, v cut into one qkv gives
+ * the grouped one's bits (g: its device out, lse, dq, dk, dv, in this order): one layout.
+ */
+static void gqa_as_mha(ops_backend *be, const ops_row *r, int variant, const float *q,
+                       const float *k, const float *v, const float *dout, void *const *g)
+{
+    int B = r->a, T = r->b, NH = r->c, C = NH * r->x, BT = B * T;
+    size_t no = (size_t)BT * C, nl = (size_t)B * NH * T;
+    float *qkv = malloc(3 * no * 4), *h1 = malloc(3 * no * 4), *h2 = malloc(3 * no * 4);
+    for (int i = 0; i < BT; i++) {
+        const float *src[3] = {q, k, v};
+        for (int part = 0; part < 3; part++) {
+            memcpy(qkv + ((size_t)i * 3 + part) * C, src[part] + (size_t)i * C, C * 4);
+        }
+    }
+    void *d_qkv = bput(be, qkv, 3 * no, r->t), *d_do = bput(be, dout, no, r->t);
+    void *d_out = bpoison(be, no), *d_lse = bpoison(be, nl), *d_dqkv = bpoison(be, 3 * no);
+    void *d_dl = bpoison(be, nl);
+    TEST_OK(be->ops->attention_fwd_variant(variant, r->t, d_out, d_lse, d_qkv, B, T, C, NH,
+                                           be->stream));
+    TEST_OK(be->ops->attention_bwd_variant(variant, 0, r->t, d_dqkv, d_dl, d_do, d_qkv, d_out,
+                                           d_lse, B, T, C, NH, be->stream));
+    bget(be, h1, d_out, no, r->t), bget(be, h2, g[0], no, r->t);
+    check("out as GPT-2's", r, h1, h2, no, SAME_BITS);
+    bget(be, h1, d_lse, nl, ZR_DTYPE_F32), bget(be, h2, g[1], nl, ZR_DTYPE_F32);
+    check("lse as GPT-2's", r, h1, h2, nl, SAME_BITS);
+    bget(be, h1, d_dqkv, 3 * no, r->t);
+    for (int part = 0; part < 3; part++) {
+        bget(be, h2, g[2 + part], no, r->t);
+        qkv_part(qkv, h1, BT, C, part);
+        check("dq, dk, dv as GPT-2's", r, qkv, h2, no, SAME_BITS);
+    }
+    void *ds[] = {d_qkv, d_do, d_out, d_lse, d_dqkv, d_dl};
+    bfree_n(be, ds, sizeof ds / sizeof ds[0]);
+    free(qkv), free(h1), free(h2);
+}
+
+/*
  * a = B, b = T, c = NH, d = NKV, x = hd: out, lse, dq, dk, dv against the
  * CPU's zr_op_attention_gqa_fwd / _bwd on the same inputs, for every kernel
- * that applies (the scalar ones, variant -1, always; the tensor-core ones
- * where attention_tensor_cores says so); the backward run twice, the same bits
+ * that applies (the scalar ones, variant -1, always; the tensor-core ones,
+ * every variant, where attention_tensor_cores says so); the backward run twice, the same bits; with
+ * NKV = NH the bits of GPT-2's attention on the same tensors
  */
 static int run_gqa(const ops_op *op, const ops_row *r, ops_backend *be)
 {
@@ -212,11 +251,12 @@ static int run_gqa(const ops_op *op, const ops_row *r, ops_backend *be)
     void *d_do = bput(be, dout, nq, r->t), *d_out = bpoison(be, nq), *d_lse = bpoison(be, nl);
     void *d_dq = bpoison(be, nq), *d_dk = bpoison(be, nk), *d_dv = bpoison(be, nk);
     void *d_dl = bpoison(be, nl);
-    for (int variant = -1; variant <= (tc ? 0 : -1); variant++) {
+    for (int variant = -1; variant < (tc ? ZR_OP_CUDA_ATT_VARIANTS : 0); variant++) {
         TEST_OK(be->ops->attention_gqa_fwd(variant, r->t, d_out, d_lse, d_q, d_k, d_v, B, T, NH,
                                            NKV, hd, be->stream));
         bget(be, got, d_out, nq, r->t);
-        check(variant < 0 ? "out (scalar kernels)" : "out (tensor cores)", r, got, out, nq, tol);
+        check(variant < 0 ? "out (scalar kernels)" : "out (tensor cores, a variant)", r, got, out,
+              nq, tol);
         bget(be, got, d_lse, nl, ZR_DTYPE_F32);
         check("log-sum-exp", r, got, lse, nl, bf ? 1e-3 / (lmax > 0.0 ? lmax : 1.0) : 1e-6);
         for (int rep = 0; rep < 2; rep++) { /* the second run: the first's dk bits */
@@ -232,6 +272,10 @@ static int run_gqa(const ops_op *op, const ops_row *r, ops_backend *be)
         check_floor1("dq", r, got, dq, nq, tol);
         bget(be, got, d_dv, nk, r->t);
         check_floor1("dv", r, got, dv, nk, tol);
+        if (NKV == NH) {
+            void *g[] = {d_out, d_lse, d_dq, d_dk, d_dv};
+            gqa_as_mha(be, r, variant, q, k, v, dout, g);
+        }
     }
     void *ds[] = {d_q, d_k, d_v, d_do, d_out, d_lse, d_dq, d_dk, d_dv, d_dl};
     bfree_n(be, ds, sizeof ds / sizeof ds[0]);
@@ -300,6 +344,7 @@ static const ops_row llama_rows[] = {
     {&OP_GQA, 1, 13, 9, 3, 1, ZR_DTYPE_F32, 64},   /* SmolLM2-135M: 9 heads, 3 KV heads */
     {&OP_GQA, 2, 70, 9, 3, 1, ZR_DTYPE_BF16, 64},  /* tensor cores, two blocks, a short one */
     {&OP_GQA, 1, 65, 4, 1, 1, ZR_DTYPE_BF16, 32},  /* MQA on tensor cores */
+    {&OP_GQA, 1, 70, 2, 2, 1, ZR_DTYPE_BF16, 64},  /* MHA on tensor cores: GPT-2's bits */
     {&OP_GQA, 1, 40, 4, 2, 1, ZR_DTYPE_BF16, 128}, /* 128 grouped: the scalar kernels */
     {&OP_GQA, 1, 1, 6, 3, 1, ZR_DTYPE_F32, 40},    /* T = 1 */
 };
