@@ -345,6 +345,7 @@ static const ops_row llama_rows[] = {
     {&OP_GQA, 2, 70, 9, 3, 1, ZR_DTYPE_BF16, 64},  /* tensor cores, two blocks, a short one */
     {&OP_GQA, 1, 65, 4, 1, 1, ZR_DTYPE_BF16, 32},  /* MQA on tensor cores */
     {&OP_GQA, 1, 70, 2, 2, 1, ZR_DTYPE_BF16, 64},  /* MHA on tensor cores: GPT-2's bits */
+    {&OP_GQA, 1, 257, 4, 2, 1, ZR_DTYPE_BF16, 64}, /* five query and key blocks, one of 1 */
     {&OP_GQA, 1, 40, 4, 2, 1, ZR_DTYPE_BF16, 128}, /* 128 grouped: the scalar kernels */
     {&OP_GQA, 1, 1, 6, 3, 1, ZR_DTYPE_F32, 40},    /* T = 1 */
 };

@@ -468,8 +468,7 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         const zr_bf16_t *base = fa_head(x, b, h, kh, T, HS).q;
         const zr_bf16_t *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
         if (DB) {
-            __syncthreads(); /* K, V (or the last head's tiles) are read: buffer 0 takes a query
-                                tile */
+            __syncthreads(); /* K, V or the last head's tiles are read: buffer 0 takes the next */
             fa_fetch<HS, DB>(sm.t0, sm.t1, base, dbase, ld, (size_t)C, k0, T, vec);
             fa_load_rows(sm.Ls, lse + (size_t)bh * T, k0, T, FA_LOG2E);
             fa_load_rows(sm.Ds, delta + (size_t)bh * T, k0, T, 1.0f);
