@@ -228,6 +228,8 @@ $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 # Contraction per folder: exact everywhere but the model's kernels.
 NVCC_FMAD = --fmad=false
 $(BUILD)/obj/src/model/%.cu.o: NVCC_FMAD = --fmad=true
+# but the Llama family's element rules, the CPU's bits (src/model/llama_rules.h)
+$(BUILD)/obj/src/model/llama_cuda.cu.o: NVCC_FMAD = --fmad=false
 $(BUILD)/obj/%.cu.o: %.cu $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FMAD) $(NVCCFLAGS) -MMD -MP -MF $(@:.o=.d) -c $< -o $@ 2>$(@:.o=.ptxas); \

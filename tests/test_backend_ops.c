@@ -540,7 +540,15 @@ static const ops_row rows[] = {
     {&OP_SUMSQ, 10, 0, 1, 0, 0, ZR_DTYPE_F32, 0}, /* a NaN: NaN */
 };
 
+#include "backend_ops_llama.h" /* llama_rows: the Llama family's (issue 43) */
+
 /* ---- the walk ------------------------------------------------------------------------------- */
+
+/* Every row: GPT-2's and the rest (rows), then the Llama family's (llama_rows). */
+#define NROWS (sizeof rows / sizeof rows[0] + sizeof llama_rows / sizeof llama_rows[0])
+#define ROW_AT(i)                                                                                  \
+    ((i) < sizeof rows / sizeof rows[0] ? &rows[i]                                                 \
+                                        : &llama_rows[(i) - sizeof rows / sizeof rows[0]])
 
 static int rows_run, rows_skipped;
 
@@ -549,18 +557,19 @@ static void test_rows(void)
     for (size_t b = 0; b < sizeof backends / sizeof backends[0]; b++) {
         ops_backend *be = &backends[b];
         int run = 0, skipped = 0, cases = ops_cases;
-        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        for (size_t i = 0; i < NROWS; i++) {
             int before = zr_test_checks;
-            if (rows[i].op->run(rows[i].op, &rows[i], be)) {
+            const ops_row *row = ROW_AT(i);
+            if (row->op->run(row->op, row, be)) {
                 run++;
                 TEST_CHECKF(zr_test_checks > before, "row %zu (%s) compared nothing", i,
-                            rows[i].op->name);
+                            row->op->name);
             } else {
                 skipped++;
             }
         }
         printf("  backend %s: %d of %zu rows run (%d without the op), %d comparisons\n", be->name,
-               run, sizeof rows / sizeof rows[0], skipped, ops_cases - cases);
+               run, NROWS, skipped, ops_cases - cases);
         rows_run += run;
         rows_skipped += skipped;
     }
@@ -582,6 +591,12 @@ static void test_arguments(void)
                "a multiple of NH");
     TEST_FAILS(be->ops->xent_fwd(ZR_DTYPE_F32, d, d, d, NULL, 1, 9, 8, st), ZR_ERR_INVALID,
                "Vp >= V");
+    TEST_FAILS(be->ops->attention_gqa_fwd(0, ZR_DTYPE_F32, d, d, d, d, d, 1, 1, 4, 3, 8, st),
+               ZR_ERR_INVALID, "NKV must divide NH");
+    TEST_FAILS(be->ops->rope_fwd(ZR_DTYPE_F32, d, d, d, d, 1, 1, 1, 3, st), ZR_ERR_INVALID,
+               "head size 3");
+    TEST_FAILS(be->ops->swiglu_fwd(ZR_DTYPE_F32, d, d, d, 1, 4, 3, st), ZR_ERR_INVALID,
+               "row stride 3");
     TEST_FAILS(be->ops->bias_add((zr_dtype)9, d, d, 1, 1, st), ZR_ERR_INVALID,
                "neither fp32 nor bf16");
     TEST_FAILS(zr_quant_cuda_add(d, d, (zr_dtype)7, 4, st), ZR_ERR_INVALID, "dtype");
@@ -598,14 +613,14 @@ static int list_ops(void)
 {
     const ops_op *seen[64];
     int n = 0;
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        const ops_op *op = rows[i].op;
+    for (size_t i = 0; i < NROWS; i++) {
+        const ops_op *op = ROW_AT(i)->op;
         int k = 0, count = 0;
         while (k < n && seen[k] != op) {
             k++;
         }
-        for (size_t j = 0; j < sizeof rows / sizeof rows[0]; j++) {
-            count += rows[j].op == op;
+        for (size_t j = 0; j < NROWS; j++) {
+            count += ROW_AT(j)->op == op;
         }
         if (k == n && n < 64) {
             seen[n++] = op;
@@ -614,7 +629,7 @@ static int list_ops(void)
         }
     }
     printf("%d ops, %zu rows (tolerance 0: the same bits; -1: the same bits or both NaN)\n", n,
-           sizeof rows / sizeof rows[0]);
+           NROWS);
     return 0;
 }
 

@@ -33,6 +33,13 @@
  * Since issue 42 these kernels run for fp32 storage and for head sizes other
  * than 32, 64 and 128; bf16 with those head sizes runs on tensor cores
  * (attention_flash.cu), which the tests check against these.
+ *
+ * Grouped key and value heads (issue 43: Llama, Mistral, Qwen2): the
+ * operands are where zr_op_k_qkv says (GPT-2: columns of qkv; GQA: q, k, v
+ * of their own, NH and NKV heads a row), query head h reading key and value
+ * head h / group. att_bwd_kv then takes the R key rows of one (batch, key
+ * head) and walks the query tiles of the group's query heads one head after
+ * another, so dK and dV still have one writer and one order of additions.
  */
 #include "ops_cuda_impl.h"
 #include "ops_cuda_vec.h"
@@ -114,20 +121,35 @@ __device__ __forceinline__ void warp_rows(int first_of_block, int T, int *first,
     *last = *first >= T ? -1 : min(*first + 32 / G - 1, T - 1);
 }
 
+/* Head h of batch b reading key and value head kh: its first q element, its k and v offset. */
+template <typename S> struct att_head {
+    const S *q;
+    size_t kv;
+    __device__ att_head(zr_op_k_qkv x, int b, int h, int kh, int T, int hs)
+    {
+        q = static_cast<const S *>(x.q) + (size_t)b * T * (size_t)x.lq + (size_t)h * hs;
+        kv = (size_t)b * T * (size_t)x.lkv + (size_t)kh * hs;
+    }
+};
+
+template <typename S> __device__ __forceinline__ const S *kv_at(const void *p, size_t at)
+{
+    return static_cast<const S *>(p) + at;
+}
+
 template <typename S, int G>
 __global__ void __launch_bounds__(ATT_THREADS)
-    att_fwd(S *out, float *lse, const S *qkv, int T, int C, int NH, float scale, int vec)
+    att_fwd(S *out, float *lse, zr_op_k_qkv x, int T, int C, int NH, float scale, int vec)
 {
     constexpr int R = att_tile<G>::R, BK = att_tile<G>::BK, HSP = att_tile<G>::HSP;
     ZR_SHARED_DYNAMIC(float, sm);
     float *ks = sm, *vs = sm + BK * HSP;
     const int hs = C / NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t ld = 3 * (size_t)C;
-    const S *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const att_head<S> hd(x, b, h, h / x.group, T, hs);
     const int q0 = blockIdx.x * R, row = q0 + threadIdx.x / G, lane = threadIdx.x % G;
     const int r = min(row, T - 1);
     float q[ATT_D], o[ATT_D];
-    load_row<S, G>(q, base + (size_t)r * ld, lane, hs);
+    load_row<S, G>(q, hd.q + (size_t)r * (size_t)x.lq, lane, hs);
     ZR_UNROLL
     for (int d = 0; d < ATT_D; d++) {
         o[d] = 0.0f;
@@ -138,8 +160,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int kend = min(q0 + R, T);
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads(); /* the previous tile is no longer read */
-        load_tile<S, BK, HSP>(ks, base + C, k0, T, hs, ld, vec);
-        load_tile<S, BK, HSP>(vs, base + 2 * C, k0, T, hs, ld, vec);
+        load_tile<S, BK, HSP>(ks, kv_at<S>(x.k, hd.kv), k0, T, hs, x.lkv, vec);
+        load_tile<S, BK, HSP>(vs, kv_at<S>(x.v, hd.kv), k0, T, hs, x.lkv, vec);
         __syncthreads();
         if (k0 > wlast) {
             continue; /* the whole warp: no row of it sees these keys */
@@ -220,77 +242,80 @@ __global__ void __launch_bounds__(ATT_THREADS)
  */
 template <typename S, int G>
 __global__ void __launch_bounds__(ATT_THREADS, 1)
-    att_bwd_kv(S *dqkv, const S *qkv, const S *dout, const float *lse, const float *delta, int T,
-               int C, int NH, float scale, int vec)
+    att_bwd_kv(zr_op_k_qkv x, const S *dout, const float *lse, const float *delta, int T, int C,
+               int NH, float scale, int vec)
 {
     constexpr int R = att_tile<G>::R, BQ = att_tile<G>::BK, HSP = att_tile<G>::HSP;
     ZR_SHARED_DYNAMIC(float, sm);
     float *qs = sm, *dos = sm + BQ * HSP, *ls = dos + BQ * HSP, *ds = ls + BQ;
-    const int hs = C / NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t ld = 3 * (size_t)C;
-    const S *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
-    const S *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+    const int hs = C / NH, NKV = NH / x.group, b = blockIdx.y / NKV, kh = blockIdx.y % NKV;
+    const att_head<S> kv(x, b, kh * x.group, kh, T, hs);
     const int k0 = blockIdx.x * R, j = k0 + threadIdx.x / G, lane = threadIdx.x % G;
     const int rj = min(j, T - 1);
     float k[ATT_D], v[ATT_D], dk[ATT_D], dv[ATT_D];
-    load_row<S, G>(k, base + (size_t)rj * ld + C, lane, hs);
-    load_row<S, G>(v, base + (size_t)rj * ld + 2 * C, lane, hs);
+    load_row<S, G>(k, kv_at<S>(x.k, kv.kv) + (size_t)rj * (size_t)x.lkv, lane, hs);
+    load_row<S, G>(v, kv_at<S>(x.v, kv.kv) + (size_t)rj * (size_t)x.lkv, lane, hs);
     ZR_UNROLL
     for (int d = 0; d < ATT_D; d++) {
         dk[d] = dv[d] = 0.0f;
     }
     int wfirst, wlast;
     warp_rows<G>(k0, T, &wfirst, &wlast);
-    for (int i0 = k0; i0 < T; i0 += BQ) {
-        __syncthreads();
-        load_tile<S, BQ, HSP>(qs, base, i0, T, hs, ld, vec);
-        load_tile<S, BQ, HSP>(dos, dbase, i0, T, hs, (size_t)C, vec);
-        for (int t = threadIdx.x; t < BQ; t += ATT_THREADS) {
-            int i = i0 + t;
-            ls[t] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
-            ds[t] = i < T ? delta[(size_t)bh * T + i] : 0.0f;
-        }
-        __syncthreads();
-        /* warp-uniform bounds: queries from the warp's first key on, and below T */
-        const int ii0 = wfirst >= T ? BQ : max(0, wfirst - i0), nq = min(BQ, T - i0);
-        /* not unrolled: nothing in registers is indexed by ii, and unrolling spills */
-        for (int ii = ii0; ii < nq; ii++) {
-            int i = i0 + ii;
-            const float *qi = qs + ii * HSP, *doi = dos + ii * HSP;
-            float sc = row_dot<G>(k, qi, lane);
-            float p = i >= j && i < T ? expf(sc * scale - ls[ii]) : 0.0f;
-            float dp = row_dot<G>(v, doi, lane);
-            float dsv = p * (dp - ds[ii]);
-            ZR_UNROLL
-            for (int d = 0; d < ATT_D; d++) {
-                dv[d] += p * doi[d * G + lane];
-                dk[d] += dsv * qi[d * G + lane];
+    /* the group's query heads in order, each from the block's first key on */
+    for (int h = kh * x.group, it = 0; it < x.group; h++, it++) {
+        const int bh = b * NH + h;
+        const att_head<S> hd(x, b, h, kh, T, hs);
+        const S *dbase = dout + (size_t)b * T * C + (size_t)h * hs;
+        for (int i0 = k0; i0 < T; i0 += BQ) {
+            __syncthreads();
+            load_tile<S, BQ, HSP>(qs, hd.q, i0, T, hs, x.lq, vec);
+            load_tile<S, BQ, HSP>(dos, dbase, i0, T, hs, (size_t)C, vec);
+            for (int t = threadIdx.x; t < BQ; t += ATT_THREADS) {
+                int i = i0 + t;
+                ls[t] = i < T ? lse[(size_t)bh * T + i] : 0.0f;
+                ds[t] = i < T ? delta[(size_t)bh * T + i] : 0.0f;
+            }
+            __syncthreads();
+            /* warp-uniform bounds: queries from the warp's first key on, and below T */
+            const int ii0 = wfirst >= T ? BQ : max(0, wfirst - i0), nq = min(BQ, T - i0);
+            /* not unrolled: nothing in registers is indexed by ii, and unrolling spills */
+            for (int ii = ii0; ii < nq; ii++) {
+                int i = i0 + ii;
+                const float *qi = qs + ii * HSP, *doi = dos + ii * HSP;
+                float sc = row_dot<G>(k, qi, lane);
+                float p = i >= j && i < T ? expf(sc * scale - ls[ii]) : 0.0f;
+                float dp = row_dot<G>(v, doi, lane);
+                float dsv = p * (dp - ds[ii]);
+                ZR_UNROLL
+                for (int d = 0; d < ATT_D; d++) {
+                    dv[d] += p * doi[d * G + lane];
+                    dk[d] += dsv * qi[d * G + lane];
+                }
             }
         }
     }
     if (j < T) {
-        S *dst = dqkv + ((size_t)b * T + j) * ld + (size_t)h * hs;
-        store_row<S, G>(dst + C, dk, scale, lane, hs);
-        store_row<S, G>(dst + 2 * C, dv, 1.0f, lane, hs);
+        const size_t at = ((size_t)b * T + j) * (size_t)x.lkv + (size_t)kh * hs;
+        store_row<S, G>(static_cast<S *>(x.dk) + at, dk, scale, lane, hs);
+        store_row<S, G>(static_cast<S *>(x.dv) + at, dv, 1.0f, lane, hs);
     }
 }
 
 /* dQ of R query rows: walk the key tiles up to the block's last query. */
 template <typename S, int G>
 __global__ void __launch_bounds__(ATT_THREADS)
-    att_bwd_q(S *dqkv, const S *qkv, const S *dout, const float *lse, const float *delta, int T,
-              int C, int NH, float scale, int vec)
+    att_bwd_q(zr_op_k_qkv x, const S *dout, const float *lse, const float *delta, int T, int C,
+              int NH, float scale, int vec)
 {
     constexpr int R = att_tile<G>::R, BK = att_tile<G>::BK, HSP = att_tile<G>::HSP;
     ZR_SHARED_DYNAMIC(float, sm);
     float *ks = sm, *vs = sm + BK * HSP;
     const int hs = C / NH, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const size_t ld = 3 * (size_t)C;
-    const S *base = qkv + (size_t)b * T * ld + (size_t)h * hs;
+    const att_head<S> hd(x, b, h, h / x.group, T, hs);
     const int q0 = blockIdx.x * R, row = q0 + threadIdx.x / G, lane = threadIdx.x % G;
     const int r = min(row, T - 1);
     float q[ATT_D], g[ATT_D], dq[ATT_D];
-    load_row<S, G>(q, base + (size_t)r * ld, lane, hs);
+    load_row<S, G>(q, hd.q + (size_t)r * (size_t)x.lq, lane, hs);
     load_row<S, G>(g, dout + ((size_t)b * T + r) * C + (size_t)h * hs, lane, hs);
     ZR_UNROLL
     for (int d = 0; d < ATT_D; d++) {
@@ -302,8 +327,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const int kend = min(q0 + R, T);
     for (int k0 = 0; k0 < kend; k0 += BK) {
         __syncthreads();
-        load_tile<S, BK, HSP>(ks, base + C, k0, T, hs, ld, vec);
-        load_tile<S, BK, HSP>(vs, base + 2 * C, k0, T, hs, ld, vec);
+        load_tile<S, BK, HSP>(ks, kv_at<S>(x.k, hd.kv), k0, T, hs, x.lkv, vec);
+        load_tile<S, BK, HSP>(vs, kv_at<S>(x.v, hd.kv), k0, T, hs, x.lkv, vec);
         __syncthreads();
         const int nk = min(BK, wlast - k0 + 1); /* warp-uniform; <= 0: nothing to do */
         for (int jj = 0; jj < nk; jj++) {       /* as in att_bwd_kv: not unrolled */
@@ -319,7 +344,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         }
     }
     if (row < T) {
-        store_row<S, G>(dqkv + ((size_t)b * T + row) * ld + (size_t)h * hs, dq, scale, lane, hs);
+        S *dst = static_cast<S *>(x.dq) + ((size_t)b * T + row) * (size_t)x.lq + (size_t)h * hs;
+        store_row<S, G>(dst, dq, scale, lane, hs);
     }
 }
 
@@ -330,8 +356,8 @@ template <typename S, int G> static cudaError_t fwd_t(const zr_op_k_att *a, cuda
     typedef att_tile<G> tl;
     dim3 grid((unsigned int)((a->T + tl::R - 1) / tl::R), (unsigned int)(a->B * a->NH));
     size_t shmem = 2 * (size_t)tl::BK * tl::HSP * sizeof(float);
-    ZR_LAUNCH((att_fwd<S, G>), grid, ATT_THREADS, shmem, s, sptr<S>(a->out), a->lse,
-              sptr<S>(a->qkv), a->T, a->C, a->NH, a->scale, a->vec);
+    ZR_LAUNCH((att_fwd<S, G>), grid, ATT_THREADS, shmem, s, sptr<S>(a->out), a->lse, a->x, a->T,
+              a->C, a->NH, a->scale, a->vec);
     return cudaGetLastError();
 }
 
@@ -347,15 +373,16 @@ template <typename S, int G> static cudaError_t bwd_t(const zr_op_k_att *a, cuda
     }
     const float *delta = a->delta;
     size_t shmem = (2 * (size_t)tl::BK * tl::HSP + 2 * (size_t)tl::BK) * sizeof(float);
-    ZR_LAUNCH((att_bwd_kv<S, G>), grid, ATT_THREADS, shmem, s, sptr<S>(a->dqkv), sptr<S>(a->qkv),
-              sptr<S>(a->dout), a->lse, delta, a->T, a->C, a->NH, a->scale, a->vec);
+    dim3 kvgrid(grid.x, (unsigned int)(a->B * (a->NH / a->x.group)));
+    ZR_LAUNCH((att_bwd_kv<S, G>), kvgrid, ATT_THREADS, shmem, s, a->x, sptr<S>(a->dout), a->lse,
+              delta, a->T, a->C, a->NH, a->scale, a->vec);
     err = cudaGetLastError();
     if (err != cudaSuccess) {
         return err;
     }
     shmem = 2 * (size_t)tl::BK * tl::HSP * sizeof(float);
-    ZR_LAUNCH((att_bwd_q<S, G>), grid, ATT_THREADS, shmem, s, sptr<S>(a->dqkv), sptr<S>(a->qkv),
-              sptr<S>(a->dout), a->lse, delta, a->T, a->C, a->NH, a->scale, a->vec);
+    ZR_LAUNCH((att_bwd_q<S, G>), grid, ATT_THREADS, shmem, s, a->x, sptr<S>(a->dout), a->lse, delta,
+              a->T, a->C, a->NH, a->scale, a->vec);
     return cudaGetLastError();
 }
 

@@ -24,6 +24,9 @@
  *   flash_bwd_dq   a block of queries walks the key tiles up to its
  *                  diagonal: dQ += dS K.
  * Every gradient has one writer: no atomics, the same bits every run.
+ * Grouped key and value heads (issue 43) as in attention_cuda.cu: the
+ * operands where zr_op_k_qkv says; flash_bwd_dkv's block of keys walks the
+ * query tiles of its group's query heads one head after another.
  *
  * Fragments are used only through load/store/mma/fill and operations that
  * are the same for every element, or element by element between two
@@ -307,10 +310,20 @@ __device__ __forceinline__ float fa_softmax(const float *f, fa_bf16 *p, int i, i
     return alpha;
 }
 
+/* Head h of batch b reading key and value head kh: its first q, k and v elements. */
+struct fa_head {
+    const zr_bf16_t *q, *k, *v;
+    __device__ fa_head(zr_op_k_qkv x, int b, int h, int kh, int T, int hs)
+    {
+        q = static_cast<const zr_bf16_t *>(x.q) + (size_t)b * T * (size_t)x.lq + (size_t)h * hs;
+        k = static_cast<const zr_bf16_t *>(x.k) + (size_t)b * T * (size_t)x.lkv + (size_t)kh * hs;
+        v = static_cast<const zr_bf16_t *>(x.v) + (size_t)b * T * (size_t)x.lkv + (size_t)kh * hs;
+    }
+};
+
 template <int HS, bool DB, bool SKIP>
 __global__ void __launch_bounds__(FA_THREADS, 1)
-    flash_fwd(zr_bf16_t *out, float *lse, const zr_bf16_t *qkv, int T, int C, int NH, float scale,
-              int vec)
+    flash_fwd(zr_bf16_t *out, float *lse, zr_op_k_qkv x, int T, int C, int NH, float scale, int vec)
 {
     typedef fa_cfg<HS, DB> cf;
     ZR_SHARED_DYNAMIC(char, smraw);
@@ -318,11 +331,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     fa_smem<HS, DB> sm(smraw, w);
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* the longest blocks first */
-    const size_t ld = 3 * (size_t)C;
-    const zr_bf16_t *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const fa_head hd(x, b, h, h / x.group, T, HS);
+    const size_t ld = x.lkv;
     frag_a qa[cf::NF];
     frag_c o[cf::NF];
-    fa_load_tile<HS>(sm.t0, base, q0, T, ld, vec);
+    fa_load_tile<HS>(sm.t0, hd.q, q0, T, x.lq, vec);
     __syncthreads();
     fa_rows_a<HS>(qa, sm.t0, w);
     ZR_UNROLL
@@ -334,19 +347,19 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     float m = -INFINITY, l = 0.0f;
     if (DB) {
         __syncthreads(); /* Q is read: buffer 0 takes the first key tile */
-        fa_fetch<HS, DB>(sm.t0, sm.t1, base + C, base + 2 * C, ld, ld, 0, T, vec);
+        fa_fetch<HS, DB>(sm.t0, sm.t1, hd.k, hd.v, ld, ld, 0, T, vec);
     }
     for (int k0 = 0, bf = 0; k0 <= q0; k0 += FA_ROWS, bf ^= DB ? 1 : 0) {
         if (DB) {
             __pipeline_wait_prior(0);
             __syncthreads(); /* tile bf is here; the other buffer is no longer read */
             if (k0 + FA_ROWS <= q0) {
-                fa_fetch<HS, DB>(sm.tile(bf ^ 1, 0), sm.tile(bf ^ 1, 1), base + C, base + 2 * C, ld,
-                                 ld, k0 + FA_ROWS, T, vec);
+                fa_fetch<HS, DB>(sm.tile(bf ^ 1, 0), sm.tile(bf ^ 1, 1), hd.k, hd.v, ld, ld,
+                                 k0 + FA_ROWS, T, vec);
             }
         } else {
             __syncthreads(); /* the previous tiles (and Q) are no longer read */
-            fa_fetch<HS, DB>(sm.t0, sm.t1, base + C, base + 2 * C, ld, ld, k0, T, vec);
+            fa_fetch<HS, DB>(sm.t0, sm.t1, hd.k, hd.v, ld, ld, k0, T, vec);
             __syncthreads();
         }
         const int nkf = k0 == q0 ? w + 1 : 4; /* on the diagonal: keys up to the warp's last row */
@@ -421,23 +434,24 @@ __device__ __forceinline__ void fa_dscores(const float *f, fa_bf16 *dsb, fa_bf16
     }
 }
 
-template <int HS, bool DB>
+template <int HS, bool DB, bool GQA>
 __global__ void __launch_bounds__(FA_THREADS, 1)
-    flash_bwd_dkv(zr_bf16_t *dqkv, const zr_bf16_t *qkv, const zr_bf16_t *dout, const float *lse,
-                  const float *delta, int T, int C, int NH, float scale, int vec)
+    flash_bwd_dkv(zr_op_k_qkv x, const zr_bf16_t *dout, const float *lse, const float *delta, int T,
+                  int C, int NH, float scale, int vec)
 {
     typedef fa_cfg<HS, DB> cf;
     ZR_SHARED_DYNAMIC(char, smraw);
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
     fa_smem<HS, DB> sm(smraw, w);
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = blockIdx.x * FA_ROWS;
-    const size_t ld = 3 * (size_t)C;
-    const zr_bf16_t *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
-    const zr_bf16_t *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
+    const int group = GQA ? x.group : 1, NKV = NH / group;
+    const int b = blockIdx.y / NKV, kh = blockIdx.y % NKV;
+    const int k0 = blockIdx.x * FA_ROWS;
+    const fa_head kv(x, b, kh * group, kh, T, HS);
+    const size_t ld = x.lq;
     frag_a ka[cf::NF], va[cf::NF];
     frag_c dk[cf::NF], dv[cf::NF];
-    fa_load_tile<HS>(sm.t0, base + C, k0, T, ld, vec);
-    fa_load_tile<HS>(sm.t1, base + 2 * C, k0, T, ld, vec);
+    fa_load_tile<HS>(sm.t0, kv.k, k0, T, x.lkv, vec);
+    fa_load_tile<HS>(sm.t1, kv.v, k0, T, x.lkv, vec);
     __syncthreads();
     fa_rows_a<HS>(ka, sm.t0, w);
     fa_rows_a<HS>(va, sm.t1, w);
@@ -448,55 +462,61 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     }
     const int j = k0 + 16 * w + lane / 2; /* this lane pair's key row */
     const float sl2 = scale * FA_LOG2E;
-    if (DB) {
-        __syncthreads(); /* K, V are read: buffer 0 takes the first query tile */
-        fa_fetch<HS, DB>(sm.t0, sm.t1, base, dbase, ld, (size_t)C, k0, T, vec);
-        fa_load_rows(sm.Ls, lse + (size_t)bh * T, k0, T, FA_LOG2E);
-        fa_load_rows(sm.Ds, delta + (size_t)bh * T, k0, T, 1.0f);
-    }
-    for (int i0 = k0, bf = 0; i0 < T; i0 += FA_ROWS, bf ^= DB ? 1 : 0) {
+    /* the group's query heads in order, each from the block's first key on */
+    for (int h = kh * group, it = 0; it < group; h++, it++) {
+        const int bh = b * NH + h;
+        const zr_bf16_t *base = fa_head(x, b, h, kh, T, HS).q;
+        const zr_bf16_t *dbase = dout + (size_t)b * T * C + (size_t)h * HS;
         if (DB) {
-            __pipeline_wait_prior(0);
-            __syncthreads(); /* tile bf is here; the other buffer is no longer read */
-            if (i0 + FA_ROWS < T) {
-                const int n0 = i0 + FA_ROWS, nb = bf ^ 1;
-                fa_fetch<HS, DB>(sm.tile(nb, 0), sm.tile(nb, 1), base, dbase, ld, (size_t)C, n0, T,
-                                 vec);
-                fa_load_rows(sm.rows(nb, 0), lse + (size_t)bh * T, n0, T, FA_LOG2E);
-                fa_load_rows(sm.rows(nb, 1), delta + (size_t)bh * T, n0, T, 1.0f);
+            __syncthreads(); /* K, V or the last head's tiles are read: buffer 0 takes the next */
+            fa_fetch<HS, DB>(sm.t0, sm.t1, base, dbase, ld, (size_t)C, k0, T, vec);
+            fa_load_rows(sm.Ls, lse + (size_t)bh * T, k0, T, FA_LOG2E);
+            fa_load_rows(sm.Ds, delta + (size_t)bh * T, k0, T, 1.0f);
+        }
+        for (int i0 = k0, bf = 0; i0 < T; i0 += FA_ROWS, bf ^= DB ? 1 : 0) {
+            if (DB) {
+                __pipeline_wait_prior(0);
+                __syncthreads(); /* tile bf is here; the other buffer is no longer read */
+                if (i0 + FA_ROWS < T) {
+                    const int n0 = i0 + FA_ROWS, nb = bf ^ 1;
+                    fa_fetch<HS, DB>(sm.tile(nb, 0), sm.tile(nb, 1), base, dbase, ld, (size_t)C, n0,
+                                     T, vec);
+                    fa_load_rows(sm.rows(nb, 0), lse + (size_t)bh * T, n0, T, FA_LOG2E);
+                    fa_load_rows(sm.rows(nb, 1), delta + (size_t)bh * T, n0, T, 1.0f);
+                }
+            } else {
+                __syncthreads(); /* the previous tiles (and K, V) are no longer read */
+                fa_fetch<HS, DB>(sm.t0, sm.t1, base, dbase, ld, (size_t)C, i0, T, vec);
+                fa_load_rows(sm.Ls, lse + (size_t)bh * T, i0, T, FA_LOG2E);
+                fa_load_rows(sm.Ds, delta + (size_t)bh * T, i0, T, 1.0f);
+                __syncthreads();
             }
-        } else {
-            __syncthreads(); /* the previous tiles (and K, V) are no longer read */
-            fa_fetch<HS, DB>(sm.t0, sm.t1, base, dbase, ld, (size_t)C, i0, T, vec);
-            fa_load_rows(sm.Ls, lse + (size_t)bh * T, i0, T, FA_LOG2E);
-            fa_load_rows(sm.Ds, delta + (size_t)bh * T, i0, T, 1.0f);
-            __syncthreads();
+            /* query parts at or after the warp's first key, and before T (warp-uniform) */
+            const int f0 = i0 == k0 ? w : 0, nf = min(4, (T - i0 + 15) / 16);
+            if (f0 >= nf) {
+                continue;
+            }
+            const fa_bf16 *qt = sm.tile(bf, 0), *gt = sm.tile(bf, 1);
+            fa_scores<HS>(sm.f, ka, qt, f0, nf);
+            fa_scores<HS>(sm.f + 16 * FA_SW, va, gt, f0, nf);
+            __syncwarp();
+            fa_dscores<true>(sm.f, sm.p + 16 * FA_PW, sm.p, j, i0, T, sl2, sm.rows(bf, 0),
+                             sm.rows(bf, 1), 0, 0);
+            __syncwarp();
+            fa_accum<HS>(dv, sm.p, gt, f0, nf);
+            fa_accum<HS>(dk, sm.p + 16 * FA_PW, qt, f0, nf);
+            __syncwarp(); /* p and f are read before the next tile writes them */
         }
-        /* query parts at or after the warp's first key, and before T (warp-uniform) */
-        const int f0 = i0 == k0 ? w : 0, nf = min(4, (T - i0 + 15) / 16);
-        if (f0 >= nf) {
-            continue;
-        }
-        const fa_bf16 *qt = sm.tile(bf, 0), *gt = sm.tile(bf, 1);
-        fa_scores<HS>(sm.f, ka, qt, f0, nf);
-        fa_scores<HS>(sm.f + 16 * FA_SW, va, gt, f0, nf);
-        __syncwarp();
-        fa_dscores<true>(sm.f, sm.p + 16 * FA_PW, sm.p, j, i0, T, sl2, sm.rows(bf, 0),
-                         sm.rows(bf, 1), 0, 0);
-        __syncwarp();
-        fa_accum<HS>(dv, sm.p, gt, f0, nf);
-        fa_accum<HS>(dk, sm.p + 16 * FA_PW, qt, f0, nf);
-        __syncwarp(); /* p and f are read before the next tile writes them */
     }
-    zr_bf16_t *dst = dqkv + ((size_t)b * T + min(j, T - 1)) * ld + (size_t)h * HS;
-    fa_store_rows<HS>(dst + C, dk, sm.f, j < T, scale, vec);
-    fa_store_rows<HS>(dst + 2 * C, dv, sm.f, j < T, 1.0f, vec);
+    const size_t at = ((size_t)b * T + min(j, T - 1)) * (size_t)x.lkv + (size_t)kh * HS;
+    fa_store_rows<HS>(static_cast<zr_bf16_t *>(x.dk) + at, dk, sm.f, j < T, scale, vec);
+    fa_store_rows<HS>(static_cast<zr_bf16_t *>(x.dv) + at, dv, sm.f, j < T, 1.0f, vec);
 }
 
 template <int HS, bool DB>
 __global__ void __launch_bounds__(FA_THREADS, 1)
-    flash_bwd_dq(zr_bf16_t *dqkv, const zr_bf16_t *qkv, const zr_bf16_t *dout, const float *lse,
-                 const float *delta, int T, int C, int NH, float scale, int vec)
+    flash_bwd_dq(zr_op_k_qkv x, const zr_bf16_t *dout, const float *lse, const float *delta, int T,
+                 int C, int NH, float scale, int vec)
 {
     typedef fa_cfg<HS, DB> cf;
     ZR_SHARED_DYNAMIC(char, smraw);
@@ -504,11 +524,11 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     fa_smem<HS, DB> sm(smraw, w);
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
     const int q0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS; /* the longest blocks first */
-    const size_t ld = 3 * (size_t)C;
-    const zr_bf16_t *base = qkv + (size_t)b * T * ld + (size_t)h * HS;
+    const fa_head hd(x, b, h, h / x.group, T, HS);
+    const size_t ld = x.lkv;
     frag_a qa[cf::NF], ga[cf::NF];
     frag_c dq[cf::NF];
-    fa_load_tile<HS>(sm.t0, base, q0, T, ld, vec);
+    fa_load_tile<HS>(sm.t0, hd.q, q0, T, x.lq, vec);
     fa_load_tile<HS>(sm.t1, dout + (size_t)b * T * C + (size_t)h * HS, q0, T, (size_t)C, vec);
     __syncthreads();
     fa_rows_a<HS>(qa, sm.t0, w);
@@ -522,19 +542,19 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
     const float Lr = lse[(size_t)bh * T + ri] * FA_LOG2E, Dr = delta[(size_t)bh * T + ri];
     if (DB) {
         __syncthreads(); /* Q, dO are read: buffer 0 takes the first key tile */
-        fa_fetch<HS, DB>(sm.t0, sm.t1, base + C, base + 2 * C, ld, ld, 0, T, vec);
+        fa_fetch<HS, DB>(sm.t0, sm.t1, hd.k, hd.v, ld, ld, 0, T, vec);
     }
     for (int k0 = 0, bf = 0; k0 <= q0; k0 += FA_ROWS, bf ^= DB ? 1 : 0) {
         if (DB) {
             __pipeline_wait_prior(0);
             __syncthreads(); /* tile bf is here; the other buffer is no longer read */
             if (k0 + FA_ROWS <= q0) {
-                fa_fetch<HS, DB>(sm.tile(bf ^ 1, 0), sm.tile(bf ^ 1, 1), base + C, base + 2 * C, ld,
-                                 ld, k0 + FA_ROWS, T, vec);
+                fa_fetch<HS, DB>(sm.tile(bf ^ 1, 0), sm.tile(bf ^ 1, 1), hd.k, hd.v, ld, ld,
+                                 k0 + FA_ROWS, T, vec);
             }
         } else {
             __syncthreads(); /* the previous tiles (and Q, dO) are no longer read */
-            fa_fetch<HS, DB>(sm.t0, sm.t1, base + C, base + 2 * C, ld, ld, k0, T, vec);
+            fa_fetch<HS, DB>(sm.t0, sm.t1, hd.k, hd.v, ld, ld, k0, T, vec);
             __syncthreads();
         }
         const int nkf = k0 == q0 ? w + 1 : 4; /* on the diagonal: keys up to the warp's last row */
@@ -546,8 +566,9 @@ __global__ void __launch_bounds__(FA_THREADS, 1)
         fa_accum<HS>(dq, sm.p, sm.tile(bf, 0), 0, nkf);
         __syncwarp();
     }
-    fa_store_rows<HS>(dqkv + ((size_t)b * T + ri) * ld + (size_t)h * HS, dq, sm.f, i < T, scale,
-                      vec);
+    zr_bf16_t *dst =
+        static_cast<zr_bf16_t *>(x.dq) + ((size_t)b * T + ri) * (size_t)x.lq + (size_t)h * HS;
+    fa_store_rows<HS>(dst, dq, sm.f, i < T, scale, vec);
 }
 
 /* ---- launchers -------------------------------------------------------------------------- */
@@ -567,7 +588,7 @@ static cudaError_t fa_fwd(const zr_op_k_att *a, cudaStream_t s)
     }
     dim3 grid((unsigned int)((a->T + FA_ROWS - 1) / FA_ROWS), (unsigned int)(a->B * a->NH));
     ZR_LAUNCH((flash_fwd<HS, DB, SKIP>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->out), a->lse,
-              sptr<zr_bf16_t>(a->qkv), a->T, a->C, a->NH, a->scale, a->vec);
+              a->x, a->T, a->C, a->NH, a->scale, a->vec);
     return cudaGetLastError();
 }
 
@@ -575,7 +596,8 @@ static cudaError_t fa_fwd(const zr_op_k_att *a, cudaStream_t s)
 template <int HS, bool DB> static cudaError_t fa_bwd(const zr_op_k_att *a, cudaStream_t s)
 {
     const size_t shm = fa_cfg<HS, DB>::SHMEM;
-    cudaError_t err = fa_shmem(flash_bwd_dkv<HS, DB>, shm);
+    cudaError_t err = fa_shmem(flash_bwd_dkv<HS, DB, false>, shm);
+    err = err == cudaSuccess && HS < 128 ? fa_shmem(flash_bwd_dkv<HS, DB, (HS < 128)>, shm) : err;
     err = err == cudaSuccess ? fa_shmem(flash_bwd_dq<HS, DB>, shm) : err;
     if (err != cudaSuccess) {
         return err;
@@ -592,17 +614,21 @@ template <int HS, bool DB> static cudaError_t fa_bwd(const zr_op_k_att *a, cudaS
     const float *delta = a->delta;
     dim3 grid((unsigned int)((a->T + FA_ROWS - 1) / FA_ROWS), (unsigned int)(a->B * a->NH));
     if (a->part == 0 || a->part == 2) {
-        ZR_LAUNCH((flash_bwd_dkv<HS, DB>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->dqkv),
-                  sptr<zr_bf16_t>(a->qkv), sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C,
-                  a->NH, a->scale, a->vec);
+        dim3 kvgrid(grid.x, (unsigned int)(a->B * (a->NH / a->x.group)));
+        if (a->x.group > 1 && HS < 128) { /* 128: dK, dV and the group's walk would spill */
+            ZR_LAUNCH((flash_bwd_dkv<HS, DB, (HS < 128)>), kvgrid, FA_THREADS, shm, s, a->x,
+                      sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C, a->NH, a->scale, a->vec);
+        } else {
+            ZR_LAUNCH((flash_bwd_dkv<HS, DB, false>), kvgrid, FA_THREADS, shm, s, a->x,
+                      sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C, a->NH, a->scale, a->vec);
+        }
         if ((err = cudaGetLastError()) != cudaSuccess) {
             return err;
         }
     }
     if (a->part == 0 || a->part == 3) {
-        ZR_LAUNCH((flash_bwd_dq<HS, DB>), grid, FA_THREADS, shm, s, sptr<zr_bf16_t>(a->dqkv),
-                  sptr<zr_bf16_t>(a->qkv), sptr<zr_bf16_t>(a->dout), a->lse, delta, a->T, a->C,
-                  a->NH, a->scale, a->vec);
+        ZR_LAUNCH((flash_bwd_dq<HS, DB>), grid, FA_THREADS, shm, s, a->x, sptr<zr_bf16_t>(a->dout),
+                  a->lse, delta, a->T, a->C, a->NH, a->scale, a->vec);
     }
     return cudaGetLastError();
 }

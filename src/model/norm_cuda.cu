@@ -273,9 +273,10 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
  * y every COL_ROWS-th row from the range's start + y, in order; then thread
  * t of the block adds the row lanes' sums of column t in lane order. LN
  * (NOUT = 2): part 0 sums (x - mean) * rstd * d (the weight's gradient),
- * part 1 sums d. The order depends on N and C only: the same bits every run.
+ * part 1 sums d. RMS (RMSNorm's weight, NOUT = 1): sums (x * rstd) * d.
+ * The order depends on N and C only: the same bits every run.
  */
-template <typename S, int NOUT>
+template <typename S, int NOUT, bool RMS = false>
 __global__ void __launch_bounds__(COL_THREADS)
     colsum_part(float *part, const S *d, const S *x, const float *mean, const float *rstd, int N,
                 int C, int rpp, int vec)
@@ -297,9 +298,18 @@ __global__ void __launch_bounds__(COL_THREADS)
                     a0[i] += (xv[i] - mu) * rs * dv[i];
                 }
             }
-            ZR_UNROLL
-            for (int i = 0; i < 8; i++) {
-                a1[i] += dv[i];
+            if (RMS) {
+                float xv[8], rs = rstd[r];
+                load8(x + zr_op_offset((uint64_t)r, C, col), m, vec, xv);
+                ZR_UNROLL
+                for (int i = 0; i < 8; i++) {
+                    a1[i] += (xv[i] * rs) * dv[i];
+                }
+            } else {
+                ZR_UNROLL
+                for (int i = 0; i < 8; i++) {
+                    a1[i] += dv[i];
+                }
             }
         }
     }
@@ -413,14 +423,14 @@ extern "C" cudaError_t zr_op_k_launch_layernorm_fwd(int bf16, const zr_op_k_ln *
 }
 
 /* The two passes of a column sum into out0 (and out1 for a LayerNorm's weights). */
-template <typename S, int NOUT>
+template <typename S, int NOUT, bool RMS = false>
 static cudaError_t colsum_t(void *out0, void *out1, const void *d, const void *x, const float *mean,
                             const float *rstd, int N, int C, float *scratch, int vec,
                             cudaStream_t s)
 {
     int parts = zr_op_k_colsum_parts(N), rpp = (N + parts - 1) / parts;
     dim3 grid((unsigned int)((C + COL_SPAN - 1) / COL_SPAN), (unsigned int)parts);
-    ZR_LAUNCH((colsum_part<S, NOUT>), grid, COL_THREADS, 0, s, scratch, sptr<S>(d), sptr<S>(x),
+    ZR_LAUNCH((colsum_part<S, NOUT, RMS>), grid, COL_THREADS, 0, s, scratch, sptr<S>(d), sptr<S>(x),
               mean, rstd, N, C, rpp, vec);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
@@ -486,4 +496,13 @@ extern "C" cudaError_t zr_op_k_launch_colsum(int bf16, void *db, const void *d, 
     const float *none = nullptr;
     return bf16 ? colsum_t<zr_bf16_t, 1>(db, db, d, d, none, none, N, OC, scratch, vec, s)
                 : colsum_t<float, 1>(db, db, d, d, none, none, N, OC, scratch, vec, s);
+}
+
+extern "C" cudaError_t zr_op_k_launch_rmsnorm_dw(int bf16, void *dw, const void *dout,
+                                                 const void *inp, const float *rstd, int N, int C,
+                                                 float *scratch, int vec, cudaStream_t s)
+{
+    const float *none = nullptr;
+    return bf16 ? colsum_t<zr_bf16_t, 1, true>(dw, dw, dout, inp, none, rstd, N, C, scratch, vec, s)
+                : colsum_t<float, 1, true>(dw, dw, dout, inp, none, rstd, N, C, scratch, vec, s);
 }

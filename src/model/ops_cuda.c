@@ -1,8 +1,9 @@
 /*
- * ops_cuda.c - the C API of GPT-2's CUDA operators (ops_table.h: the instance zr_ops_cuda):
- * argument checks, where 16-byte accesses are allowed, the attention's lane count, and launch
- * errors as zr_status. The kernels are ops_cuda.cu, norm_cuda.cu, xent_cuda.cu and
- * attention_cuda.cu, seen only through their launchers (ops_cuda_impl.h).
+ * ops_cuda.c - the C API of GPT-2's and the Llama family's CUDA operators (ops_table.h: the
+ * instance zr_ops_cuda): argument checks, where 16-byte accesses are allowed, the attention's
+ * lane count and kernels (tensor cores or scalar), and launch errors as zr_status. The kernels
+ * are ops_cuda.cu, norm_cuda.cu, xent_cuda.cu, attention_cuda.cu, attention_flash.cu and
+ * llama_cuda.cu, seen only through their launchers (ops_cuda_impl.h).
  *
  * Compiled only where CUDA is built; a build without compiles
  * model_nocuda.c instead. zr_token_buckets, the host half of the
@@ -254,11 +255,32 @@ static zr_status attention_args(const char *what, zr_op_k_att *a)
     return ZR_OK;
 }
 
+/* GPT-2's operands: q, k, v (dq, dk, dv) the thirds of each qkv (dqkv) row, one key head a head. */
+static zr_op_k_qkv qkv_thirds(zr_dtype t, const void *qkv, void *dqkv, int C)
+{
+    const size_t third = (size_t)C * zr_dtype_size(t);
+    const char *q = qkv;
+    char *dq = dqkv;
+    return (zr_op_k_qkv){q,
+                         q + third,
+                         q + 2 * third,
+                         dq,
+                         dq == NULL ? NULL : dq + third,
+                         dq == NULL ? NULL : dq + 2 * third,
+                         3 * C,
+                         3 * C,
+                         1};
+}
+
+static int cuda_attention_tensor_cores(zr_dtype t, int hd, int group)
+{
+    return is_bf16(t) && (hd == 32 || hd == 64 || (hd == 128 && group == 1));
+}
+
 /* bf16 with a head size the tensor-core kernels take, unless the scalar kernels (variant -1) */
 static int attention_flash(zr_dtype t, const zr_op_k_att *a)
 {
-    int hs = a->C / a->NH;
-    return a->variant >= 0 && is_bf16(t) && (hs == 32 || hs == 64 || hs == 128);
+    return a->variant >= 0 && cuda_attention_tensor_cores(t, a->C / a->NH, a->x.group);
 }
 
 static zr_status attention_fwd(zr_dtype t, void *out, float *lse, const void *qkv, int B, int T,
@@ -269,8 +291,10 @@ static zr_status attention_fwd(zr_dtype t, void *out, float *lse, const void *qk
     ZR_CHECK(setup(what, t, s, &cs));
     const void *p[] = {out, lse, qkv};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    zr_op_k_att a = {out, NULL, lse, NULL, qkv, NULL, NULL, B, T, C, NH, 0, 0, 0.0f, variant, 0};
+    zr_op_k_att a = {
+        .out = out, .lse = lse, .qkv = qkv, .B = B, .T = T, .C = C, .NH = NH, .variant = variant};
     ZR_CHECK(attention_args(what, &a));
+    a.x = qkv_thirds(t, qkv, NULL, C);
     if (attention_flash(t, &a)) {
         ZR_CUDA_CHECK(zr_op_k_launch_flash_fwd(&a, cs));
     } else {
@@ -288,9 +312,20 @@ static zr_status attention_bwd(zr_dtype t, void *dqkv, float *delta, const void 
     ZR_CHECK(setup(what, t, s, &cs));
     const void *p[] = {dqkv, delta, dout, qkv, out, lse};
     ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
-    zr_op_k_att a = {NULL, dqkv, (float *)lse, delta, qkv, dout, out,     B,
-                     T,    C,    NH,           0,     0,   0.0f, variant, part};
+    zr_op_k_att a = {.dqkv = dqkv,
+                     .lse = (float *)lse,
+                     .delta = delta,
+                     .qkv = qkv,
+                     .dout = dout,
+                     .o = out,
+                     .B = B,
+                     .T = T,
+                     .C = C,
+                     .NH = NH,
+                     .variant = variant,
+                     .part = part};
     ZR_CHECK(attention_args(what, &a));
+    a.x = qkv_thirds(t, qkv, dqkv, C);
     if (variant >= ZR_OP_CUDA_ATT_VARIANTS || part < 0 || part > 3) {
         ZR_FAIL(ZR_ERR_INVALID, "%s: variant %d, part %d", what, variant, part);
     }
@@ -347,6 +382,187 @@ static zr_status cuda_attention_bwd_scalar(zr_dtype t, void *dqkv, float *delta,
                                            int B, int T, int C, int NH, zr_stream *s)
 {
     return attention_bwd(t, dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s, -1, 0);
+}
+
+/* Grouped heads: the shape checks, and q, k, v (dq, dk, dv) as three tensors. */
+static zr_status gqa_args(const char *what, zr_op_k_att *a, int NKV, int hd, const void *q,
+                          const void *k, const void *v, void *dq, void *dk, void *dv)
+{
+    if (hd < 1 || NKV < 1 || a->NH % NKV != 0 || a->NH > 2147483647 / hd) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: NH %d, NKV %d, head size %d (NKV must divide NH)", what, a->NH,
+                NKV, hd);
+    }
+    a->C = a->NH * hd;
+    ZR_CHECK(attention_args(what, a));
+    a->x = (zr_op_k_qkv){q, k, v, dq, dk, dv, a->C, NKV * hd, a->NH / NKV};
+    const void *p[] = {q, k, v, dq, dk, dv, a->out, a->dout, a->o};
+    a->vec = hd % 8 == 0 && vec_ok(hd, p, NPTR(p));
+    return ZR_OK;
+}
+
+static zr_status cuda_attention_gqa_fwd(int variant, zr_dtype t, void *out, float *lse,
+                                        const void *q, const void *k, const void *v, int B, int T,
+                                        int NH, int NKV, int hd, zr_stream *s)
+{
+    const char *what = "cuda grouped-head attention forward";
+    cudaStream_t cs;
+    ZR_CHECK(setup(what, t, s, &cs));
+    const void *p[] = {out, lse, q, k, v};
+    ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
+    if (variant < -1 || variant >= ZR_OP_CUDA_ATT_VARIANTS) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: variant %d", what, variant);
+    }
+    zr_op_k_att a = {.out = out, .lse = lse, .B = B, .T = T, .NH = NH, .variant = variant};
+    ZR_CHECK(gqa_args(what, &a, NKV, hd, q, k, v, NULL, NULL, NULL));
+    if (attention_flash(t, &a)) {
+        ZR_CUDA_CHECK(zr_op_k_launch_flash_fwd(&a, cs));
+    } else {
+        ZR_CUDA_CHECK(zr_op_k_launch_attention_fwd(is_bf16(t), &a, cs));
+    }
+    return ZR_OK;
+}
+
+static zr_status cuda_attention_gqa_bwd(int variant, zr_dtype t, void *dq, void *dk, void *dv,
+                                        float *delta, const void *dout, const void *q,
+                                        const void *k, const void *v, const void *out,
+                                        const float *lse, int B, int T, int NH, int NKV, int hd,
+                                        zr_stream *s)
+{
+    const char *what = "cuda grouped-head attention backward";
+    cudaStream_t cs;
+    ZR_CHECK(setup(what, t, s, &cs));
+    const void *p[] = {dq, dk, dv, delta, dout, q, k, v, out, lse};
+    ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
+    if (variant < -1 || variant >= ZR_OP_CUDA_ATT_VARIANTS) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: variant %d", what, variant);
+    }
+    zr_op_k_att a = {.lse = (float *)lse,
+                     .delta = delta,
+                     .dout = dout,
+                     .o = out,
+                     .B = B,
+                     .T = T,
+                     .NH = NH,
+                     .variant = variant};
+    ZR_CHECK(gqa_args(what, &a, NKV, hd, q, k, v, dq, dk, dv));
+    if (attention_flash(t, &a)) {
+        ZR_CUDA_CHECK(zr_op_k_launch_flash_bwd(&a, cs));
+    } else {
+        ZR_CUDA_CHECK(zr_op_k_launch_attention_bwd(is_bf16(t), &a, cs));
+    }
+    return ZR_OK;
+}
+
+/* ---- the Llama family's other operators (llama_cuda.cu) ------------------------------- */
+
+static zr_status cuda_rmsnorm_fwd(zr_dtype t, void *out, float *rstd, const void *inp,
+                                  const void *w, float eps, int N, int C, zr_stream *s)
+{
+    const char *what = "cuda rmsnorm forward";
+    cudaStream_t cs;
+    ZR_CHECK(setup(what, t, s, &cs));
+    ZR_CHECK(dims_ok(what, N, C));
+    const void *p[] = {out, rstd, inp, w};
+    ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
+    if (!(eps >= 0.0f)) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: eps %g (must be >= 0)", what, (double)eps);
+    }
+    zr_op_k_rms a = {.out = out, .rstd = rstd, .inp = inp, .w = w, .eps = eps, .N = N, .C = C};
+    ZR_CUDA_CHECK(zr_op_k_launch_rmsnorm_fwd(is_bf16(t), &a, cs));
+    return ZR_OK;
+}
+
+static zr_status cuda_rmsnorm_bwd(zr_dtype t, void *dinp, void *dw, const void *dout,
+                                  const void *inp, const void *w, const float *rstd, int N, int C,
+                                  int accumulate, float *scratch, zr_stream *s)
+{
+    const char *what = "cuda rmsnorm backward";
+    cudaStream_t cs;
+    ZR_CHECK(setup(what, t, s, &cs));
+    ZR_CHECK(dims_ok(what, N, C));
+    const void *p[] = {dinp, dw, dout, inp, w, rstd, scratch};
+    ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
+    const void *v[] = {dout, inp};
+    zr_op_k_rms a = {.dinp = dinp,
+                     .dw = dw,
+                     .rstd = (float *)rstd,
+                     .scratch = scratch,
+                     .inp = inp,
+                     .w = w,
+                     .dout = dout,
+                     .N = N,
+                     .C = C,
+                     .accumulate = accumulate != 0,
+                     .vec = vec_ok(C, v, NPTR(v))};
+    ZR_CUDA_CHECK(zr_op_k_launch_rmsnorm_bwd(is_bf16(t), &a, cs));
+    return ZR_OK;
+}
+
+static zr_status rope(const char *what, zr_dtype t, void *out, const void *inp,
+                      const float *cosines, const float *sines, int B, int T, int NH, int hd,
+                      float sign, zr_stream *s)
+{
+    cudaStream_t cs;
+    ZR_CHECK(setup(what, t, s, &cs));
+    ZR_CHECK(dims_ok(what, B * T, NH));
+    const void *p[] = {out, inp, cosines, sines};
+    ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
+    if (hd < 2 || hd % 2 != 0) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: head size %d (even, >= 2)", what, hd);
+    }
+    ZR_CUDA_CHECK(
+        zr_op_k_launch_rope(is_bf16(t), out, inp, cosines, sines, B, T, NH, hd, sign, cs));
+    return ZR_OK;
+}
+
+static zr_status cuda_rope_fwd(zr_dtype t, void *out, const void *inp, const float *cosines,
+                               const float *sines, int B, int T, int NH, int hd, zr_stream *s)
+{
+    return rope("cuda rope forward", t, out, inp, cosines, sines, B, T, NH, hd, 1.0f, s);
+}
+
+static zr_status cuda_rope_bwd(zr_dtype t, void *dinp, const void *dout, const float *cosines,
+                               const float *sines, int B, int T, int NH, int hd, zr_stream *s)
+{
+    return rope("cuda rope backward", t, dinp, dout, cosines, sines, B, T, NH, hd, -1.0f, s);
+}
+
+static zr_status swiglu_args(const char *what, zr_dtype t, zr_stream *s, int N, int IC, int ld,
+                             cudaStream_t *cs)
+{
+    ZR_CHECK(setup(what, t, s, cs));
+    ZR_CHECK(dims_ok(what, N, IC));
+    if (ld < IC) {
+        ZR_FAIL(ZR_ERR_INVALID, "%s: row stride %d below the width %d", what, ld, IC);
+    }
+    return ZR_OK;
+}
+
+static zr_status cuda_swiglu_fwd(zr_dtype t, void *out, const void *gate, const void *up, int N,
+                                 int IC, int ld, zr_stream *s)
+{
+    const char *what = "cuda swiglu forward";
+    cudaStream_t cs;
+    ZR_CHECK(swiglu_args(what, t, s, N, IC, ld, &cs));
+    const void *p[] = {out, gate, up};
+    ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
+    ZR_CUDA_CHECK(
+        zr_op_k_launch_swiglu(is_bf16(t), NULL, NULL, out, NULL, gate, up, N, IC, ld, cs));
+    return ZR_OK;
+}
+
+static zr_status cuda_swiglu_bwd(zr_dtype t, void *dgate, void *dup, const void *dout,
+                                 const void *gate, const void *up, int N, int IC, int ld,
+                                 zr_stream *s)
+{
+    const char *what = "cuda swiglu backward";
+    cudaStream_t cs;
+    ZR_CHECK(swiglu_args(what, t, s, N, IC, ld, &cs));
+    const void *p[] = {dgate, dup, dout, gate, up};
+    ZR_CHECK(ptrs_ok(what, p, NPTR(p)));
+    ZR_CUDA_CHECK(
+        zr_op_k_launch_swiglu(is_bf16(t), dgate, dup, NULL, dout, gate, up, N, IC, ld, cs));
+    return ZR_OK;
 }
 
 static zr_status xent_args(const char *what, zr_dtype t, zr_stream *s, int N, int V, int Vp,
@@ -440,4 +656,13 @@ const zr_op_table zr_ops_cuda = {
     .xent_bwd = cuda_xent_bwd,
     .xent_fused = cuda_xent_fused,
     .mean = cuda_mean,
+    .rmsnorm_fwd = cuda_rmsnorm_fwd,
+    .rmsnorm_bwd = cuda_rmsnorm_bwd,
+    .rope_fwd = cuda_rope_fwd,
+    .rope_bwd = cuda_rope_bwd,
+    .swiglu_fwd = cuda_swiglu_fwd,
+    .swiglu_bwd = cuda_swiglu_bwd,
+    .attention_gqa_fwd = cuda_attention_gqa_fwd,
+    .attention_gqa_bwd = cuda_attention_gqa_bwd,
+    .attention_tensor_cores = cuda_attention_tensor_cores,
 };

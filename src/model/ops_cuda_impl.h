@@ -45,6 +45,29 @@ cudaError_t zr_op_k_launch_layernorm_bwd(int bf16, void *dinp, void *dw, void *d
                                          const float *rstd, int N, int C, int accumulate,
                                          float *scratch, int vec, cudaStream_t s);
 
+/* RMSNorm (llama_cuda.cu): out, rstd forward; dinp (+)= and dw += through scratch backward */
+typedef struct zr_op_k_rms {
+    void *out, *dinp, *dw;
+    float *rstd, *scratch;
+    const void *inp, *w, *dout;
+    float eps;
+    int N, C, accumulate, vec;
+} zr_op_k_rms;
+cudaError_t zr_op_k_launch_rmsnorm_fwd(int bf16, const zr_op_k_rms *a, cudaStream_t s);
+cudaError_t zr_op_k_launch_rmsnorm_bwd(int bf16, const zr_op_k_rms *a, cudaStream_t s);
+/* dw[c] += the column sums of (x * rstd) dout (norm_cuda.cu's two passes) */
+cudaError_t zr_op_k_launch_rmsnorm_dw(int bf16, void *dw, const void *dout, const void *inp,
+                                      const float *rstd, int N, int C, float *scratch, int vec,
+                                      cudaStream_t s);
+/* rotary embedding of [B, T, NH * hd] by the [T, hd/2] table; sign -1: the backward */
+cudaError_t zr_op_k_launch_rope(int bf16, void *out, const void *inp, const float *cosines,
+                                const float *sines, int B, int T, int NH, int hd, float sign,
+                                cudaStream_t s);
+/* SwiGLU: forward (dout NULL) out = silu(gate) up, else dgate, dup from dout */
+cudaError_t zr_op_k_launch_swiglu(int bf16, void *dgate, void *dup, void *out, const void *dout,
+                                  const void *gate, const void *up, int N, int IC, int ld,
+                                  cudaStream_t s);
+
 cudaError_t zr_op_k_launch_bias_gelu(int bf16, void *out, void *pre, const void *bias, int N,
                                      int OC, int vec, cudaStream_t s);
 cudaError_t zr_op_k_launch_gelu_bwd(int bf16, void *dinp, const void *inp, const void *dout,
@@ -65,7 +88,23 @@ cudaError_t zr_op_k_launch_xent_fused(int bf16, float *losses, float *lse, void 
                                       int vec, cudaStream_t s);
 cudaError_t zr_op_k_launch_mean(float *out, const float *x, int n, cudaStream_t s);
 
-/* Attention: g = lanes per query row (1, 2, 4, 8 or 16, 16 * g >= head size). */
+/*
+ * Where the attention's operands are: q, k, v (dq, dk, dv) rows lq and lkv
+ * elements apart, head h of a q row at h * hs, key and value head kh of a k or v
+ * row at kh * hs; query head h reads key and value head h / group. GPT-2:
+ * q = qkv, k = qkv + C, v = qkv + 2C, lq = lkv = 3C, group 1 (dq, dk, dv the
+ * same in dqkv). Grouped heads: three tensors, lq = NH hs, lkv = NKV hs.
+ */
+typedef struct zr_op_k_qkv {
+    const void *q, *k, *v;
+    void *dq, *dk, *dv;
+    int lq, lkv, group;
+} zr_op_k_qkv;
+
+/*
+ * Attention: g = lanes per query row (1, 2, 4, 8 or 16, 16 * g >= head size);
+ * C = NH * hs, the row of out and dout; x the operands (qkv and dqkv unused).
+ */
 typedef struct zr_op_k_att {
     void *out, *dqkv;
     float *lse, *delta;
@@ -74,6 +113,7 @@ typedef struct zr_op_k_att {
     float scale;
     int variant; /* tensor-core kernels: 0 the default, 1, 2 (attention_flash.cu) */
     int part;    /* backward: 0 every kernel, else only delta (1), dK/dV (2) or dQ (3) */
+    zr_op_k_qkv x;
 } zr_op_k_att;
 /* the scalar kernels (attention_cuda.cu): fp32 or bf16, head sizes up to 256 */
 cudaError_t zr_op_k_launch_attention_fwd(int bf16, const zr_op_k_att *a, cudaStream_t s);

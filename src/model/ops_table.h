@@ -1,6 +1,6 @@
 /*
- * ops_table.h - GPT-2's operators on a device, as a table (zr_op_table):
- * the operators a device model calls (gpt_cuda.c) and tests/
+ * ops_table.h - GPT-2's and the Llama family's operators on a device, as a
+ * table (zr_op_table): the operators a device model calls (gpt_cuda.c) and tests/
  * test_backend_ops.c walks for every registered backend against the CPU's
  * (ops.h). One instance per device backend: zr_ops_cuda (ops_cuda.c, where
  * CUDA is built), reached through the GPT's backend (zr_gpt_backend_i.ops,
@@ -148,6 +148,64 @@ typedef struct zr_op_table {
                             float dloss, int N, int V, int Vp, zr_stream *s);
     /* out[0] = the mean of x[0..n-1] (summed in double, in a fixed order). */
     zr_status (*mean)(float *out, const float *x, int n, zr_stream *s);
+
+    /*
+     * The Llama family's operators (issue 43), as ops.h's CPU ones
+     * (ops_llama.c, attention.c's zr_op_attention_gqa_*). fp32 results are
+     * the CPU's bits except where a sum runs in another order (the RMSNorm
+     * weight's gradient, the attention); bf16 ones the CPU's on the same
+     * (rounded) inputs, rounded once.
+     *
+     * RMSNorm: out = w * (x * rstd) per row of C, rstd [N] kept (fp32).
+     */
+    zr_status (*rmsnorm_fwd)(zr_dtype t, void *out, float *rstd, const void *inp, const void *w,
+                             float eps, int N, int C, zr_stream *s);
+    /* dinp = (accumulate: +=) the input gradient; dw += the weight's, through scratch
+     * (zr_op_colsum_scratch floats). */
+    zr_status (*rmsnorm_bwd)(zr_dtype t, void *dinp, void *dw, const void *dout, const void *inp,
+                             const void *w, const float *rstd, int N, int C, int accumulate,
+                             float *scratch, zr_stream *s);
+    /*
+     * Rotary embedding of x [B, T, NH * hd] (q or k; hd even), cos and sin
+     * [T, hd / 2] fp32 as zr_op_rope_table makes them; out may be inp. The
+     * backward rotates back (dinp may be dout).
+     */
+    zr_status (*rope_fwd)(zr_dtype t, void *out, const void *inp, const float *cosines,
+                          const float *sines, int B, int T, int NH, int hd, zr_stream *s);
+    zr_status (*rope_bwd)(zr_dtype t, void *dinp, const void *dout, const float *cosines,
+                          const float *sines, int B, int T, int NH, int hd, zr_stream *s);
+    /*
+     * SwiGLU: out [N, IC] = silu(gate) * up, gate and up rows ld elements apart
+     * (ld >= IC); the backward overwrites dgate and dup (rows ld apart; they may be
+     * gate and up).
+     */
+    zr_status (*swiglu_fwd)(zr_dtype t, void *out, const void *gate, const void *up, int N, int IC,
+                            int ld, zr_stream *s);
+    zr_status (*swiglu_bwd)(zr_dtype t, void *dgate, void *dup, const void *dout, const void *gate,
+                            const void *up, int N, int IC, int ld, zr_stream *s);
+    /*
+     * Causal attention with grouped key and value heads: q [B, T, NH hd], k
+     * and v [B, T, NKV hd] (NKV divides NH; query head h reads key and value
+     * head h / (NH / NKV)), out [B, T, NH hd], lse [B, NH, T]; hd at most 256.
+     * variant as attention_fwd_variant's (-1: the scalar kernels; 0: tensor
+     * cores where attention_tensor_cores says they run). The backward
+     * overwrites dq, dk, dv (each key head's dk, dv summed over its query
+     * heads in a fixed order); delta is scratch of B * NH * T floats.
+     */
+    zr_status (*attention_gqa_fwd)(int variant, zr_dtype t, void *out, float *lse, const void *q,
+                                   const void *k, const void *v, int B, int T, int NH, int NKV,
+                                   int hd, zr_stream *s);
+    zr_status (*attention_gqa_bwd)(int variant, zr_dtype t, void *dq, void *dk, void *dv,
+                                   float *delta, const void *dout, const void *q, const void *k,
+                                   const void *v, const void *out, const float *lse, int B, int T,
+                                   int NH, int NKV, int hd, zr_stream *s);
+    /*
+     * Whether the attention (variant >= 0) runs on tensor cores for storage t,
+     * head size hd and NH / NKV = group (CUDA: bf16 with hd 32, 64 or 128, with
+     * grouped heads 32 or 64: at 128 the backward's dK, dV and its walk over the
+     * group's heads would spill), else on the scalar kernels.
+     */
+    int (*attention_tensor_cores)(zr_dtype t, int hd, int group);
 } zr_op_table;
 
 /* The CUDA instance (ops_cuda.c), only where CUDA is built. */
