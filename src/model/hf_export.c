@@ -116,6 +116,12 @@ zr_status zr_hf_gpt2_config_json(const zr_gpt_config *cfg, zr_hf_dtype dtype, ch
     ok = ok && add_bool(r, "reorder_and_upcast_attn", 0);
     ok = ok && add_bool(r, "add_cross_attention", 0) && add_bool(r, "tie_word_embeddings", 1);
     ok = ok && add_bool(r, "use_cache", 1);
+    /* GPT-2's end of text, where the vocabulary has it (transformers' default otherwise) */
+    for (int i = 0; i < 2; i++) {
+        const char *key = i ? "eos_token_id" : "bos_token_id";
+        ok = ok &&
+             (cfg->vocab > 50256 ? add_num(r, key, 50256) : cJSON_AddNullToObject(r, key) != NULL);
+    }
     return finish(r, ok, "config.json", out);
 }
 

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# check_hf.sh - `make check-hf` (issue 43): zr against transformers, live. Opt-in, never part of
+# `make test`: it needs torch and transformers, which it installs from PyPI into a local venv.
+#
+#   1. the reference data: scripts/hf_reference.py regenerates tests/data/hf into a temporary
+#      folder, which must equal the committed one byte for byte (README.md aside)
+#   2. the round trip for GPT-2: `zr train` a few steps from scratch on a tiny shape,
+#      `zr export --hf` as f32 (one file), bf16 (sharded) and f16, then transformers'
+#      AutoModelForCausalLM.from_pretrained loads each folder and its next-token
+#      distributions and loss on fixed tokens are compared with zr's. zr's side comes from
+#      `test_hf_write --gpt2-probs` on the same checkpoint exported as an llm.c file (zr's GPT-2
+#      gives probabilities, not logits: log-probabilities are compared)
+#
+# Python: ZR_HF_PYTHON (one that has torch, transformers, safetensors and tokenizers: no
+# install), else build/hfvenv (made with python3 -m venv and pip on the first run, reused
+# after). ZR_BUILD: the zr build to check (default build/release, built by make check-hf).
+# Prints one line per check and a summary; exits non-zero when any check fails.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+BUILD=${ZR_BUILD:-build/release}
+ZR=$BUILD/zr
+PROBE=$BUILD/tests/test_hf_write
+
+if [ -n "${ZR_HF_PYTHON:-}" ]; then
+    PY=$ZR_HF_PYTHON
+else
+    PY=build/hfvenv/bin/python
+    if ! "$PY" -c 'import torch, transformers, safetensors, tokenizers' 2>/dev/null; then
+        echo "check-hf: making build/hfvenv (torch, transformers, safetensors, tokenizers)"
+        python3 -m venv build/hfvenv &&
+            build/hfvenv/bin/pip install -q --upgrade pip &&
+            build/hfvenv/bin/pip install -q torch transformers safetensors tokenizers || {
+            echo "check-hf: FAILED: cannot install the Python packages (ZR_HF_PYTHON=... to" \
+                "use a Python that has them)"
+            exit 1
+        }
+    fi
+fi
+for f in "$ZR" "$PROBE"; do
+    [ -x "$f" ] || { echo "check-hf: FAILED: no $f (make check-hf builds it)"; exit 1; }
+done
+if [ "$(id -u)" = 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export TRANSFORMERS_VERBOSITY=error HF_HUB_DISABLE_PROGRESS_BARS=1
+work=$(mktemp -d /tmp/zr-check-hf-XXXXXX) || exit 1
+failed=0
+fail() {
+    echo "check-hf: FAILED: $*"
+    failed=1
+}
+versions=$("$PY" -c 'import torch, transformers; print(f"torch {torch.__version__}, transformers {transformers.__version__}")' 2>&1)
+echo "check-hf: $PY ($versions)"
+
+# ---- 1. the reference data ----------------------------------------------------------------
+if "$PY" scripts/hf_reference.py --out "$work/ref" >"$work/ref.log" 2>&1; then
+    if diff -r -q -x README.md tests/data/hf "$work/ref" >"$work/ref.diff" 2>&1; then
+        echo "reference   tests/data/hf regenerated: byte-identical ($(find "$work/ref" -type f | wc -l) files)"
+    else
+        fail "tests/data/hf differs from what scripts/hf_reference.py writes now" \
+            "(tests/data/hf/README.md names the versions it was made with):"
+        cat "$work/ref.diff"
+    fi
+else
+    fail "scripts/hf_reference.py:"
+    tail -20 "$work/ref.log"
+fi
+
+# ---- 2. GPT-2: zr train -> zr export --hf -> transformers ----------------------------------
+run() {
+    echo "+ $*" >>"$work/zr.log"
+    "$@" >>"$work/zr.log" 2>&1 || {
+        fail "$* (exit $?):"
+        tail -20 "$work/zr.log"
+        return 1
+    }
+}
+shape="--layers 2 --channels 64 --heads 4 --seq-len 32 --micro-batch 2 --val-every 0"
+# shellcheck disable=SC2086 # the shape is words
+if run timeout -k 5 300 mpirun.openmpi -np 2 "$ZR" train $shape --steps 8 --warmup 2 \
+    --lr 1e-2 --steps_per_print 1000 --ckpt-dir "$work/ck" &&
+    run "$ZR" export --checkpoint "$work/ck" --llmc "$work/m.bin" --hf "$work/hf_f32" &&
+    run "$ZR" export --checkpoint "$work/ck" --hf "$work/hf_bf16" --dtype bf16 \
+        --max-shard-size 100KB &&
+    run "$ZR" export --checkpoint "$work/ck" --hf "$work/hf_f16" --dtype f16 &&
+    run "$PROBE" --gpt2-probs "$work/m.bin" "$work/zr_probs.f32"; then
+    echo "zr          trained 8 steps on 2 ranks, exported f32, bf16 ($(ls "$work/hf_bf16" | grep -c 'of-') shards) and f16"
+    "$PY" - "$work" <<'EOF' || failed=1
+import math, os, sys
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM
+
+work = sys.argv[1]
+B, T = 2, 16
+torch.set_num_threads(1)
+model = AutoModelForCausalLM.from_pretrained(os.path.join(work, "hf_f32"))
+V = model.config.vocab_size
+ids = [[((b * (T + 1) + t) * 7919 + 13) % V for t in range(T + 1)] for b in range(B)]
+ids = torch.tensor(ids)
+zr = np.fromfile(os.path.join(work, "zr_probs.f32"), dtype=np.float32)
+zr_probs, zr_loss = torch.from_numpy(zr[:-1].reshape(B, T, V).copy()).double(), float(zr[-1])
+zr_logp = torch.log(zr_probs)
+bad = 0
+# (folder, bound on |log p| difference, bound on the loss's relative difference)
+for name, lp_tol, loss_tol in (("hf_f32", 1e-4, 1e-5), ("hf_bf16", 0.1, 2e-2),
+                               ("hf_f16", 5e-3, 2e-3)):
+    m = AutoModelForCausalLM.from_pretrained(os.path.join(work, name), dtype=torch.float32)
+    m.eval()
+    with torch.no_grad():
+        out = m(ids[:, :T], labels=None)
+    logp = torch.log_softmax(out.logits.double(), dim=-1)
+    loss = torch.nn.functional.cross_entropy(out.logits.reshape(-1, V).float(),
+                                             ids[:, 1:].reshape(-1)).item()
+    dlp = (logp - zr_logp).abs().max().item()
+    dloss = abs(loss - zr_loss) / abs(zr_loss)
+    ok = dlp <= lp_tol and dloss <= loss_tol
+    bad += not ok
+    print(f"{'transformers' if ok else 'FAILED':11s} {name:8s} {type(m).__name__}: "
+          f"max |log p - zr's| {dlp:.2e} (bound {lp_tol:g}), loss {loss:.7f} vs zr's "
+          f"{zr_loss:.7f}: relative {dloss:.2e} (bound {loss_tol:g})")
+sys.exit(1 if bad else 0)
+EOF
+fi
+
+if [ "$failed" = 0 ]; then
+    echo "check-hf: ok"
+    rm -rf "$work"
+else
+    echo "check-hf: FAILED (files kept in $work)"
+fi
+exit "$failed"
