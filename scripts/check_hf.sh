@@ -10,6 +10,11 @@
 #      distributions and loss on fixed tokens are compared with zr's. zr's side comes from
 #      `test_hf_write --gpt2-probs` on the same checkpoint exported as an llm.c file (zr's GPT-2
 #      gives probabilities, not logits: log-probabilities are compared)
+#   3. the Llama family's config.json and names: each reference folder of tests/data/hf read
+#      into zr's units and written back by zr (`test_hf_write --llama-copy`, f32 and bf16);
+#      transformers loads each and its logits on the reference tokens must equal the
+#      reference's (f32: bit for bit; bf16: within the rounding of the weights). The trained
+#      Llama round trip (HF folder -> zr train --init -> export) comes with the engine's Llama.
 #
 # Python: ZR_HF_PYTHON (one that has torch, transformers, safetensors and tokenizers: no
 # install), else build/hfvenv (made with python3 -m venv and pip on the first run, reused
@@ -105,8 +110,10 @@ bad = 0
 # (folder, bound on |log p| difference, bound on the loss's relative difference)
 for name, lp_tol, loss_tol in (("hf_f32", 1e-4, 1e-5), ("hf_bf16", 0.1, 2e-2),
                                ("hf_f16", 5e-3, 2e-3)):
-    m = AutoModelForCausalLM.from_pretrained(os.path.join(work, name), dtype=torch.float32)
+    m, info = AutoModelForCausalLM.from_pretrained(os.path.join(work, name), dtype=torch.float32,
+                                                   output_loading_info=True)
     m.eval()
+    keys = {k: list(v) for k, v in info.items() if k != "error_msgs" and len(v) > 0}
     with torch.no_grad():
         out = m(ids[:, :T], labels=None)
     logp = torch.log_softmax(out.logits.double(), dim=-1)
@@ -114,14 +121,47 @@ for name, lp_tol, loss_tol in (("hf_f32", 1e-4, 1e-5), ("hf_bf16", 0.1, 2e-2),
                                              ids[:, 1:].reshape(-1)).item()
     dlp = (logp - zr_logp).abs().max().item()
     dloss = abs(loss - zr_loss) / abs(zr_loss)
-    ok = dlp <= lp_tol and dloss <= loss_tol
+    ok = dlp <= lp_tol and dloss <= loss_tol and not keys
     bad += not ok
     print(f"{'transformers' if ok else 'FAILED':11s} {name:8s} {type(m).__name__}: "
           f"max |log p - zr's| {dlp:.2e} (bound {lp_tol:g}), loss {loss:.7f} vs zr's "
-          f"{zr_loss:.7f}: relative {dloss:.2e} (bound {loss_tol:g})")
+          f"{zr_loss:.7f}: relative {dloss:.2e} (bound {loss_tol:g}){keys or ''}")
 sys.exit(1 if bad else 0)
 EOF
 fi
+
+# ---- 3. the Llama family: HF folder -> zr's units -> zr's folder -> transformers ------------
+for name in llama_gqa llama_mha_tied qwen2; do
+    for dt in f32 bf16; do
+        run "$PROBE" --llama-copy "tests/data/hf/$name" "$work/${name}_$dt" "$dt" || continue
+        "$PY" - "$work/${name}_$dt" "tests/data/hf/$name" "$dt" <<'EOF' || failed=1
+import json, os, sys
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+out, ref, dt = sys.argv[1:4]
+torch.set_num_threads(1)
+r = json.load(open(os.path.join(ref, "reference.json")))
+want = load_file(os.path.join(ref, "reference.safetensors"))["logits"].double()
+m, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32,
+                                               attn_implementation="eager",
+                                               output_loading_info=True)
+m.eval()
+keys = {k: list(v) for k, v in info.items() if k != "error_msgs" and len(v) > 0}
+ids = torch.tensor(r["tokens"])[:, :r["T"]]
+with torch.no_grad():
+    got = m(ids).logits.double()
+e = ((got - want).abs().max() / want.abs().max()).item()
+bound = 0.0 if dt == "f32" else 0.05
+ok = e <= bound and not keys
+print(f"{'transformers' if ok else 'FAILED':11s} {os.path.basename(out):20s} "
+      f"{type(m).__name__}: max |logits - reference| / max |reference| {e:.2e} (bound {bound:g})"
+      f"{keys or ''}")
+sys.exit(0 if ok else 1)
+EOF
+    done
+done
 
 if [ "$failed" = 0 ]; then
     echo "check-hf: ok"

@@ -11,7 +11,10 @@
  * With --gpt2-probs MODEL.bin OUT.f32 it is the zr side of `make check-hf`
  * (scripts/check_hf.sh): the next-token probabilities of an llm.c model file
  * on fixed tokens (B 2 x T 16, token i = (i * 7919 + 13) % V), then the mean
- * cross-entropy of predicting token i + 1, as raw fp32 values.
+ * cross-entropy of predicting token i + 1, as raw fp32 values. With
+ * --llama-copy SRC DST DTYPE it reads the Llama-family folder SRC into zr's
+ * units and writes them as the folder DST (check-hf loads DST in
+ * transformers and compares its logits with SRC's reference).
  */
 #define _DEFAULT_SOURCE /* mkdtemp */
 #include "test.h"
@@ -527,10 +530,43 @@ static int gpt2_probs(const char *model, const char *out)
     return rc;
 }
 
+static int llama_copy(const char *src, const char *dst, const char *dtype)
+{
+    zr_llama_config cfg;
+    zr_llama m = {0};
+    zr_hf_write_opts o = {.max_pos = 256};
+    float *p[64] = {0};
+    int made = 0, U = 0;
+    zr_status st = zr_hf_dtype_parse(dtype, &o.dtype);
+    st = st == ZR_OK ? zr_llama_config_read(&cfg, src) : st;
+    st = st == ZR_OK ? zr_llama_init(&m, &cfg, 1, 1) : st;
+    made = st == ZR_OK;
+    U = made ? zr_llama_unit_count(&m) : 0;
+    st = st == ZR_OK && U > 64 ? ZR_ERR_INVALID : st;
+    for (int u = 0; st == ZR_OK && u < U; u++) {
+        st = ZR_ALLOC_STATUS(p[u], zr_llama_unit_numel(&m, u));
+        st = st == ZR_OK ? zr_llama_load_hf_unit(&m, src, u, p[u]) : st;
+    }
+    st = st == ZR_OK ? zr_hf_write_llama(dst, &cfg, p, &o) : st;
+    if (st != ZR_OK) {
+        fprintf(stderr, "--llama-copy %s %s: %s\n", src, dst, zr_error_message());
+    }
+    for (int u = 0; u < U && u < 64; u++) {
+        zr_free(p[u]);
+    }
+    if (made) {
+        zr_llama_free(&m);
+    }
+    return st != ZR_OK;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--gpt2-probs") == 0) {
         return gpt2_probs(argv[2], argv[3]);
+    }
+    if (argc == 5 && strcmp(argv[1], "--llama-copy") == 0) {
+        return llama_copy(argv[2], argv[3], argv[4]);
     }
     snprintf(dir, sizeof dir, "/tmp/zr_test_hf_write_XXXXXX");
     if (mkdtemp(dir) == NULL) {

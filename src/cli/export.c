@@ -88,11 +88,7 @@ static zr_status pick_checked(const char *ckpt, const char *llmc, const char *st
                               const char *hf, char *path, size_t len, zr_ckpt_meta *meta,
                               int *rep_llmc, int *rep_st)
 {
-    zr_file_inputs in;
-    zr_file_inputs_init(&in);
-    zr_status st;
     struct stat sb;
-    int rep_hf = 0;
     /* a folder is written new: whatever stands there (a folder too) is refused, by its name */
     if (hf != NULL && lstat(hf, &sb) == 0) {
         ZR_FAIL(ZR_ERR_INVALID,
@@ -100,6 +96,10 @@ static zr_status pick_checked(const char *ckpt, const char *llmc, const char *st
                 "another (remove it or choose another name)",
                 hf);
     }
+    zr_file_inputs in;
+    zr_file_inputs_init(&in);
+    zr_status st;
+    int rep_hf = 0;
     ZR_CHECK_GOTO(pick(ckpt, path, len, meta, &in), st, done);
     /* before anything is read or written: no output may be an input or another output */
     ZR_CHECK_GOTO(check_out(llmc, "--llmc", &in, rep_llmc), st, done);
