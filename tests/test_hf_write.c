@@ -349,6 +349,12 @@ static void test_refusals(void)
     TEST_EQ_INT(leftovers("big"), 0);
     o.dtype = ZR_HF_BF16; /* BF16 holds it */
     TEST_OK(zr_hf_write_gpt2(out, &gcfg, u.p, &o));
+    /* and not a float past its largest value (which would round to its infinity) */
+    u.p[L + 1][d[0].offset + 5] = -3.4e38f;
+    snprintf(out, sizeof out, "%s/bigbf", dir);
+    TEST_FAILS(zr_hf_write_gpt2(out, &gcfg, u.p, &o), ZR_ERR_INVALID,
+               "element 5 (-3.4e+38) is out of BF16's range");
+    TEST_EQ_INT(leftovers("bigbf"), 0);
     /* a NaN, in any dtype */
     u.p[L + 1][d[0].offset + 5] = NAN;
     o.dtype = ZR_HF_F32;

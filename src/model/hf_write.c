@@ -184,10 +184,10 @@ static zr_status convert(const zr_hf_tensor *t, const char *shown, zr_hf_dtype d
         over |= dtype == ZR_HF_BF16 && (out[i] & 0x7fffu) == 0x7f80u;
         if (over) {
             ZR_FAIL(ZR_ERR_INVALID,
-                    "%s: %s element %zu (%g) is out of %s's range (largest %g): write f32 or "
-                    "bf16",
-                    shown, t->name, at + i, (double)x[i], dtypes[dtype].st,
-                    dtype == ZR_HF_F16 ? 65504.0 : 3.3895313892515355e38);
+                    "%s: %s element %zu (%g) is out of %s's range (largest %g): write %s", shown,
+                    t->name, at + i, (double)x[i], dtypes[dtype].st,
+                    dtype == ZR_HF_F16 ? 65504.0 : 3.3895313892515355e38,
+                    dtype == ZR_HF_F16 ? "bf16 or f32" : "f32");
         }
     }
     return ZR_OK;
