@@ -32,13 +32,13 @@ else
     PY=build/hfvenv/bin/python
     if ! "$PY" -c 'import torch, transformers, safetensors, tokenizers' 2>/dev/null; then
         echo "check-hf: making build/hfvenv (torch, transformers, safetensors, tokenizers)"
-        python3 -m venv build/hfvenv &&
+        if ! { python3 -m venv build/hfvenv &&
             build/hfvenv/bin/pip install -q --upgrade pip &&
-            build/hfvenv/bin/pip install -q torch transformers safetensors tokenizers || {
+            build/hfvenv/bin/pip install -q torch transformers safetensors tokenizers; }; then
             echo "check-hf: FAILED: cannot install the Python packages (ZR_HF_PYTHON=... to" \
                 "use a Python that has them)"
             exit 1
-        }
+        fi
     fi
 fi
 for f in "$ZR" "$PROBE"; do
@@ -89,7 +89,7 @@ if run timeout -k 5 300 mpirun.openmpi -np 2 "$ZR" train $shape --steps 8 --warm
         --max-shard-size 100KB &&
     run "$ZR" export --checkpoint "$work/ck" --hf "$work/hf_f16" --dtype f16 &&
     run "$PROBE" --gpt2-probs "$work/m.bin" "$work/zr_probs.f32"; then
-    echo "zr          trained 8 steps on 2 ranks, exported f32, bf16 ($(ls "$work/hf_bf16" | grep -c 'of-') shards) and f16"
+    echo "zr          trained 8 steps on 2 ranks, exported f32, bf16 ($(find "$work/hf_bf16" -name 'model-*-of-*' | wc -l) shards) and f16"
     "$PY" - "$work" <<'EOF' || failed=1
 import math, os, sys
 import numpy as np
