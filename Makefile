@@ -201,7 +201,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PAR = $(if $(filter -j% --jobserver%,$(MAKEFLAGS)),,-j$(JOBS))
 
 .PHONY: all build objects print-cflags werror-check setup test gpu-test matrix demo bench clean \
-        format check-format check-tree FORCE
+        format check-format check-tree check-hf FORCE
 .DEFAULT_GOAL := all
 
 all: build
@@ -339,6 +339,13 @@ gpu-test: setup
 bench: setup
 	@$(MAKE) --no-print-directory -s $(PAR) build
 	@scripts/bench.sh
+
+# zr against transformers, live (issue 43; opt-in, not in make test): the reference data
+# regenerated, and GPT-2's train -> export --hf -> from_pretrained round trip. Installs torch
+# and transformers into build/hfvenv (ZR_HF_PYTHON: a Python that has them).
+check-hf:
+	@$(MAKE) --no-print-directory -s $(PAR) build
+	@ZR_BUILD=$(BUILD) scripts/check_hf.sh
 
 clean:
 	rm -rf build

@@ -855,6 +855,46 @@ static void test_export_depth(void)
     TEST_EQ_INT(fc.max_t, 8);
 }
 
+/* zr export --hf: a Hugging Face folder, sharded on request; what it refuses, by name. */
+static void test_export_hf(void)
+{
+    char cmd[8192], path[4400];
+    snprintf(cmd, sizeof cmd, TINY " --steps 2 --ckpt-dir %s/exphf", work);
+    TEST_EQ_INT(train(2, 2, cmd), 0);
+    TEST_EQ_INT(sh("%s export --checkpoint %s/exphf --hf %s/hf1", zr_bin, work, work), 0);
+    TEST_CHECKF(strstr(res.out, "GPT2LMHeadModel folder, float32") != NULL, "%s", res.out);
+    static const char *const files[] = {"config.json", "model.safetensors"};
+    struct stat sb;
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/hf1/%s", work, files[i]);
+        TEST_CHECKF(stat(path, &sb) == 0 && S_ISREG(sb.st_mode), "no %s", path);
+    }
+    /* wpe alone (1024 positions) is past 40 KB: at least three shards and their index */
+    TEST_EQ_INT(sh("%s export --checkpoint %s/exphf --hf %s/hf2 --dtype bf16 --max-shard-size "
+                   "40KB && ls %s/hf2",
+                   zr_bin, work, work, work),
+                0);
+    TEST_CHECKF(strstr(res.out, "model.safetensors.index.json") != NULL &&
+                    strstr(res.out, "model-00003-of-0000") != NULL &&
+                    strstr(res.out, "model.safetensors\n") == NULL,
+                "%s", res.out);
+    static const struct {
+        const char *args, *says;
+    } bad[] = {{"--hf %s/hf1", "hf1 already exists"},
+               {"--hf %s/exphf/step_00000002/hf", "--hf"},
+               {"--llmc %s/x.bin --dtype bf16", "--dtype applies to --hf only"},
+               {"--hf %s/hf3 --dtype fp8", "--dtype: dtype \"fp8\""},
+               {"--hf %s/hf3 --max-shard-size 0", "--max-shard-size: size \"0\""}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[600];
+        snprintf(args, sizeof args, bad[i].args, work);
+        TEST_EQ_INT(sh("%s export --checkpoint %s/exphf %s", zr_bin, work, args), 2);
+        TEST_CHECKF(strstr(res.out, bad[i].says) != NULL, "%s: %s", args, res.out);
+    }
+    snprintf(path, sizeof path, "%s/hf3", work);
+    TEST_CHECK(stat(path, &sb) != 0);
+}
+
 /* Start a training run in the background; returns the shell's pid. */
 static pid_t start_bg(const char *args, const char *log)
 {
@@ -1878,6 +1918,7 @@ int main(int argc, char **argv)
     RUN(test_init_from_llmc);
     RUN(test_bf16_ranks_agree);
     RUN(test_export_depth);
+    RUN(test_export_hf);
     RUN(test_sigkill);
     RUN(test_sigterm);
     RUN(test_save_fault_every_stage);

@@ -175,6 +175,16 @@ static void test_llama_checkpoint_rules(void)
     TEST_CHECK(sh("%s export --checkpoint ck --safetensors x.safetensors", zr_bin) != 0);
     OUT_HAS("export it as a Hugging Face folder");
     TEST_EQ_INT(sh("ls | grep -c '^x\\.'"), 1); /* grep -c finds none: exit 1 */
+    /* its Hugging Face folder: the family's config.json, and zr trains from it again, from the
+       loss the checkpoint's own resume starts at */
+    TEST_EQ_INT(sh("%s export --checkpoint ck --hf ck_hf --dtype f32", zr_bin), 0);
+    OUT_HAS("Hugging Face Llama-family folder, float32; LlamaForCausalLM: L=2 NH=8 KV=2");
+    TEST_EQ_INT(sh("grep -q LlamaForCausalLM ck_hf/config.json"), 0);
+    TEST_EQ_INT(
+        sh("%s train --init ck_hf" BASE " --micro-batch 2 --steps 1 --metrics again.jsonl", zr_bin),
+        0);
+    TEST_CHECK(sh("%s export --checkpoint ck --hf ck_hf", zr_bin) != 0); /* never over a folder */
+    OUT_HAS("already exists");
 }
 
 /*

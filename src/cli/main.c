@@ -5,7 +5,7 @@
  *   zr bench <name>      benchmarks from bench/ (quant, comm, model, train, memory, noise)
  *   zr train             sharded training from a DeepSpeed-style config and flags
  *   zr probe / zr plan   measure an allocation, then rank the configurations for it
- *   zr export            llm.c and safetensors files from a checkpoint
+ *   zr export            llm.c, safetensors, Hugging Face folders from a checkpoint
  *   zr plot              loss and throughput curves of runs' metrics files (gnuplot)
  *
  * Each subcommand is a function taking (argc, argv) after the subcommand name
@@ -143,7 +143,7 @@ static const command commands[] = {
     {"probe", zr_cli_probe,
      "measure compute, codecs and links of an allocation for zr plan (mpirun)"},
     {"plan", zr_cli_plan, "rank every sharding / ZeRO++ configuration by predicted tokens/s"},
-    {"export", zr_cli_export, "write llm.c and safetensors files from a checkpoint"},
+    {"export", zr_cli_export, "write llm.c, safetensors, HF folders from a checkpoint"},
     {"selfcheck", zr_cli_selfcheck, "check the communicator: layout, groups, traffic counters"},
     {"bench", zr_cli_bench, "run a benchmark from bench/ (zr bench --help)"},
     {"plot", zr_cli_plot, "render loss and throughput curves of one or more runs to PNG (gnuplot)"},

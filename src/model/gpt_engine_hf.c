@@ -115,9 +115,8 @@ static zr_status check_names(const zr_hf_weights *w, const char *dir, const zr_g
         const zr_safetensors *f;
         const zr_safetensors_tensor *t = zr_hf_weights_tensor(w, i, &f);
         if (!model_has(cfg, t->name)) {
-            ZR_FAIL(ZR_ERR_FORMAT,
-                    "%s: tensor %s is not one of the model's (%d layers, %s head%s)", f->path,
-                    t->name, cfg->layers, cfg->llama.tied ? "tied" : "untied",
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s is not one of the model's (%d layers, %s head%s)",
+                    f->path, t->name, cfg->layers, cfg->llama.tied ? "tied" : "untied",
                     cfg->llama.tied ? ": no lm_head.weight" : "");
         }
     }

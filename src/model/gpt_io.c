@@ -1,7 +1,8 @@
 /*
  * gpt_io.c - GPT-2 parameters to and from files: llm.c's model file (read
- * and write) and a consolidated Hugging Face safetensors file (write; the
- * read of a Hugging Face folder is gpt_hf.c's).
+ * and write) and a consolidated Hugging Face safetensors file (write, through
+ * hf_write.c, which also writes whole Hugging Face folders; the read of a
+ * Hugging Face folder is gpt_hf.c's).
  *
  * Both formats are whole-model files assembled from the per-unit buffers,
  * so a ZeRO run can hand over its gathered units without ever building one
@@ -12,10 +13,10 @@
  */
 #define _POSIX_C_SOURCE 200809L
 
-#include "zr/model.h"
+#include "hf_write.h"
 #include "zr/file.h"
+#include "zr/model.h"
 
-#include <cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,153 +295,13 @@ zr_status zr_gpt_read_llmc_unit(const char *path, const zr_gpt_config *cfg, int 
 
 /* ---- safetensors ------------------------------------------------------------ */
 
-typedef struct st_tensor {
-    char name[64];
-    const float *data;
-    int rows, cols; /* as stored in zr ([out, in] for matrices); cols = 0 for vectors */
-    int transpose;  /* write [cols, rows] */
-} st_tensor;
-
-/* The tensors of the safetensors file, in data order. Returns the count. */
-static int st_tensors(const zr_gpt_config *cfg, float *const *units, st_tensor *t)
-{
-    zr_tensor_desc d[ZR_GPT_MAX_UNIT_TENSORS];
-    int n = 0, C = cfg->channels, L = cfg->layers;
-    zr_gpt_config_unit_tensors(cfg, 0, d);
-    t[n++] = (st_tensor){"wte.weight", units[0] + d[0].offset, cfg->vocab, C, 0};
-    t[n++] = (st_tensor){"wpe.weight", units[0] + d[1].offset, cfg->max_t, C, 0};
-    zr_gpt_config_unit_tensors(cfg, 1, d);
-    for (int l = 0; l < L; l++) {
-        for (int i = 0; i < ZR_GPT_BLOCK_TENSORS; i++) {
-            st_tensor *x = &t[n++];
-            x->transpose = zr_gpt_config_hf_name(cfg, 1 + l, i, x->name, sizeof x->name) == 1;
-            x->data = units[1 + l] + d[i].offset;
-            x->rows = d[i].shape[0];
-            x->cols = d[i].ndim == 2 ? d[i].shape[1] : 0;
-        }
-    }
-    zr_gpt_config_unit_tensors(cfg, L + 1, d);
-    t[n++] = (st_tensor){"ln_f.weight", units[L + 1] + d[0].offset, C, 0, 0};
-    t[n++] = (st_tensor){"ln_f.bias", units[L + 1] + d[1].offset, C, 0, 0};
-    return n;
-}
-
-static size_t st_numel(const st_tensor *t)
-{
-    return (size_t)t->rows * (size_t)(t->cols > 0 ? t->cols : 1);
-}
-
-/* Tensor t holds only numbers: a file must never carry weights that train nothing. */
-static zr_status st_finite(const st_tensor *t, const char *path)
-{
-    size_t bad = zr_first_nonfinite(t->data, st_numel(t));
-    if (bad < st_numel(t)) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "%s would hold a non-finite weight (%g) in %s, element %zu: the weights are "
-                "damaged or come from a diverged run",
-                path, (double)t->data[bad], t->name, bad);
-    }
-    return ZR_OK;
-}
-
-/* Builds the JSON header; *out is malloc'd by cJSON (free with cJSON_free). */
-static zr_status st_header(const st_tensor *t, int n, char **out)
-{
-    cJSON *root = cJSON_CreateObject();
-    if (root == NULL) {
-        ZR_FAIL(ZR_ERR_NOMEM, "safetensors: cannot build the JSON header");
-    }
-    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
-    int ok = meta != NULL && cJSON_AddStringToObject(meta, "format", "pt") != NULL;
-    size_t off = 0;
-    for (int i = 0; ok && i < n; i++) {
-        cJSON *e = cJSON_AddObjectToObject(root, t[i].name);
-        ok = e != NULL && cJSON_AddStringToObject(e, "dtype", "F32") != NULL;
-        double shape[2];
-        int nd = 1;
-        if (t[i].cols > 0) {
-            nd = 2;
-            shape[0] = t[i].transpose ? t[i].cols : t[i].rows;
-            shape[1] = t[i].transpose ? t[i].rows : t[i].cols;
-        } else {
-            shape[0] = t[i].rows;
-        }
-        size_t end = off + st_numel(&t[i]) * sizeof(float);
-        double offs[2] = {(double)off, (double)end};
-        cJSON *sh = cJSON_CreateDoubleArray(shape, nd);
-        cJSON *of = cJSON_CreateDoubleArray(offs, 2);
-        ok = ok && sh != NULL && of != NULL;
-        if (ok) {
-            cJSON_AddItemToObject(e, "shape", sh);
-            cJSON_AddItemToObject(e, "data_offsets", of);
-        } else {
-            cJSON_Delete(sh);
-            cJSON_Delete(of);
-        }
-        off = end;
-    }
-    char *s = ok ? cJSON_PrintUnformatted(root) : NULL;
-    cJSON_Delete(root);
-    if (s == NULL) {
-        ZR_FAIL(ZR_ERR_NOMEM, "safetensors: cannot build the JSON header");
-    }
-    *out = s;
-    return ZR_OK;
-}
-
 zr_status zr_gpt_write_safetensors(const char *path, const zr_gpt_config *cfg, float *const *units)
 {
+    zr_hf_tensor *t = NULL;
+    int n = 0;
     ZR_CHECK(gpt2_only(cfg, path, "a safetensors file of GPT-2's names"));
-    int count = 4 + ZR_GPT_BLOCK_TENSORS * cfg->layers;
-    st_tensor *t;
-    ZR_ALLOC(t, (size_t)count);
-    int n = st_tensors(cfg, units, t);
-    ZR_ASSERT(n == count);
-    zr_status st = ZR_OK;
-    char *json = NULL;
-    float *buf = NULL;
-    zr_file_tmp f;
-    ZR_CHECK_GOTO(st_header(t, n, &json), st, done);
-    size_t jlen = strlen(json);
-    /* pad the header with spaces so the data starts 8-byte aligned */
-    size_t hlen = zr_round_up(jlen, 8);
-    uint64_t hlen64 = hlen;
-    size_t maxnumel = 0;
-    for (int i = 0; i < n; i++) {
-        if (t[i].transpose && st_numel(&t[i]) > maxnumel) {
-            maxnumel = st_numel(&t[i]);
-        }
-    }
-    ZR_ALLOC_GOTO(buf, maxnumel, st, done);
-    ZR_CHECK_GOTO(zr_file_tmp_open(&f, path), st, done);
-    /* safetensors is little-endian; so are the machines zr runs on */
-    st = zr_file_tmp_write(&f, &hlen64, sizeof hlen64);
-    if (st == ZR_OK) {
-        st = zr_file_tmp_write(&f, json, jlen);
-    }
-    for (size_t k = jlen; st == ZR_OK && k < hlen; k++) {
-        st = zr_file_tmp_write(&f, " ", 1);
-    }
-    for (int i = 0; st == ZR_OK && i < n; i++) {
-        const float *src = t[i].data;
-        st = st_finite(&t[i], path);
-        if (st == ZR_OK && t[i].transpose) {
-            /* [rows=out, cols=in] -> Conv1D [in, out] */
-            for (int r = 0; r < t[i].rows; r++) {
-                for (int c = 0; c < t[i].cols; c++) {
-                    buf[(size_t)c * t[i].rows + r] = src[(size_t)r * t[i].cols + c];
-                }
-            }
-            src = buf;
-        }
-        if (st == ZR_OK) {
-            st = zr_file_tmp_write(&f, src, st_numel(&t[i]) * sizeof(float));
-        }
-    }
-    st = zr_file_tmp_commit(&f, st);
-done:
-    cJSON_free(json);
-    zr_free(buf);
+    ZR_CHECK(zr_hf_gpt2_tensors(cfg, units, "", &t, &n));
+    zr_status st = zr_hf_write_safetensors(path, NULL, t, n, ZR_HF_F32);
     zr_free(t);
     return st;
 }

@@ -613,9 +613,11 @@ zr_memory_plan zr_engine_plan_memory(const zr_engine_config *cfg, const zr_comm 
     double gathered = 0, inflight, computing = 0;
     if (plan.params == ZR_SHARDED) {
         double pre = cfg->overlap ? fmin((double)cfg->prefetch_bucket, (double)cfg->max_live) : 0;
-        gathered = fmin(total, held_el + fmin(pre, top_units(units, nunits, W, held + ahead) - held_el));
+        gathered =
+            fmin(total, held_el + fmin(pre, top_units(units, nunits, W, held + ahead) - held_el));
     }
-    inflight = fmin(total, big + fmax((double)cfg->reduce_bucket, top_units(units, nunits, W, 2) - big));
+    inflight =
+        fmin(total, big + fmax((double)cfg->reduce_bucket, top_units(units, nunits, W, 2) - big));
     if (plan.grads == ZR_SHARDED) {
         computing = fmin(total, held_el);
     }
