@@ -541,12 +541,13 @@ static zr_status load_shards(zr_dataset *ds, const char *pattern, char **names, 
         zr_dataset part;
         ZR_CHECK_GOTO(load_file(&part, names[i], WANT_SHARD), st, done);
         if (i > 0 && part.kind != ds->kind) {
+            zr_data_kind other = part.kind;
             zr_dataset_free(&part);
             ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
                          "%s matches shards of two kinds: %s is an %s, %s an %s; every shard of "
                          "one data set must have the same token width",
                          pattern, names[0], zr_data_kind_name(ds->kind), names[i],
-                         zr_data_kind_name(part.kind));
+                         zr_data_kind_name(other));
         }
         ds->kind = part.kind;
         ds->token_bytes = part.token_bytes;
