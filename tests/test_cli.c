@@ -823,6 +823,8 @@ static void test_init_from_llmc(void)
          "must be at most the 1024 positions", 2},
         {"vocabulary differs", 2, "--init %s/init.bin --data %s/init_gpt2.bin",
          "vocabulary of 50257 tokens, but the model file", 2},
+        {"token beyond the model's vocabulary", 2, "--init %s/init.bin --data %s/init_gpt2.bin",
+         "token 7919 at position 1 of", 2},
         {"vocab_size differs", 2, "--init %s/init.bin --vocab-size 300",
          "zr.model.vocab_size is 300", 2},
         {"not a model file", 2, "--init %s/init_gpt2.bin", "not an llm.c GPT-2 model file", 2},
@@ -833,6 +835,14 @@ static void test_init_from_llmc(void)
          "zr.model.max_seq_len is 512 here, 1024 in the checkpoint", 2},
     };
     expect_errors(bad, (int)(sizeof bad / sizeof bad[0]), 1);
+    /* the model's vocabulary decides, not the shard kind's: a GPT-2 shard whose tokens fit 256 */
+    write_shard("init_fits.bin", ZR_DATA_GPT2, 5000, 7, 256);
+    snprintf(
+        cmd, sizeof cmd,
+        "--seq-len 32 --micro-batch 2 --val-every 0 --steps 1 --init %s --data %s/init_fits.bin",
+        path, work);
+    TEST_EQ_INT(train(2, 2, cmd), 0);
+    TEST_CHECKF(strstr(res.out, "V=256 ") != NULL, "%s", res.out);
 }
 
 /*

@@ -585,10 +585,10 @@ int main(void)
     TEST_RUN(test_shuffle);
     TEST_RUN(test_resume_any_world);
     static const char *const files[] = {
-        "a.bin",         "l3.bin",        "g.bin",         "l.bin",         "t.txt",
-        "bad.bin",       "noise.bin",     "v.bin",         "v.txt",         "fifo",
-        "tr_000000.bin", "tr_000001.bin", "tr_000002.bin", "tr_000003.bin", "whole.bin",
-        "lit[1].bin"};
+        "a.bin",         "l3.bin",        "g.bin",         "l.bin",
+        "t.txt",         "bad.bin",       "noise.bin",     "v.bin",
+        "v.txt",         "fifo",          "tr_000000.bin", "tr_000001.bin",
+        "tr_000002.bin", "tr_000003.bin", "whole.bin",     "lit[1].bin"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[512];
         tmp_path(path, sizeof path, files[i]);

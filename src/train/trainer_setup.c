@@ -79,9 +79,39 @@ static zr_status load_data(zr_trainer *t)
     }
     ZR_CHECK(zr_dataset_load(&t->val_data, c->val_path, t->data.vocab));
     if (t->val_data.kind != t->data.kind) {
-        ZR_FAIL(ZR_ERR_INVALID, "%s (zr.data.val_path) is %s, %s (zr.data.path) %s: both must be "
-                "tokenised alike", c->val_path, zr_data_kind_name(t->val_data.kind), c->data_path,
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s (zr.data.val_path) is %s, %s (zr.data.path) %s: both must be "
+                "tokenised alike",
+                c->val_path, zr_data_kind_name(t->val_data.kind), c->data_path,
                 zr_data_kind_name(t->data.kind));
+    }
+    return ZR_OK;
+}
+
+/*
+ * The model's vocabulary decides, not the shard kind's: every token of the
+ * training and validation data must be below the vocabulary of the model
+ * file at path (a uint16 shard serves any vocabulary up to 65536, a uint32
+ * shard any); the first one that is not is named with its file and index.
+ */
+static zr_status check_model_vocab(const zr_trainer *t, int vocab, const char *path)
+{
+    const zr_train_config *c = &t->cfg;
+    const char *file = NULL;
+    size_t at = 0;
+    uint32_t tok = 0;
+    for (int v = 0; v < 2 && t->data.vocab != vocab; v++) {
+        const zr_dataset *d = v == 0 ? &t->data : &t->val_data;
+        const char *p = v == 0 ? c->data_path : c->val_path;
+        if (zr_dataset_find_beyond(d, p, (uint32_t)vocab, &file, &at, &tok)) {
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "%s (%s) is %s with a vocabulary of %d tokens, but the model file %s "
+                    "(zr.model.init) has %d: token %u at position %zu of %s is not in it; train "
+                    "it on data tokenised for it (an llm.c GPT-2 token shard for GPT-2 weights)",
+                    p[0] ? p : "the bundled corpus", v == 0 ? "zr.data.path" : "zr.data.val_path",
+                    zr_data_kind_name(d->kind), t->data.vocab, path, vocab, tok, at,
+                    file[0] ? file : "the bundled corpus");
+        }
     }
     return ZR_OK;
 }
@@ -110,23 +140,7 @@ static zr_status model_shape(zr_trainer *t)
         c->seq_len = fc.max_t;
     }
     ZR_CHECK(zr_config_adopt_model(c, &fc, c->init_path));
-    /* the model's vocabulary decides, not the shard kind's: every token must be below it */
-    const char *file = NULL;
-    size_t at = 0;
-    uint32_t tok = 0;
-    for (int v = 0; v < 2 && V != fc.vocab; v++) {
-        const zr_dataset *d = v == 0 ? &t->data : &t->val_data;
-        const char *p = v == 0 ? c->data_path : c->val_path;
-        if (zr_dataset_find_beyond(d, p, (uint32_t)fc.vocab, &file, &at, &tok)) {
-            ZR_FAIL(ZR_ERR_INVALID,
-                    "%s (%s) is %s with a vocabulary of %d tokens, but the model file %s "
-                    "(zr.model.init) has %d: token %u at position %zu of %s is not in it; train "
-                    "it on data tokenised for it (an llm.c GPT-2 token shard for GPT-2 weights)",
-                    p[0] ? p : "the bundled corpus", v == 0 ? "zr.data.path" : "zr.data.val_path",
-                    zr_data_kind_name(d->kind), V, c->init_path, fc.vocab, tok, at,
-                    file[0] ? file : "the bundled corpus");
-        }
-    }
+    ZR_CHECK(check_model_vocab(t, fc.vocab, c->init_path));
     t->mcfg = fc;
     return ZR_OK;
 }
