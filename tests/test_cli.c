@@ -823,6 +823,8 @@ static void test_init_from_llmc(void)
          "must be at most the 1024 positions", 2},
         {"vocabulary differs", 2, "--init %s/init.bin --data %s/init_gpt2.bin",
          "vocabulary of 50257 tokens, but the model file", 2},
+        {"token beyond the model's vocabulary", 2, "--init %s/init.bin --data %s/init_gpt2.bin",
+         "token 7919 at position 1 of", 2},
         {"vocab_size differs", 2, "--init %s/init.bin --vocab-size 300",
          "zr.model.vocab_size is 300", 2},
         {"not a model file", 2, "--init %s/init_gpt2.bin", "not an llm.c GPT-2 model file", 2},
@@ -831,6 +833,62 @@ static void test_init_from_llmc(void)
         {"seq_len beyond max_seq_len", 2, "--max-seq-len 16", "zr.model.max_seq_len (16)", 2},
         {"resume with other positions", 2, "--ckpt-dir %s/init_a --resume --max-seq-len 512",
          "zr.model.max_seq_len is 512 here, 1024 in the checkpoint", 2},
+    };
+    expect_errors(bad, (int)(sizeof bad / sizeof bad[0]), 1);
+    /* the model's vocabulary decides, not the shard kind's: a GPT-2 shard whose tokens fit 256 */
+    write_shard("init_fits.bin", ZR_DATA_GPT2, 5000, 7, 256);
+    snprintf(
+        cmd, sizeof cmd,
+        "--seq-len 32 --micro-batch 2 --val-every 0 --steps 1 --init %s --data %s/init_fits.bin",
+        path, work);
+    TEST_EQ_INT(train(2, 2, cmd), 0);
+    TEST_CHECKF(strstr(res.out, "V=256 ") != NULL, "%s", res.out);
+}
+
+/*
+ * Data as people keep it: shards by pattern, a validation file, windows
+ * shuffled per epoch. 2 ranks straight through equal 2 ranks checkpointed
+ * and resumed at 1 rank with twice the micro-batch (the same windows, in the
+ * same order; fp32 wire, test_reshard's tolerance); unshuffled differs; a
+ * pattern that matches nothing and shards of two kinds are refused.
+ */
+static void test_data_patterns(void)
+{
+    write_shard("pt_000000.bin", ZR_DATA_GPT2, 3000, 7919, 50257);
+    write_shard("pt_000001.bin", ZR_DATA_GPT2, 3000, 104729, 50257);
+    write_shard("pt_000002.bin", ZR_DATA_GPT2, 3000, 31, 50257);
+    write_shard("pv_000000.bin", ZR_DATA_GPT2, 2000, 17, 50257);
+    write_shard("pk_000000.bin", ZR_DATA_GPT2, 3000, 7, 50257);
+    write_shard("pk_000001.bin", ZR_DATA_LLAMA3, 3000, 7, 50257);
+    char common[8192], a[9000];
+    snprintf(common, sizeof common,
+             TINY " --scheduler.params.total_num_steps 8 --stage 3 --communication_data_type fp32"
+                  " --no-qwz --no-qgz --train_batch_size 4 --micro-batch 0 --data '%s/pt_*.bin'"
+                  " --val-data '%s/pv_*.bin' --val-every 4",
+             work, work);
+    snprintf(a, sizeof a, "%s --shuffle --steps 8 --ckpt-dir %s/pf", common, work);
+    TEST_EQ_INT(train(2, 2, a), 0);
+    snprintf(a, sizeof a, "%s --shuffle --steps 4 --ckpt-dir %s/ps", common, work);
+    TEST_EQ_INT(train(2, 2, a), 0);
+    snprintf(a, sizeof a, "%s --shuffle --steps 8 --ckpt-dir %s/ps --resume", common, work);
+    TEST_EQ_INT(train(1, 1, a), 0);
+    TEST_CHECKF(strstr(res.out, "saved at 2 ranks, now 1") != NULL, "%s", res.out);
+    snprintf(a, sizeof a, "%s --steps 1 --ckpt-dir %s/pn", common, work);
+    TEST_EQ_INT(train(2, 2, a), 0);
+    double worst, unshuffled;
+    compare_runs("pf", "ps", 8, &worst);
+    TEST_CHECKF(worst <= 1e-4, "resumed at 1 rank: the trajectory differs by %.3g", worst);
+    compare_runs("pf", "pn", 1, &unshuffled);
+    TEST_CHECKF(unshuffled > 1e-4, "shuffled and in-order first steps agree (%.3g)", unshuffled);
+    printf("  3 shards by pattern, shuffled: 2 ranks -> 1 rank x 2B resume, worst relative loss "
+           "difference %.2e (in order: %.2e at step 1)\n",
+           worst, unshuffled);
+    static const bad_case bad[] = {
+        {"pattern matches nothing", 2, "--data '%s/nothing_*.bin'", "matches no file", 1},
+        {"shards of two kinds", 2, "--data '%s/pk_*.bin'", "matches shards of two kinds", 2},
+        {"validation of another kind", 2,
+         "--data '%s/pt_*.bin' --val-every 1 --val-data %s/pk_000001.bin",
+         "both must be tokenised alike", 2},
     };
     expect_errors(bad, (int)(sizeof bad / sizeof bad[0]), 1);
 }
@@ -1916,6 +1974,7 @@ int main(int argc, char **argv)
     RUN(test_export_and_plot); /* plots test_bad_input's run too */
     RUN(test_data_files);
     RUN(test_init_from_llmc);
+    RUN(test_data_patterns);
     RUN(test_bf16_ranks_agree);
     RUN(test_export_depth);
     RUN(test_export_hf);

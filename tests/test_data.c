@@ -5,7 +5,9 @@
  * that are not regular files (FIFO, directory, device), the vocabulary of a
  * shard (its kind or zr.model.vocab_size, never its largest token), the
  * fortunes corpus, and the loader's distributed sampling, train/val split
- * and resume position.
+ * and resume position; shards by pattern (sorted, one sequence, kinds not
+ * mixed), windows shuffled per epoch from (seed, epoch), and a resume at
+ * another world size continuing the same windows.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -383,6 +385,187 @@ static void test_loader_distributed(void)
     free(toks);
 }
 
+/* Shards by pattern: sorted, one token sequence across files, kinds not mixed, names checked. */
+static void test_pattern(void)
+{
+    enum { S = 3, N = 700 };
+    uint16_t all[S * N];
+    char path[512], pat[512];
+    for (int i = 0; i < S * N; i++) {
+        all[i] = (uint16_t)(i * 7u % 30000);
+    }
+    for (int s = 0; s < S; s++) {
+        char name[64];
+        snprintf(name, sizeof name, "tr_%06d.bin", 2 - s); /* written out of order */
+        tmp_path(path, sizeof path, name);
+        TEST_OK(zr_shard_write(path, all + (2 - s) * N, N));
+    }
+    tmp_path(pat, sizeof pat, "tr_*.bin");
+    zr_dataset ds, one;
+    TEST_OK(zr_dataset_load(&ds, pat, 0));
+    TEST_EQ_INT(ds.nshards, S);
+    TEST_EQ_INT(ds.n, S * N);
+    TEST_EQ_INT(ds.vocab, ZR_GPT2_VOCAB);
+    int same = 1, got[40];
+    for (int i = 0; i < S * N; i++) {
+        same &= zr_dataset_token(&ds, (size_t)i) == all[i];
+    }
+    TEST_CHECKF(same, "the shards are not read in sorted order as one sequence");
+    zr_dataset_read(&ds, N - 20, 40, got); /* across a shard boundary */
+    for (int i = 0; i < 40; i++) {
+        same &= got[i] == all[N - 20 + i];
+    }
+    TEST_CHECK(same);
+    /* the data's id: three shards hash as the one file holding their tokens */
+    tmp_path(path, sizeof path, "whole.bin");
+    TEST_OK(zr_shard_write(path, all, S * N));
+    TEST_OK(zr_dataset_load(&one, path, 0));
+    TEST_EQ_INT(zr_dataset_ends_crc(&one), zr_dataset_ends_crc(&ds));
+    TEST_EQ_INT(zr_dataset_names_crc(&one), 0);
+    TEST_CHECK(zr_dataset_names_crc(&ds) != 0);
+    zr_dataset_free(&one);
+    /* the vocabulary error names the shard and the token's index in it */
+    TEST_FAILS(zr_dataset_set_vocab(&ds, pat, 10000), ZR_ERR_INVALID,
+               "tr_000002.bin: token 10003 at position 29 does not fit");
+    zr_dataset_free(&ds);
+    /* no match names the pattern; a literal path with glob characters is a file */
+    tmp_path(pat, sizeof pat, "none_*.bin");
+    TEST_FAILS(zr_dataset_load(&ds, pat, 0), ZR_ERR_IO, "none_*.bin matches no file");
+    tmp_path(pat, sizeof pat, "lit[1].bin");
+    TEST_OK(zr_shard_write(pat, all, N));
+    TEST_OK(zr_dataset_load(&ds, pat, 0));
+    TEST_EQ_INT(ds.nshards, 1);
+    zr_dataset_free(&ds);
+    /* two kinds are refused naming a file of each; a damaged shard by its name */
+    uint32_t wide[N];
+    for (int i = 0; i < N; i++) {
+        wide[i] = all[i];
+    }
+    tmp_path(path, sizeof path, "tr_000003.bin");
+    TEST_OK(zr_shard_write_kind(path, ZR_DATA_LLAMA3, wide, N));
+    tmp_path(pat, sizeof pat, "tr_*.bin");
+    TEST_FAILS(zr_dataset_load(&ds, pat, 0), ZR_ERR_FORMAT, "tr_000003.bin an llm.c llama-3");
+    TEST_CHECK(strstr(zr_error_message(), "tr_000000.bin is an llm.c GPT-2") != NULL);
+    FILE *f = fopen(path, "wb");
+    TEST_CHECK(f != NULL && fwrite("not a shard", 1, 11, f) == 11);
+    fclose(f);
+    TEST_FAILS(zr_dataset_load(&ds, pat, 0), ZR_ERR_FORMAT, "tr_000003.bin is not an llm.c");
+}
+
+/* Windows of one epoch, in order or shuffled: every window once; the order from (seed, epoch). */
+static void epoch_of(const zr_loader *l, uint64_t e, uint64_t *w)
+{
+    for (uint64_t i = 0; i < l->windows; i++) {
+        w[i] = zr_loader_window(l, e * l->windows + i);
+    }
+}
+
+static void test_shuffle(void)
+{
+    enum { N = 4001, T = 8 };
+    uint16_t *toks = malloc(N * sizeof *toks);
+    TEST_CHECK(toks != NULL);
+    for (int i = 0; i < N; i++) {
+        toks[i] = (uint16_t)i;
+    }
+    zr_dataset ds;
+    TEST_OK(zr_dataset_from_tokens(&ds, toks, N, 65536));
+    zr_loader a, b, c;
+    TEST_OK(zr_loader_init(&a, &ds, ZR_SPLIT_ALL, 2, T, 0, 1));
+    TEST_EQ_INT(a.windows, (N - 1) / T);
+    b = c = a;
+    zr_loader_shuffle(&a, 1, 1337);
+    zr_loader_shuffle(&b, 1, 1337);
+    zr_loader_shuffle(&c, 1, 1338);
+    enum { W = (N - 1) / T };
+    static uint64_t e0[W], e1[W], again[W], other[W];
+    epoch_of(&a, 0, e0);
+    epoch_of(&a, 1, e1);
+    epoch_of(&b, 1, again);
+    epoch_of(&c, 0, other);
+    static unsigned char seen0[W], seen1[W];
+    int moved = 0, differ = 0, differ_seed = 0;
+    for (int i = 0; i < W; i++) {
+        TEST_CHECK(e0[i] < W && e1[i] < W);
+        seen0[e0[i] % W]++;
+        seen1[e1[i] % W]++;
+        moved += e0[i] != (uint64_t)i;
+        differ += e0[i] != e1[i];
+        differ_seed += e0[i] != other[i];
+    }
+    int once = 1;
+    for (int i = 0; i < W; i++) {
+        once &= seen0[i] == 1 && seen1[i] == 1;
+    }
+    TEST_CHECKF(once, "an epoch does not see every window exactly once");
+    TEST_CHECKF(moved > W / 2 && differ > W / 2 && differ_seed > W / 2,
+                "orders too alike: %d moved, %d differ between epochs, %d between seeds", moved,
+                differ, differ_seed);
+    TEST_CHECK(memcmp(e1, again, sizeof e1) == 0); /* the same seed, the same order */
+    /* a batch's rows are its windows: inputs window x T.., targets shifted by one */
+    int in[2 * T], tg[2 * T];
+    zr_loader_next(&a, in, tg);
+    TEST_EQ_INT(in[0], (int)e0[0] * T);
+    TEST_EQ_INT(in[T], (int)e0[1] * T);
+    TEST_EQ_INT(tg[2 * T - 1], (int)e0[1] * T + T);
+    /* unshuffled: in order */
+    zr_loader_shuffle(&c, 0, 1338);
+    TEST_EQ_INT(zr_loader_window(&c, 5), 5);
+    TEST_EQ_INT(zr_loader_window(&c, (uint64_t)W + 7), 7);
+    zr_dataset_free(&ds);
+    free(toks);
+}
+
+/* A resume at another world size and batch continues the same stream of windows. */
+static void test_resume_any_world(void)
+{
+    enum { N = 3001, T = 4 };
+    uint16_t *toks = malloc(N * sizeof *toks);
+    TEST_CHECK(toks != NULL);
+    for (int i = 0; i < N; i++) {
+        toks[i] = (uint16_t)(i * 13u % 5000);
+    }
+    zr_dataset ds;
+    TEST_OK(zr_dataset_from_tokens(&ds, toks, N, 5000));
+    /* 2 ranks x B 3 for 150 steps (past an epoch of 712 windows), then 1 rank x 6, 3 x 2 */
+    zr_loader two[2], one, three[3];
+    for (int r = 0; r < 2; r++) {
+        TEST_OK(zr_loader_init(&two[r], &ds, ZR_SPLIT_TRAIN, 3, T, r, 2));
+        zr_loader_shuffle(&two[r], 1, 42);
+    }
+    int in[24], tg[24], ref[24], reft[24];
+    for (int s = 0; s < 150; s++) {
+        zr_loader_next(&two[0], in, tg);
+        zr_loader_next(&two[1], in, tg);
+    }
+    uint64_t pos = zr_loader_windows(&two[0]);
+    TEST_EQ_INT(pos, 150 * 6);
+    TEST_OK(zr_loader_init(&one, &ds, ZR_SPLIT_TRAIN, 6, T, 0, 1));
+    zr_loader_shuffle(&one, 1, 42);
+    zr_loader_seek_windows(&one, pos);
+    for (int r = 0; r < 3; r++) {
+        TEST_OK(zr_loader_init(&three[r], &ds, ZR_SPLIT_TRAIN, 2, T, r, 3));
+        zr_loader_shuffle(&three[r], 1, 42);
+        zr_loader_seek_windows(&three[r], pos);
+    }
+    int same = 1;
+    for (int s = 0; s < 200; s++) { /* across the next epoch's start */
+        zr_loader_next(&two[0], ref, reft);
+        zr_loader_next(&two[1], ref + 3 * T, reft + 3 * T);
+        zr_loader_next(&one, in, tg);
+        same &= memcmp(in, ref, sizeof in) == 0 && memcmp(tg, reft, sizeof tg) == 0;
+        for (int r = 0; r < 3; r++) {
+            zr_loader_next(&three[r], in, tg);
+            same &= memcmp(in, ref + r * 2 * T, 2 * T * sizeof *in) == 0;
+            same &= memcmp(tg, reft + r * 2 * T, 2 * T * sizeof *tg) == 0;
+        }
+    }
+    TEST_CHECKF(same, "a resume at 1 or 3 ranks differs from 2 ranks straight through");
+    TEST_EQ_INT(zr_loader_windows(&one), zr_loader_windows(&two[0]));
+    zr_dataset_free(&ds);
+    free(toks);
+}
+
 int main(void)
 {
     snprintf(dir, sizeof dir, "/tmp/zr_test_data_%d", (int)getpid());
@@ -398,8 +581,14 @@ int main(void)
     TEST_RUN(test_vocab);
     TEST_RUN(test_fortunes);
     TEST_RUN(test_loader_distributed);
-    static const char *const files[] = {"a.bin",   "l3.bin",    "g.bin", "l.bin", "t.txt",
-                                        "bad.bin", "noise.bin", "v.bin", "v.txt", "fifo"};
+    TEST_RUN(test_pattern);
+    TEST_RUN(test_shuffle);
+    TEST_RUN(test_resume_any_world);
+    static const char *const files[] = {
+        "a.bin",         "l3.bin",        "g.bin",         "l.bin",
+        "t.txt",         "bad.bin",       "noise.bin",     "v.bin",
+        "v.txt",         "fifo",          "tr_000000.bin", "tr_000001.bin",
+        "tr_000002.bin", "tr_000003.bin", "whole.bin",     "lit[1].bin"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[512];
         tmp_path(path, sizeof path, files[i]);

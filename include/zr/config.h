@@ -70,6 +70,8 @@ typedef struct zr_train_config {
     /* zr.data */
     char data_path[ZR_CFG_STR]; /* "" = the bundled corpus (Debian's fortunes); text file or llm.c
                                    .bin shard */
+    char val_path[ZR_CFG_STR];  /* "" = data_path's last ZR_VAL_PERCENT; else a file or pattern */
+    int shuffle;                /* windows in a permutation per epoch drawn from (seed, epoch) */
     int val_every;              /* steps between validation passes; 0 = never */
     int val_batches;
     /* zr.train */

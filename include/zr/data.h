@@ -3,15 +3,21 @@
  * default fortunes corpus, and a batch loader with distributed sampling.
  *
  * Tokens are uint16 (text, GPT-2 shards) or uint32 (llama-3 shards), as in
- * the file. A zr_dataset owns one token array; loaders borrow it. The last
- * ZR_VAL_PERCENT percent of the tokens are the validation split, the rest
- * the training split.
+ * the file. A zr_dataset is one file or several shards matched by a pattern
+ * ('train_*.bin', llm.c's and fineweb's layout), read as one token sequence
+ * in sorted name order; shards are mapped read-only, never copied, so a rank
+ * holds only the pages it reads. Loaders borrow the dataset. Without a
+ * separate validation file the last ZR_VAL_PERCENT percent of the tokens are
+ * the validation split, the rest the training split.
  *
- * Distributed sampling: a global batch is world x B x T tokens (+1 for the
- * last target); rank r takes the r-th B x T slice of it. So W ranks with
- * batch B see exactly the batches one rank with batch W x B sees, in the same
- * order. The position is the number of global batches consumed; it is all a
- * checkpoint needs to resume. Nothing here depends on MPI.
+ * Distributed sampling: a split is cut into windows of T + 1 tokens (window
+ * w starts at token w x T: inputs and their targets); an epoch is every
+ * window once, in order or, shuffled, in a permutation drawn from (seed,
+ * epoch) alone. The stream of windows continues across epochs; a global
+ * batch takes its next world x B windows and rank r the r-th B of them. So W
+ * ranks with batch B see exactly the windows one rank with batch W x B sees,
+ * in the same order, and the position (windows consumed) is all a checkpoint
+ * needs to resume at any world size. Nothing here depends on MPI.
  */
 #ifndef ZR_DATA_H
 #define ZR_DATA_H
@@ -75,21 +81,61 @@ long long zr_text_check(const void *bytes, size_t n);
 
 /* ---- datasets --------------------------------------------------------------- */
 
+/* One file of a dataset: a mapped shard, or tokens in memory (text, fortunes). */
+typedef struct zr_data_shard {
+    char *path;         /* owned copy of its path ("" for tokens from memory) */
+    const void *tokens; /* its tokens, token_bytes each */
+    size_t n;           /* its tokens */
+    size_t first;       /* the dataset's index of its first token */
+    uint32_t max_token; /* the largest token present (0 when empty) */
+    void *map;          /* the read-only mapping of the whole file, or NULL */
+    size_t map_bytes;
+} zr_data_shard;
+
 typedef struct zr_dataset {
-    void *tokens;    /* owned, zr_alloc'd: uint16_t or uint32_t (token_bytes) per token */
-    int token_bytes; /* 2 or 4 */
-    size_t n;
+    const void *tokens; /* the first shard's tokens: all of them when nshards is 1 */
+    int token_bytes;    /* 2 or 4 */
+    size_t n;           /* tokens of every shard */
     zr_data_kind kind;
     int vocab;          /* the model's vocabulary: every token is < vocab */
     uint32_t max_token; /* the largest token present (0 when empty) */
+    int nshards;
+    zr_data_shard *shards; /* owned, in sorted name order */
+    void *owned;           /* tokens in memory (text, fortunes, from_tokens), or NULL */
 } zr_dataset;
+
+/* The shard holding token i (i < n). */
+const zr_data_shard *zr_dataset_shard_of(const zr_dataset *ds, size_t i);
 
 /* Token i (i < n). */
 static inline uint32_t zr_dataset_token(const zr_dataset *ds, size_t i)
 {
-    return ds->token_bytes == 4 ? ((const uint32_t *)ds->tokens)[i]
-                                : ((const uint16_t *)ds->tokens)[i];
+    const void *p = ds->tokens;
+    if (ds->nshards > 1) {
+        const zr_data_shard *s = zr_dataset_shard_of(ds, i);
+        p = s->tokens;
+        i -= s->first;
+    }
+    return ds->token_bytes == 4 ? ((const uint32_t *)p)[i] : ((const uint16_t *)p)[i];
 }
+
+/* Tokens [first, first + n) (first + n <= ds->n) as ints, across shards. */
+void zr_dataset_read(const zr_dataset *ds, size_t first, size_t n, int *out);
+
+/*
+ * The first token >= vocab: 1 with *file (the shard's path, or name for a
+ * dataset of one file), *index (in that file) and *token; 0 if none.
+ */
+int zr_dataset_find_beyond(const zr_dataset *ds, const char *name, uint32_t vocab,
+                           const char **file, size_t *index, uint32_t *token);
+
+/* CRC-32C of the tokens' first and last MiB (as bytes, across shards). */
+uint32_t zr_dataset_ends_crc(const zr_dataset *ds);
+/*
+ * CRC-32C of the shards' file names (without directories) in order, 0 for
+ * one file: what ranks compare, beside the tokens, to read the same shards.
+ */
+uint32_t zr_dataset_names_crc(const zr_dataset *ds);
 
 /*
  * Any training file, by what it is: an llm.c token shard is recognised by its
@@ -100,6 +146,10 @@ static inline uint32_t zr_dataset_token(const zr_dataset *ds, size_t i)
  * path that is not a regular file (FIFO, directory, device) is refused before
  * it is opened. vocab_size 0 takes the vocabulary from the kind (256, 50257,
  * 128256); otherwise it must hold every token (zr_dataset_set_vocab).
+ * A path with a glob character (*, ? or [) that is not itself a file is a
+ * pattern: its matches in sorted order, each an llm.c shard of one kind
+ * (headers checked as above; two kinds are refused naming a file of each),
+ * or the one file it matches; no match is an error naming the pattern.
  */
 zr_status zr_dataset_load(zr_dataset *ds, const char *path, int vocab_size);
 /* Only an llm.c shard (GPT-2 or llama-3); vocabulary from its kind. */
@@ -125,15 +175,18 @@ void zr_dataset_free(zr_dataset *ds);
 
 /* ---- loader ----------------------------------------------------------------- */
 
-typedef enum zr_split { ZR_SPLIT_TRAIN, ZR_SPLIT_VAL } zr_split;
+/* The split a loader reads: ALL is the whole dataset (a separate validation file). */
+typedef enum zr_split { ZR_SPLIT_TRAIN, ZR_SPLIT_VAL, ZR_SPLIT_ALL } zr_split;
 
 typedef struct zr_loader {
-    const void *tokens; /* borrowed from the dataset */
-    int token_bytes;    /* 2 or 4 */
-    size_t begin, end;  /* the split, [begin, end) */
+    const zr_dataset *ds; /* borrowed */
+    size_t begin, end;    /* the split, [begin, end) */
     int B, T, rank, world;
     size_t batches_per_epoch; /* global batches that fit in the split */
-    uint64_t position;        /* global batches consumed */
+    uint64_t windows;         /* T + 1-token windows in the split: one epoch */
+    uint64_t position;        /* windows consumed (all ranks') */
+    int shuffle;              /* 0: windows in order; 1: permuted per epoch */
+    uint64_t seed;
 } zr_loader;
 
 /*
@@ -144,14 +197,29 @@ zr_status zr_loader_init(zr_loader *l, const zr_dataset *ds, zr_split split, int
                          int world);
 
 /*
+ * Windows in a permutation per epoch drawn from (seed, epoch) only (a
+ * counter-based bijection: window i of epoch e costs the same at any
+ * position); without it, in order.
+ */
+void zr_loader_shuffle(zr_loader *l, int shuffle, uint64_t seed);
+
+/*
  * This rank's slice of the next global batch: inputs and targets, B * T ints
- * each (targets are the inputs shifted by one). Wraps around at the end of
- * the split, always in the same order.
+ * each (row b: the b-th of its windows; targets are the inputs shifted by
+ * one). The window stream continues into the next epoch at the end of the
+ * split.
  */
 void zr_loader_next(zr_loader *l, int *inputs, int *targets);
 
+/* The split's window of index k in the stream (epoch k / windows). */
+uint64_t zr_loader_window(const zr_loader *l, uint64_t k);
+
+/* Global batches (of this loader's world x B) consumed, and a seek to one. */
 uint64_t zr_loader_position(const zr_loader *l);
 void zr_loader_seek(zr_loader *l, uint64_t position);
+/* Windows consumed: the position at any world size and batch. */
+uint64_t zr_loader_windows(const zr_loader *l);
+void zr_loader_seek_windows(zr_loader *l, uint64_t windows);
 /* Global batches in one pass over the split. */
 size_t zr_loader_batches_per_epoch(const zr_loader *l);
 

@@ -73,6 +73,7 @@ typedef struct zr_trainer {
     zr_comm comm;
     int comm_up;
     zr_dataset data;
+    zr_dataset val_data; /* zr.data.val_path's, or empty: the last ZR_VAL_PERCENT of data */
     zr_loader train, val;
     zr_gpt_config mcfg;
     zr_device device;           /* where the model computes (zr.device) */

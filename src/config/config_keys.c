@@ -226,7 +226,11 @@ const cfg_key zr_config_keys[] = {
          "keep only each block's input and recompute the block's forward in the backward "
          "(bit-identical gradients without hpZ; about a third more compute, far fewer activations)"),
     STRP("zr.data.path", data_path, "", "data", ZR_RESUME_DATA,
-        "UTF-8 text file or llm.c token shard (GPT-2 or llama-3, recognised by its header); \"\" = the bundled corpus"),
+        "UTF-8 text file or llm.c token shard (GPT-2 or llama-3, recognised by its header), or a pattern of shards ('train_*.bin', read in sorted order); \"\" = the bundled corpus"),
+    STR("zr.data.val_path", val_path, "", "val-data",
+        "validation data: a file or a pattern of shards as zr.data.path; \"\" = the last 5% of zr.data.path"),
+    BOOL("zr.data.shuffle", shuffle, 0, "shuffle",
+         "sequences in a new order each epoch, drawn from zr.train.seed and the epoch (a resume continues it at any world size); false = in file order"),
     INT("zr.data.val_every", val_every, 50, 0, IMAX, "val-every", "steps between validation passes; 0 = never"),
     INTG("zr.data.val_batches", val_batches, 4, 1, IMAX, NULL, ZR_GIVEN_VAL_BATCHES, "micro-batches per validation pass"),
     INT("zr.train.train_steps", train_steps, 200, 0, IMAX, "steps",

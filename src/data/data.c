@@ -17,9 +17,11 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 /* ---- kinds ------------------------------------------------------------------ */
@@ -160,20 +162,46 @@ long long zr_text_check(const void *bytes, size_t n)
 
 void zr_dataset_free(zr_dataset *ds)
 {
-    if (ds != NULL) {
-        zr_free(ds->tokens);
-        memset(ds, 0, sizeof *ds);
+    if (ds == NULL) {
+        return;
     }
+    for (int i = 0; i < ds->nshards; i++) {
+        if (ds->shards[i].map != NULL) {
+            munmap(ds->shards[i].map, ds->shards[i].map_bytes);
+        }
+        zr_free(ds->shards[i].path);
+    }
+    zr_free(ds->shards);
+    zr_free(ds->owned);
+    memset(ds, 0, sizeof *ds);
 }
 
-static void find_max(zr_dataset *ds)
+static uint32_t max_of(const void *tokens, int token_bytes, size_t n)
 {
     uint32_t mx = 0;
-    for (size_t i = 0; i < ds->n; i++) {
-        uint32_t t = zr_dataset_token(ds, i);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t t =
+            token_bytes == 4 ? ((const uint32_t *)tokens)[i] : ((const uint16_t *)tokens)[i];
         mx = t > mx ? t : mx;
     }
-    ds->max_token = mx;
+    return mx;
+}
+
+/* A dataset of one file: its shard over tokens (owned: the dataset frees them). */
+static zr_status one_shard(zr_dataset *ds, const char *path, const void *tokens, void *owned)
+{
+    ds->owned = owned;
+    ds->tokens = tokens;
+    ZR_ALLOC(ds->shards, 1);
+    ds->nshards = 1;
+    zr_data_shard *s = &ds->shards[0];
+    size_t len = strlen(path) + 1;
+    ZR_ALLOC(s->path, len);
+    memcpy(s->path, path, len);
+    s->tokens = tokens;
+    s->n = ds->n;
+    s->max_token = ds->max_token = max_of(tokens, ds->token_bytes, ds->n);
+    return ZR_OK;
 }
 
 zr_status zr_dataset_from_tokens(zr_dataset *ds, const uint16_t *tokens, size_t n, int vocab)
@@ -182,13 +210,15 @@ zr_status zr_dataset_from_tokens(zr_dataset *ds, const uint16_t *tokens, size_t 
     uint16_t *copy;
     ZR_ALLOC(copy, n);
     memcpy(copy, tokens, n * sizeof *tokens);
-    ds->tokens = copy;
     ds->token_bytes = 2;
     ds->n = n;
     ds->kind = vocab <= ZR_BYTE_VOCAB ? ZR_DATA_TEXT : ZR_DATA_GPT2;
     ds->vocab = vocab;
-    find_max(ds);
-    return ZR_OK;
+    zr_status st = one_shard(ds, "", copy, copy);
+    if (st != ZR_OK) {
+        zr_dataset_free(ds);
+    }
+    return st;
 }
 
 zr_status zr_dataset_set_vocab(zr_dataset *ds, const char *name, int vocab_size)
@@ -199,23 +229,21 @@ zr_status zr_dataset_set_vocab(zr_dataset *ds, const char *name, int vocab_size)
                 vocab_size, ZR_VOCAB_MAX);
     }
     int v = vocab_size > 0 ? vocab_size : kind_vocab(ds->kind);
-    if (ds->n > 0 && ds->max_token >= (uint32_t)v) {
-        size_t at = 0;
-        while (zr_dataset_token(ds, at) < (uint32_t)v) {
-            at++;
-        }
+    const char *file = name;
+    size_t at = 0;
+    uint32_t tok = 0;
+    if (zr_dataset_find_beyond(ds, name, (uint32_t)v, &file, &at, &tok)) {
         if (vocab_size > 0) {
             ZR_FAIL(ZR_ERR_INVALID,
                     "%s: token %u at position %zu does not fit zr.model.vocab_size %d; the data "
                     "needs at least %u",
-                    name, zr_dataset_token(ds, at), at, vocab_size, ds->max_token + 1);
+                    file, tok, at, vocab_size, ds->max_token + 1);
         }
         ZR_FAIL(ZR_ERR_INVALID,
                 "%s: token %u at position %zu is outside the vocabulary of its kind (%s: %d "
                 "tokens); if the data comes from another tokenizer, set zr.model.vocab_size to "
                 "its vocabulary size (at least %u)",
-                name, zr_dataset_token(ds, at), at, zr_data_kind_name(ds->kind), v,
-                ds->max_token + 1);
+                file, tok, at, zr_data_kind_name(ds->kind), v, ds->max_token + 1);
     }
     ds->vocab = v;
     return ZR_OK;
@@ -265,19 +293,22 @@ static zr_status read_shard(zr_dataset *ds, FILE *f, const char *path, size_t si
                 "(truncated or damaged)",
                 path, k->name, h[2], hdr + count * (size_t)k->token_bytes, size);
     }
-    unsigned char *buf;
-    ZR_ALLOC(buf, count * (size_t)k->token_bytes);
-    zr_status st = read_exact(f, path, buf, count * (size_t)k->token_bytes);
-    if (st != ZR_OK) {
-        zr_free(buf);
-        return st;
+    /* mapped read-only: ranks share the page cache, and a rank holds only what it reads */
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    if (map == MAP_FAILED) {
+        ZR_FAIL(ZR_ERR_IO, "cannot map %s (%zu bytes): %s", path, size, strerror(errno));
     }
-    ds->tokens = buf;
     ds->token_bytes = k->token_bytes;
     ds->n = count;
     ds->kind = k->kind;
     ds->vocab = k->vocab;
-    find_max(ds);
+    zr_status st = one_shard(ds, path, (const unsigned char *)map + hdr, NULL);
+    if (st != ZR_OK) {
+        munmap(map, size);
+        return st;
+    }
+    ds->shards[0].map = map;
+    ds->shards[0].map_bytes = size;
     return ZR_OK;
 }
 
@@ -363,12 +394,12 @@ static zr_status load_file(zr_dataset *ds, const char *path, want w)
     rewind(f);
     uint16_t *buf = NULL;
     st = append_text(f, path, size, &buf, &ds->n, &cap);
-    ds->tokens = buf;
+    ds->owned = buf;
     if (st == ZR_OK) {
         ds->token_bytes = 2;
         ds->kind = ZR_DATA_TEXT;
         ds->vocab = ZR_BYTE_VOCAB;
-        find_max(ds);
+        st = one_shard(ds, path, buf, buf);
     }
 done:
     fclose(f);
@@ -378,9 +409,94 @@ done:
     return st;
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Moves the one shard of part to the end of ds's shards (part is left empty). */
+static zr_status take_shard(zr_dataset *ds, zr_dataset *part)
+{
+    zr_data_shard *ns;
+    ZR_ALLOC(ns, (size_t)ds->nshards + 1);
+    if (ds->nshards > 0) {
+        memcpy(ns, ds->shards, (size_t)ds->nshards * sizeof *ns);
+    }
+    ns[ds->nshards] = part->shards[0];
+    ns[ds->nshards].first = ds->n;
+    zr_free(ds->shards);
+    ds->shards = ns;
+    ds->nshards++;
+    ds->n += part->n;
+    ds->max_token = part->max_token > ds->max_token ? part->max_token : ds->max_token;
+    ds->tokens = ds->shards[0].tokens;
+    memset(&part->shards[0], 0, sizeof part->shards[0]);
+    zr_dataset_free(part);
+    return ZR_OK;
+}
+
+/* The n sorted matches of pattern, each an llm.c shard, of one kind. */
+static zr_status load_shards(zr_dataset *ds, const char *pattern, char **names, size_t n)
+{
+    memset(ds, 0, sizeof *ds);
+    zr_status st = ZR_OK;
+    for (size_t i = 0; i < n && st == ZR_OK; i++) {
+        zr_dataset part;
+        ZR_CHECK_GOTO(load_file(&part, names[i], WANT_SHARD), st, done);
+        if (i > 0 && part.kind != ds->kind) {
+            zr_data_kind other = part.kind;
+            zr_dataset_free(&part);
+            ZR_FAIL_GOTO(st, done, ZR_ERR_FORMAT,
+                         "%s matches shards of two kinds: %s is an %s, %s an %s; every shard of "
+                         "one data set must have the same token width",
+                         pattern, names[0], zr_data_kind_name(ds->kind), names[i],
+                         zr_data_kind_name(other));
+        }
+        ds->kind = part.kind;
+        ds->token_bytes = part.token_bytes;
+        ds->vocab = part.vocab;
+        st = take_shard(ds, &part);
+        if (st != ZR_OK) {
+            zr_dataset_free(&part);
+        }
+    }
+done:
+    if (st != ZR_OK) {
+        zr_dataset_free(ds);
+    }
+    return st;
+}
+
+/* A path with glob characters that is not itself a file: its matches, sorted. */
+static zr_status load_pattern(zr_dataset *ds, const char *pattern)
+{
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    int rc = glob(pattern, 0, NULL, &g);
+    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0)) {
+        globfree(&g);
+        ZR_FAIL(ZR_ERR_IO, "the data pattern %s matches no file", pattern);
+    }
+    if (rc != 0) {
+        globfree(&g);
+        ZR_FAIL(ZR_ERR_IO, "cannot expand the data pattern %s (%s)", pattern,
+                rc == GLOB_NOSPACE ? "out of memory" : "a directory cannot be read");
+    }
+    qsort(g.gl_pathv, g.gl_pathc, sizeof *g.gl_pathv, cmp_str); /* byte order, any locale */
+    zr_status st = g.gl_pathc == 1 ? load_file(ds, g.gl_pathv[0], WANT_ANY)
+                                   : load_shards(ds, pattern, g.gl_pathv, g.gl_pathc);
+    globfree(&g);
+    return st;
+}
+
 zr_status zr_dataset_load(zr_dataset *ds, const char *path, int vocab_size)
 {
-    ZR_CHECK(load_file(ds, path, WANT_ANY));
+    struct stat sb;
+    if (strpbrk(path, "*?[") != NULL && stat(path, &sb) != 0) {
+        ZR_CHECK(load_pattern(ds, path));
+    } else {
+        ZR_CHECK(load_file(ds, path, WANT_ANY));
+    }
     zr_status st = zr_dataset_set_vocab(ds, path, vocab_size);
     if (st != ZR_OK) {
         zr_dataset_free(ds);
@@ -396,11 +512,6 @@ zr_status zr_dataset_load_shard(zr_dataset *ds, const char *path)
 zr_status zr_dataset_load_text(zr_dataset *ds, const char *path)
 {
     return load_file(ds, path, WANT_TEXT);
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
 static int has_suffix(const char *s, const char *suffix)
@@ -481,8 +592,11 @@ zr_status zr_dataset_load_fortunes(zr_dataset *ds, const char *dir)
     ds->token_bytes = 2;
     ds->kind = ZR_DATA_TEXT;
     ds->vocab = ZR_BYTE_VOCAB;
+    ds->owned = buf;
+    buf = NULL; /* the dataset's now */
+    st = one_shard(ds, dir, ds->owned, ds->owned);
 done:
-    ds->tokens = buf;
+    zr_free(buf);
     for (size_t i = 0; i < count; i++) {
         zr_free(names[i]);
     }
@@ -490,79 +604,6 @@ done:
     closedir(d);
     if (st != ZR_OK) {
         zr_dataset_free(ds);
-    } else {
-        find_max(ds);
     }
     return st;
-}
-
-/* ---- loader ----------------------------------------------------------------- */
-
-zr_status zr_loader_init(zr_loader *l, const zr_dataset *ds, zr_split split, int B, int T, int rank,
-                         int world)
-{
-    memset(l, 0, sizeof *l);
-    if (B <= 0 || T <= 0 || world <= 0 || rank < 0 || rank >= world) {
-        ZR_FAIL(ZR_ERR_INVALID, "loader: B = %d, T = %d, rank %d of %d is not valid", B, T, rank,
-                world);
-    }
-    size_t val = ds->n * ZR_VAL_PERCENT / 100;
-    size_t train_end = ds->n - val;
-    l->tokens = ds->tokens;
-    l->token_bytes = ds->token_bytes;
-    l->begin = split == ZR_SPLIT_TRAIN ? 0 : train_end;
-    l->end = split == ZR_SPLIT_TRAIN ? train_end : ds->n;
-    l->B = B;
-    l->T = T;
-    l->rank = rank;
-    l->world = world;
-    size_t global = (size_t)world * B * T;
-    size_t have = l->end - l->begin;
-    if (have < global + 1) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "loader: the %s split has %zu tokens, one global batch (%d rank%s x %d x %d) "
-                "needs %zu",
-                split == ZR_SPLIT_TRAIN ? "train" : "validation", have, world,
-                world == 1 ? "" : "s", B, T, global + 1);
-    }
-    l->batches_per_epoch = (have - 1) / global;
-    return ZR_OK;
-}
-
-void zr_loader_next(zr_loader *l, int *inputs, int *targets)
-{
-    size_t global = (size_t)l->world * l->B * l->T;
-    size_t local = (size_t)l->B * l->T;
-    size_t start =
-        l->begin + (size_t)(l->position % l->batches_per_epoch) * global + (size_t)l->rank * local;
-    /* tokens are below the vocabulary (at most ZR_VOCAB_MAX), so they fit an int */
-    if (l->token_bytes == 4) {
-        const uint32_t *t = (const uint32_t *)l->tokens + start;
-        for (size_t i = 0; i < local; i++) {
-            inputs[i] = (int)t[i];
-            targets[i] = (int)t[i + 1];
-        }
-    } else {
-        const uint16_t *t = (const uint16_t *)l->tokens + start;
-        for (size_t i = 0; i < local; i++) {
-            inputs[i] = t[i];
-            targets[i] = t[i + 1];
-        }
-    }
-    l->position++;
-}
-
-uint64_t zr_loader_position(const zr_loader *l)
-{
-    return l->position;
-}
-
-void zr_loader_seek(zr_loader *l, uint64_t position)
-{
-    l->position = position;
-}
-
-size_t zr_loader_batches_per_epoch(const zr_loader *l)
-{
-    return l->batches_per_epoch;
 }

@@ -166,38 +166,37 @@ done:
 }
 
 /* CRC-32C of the tokens' first and last MiB: cheap for any size, catches another file. */
-#define ENDS_BYTES ((size_t)1 << 20)
-
 static uint32_t ends_crc(const zr_dataset *d)
 {
-    size_t bytes = d->n * (size_t)d->token_bytes;
-    size_t head = bytes < ENDS_BYTES ? bytes : ENDS_BYTES;
-    size_t tail = bytes - head < ENDS_BYTES ? bytes - head : ENDS_BYTES;
-    const unsigned char *p = (const unsigned char *)d->tokens;
-    uint32_t crc = bytes > 0 ? zr_crc32c(0, p, head) : 0;
-    return tail > 0 ? zr_crc32c(crc, p + bytes - tail, tail) : crc;
+    return zr_dataset_ends_crc(d);
 }
 
 void zr_launch_data_id(const zr_dataset *d, char *buf, size_t n)
 {
     snprintf(buf, n, "%s, %zu tokens, vocabulary %d, CRC-32C of the first and last MiB %08x",
              zr_data_kind_name(d->kind), d->n, d->vocab, (unsigned)ends_crc(d));
+    size_t len = strlen(buf);
+    if (d->nshards > 1 && len < n) { /* one file's id as before */
+        snprintf(buf + len, n - len, ", %d shards", d->nshards);
+    }
 }
 
 zr_status zr_launch_check_data(zr_comm *c, const zr_dataset *d, const char *path)
 {
     uint32_t crc = ends_crc(d);
-    char count[32], vocab[32], sum[32];
+    char count[32], vocab[32], sum[32], files[64];
     snprintf(count, sizeof count, "%zu", d->n);
     snprintf(vocab, sizeof vocab, "%d", d->vocab);
     snprintf(sum, sizeof sum, "%08x", (unsigned)crc);
-    const char *names[4] = {"the kind", "the token count", "the vocabulary",
-                            "the CRC-32C of its first and last MiB"};
-    const char *values[4] = {zr_data_kind_name(d->kind), count, vocab, sum};
+    snprintf(files, sizeof files, "%d, CRC-32C of their names %08x", d->nshards,
+             (unsigned)zr_dataset_names_crc(d));
+    const char *names[5] = {"the kind", "the token count", "the vocabulary",
+                            "the CRC-32C of its first and last MiB", "the files"};
+    const char *values[5] = {zr_data_kind_name(d->kind), count, vocab, sum, files};
     char what[400];
     snprintf(what, sizeof what, "ranks read different training data from %s",
              path != NULL && path[0] ? path : "the bundled corpus");
-    return zr_launch_agree(c, 4, names, values, what,
+    return zr_launch_agree(c, 5, names, values, what,
                            "every rank must read the same file (zr.data.path); copy it to every "
                            "node or put it on a shared file system");
 }

@@ -288,8 +288,8 @@ static zr_status save(zr_trainer *t, int step, char *path, size_t len, double *s
     memset(&meta, 0, sizeof meta);
     meta.step = step;
     meta.optim_steps = t->engine.step;
-    meta.tokens = zr_loader_position(&t->train) * (uint64_t)t->world *
-                  t->cfg.train_micro_batch_size_per_gpu * t->cfg.seq_len;
+    /* windows consumed x T: where the data stands at any world size and batch */
+    meta.tokens = zr_loader_windows(&t->train) * (uint64_t)t->cfg.seq_len;
     meta.seed = t->cfg.seed; /* a resume refuses another seed: it is the checkpoint's */
     meta.stage = t->cfg.stage;
     meta.model = t->mcfg;
@@ -417,6 +417,7 @@ void zr_trainer_free(zr_trainer *t, int exit_code)
     }
     zr_gpt_specs_free(&t->specs);
     zr_dataset_free(&t->data);
+    zr_dataset_free(&t->val_data);
     zr_free(t->inputs);
     zr_free(t->targets);
     zr_free(t->config_json);

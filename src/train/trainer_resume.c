@@ -569,11 +569,9 @@ static zr_status resume_at(zr_trainer *t, int *start)
         zr_trainer_note(t, ZR_LOG_INFO, "%s", meta.note); /* qgZ's residuals start from zero */
     }
     ZR_CHECK(clear_ahead(t, explicit, meta.step));
-    /* the loader counts global micro-batches, whose size may differ after resharding;
-       the token count places it at the same point of the data either way */
-    uint64_t global_tokens =
-        (uint64_t)t->world * t->cfg.train_micro_batch_size_per_gpu * t->cfg.seq_len;
-    zr_loader_seek(&t->train, meta.tokens / global_tokens);
+    /* the checkpoint's tokens are windows consumed x T (of any world size and batch: earlier
+       checkpoints counted global batches x world x B x T, the same number) */
+    zr_loader_seek_windows(&t->train, meta.tokens / (uint64_t)t->cfg.seq_len);
     *start = (int)meta.step;
     t->resumed_from = meta.step;
     announce(t, path, &meta, &d);

@@ -73,7 +73,47 @@ static zr_status load_data(zr_trainer *t)
         return zr_dataset_set_vocab(&t->data, "the bundled corpus", c->vocab_size);
     }
     /* what the file is (llm.c shard of either kind, or text) comes from its content */
-    return zr_dataset_load(&t->data, c->data_path, c->vocab_size);
+    ZR_CHECK(zr_dataset_load(&t->data, c->data_path, c->vocab_size));
+    if (c->val_path[0] == '\0' || c->val_every <= 0) {
+        return ZR_OK; /* the validation split of zr.data.path, or none read */
+    }
+    ZR_CHECK(zr_dataset_load(&t->val_data, c->val_path, t->data.vocab));
+    if (t->val_data.kind != t->data.kind) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "%s (zr.data.val_path) is %s, %s (zr.data.path) %s: both must be "
+                "tokenised alike",
+                c->val_path, zr_data_kind_name(t->val_data.kind), c->data_path,
+                zr_data_kind_name(t->data.kind));
+    }
+    return ZR_OK;
+}
+
+/*
+ * The model's vocabulary decides, not the shard kind's: every token of the
+ * training and validation data must be below the vocabulary of the model
+ * file at path (a uint16 shard serves any vocabulary up to 65536, a uint32
+ * shard any); the first one that is not is named with its file and index.
+ */
+static zr_status check_model_vocab(const zr_trainer *t, int vocab, const char *path)
+{
+    const zr_train_config *c = &t->cfg;
+    const char *file = NULL;
+    size_t at = 0;
+    uint32_t tok = 0;
+    for (int v = 0; v < 2 && t->data.vocab != vocab; v++) {
+        const zr_dataset *d = v == 0 ? &t->data : &t->val_data;
+        const char *p = v == 0 ? c->data_path : c->val_path;
+        if (zr_dataset_find_beyond(d, p, (uint32_t)vocab, &file, &at, &tok)) {
+            ZR_FAIL(ZR_ERR_INVALID,
+                    "%s (%s) is %s with a vocabulary of %d tokens, but the model file %s "
+                    "(zr.model.init) has %d: token %u at position %zu of %s is not in it; train "
+                    "it on data tokenised for it (an llm.c GPT-2 token shard for GPT-2 weights)",
+                    p[0] ? p : "the bundled corpus", v == 0 ? "zr.data.path" : "zr.data.val_path",
+                    zr_data_kind_name(d->kind), t->data.vocab, path, vocab, tok, at,
+                    file[0] ? file : "the bundled corpus");
+        }
+    }
+    return ZR_OK;
 }
 
 int zr_trainer_init_is_hf(const zr_trainer *t)
@@ -107,15 +147,7 @@ static zr_status model_shape(zr_trainer *t)
         c->seq_len = fc.max_t;
     }
     ZR_CHECK(zr_config_adopt_model(c, &fc, c->init_path));
-    if (V != fc.vocab) {
-        ZR_FAIL(ZR_ERR_INVALID,
-                "%s (zr.data.path) is %s with a vocabulary of %d tokens, but the model file %s "
-                "(zr.model.init) has %d; train it on data tokenised for it (an llm.c GPT-2 token "
-                "shard for GPT-2 weights), or set zr.model.vocab_size to %d if these tokens are "
-                "meant for it",
-                c->data_path[0] ? c->data_path : "the bundled corpus",
-                zr_data_kind_name(t->data.kind), V, c->init_path, fc.vocab, fc.vocab);
-    }
+    ZR_CHECK(check_model_vocab(t, fc.vocab, c->init_path));
     t->mcfg = fc;
     return ZR_OK;
 }
@@ -145,6 +177,10 @@ static void fit_batch(zr_trainer *t)
 {
     zr_train_config *c = &t->cfg;
     size_t val = t->data.n * ZR_VAL_PERCENT / 100, have = t->data.n - val, W = (size_t)t->world;
+    if (t->val_data.nshards > 0) { /* a validation file: the training data is all of data */
+        val = t->val_data.n;
+        have = t->data.n;
+    }
     int on_val = c->val_every > 0 && val < have;
     have = on_val ? val : have;
     int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
@@ -339,14 +375,21 @@ zr_status zr_trainer_setup(zr_trainer *t)
     ZR_CHECK(zr_comm_agree(&t->comm, schedule_of(c, &t->sched)));
     ZR_CHECK(zr_comm_agree(&t->comm, load_data(t)));
     ZR_CHECK(zr_launch_check_data(&t->comm, &t->data, t->cfg.data_path));
+    if (t->val_data.nshards > 0) {
+        ZR_CHECK(zr_launch_check_data(&t->comm, &t->val_data, t->cfg.val_path));
+    }
     zr_launch_data_id(&t->data, t->data_id, sizeof t->data_id);
     ZR_CHECK(zr_comm_agree(&t->comm, model_shape(t)));
     fit_batch(t);
     int B = c->train_micro_batch_size_per_gpu, T = c->seq_len;
-    zr_status st = zr_loader_init(&t->train, &t->data, ZR_SPLIT_TRAIN, B, T, t->rank, t->world);
+    int vfile = t->val_data.nshards > 0;
+    zr_status st = zr_loader_init(&t->train, &t->data, vfile ? ZR_SPLIT_ALL : ZR_SPLIT_TRAIN, B, T,
+                                  t->rank, t->world);
+    zr_loader_shuffle(&t->train, c->shuffle, c->seed);
     if (st == ZR_OK && c->val_every > 0) {
         /* without validation the split is not read: it need not hold a batch */
-        st = zr_loader_init(&t->val, &t->data, ZR_SPLIT_VAL, B, T, t->rank, t->world);
+        st = zr_loader_init(&t->val, vfile ? &t->val_data : &t->data,
+                            vfile ? ZR_SPLIT_ALL : ZR_SPLIT_VAL, B, T, t->rank, t->world);
     }
     if (st != ZR_OK) {
         /* the loader speaks of B and T; the user set them as keys */
@@ -394,6 +437,7 @@ zr_status zr_trainer_setup(zr_trainer *t)
 static zr_status add_inputs(const zr_train_config *c, zr_file_inputs *in)
 {
     ZR_CHECK(zr_file_inputs_add(in, c->data_path, "the training data (zr.data.path)"));
+    ZR_CHECK(zr_file_inputs_add(in, c->val_path, "the validation data (zr.data.val_path)"));
     ZR_CHECK(zr_file_inputs_add(in, c->init_path, "the model file (zr.model.init)"));
     ZR_CHECK(zr_file_inputs_add(in, c->config_path, "the configuration file (--config)"));
     ZR_CHECK(zr_file_inputs_add(in, c->resume_from,
