@@ -157,10 +157,13 @@ static void test_refusals(void)
     /* past max_position_embeddings (256) */
     TEST_CHECK(sh("%s train --init " GQA " --seq-len 512 --steps 1", zr_bin, root) != 0);
     OUT_HAS("256");
-    /* data of another vocabulary: the bundled corpus's 256 byte tokens for Qwen2's 384 */
-    TEST_CHECK(sh("%s train --init %s/tests/data/hf/qwen2 --seq-len 32 --steps 1", zr_bin, root) !=
-               0);
-    OUT_HAS("384");
+    /* a vocabulary key that is not the folder's */
+    TEST_CHECK(
+        sh("%s train --init " GQA " --vocab-size 1000 --seq-len 32 --steps 1", zr_bin, root) != 0);
+    OUT_HAS("zr.model.vocab_size is 1000, but the model file");
+    /* the bundled corpus's byte tokens fit Qwen2's 384: the model's vocabulary decides */
+    TEST_EQ_INT(sh("%s train --init %s/tests/data/hf/qwen2 --seq-len 32 --steps 1", zr_bin, root),
+                0);
 }
 
 /* A Llama checkpoint: a resume must name the folder; GPT-2's formats refuse it, nothing written. */
