@@ -19,6 +19,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "../src/cli/cli.h"
+#include "zr/gpt_engine.h"
 #include "zr/model.h"
 #include "zr/optim.h"
 #include "zr/pool.h"
@@ -102,30 +103,31 @@ static int measure_ceiling(int threads, int reps, ceiling *c)
 }
 
 /* Times steps + 1 training steps (the first warms up): t[0..3][s] = fwd, bwd, adam, all. */
-static zr_status timed_steps(zr_gpt *m, float **p, const int *in, const int *tg, int steps,
-                             double t[4][32])
+static zr_status timed_steps(zr_gpt_run *r, const zr_gpt_config *cfg, float **p, const int *in,
+                             const int *tg, int steps, double t[4][32])
 {
-    int nu = zr_gpt_unit_count(m);
+    const zr_gpt_backend_i *be = r->be;
+    int nu = zr_gpt_config_unit_count(cfg);
     float **g = p + nu, **mm = p + 2 * nu, **vv = p + 3 * nu;
     zr_adamw h = zr_adamw_default();
     for (int step = 0; step <= steps; step++) {
         double t0 = zr_now();
-        ZR_CHECK(zr_gpt_forward_begin(m, in, tg));
+        ZR_CHECK(be->forward_begin(r->model, in, tg));
         for (int u = 0; u < nu; u++) {
-            ZR_CHECK(zr_gpt_forward_unit(m, u, p[u], p[0]));
+            ZR_CHECK(be->forward_unit(r->model, u, p[u], p[0]));
         }
         double t1 = zr_now();
         for (int u = 0; u < nu; u++) {
-            memset(g[u], 0, zr_gpt_unit_numel(m, u) * 4);
+            memset(g[u], 0, zr_gpt_config_unit_numel(cfg, u) * 4);
         }
-        ZR_CHECK(zr_gpt_backward_begin(m));
+        ZR_CHECK(be->backward_begin(r->model));
         for (int u = nu - 1; u >= 0; u--) {
-            ZR_CHECK(zr_gpt_backward_unit(m, u, p[u], p[0], g[u], g[0]));
+            ZR_CHECK(be->backward_unit(r->model, u, p[u], p[0], g[u], g[0]));
         }
         double t2 = zr_now();
         for (int u = 0; u < nu; u++) {
             zr_adamw_update(&h, 1e-4f, step + 1, 1.0f, 1, p[u], g[u], mm[u], vv[u],
-                            zr_gpt_unit_numel(m, u));
+                            zr_gpt_config_unit_numel(cfg, u));
         }
         double t3 = zr_now();
         if (step > 0) {
@@ -138,20 +140,32 @@ static zr_status timed_steps(zr_gpt *m, float **p, const int *in, const int *tg,
     return ZR_OK;
 }
 
+/* The model of cfg on the CPU's backend for its architecture, its products' inputs set. */
+static zr_status open_model(zr_gpt_run *r, const zr_gpt_config *cfg, int B, int T, int bf16)
+{
+    zr_device cpu = zr_device_cpu();
+    zr_gpt_shape shape = {B, T, 0, ZR_DTYPE_F32};
+    zr_engine_config ec = zr_engine_config_default();
+    ZR_CHECK(zr_gpt_run_init(r, &cpu, cfg, &shape, &ec));
+    char why[256] = "this model's products are fp32 only";
+    int got =
+        r->be->set_products != NULL ? r->be->set_products(r->model, bf16, why, sizeof why) : 0;
+    if (got != bf16) {
+        zr_gpt_run_free(r);
+        ZR_FAIL(ZR_ERR_INVALID, "--products %s: %s", bf16 ? "bf16" : "fp32", why);
+    }
+    return ZR_OK;
+}
+
 static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, int T, int threads,
                             int steps, int bf16, bench_result *res)
 {
-    zr_gpt m;
-    ZR_CHECK(zr_gpt_init(&m, cfg, B, T));
+    zr_gpt_run run;
     zr_gpt_set_threads(threads);
-    char why[256];
-    if (zr_gpt_set_products(&m, bf16, why, sizeof why) != bf16) {
-        zr_gpt_free(&m);
-        ZR_FAIL(ZR_ERR_INVALID, "--products %s: %s", bf16 ? "bf16" : "fp32", why);
-    }
+    ZR_CHECK(open_model(&run, cfg, B, T, bf16));
     res->products = bf16 ? "bf16" : "fp32";
     ZR_ASSERT(steps >= 1 && steps <= 32);
-    int nu = zr_gpt_unit_count(&m);
+    int nu = zr_gpt_config_unit_count(cfg);
     zr_status st = ZR_OK;
     float **p = NULL;
     int *in = NULL, *tg = NULL;
@@ -163,11 +177,11 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
                   done);
     /* p[u], then gradients, first and second moments at p[u + nu], p[u + 2 nu], p[u + 3 nu] */
     for (int u = 0; u < 4 * nu; u++) {
-        size_t n = zr_gpt_unit_numel(&m, u % nu);
+        size_t n = zr_gpt_config_unit_numel(cfg, u % nu);
         ZR_CHECK_GOTO(zr_alloc_at((void **)&p[u], n * 4, __FILE__, __LINE__), st, done);
     }
     for (int u = 0; u < nu; u++) {
-        zr_gpt_unit_init_params(&m, u, p[u], 1);
+        zr_gpt_config_unit_init(cfg, u, p[u], 1);
     }
     uint64_t s = 88172645463325252ull;
     for (int i = 0; i < B * T; i++) {
@@ -176,7 +190,7 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
         tg[i] = (int)((s >> 20) % (uint64_t)cfg->vocab);
     }
     double t[4][32];
-    ZR_CHECK_GOTO(timed_steps(&m, p, in, tg, steps, t), st, done);
+    ZR_CHECK_GOTO(timed_steps(&run, cfg, p, in, tg, steps, t), st, done);
     double sec = zr_median(t[3], steps);
     res->name = name;
     res->threads = threads;
@@ -188,7 +202,9 @@ static zr_status run_config(const char *name, const zr_gpt_config *cfg, int B, i
     res->fwd_ms = zr_median(t[0], steps) * 1e3;
     res->bwd_ms = zr_median(t[1], steps) * 1e3;
     res->adam_ms = zr_median(t[2], steps) * 1e3;
-    res->act_mb = zr_gpt_activation_bytes(&m) / 1048576.0;
+    zr_gpt_shape shape = {B, T, 0, bf16 ? ZR_DTYPE_BF16 : ZR_DTYPE_F32};
+    zr_engine_config ec = zr_engine_config_default();
+    res->act_mb = run.be->model_bytes(cfg, &shape, &ec) / 1048576.0;
 done:
     if (p != NULL) {
         for (int u = 0; u < 4 * nu; u++) {
@@ -198,7 +214,7 @@ done:
     zr_free(p);
     zr_free(in);
     zr_free(tg);
-    zr_gpt_free(&m);
+    zr_gpt_run_free(&run);
     return st;
 }
 
@@ -260,12 +276,13 @@ static void print_json_str(const char *s)
     putchar('"');
 }
 
-static void print_json(const bench_result *res, int nres, const char *isa, const char *bf16)
+static void print_json(const bench_result *res, int nres, const char *isa, const char *bf16,
+                       const char *headline)
 {
-    /* the headline: the 124M run in fp32 at the most threads measured (the last one) */
+    /* the headline: the large model's run in fp32 at the most threads measured (the last one) */
     const bench_result *b = NULL;
     for (int i = 0; i < nres; i++) {
-        if (strcmp(res[i].name, "124M") == 0 && strcmp(res[i].products, "fp32") == 0 &&
+        if (strcmp(res[i].name, headline) == 0 && strcmp(res[i].products, "fp32") == 0 &&
             (b == NULL || res[i].threads >= b->threads)) {
             b = &res[i];
         }
@@ -297,6 +314,7 @@ static void print_json(const bench_result *res, int nres, const char *isa, const
 typedef struct bench_opts {
     const char *device; /* "cpu", or a GPU (bench_model_cuda.c) */
     int json, quick, nthreads, nseq, nproducts;
+    int llama; /* the Llama family's shapes (a small one, SmolLM2-135M's) instead of GPT-2's */
     int threads[8], seq[8], products[2]; /* products: 0 fp32, 1 bf16 */
 } bench_opts;
 
@@ -311,6 +329,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->device = argv[++i];
         } else if (strcmp(argv[i], "--quick") == 0) {
             o->quick = 1;
+        } else if (strcmp(argv[i], "--llama") == 0) {
+            o->llama = 1;
         } else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
             o->nthreads = parse_list(argv[++i], o->threads, 8, 1, ZR_POOL_MAX_THREADS);
             if (o->nthreads == 0) {
@@ -344,7 +364,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             }
             fprintf(stderr,
                     "usage: zr bench model [--json] [--threads 1,2] [--quick] "
-                    "[--seq 1024,2048,4096] [--products fp32,bf16] [--device cpu|cuda|cuda:N]\n");
+                    "[--seq 1024,2048,4096] [--products fp32,bf16] [--device cpu|cuda|cuda:N] "
+                    "[--llama]\n");
             return strcmp(argv[i], "--help") == 0 ? 0 : 2;
         }
     }
@@ -365,13 +386,14 @@ static int plan_runs(const bench_opts *o, const zr_gpt_config *small, zr_gpt_con
     const int quick = o->quick, nseq = o->nseq;
     gpt2->max_t = nseq > 0 && o->seq[nseq - 1] > gpt2->max_t ? o->seq[nseq - 1] : gpt2->max_t;
     const int T124 = quick ? 256 : 1024, steps_small = quick ? 3 : 7, steps_124 = quick ? 1 : 3;
+    const char *big = o->llama ? "135M" : "124M";
     runs[0] = (run_spec){"small", small, 4, 256, steps_small};
-    runs[1] = (run_spec){"124M", gpt2, 1, T124, steps_124};
+    runs[1] = (run_spec){big, gpt2, 1, T124, steps_124};
     if (nseq == 0) {
         return 2;
     }
     for (int k = 0; k < nseq; k++) {
-        runs[k] = (run_spec){"124M", gpt2, 1, o->seq[k], quick ? 1 : 2};
+        runs[k] = (run_spec){big, gpt2, 1, o->seq[k], quick ? 1 : 2};
     }
     return nseq;
 }
@@ -441,14 +463,23 @@ int zr_bench_model(int argc, char **argv)
     if (strcmp(o.device, "cpu") != 0) {
         return zr_bench_model_cuda(o.device, o.json, o.quick);
     }
-    const zr_gpt_config small = {256, 256, 256, 4, 4, 256};
+    zr_gpt_config small = {256, 256, 256, 4, 4, 256};
     zr_gpt_config gpt2 = {1024, 50257, 50304, 12, 12, 768};
+    if (o.llama) {
+        /* a small Llama, GQA 2:1, and SmolLM2-135M's shape (tied, GQA 3:1, head_dim 64) */
+        small = (zr_gpt_config){256, 256, 256, 4, 4, 256, ZR_ARCH_LLAMA};
+        small.llama = (zr_llama_config){.family = 1, 256, 256, 4, 4, 2, 64, 688, 1e-5, 1e4};
+        gpt2 = (zr_gpt_config){8192, 49152, 49152, 30, 9, 576, ZR_ARCH_LLAMA};
+        gpt2.llama = (zr_llama_config){.family = 1, 49152, 576, 30, 9, 3, 64, 1536, 1e-5, 1e5};
+        gpt2.llama.tied = 1;
+    }
     run_spec runs[8];
     int nruns = plan_runs(&o, &small, &gpt2, runs);
     bench_result res[128];
     int nres = 0;
     char bf16[256];
-    print_header(&small, bf16);
+    const zr_gpt_config gpt_small = {256, 256, 256, 4, 4, 256}; /* the header's bf16 probe */
+    print_header(&gpt_small, bf16);
     ceiling c = {.isa = "?"};
     for (int k = 0; k < o.nthreads; k++) {
         if (run_at_threads(&o, o.threads[k], runs, nruns, &c, res, &nres) != 0) {
@@ -460,7 +491,7 @@ int zr_bench_model(int argc, char **argv)
            "peak (median of pairs), vs pk = GFLOP/s / peak; RSS = the process's peak so far\n",
            c.isa);
     if (o.json) {
-        print_json(res, nres, c.isa, bf16);
+        print_json(res, nres, c.isa, bf16, runs[nruns - 1].name);
     }
     return 0;
 }
