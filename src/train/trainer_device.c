@@ -185,5 +185,11 @@ zr_status zr_trainer_init_model(zr_trainer *t, int B, int T)
         /* the collectives follow the model's stream */
         return use_transport(t);
     }
+    if (t->be->set_products == NULL && t->cfg.bf16_enabled) {
+        zr_trainer_note(t, ZR_LOG_WARN,
+                        "bf16.enabled: the %s backend computes its matrix products in fp32 (bf16 "
+                        "is the wire's only)",
+                        t->be->name);
+    }
     return t->be->set_products != NULL ? cpu_products(t) : ZR_OK;
 }
