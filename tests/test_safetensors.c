@@ -408,9 +408,7 @@ static void test_index_refused(void)
     write_index_text(dir, "{\"weight_map\": {\"a\": 1}}");
     index_refused(dir, ZR_ERR_FORMAT, "weight_map[\"a\"] is not the name of a file");
     const char *outside[] = {"../model-00001-of-00002.safetensors",
-                             "bad/"
-                             "model-00001-of-00002.safetensors",
-                             "..", ""};
+                             "bad/model-00001-of-00002.safetensors", "..", ""};
     for (size_t k = 0; k < sizeof outside / sizeof outside[0]; k++) {
         const char *f0 = file[0];
         file[0] = outside[k];
