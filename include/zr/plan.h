@@ -62,6 +62,9 @@ typedef struct zr_probe {
     int threads;                      /* BLAS threads per rank */
     /* the shape the compute figures belong to */
     int layers, heads, channels, vocab, padded_vocab, seq_len, max_seq_len, recompute;
+    /* its architecture (zr_model_arch) and, for the Llama family, the rest of what a unit's
+       compute depends on (0 for GPT-2, and in a file of an earlier zr) */
+    int arch, kv_heads, head_dim, intermediate, tied, qkv_bias;
     int ncompute;
     zr_probe_compute compute[ZR_PROBE_MAX_B];
     /* seconds per element, every rank at once */
@@ -97,6 +100,20 @@ typedef struct zr_probe {
     double cal_comm[3];    /* seconds per step waiting for collectives, mean over ranks */
     double cal_optim[3];   /* seconds per step in the optimizer step, mean over ranks */
 } zr_probe;
+
+/*
+ * The model cfg's run trains (as zr train builds it): where zr.model.init is
+ * a Hugging Face folder, its config.json's shape (a Llama-family model) at
+ * cfg's depth, its vocabulary vocab's (ZR_ERR_INVALID naming both
+ * otherwise); else a GPT-2 of cfg's zr.model keys with vocabulary vocab.
+ */
+zr_status zr_plan_model(const zr_train_config *cfg, int vocab, zr_gpt_config *out);
+/*
+ * Where zr.model.init is a Hugging Face folder: its shape into cfg's
+ * zr.model keys as zr train adopts it (a key given otherwise is refused);
+ * nothing otherwise. zr probe, zr plan and zr train --auto call it first.
+ */
+zr_status zr_plan_adopt_model(zr_train_config *cfg);
 
 /*
  * Collective over c: measure everything above for cfg's model shape (layers,
@@ -216,9 +233,11 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
                       double mem_limit, zr_plan_result *out);
 /*
  * Whether probe's figures price cfg's run (zr_plan_run asks first): the same
- * device and compute type, and the same model but for the depth (width,
- * heads, sequence, positions, vocabulary, recomputation and, on the CPU,
- * threads); ZR_ERR_INVALID naming the key that differs.
+ * device and compute type, and the same model but for the depth
+ * (architecture, width, heads, sequence, positions, vocabulary, the Llama
+ * family's kv heads, head size, MLP width, tied head and biases,
+ * recomputation and, on the CPU, threads); ZR_ERR_INVALID naming what
+ * differs.
  */
 zr_status zr_plan_check_probe(const zr_train_config *cfg, int vocab, const zr_probe *probe);
 void zr_plan_result_free(zr_plan_result *r);

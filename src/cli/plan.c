@@ -47,8 +47,11 @@ static zr_status load_data(const zr_train_config *c, zr_dataset *d, int *vocab)
     return st;
 }
 
-static zr_status vocab_of(const zr_train_config *c, int *vocab)
+/* The model's shape taken from zr.model.init where it is a Hugging Face folder, then the
+   vocabulary of the data. */
+static zr_status vocab_of(zr_train_config *c, int *vocab)
 {
+    ZR_CHECK(zr_plan_adopt_model(c));
     zr_dataset d;
     zr_status st = load_data(c, &d, vocab);
     zr_dataset_free(&d);
@@ -182,6 +185,9 @@ int zr_cli_probe(int argc, char **argv)
     zr_status st = arg_st;
     if (st == ZR_OK) {
         st = zr_launch_read_config(MPI_COMM_WORLD, n, rest, &cfg, &help, warn_rank0, &rank);
+    }
+    if (st == ZR_OK && !help) {
+        st = zr_plan_adopt_model(&cfg); /* a Hugging Face folder's shape (zr.model.init) */
     }
     if (st == ZR_OK && help) {
         if (rank == 0) {
@@ -484,7 +490,11 @@ zr_status zr_cli_auto(MPI_Comm world, zr_train_config *cfg, int rank)
 {
     int vocab = 0;
     zr_dataset data;
-    zr_status st = load_data(cfg, &data, &vocab);
+    memset(&data, 0, sizeof data);
+    zr_status st = zr_plan_adopt_model(cfg);
+    if (st == ZR_OK) {
+        st = load_data(cfg, &data, &vocab);
+    }
     zr_comm c;
     zr_comm_config cc = {0, 1};
     if (st == ZR_OK) {

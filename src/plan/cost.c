@@ -444,8 +444,8 @@ zr_status zr_plan_cost_with(const zr_train_config *cfg, int vocab, int nodes, in
     ZR_CHECK(check_choice(ch, nodes, D));
     zr_train_config c = *cfg;
     zr_plan_apply(&c, ch);
-    zr_gpt_config m = {c.max_seq_len, vocab,   (int)zr_round_up((size_t)vocab, 128),
-                       c.layers,      c.heads, c.channels};
+    zr_gpt_config m;
+    ZR_CHECK(zr_plan_model(&c, vocab, &m));
     zr_comm layout;
     ZR_CHECK(zr_comm_init_layout(&layout, nodes, D, ch->hpz, 0));
     int gpu = probe != NULL && probe->gpu;

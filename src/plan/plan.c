@@ -239,13 +239,32 @@ static zr_status check_device(const zr_train_config *cfg, const zr_probe *probe)
 
 /*
  * The probe's figures are of the model it ran: a unit's time depends on the
- * width, the heads, the sequence, the vocabulary, the threads and the
- * recomputation. The depth alone may differ (a probe of a shallower model costs
- * less): the blocks are priced one by one, and the calibration prices the
- * probe's reference steps at the depth they ran.
+ * architecture, the width, the heads, the sequence, the vocabulary, the
+ * Llama family's fields, the threads and the recomputation. The depth alone
+ * may differ (a probe of a shallower model costs less): the blocks are
+ * priced one by one, and the calibration prices the probe's reference steps
+ * at the depth they ran.
  */
+static zr_status check_arch(const zr_probe *p, const zr_gpt_config *m)
+{
+    static const char *const name[2] = {"GPT-2", "a Llama-family model"};
+    if (p->arch != (int)m->arch) {
+        ZR_FAIL(ZR_ERR_INVALID,
+                "the probe measured another model: %s there, %s here (zr.model.init %s); probe "
+                "again with this run's model",
+                name[p->arch != 0], name[m->arch != ZR_ARCH_GPT2],
+                m->arch == ZR_ARCH_GPT2 ? "is not a Hugging Face folder"
+                                        : "is a Hugging Face folder");
+    }
+    return ZR_OK;
+}
+
 static zr_status check_model(const zr_train_config *cfg, int vocab, const zr_probe *p)
 {
+    zr_gpt_config m;
+    ZR_CHECK(zr_plan_model(cfg, vocab, &m));
+    ZR_CHECK(check_arch(p, &m));
+    const zr_llama_config *l = &m.llama;
     const struct {
         const char *key;
         int probe, run;
@@ -255,6 +274,11 @@ static zr_status check_model(const zr_train_config *cfg, int vocab, const zr_pro
         {"zr.model.seq_len", p->seq_len, cfg->seq_len},
         {"zr.model.max_seq_len", p->max_seq_len, cfg->max_seq_len},
         {"zr.model.vocab_size (or the data's)", p->vocab, vocab},
+        {"the model's num_key_value_heads", p->kv_heads, l->kv_heads},
+        {"the model's head_dim", p->head_dim, l->head_dim},
+        {"the model's intermediate_size", p->intermediate, l->intermediate},
+        {"the model's tie_word_embeddings", p->tied, l->tied},
+        {"the model's q/k/v biases", p->qkv_bias, l->qkv_bias},
         {"zr.model.activation_checkpointing", p->recompute, cfg->activation_checkpointing != 0},
         {"zr.train.threads", p->gpu ? cfg->threads : p->threads, cfg->threads},
     };
@@ -331,8 +355,8 @@ zr_status zr_plan_run(const zr_train_config *cfg, int vocab, const zr_probe *pro
     if (splits == 0) {
         ZR_FAIL(ZR_ERR_INVALID, "no micro-batch fits: train_batch_size %lld over %d ranks", G, W);
     }
-    zr_gpt_config m = {cfg->max_seq_len, vocab,      (int)zr_round_up((size_t)vocab, 128),
-                       cfg->layers,      cfg->heads, cfg->channels};
+    zr_gpt_config m;
+    ZR_CHECK(zr_plan_model(cfg, vocab, &m));
     size_t big = 0;
     for (int u = 0; u < zr_gpt_config_unit_count(&m); u++) {
         size_t p = zr_zero_padded(zr_gpt_config_unit_numel(&m, u), W);

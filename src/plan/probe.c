@@ -81,34 +81,43 @@ typedef struct bufs {
     int *tok;
 } bufs;
 
-static zr_status time_units(zr_gpt *m, bufs *b, zr_probe_compute *out)
+/* The six unit figures of one forward and backward of r's one-layer model. */
+static zr_status time_pass(const zr_gpt_run *r, bufs *b, double *t)
+{
+    const zr_gpt_backend_i *be = r->be;
+    void *m = r->model;
+    t[0] = zr_now();
+    ZR_CHECK(be->forward_begin(m, b->tok, b->tok + 1));
+    ZR_CHECK(be->forward_unit(m, 0, b->p[0], NULL));
+    t[1] = zr_now();
+    ZR_CHECK(be->forward_unit(m, 1, b->p[1], NULL));
+    t[2] = zr_now();
+    ZR_CHECK(be->forward_unit(m, 2, b->p[2], b->p[0]));
+    t[3] = zr_now();
+    ZR_CHECK(be->backward_begin(m));
+    ZR_CHECK(be->backward_unit(m, 2, b->p[2], b->p[0], b->g[2], b->g[0]));
+    t[4] = zr_now();
+    ZR_CHECK(be->backward_unit(m, 1, b->p[1], NULL, b->g[1], NULL));
+    t[5] = zr_now();
+    ZR_CHECK(be->backward_unit(m, 0, NULL, NULL, b->g[0], NULL));
+    t[6] = zr_now();
+    return ZR_OK;
+}
+
+static zr_status time_units(const zr_gpt_run *run, bufs *b, zr_probe_compute *out)
 {
     double sum[6] = {0, 0, 0, 0, 0, 0}, start = 0;
     int n = 0;
     /* the first repetition warms caches and BLAS buffers and is not counted */
     for (int r = 0; r < REPS + 1 || zr_now() - start < WINDOW_S; r++) {
-        double t0 = zr_now();
-        ZR_CHECK(zr_gpt_forward_begin(m, b->tok, b->tok + 1));
-        ZR_CHECK(zr_gpt_forward_unit(m, 0, b->p[0], NULL));
-        double t1 = zr_now();
-        ZR_CHECK(zr_gpt_forward_unit(m, 1, b->p[1], NULL));
-        double t2 = zr_now();
-        ZR_CHECK(zr_gpt_forward_unit(m, 2, b->p[2], b->p[0]));
-        double t3 = zr_now();
-        ZR_CHECK(zr_gpt_backward_begin(m));
-        ZR_CHECK(zr_gpt_backward_unit(m, 2, b->p[2], b->p[0], b->g[2], b->g[0]));
-        double t4 = zr_now();
-        ZR_CHECK(zr_gpt_backward_unit(m, 1, b->p[1], NULL, b->g[1], NULL));
-        double t5 = zr_now();
-        ZR_CHECK(zr_gpt_backward_unit(m, 0, NULL, NULL, b->g[0], NULL));
-        double t6 = zr_now();
+        double t[7];
+        ZR_CHECK(time_pass(run, b, t));
         if (r == 0) {
-            start = t6;
+            start = t[6];
             continue;
         }
-        double d[6] = {t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5};
         for (int k = 0; k < 6; k++) {
-            sum[k] += d[k];
+            sum[k] += t[k + 1] - t[k];
         }
         n++;
     }
@@ -121,25 +130,32 @@ static zr_status time_units(zr_gpt *m, bufs *b, zr_probe_compute *out)
     return ZR_OK;
 }
 
+/*
+ * The units of g (one layer) at micro-batch b on the CPU, in the model of
+ * g's architecture (zr_gpt_run_init picks its backend: GPT-2's host model or
+ * the Llama family's), on parameters initialised as a run's.
+ */
 static zr_status probe_compute(zr_comm *c, const zr_gpt_config *g, int T, int recompute, int b,
                                zr_probe_compute *out, size_t *block_numel)
 {
-    zr_gpt m;
-    memset(&m, 0, sizeof m);
+    zr_gpt_run run;
+    memset(&run, 0, sizeof run);
     bufs bf;
     memset(&bf, 0, sizeof bf);
-    zr_status st = zr_gpt_init_ex(&m, g, b, T, recompute);
-    if (st == ZR_OK) {
-        *block_numel = zr_gpt_unit_numel(&m, 1);
-    }
+    zr_device dev = zr_device_cpu();
+    zr_gpt_shape sh = {b, T, recompute, ZR_DTYPE_F32};
+    zr_engine_config ecfg;
+    memset(&ecfg, 0, sizeof ecfg);
+    zr_status st = zr_gpt_run_init(&run, &dev, g, &sh, &ecfg);
+    *block_numel = zr_gpt_config_unit_numel(g, 1);
     for (int u = 0; u < 3 && st == ZR_OK; u++) {
-        size_t n = zr_gpt_unit_numel(&m, u);
+        size_t n = zr_gpt_config_unit_numel(g, u);
         st = ZR_ALLOC_STATUS(bf.p[u], n);
         if (st == ZR_OK) {
             st = ZR_ALLOC_STATUS(bf.g[u], n);
         }
         if (st == ZR_OK) {
-            zr_gpt_unit_init_params(&m, u, bf.p[u], 1);
+            zr_gpt_config_unit_init(g, u, bf.p[u], 1);
         }
     }
     if (st == ZR_OK) {
@@ -153,14 +169,14 @@ static zr_status probe_compute(zr_comm *c, const zr_gpt_config *g, int T, int re
         st = zr_comm_barrier(c);
     }
     if (st == ZR_OK) {
-        st = zr_comm_agree(c, time_units(&m, &bf, out));
+        st = zr_comm_agree(c, time_units(&run, &bf, out));
     }
     for (int u = 0; u < 3; u++) {
         zr_free(bf.p[u]);
         zr_free(bf.g[u]);
     }
     zr_free(bf.tok);
-    zr_gpt_free(&m);
+    zr_gpt_run_free(&run);
     ZR_CHECK(st);
     out->batch = b;
     return zr_probe_slowest(c, &out->fwd_embed, 6);
@@ -334,6 +350,19 @@ static zr_status time_overlap(zr_comm *c, zr_group g, size_t bytes, double t_x, 
  * 784 MB/s against 999. The cost model prices each hop at its own message
  * size between the two (cost.c). A much smaller message measures latency.
  */
+/*
+ * Seconds an exchange of t seconds spent moving bytes: t less the latency lat,
+ * but at least a quarter of t. Ranks sharing cores with other work can be
+ * descheduled through the 8-byte exchanges: 4 ranks on a busy 2-core
+ * machine measured 16 ms of latency between nodes, more than a 1.7 MB
+ * message's whole exchange, and t - lat gave 1.8e15 bytes/s (a file zr plan
+ * refused). Latency that large is the scheduler's, not the link's.
+ */
+static double moving(double t, double lat)
+{
+    return fmax(fmax(t - lat, 0.25 * t), 1e-9);
+}
+
 static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel, const zr_device *dev,
                                  zr_stream *s)
 {
@@ -390,12 +419,12 @@ static zr_status probe_transport(zr_comm *c, zr_probe *p, size_t block_numel, co
     zr_device_free(dev, sbuf), zr_device_free(dev, rbuf), zr_free(work);
     zr_probe_gpu_busy_free(&busy);
     ZR_CHECK(st);
-    p->intra_bw = D > 1 ? (double)big * (D - 1) / fmax(v[0] - v[1], 1e-9) : 0;
+    p->intra_bw = D > 1 ? (double)big * (D - 1) / moving(v[0], v[1]) : 0;
     p->intra_lat = v[1];
-    p->intra_bw_small = D > 1 ? (double)small * (D - 1) / fmax(v[2] - v[1], 1e-9) : 0;
-    p->inter_bw = N > 1 ? (double)big * (N - 1) / fmax(v[3] - v[4], 1e-9) : 0;
+    p->intra_bw_small = D > 1 ? (double)small * (D - 1) / moving(v[2], v[1]) : 0;
+    p->inter_bw = N > 1 ? (double)big * (N - 1) / moving(v[3], v[4]) : 0;
     p->inter_lat = v[4];
-    p->inter_bw_small = N > 1 ? (double)small * (N - 1) / fmax(v[5] - v[4], 1e-9) : 0;
+    p->inter_bw_small = N > 1 ? (double)small * (N - 1) / moving(v[5], v[4]) : 0;
     p->bw_msg = (double)big;
     p->bw_msg_small = (double)small;
     p->overlap = v[6] > 0 ? v[6] : 0; /* never -0 in the file */
@@ -499,13 +528,20 @@ static zr_status probe_all(zr_comm *c, const zr_train_config *cfg, int vocab, in
         ZR_CHECK(gpu_memory(c, dev, out));
     }
     zr_gpt_set_threads(cfg->threads);
-    zr_gpt_config g = {cfg->max_seq_len, vocab, out->padded_vocab, 1, cfg->heads, cfg->channels};
+    /* the run's model (a Hugging Face folder's where zr.model.init is one), and its one-layer
+       version whose units are timed */
+    zr_gpt_config whole, g;
+    ZR_CHECK(zr_plan_model(cfg, vocab, &whole));
+    g = whole;
+    g.layers = g.llama.layers = 1;
     ZR_CHECK(zr_gpt_config_check(&g));
+    if (s != NULL) {
+        const zr_gpt_backend_i *be; /* a GPU backend of this architecture, or why not */
+        ZR_CHECK(zr_comm_agree(c, zr_gpt_backend_for(&g, ZR_DEVICE_CUDA, &be)));
+    }
     /* first, in a process as fresh as a training run's: after the rest of the probe, ZeRO-3's
        steps measured 290-310 ms where zr bench train's launches measured 211-287 (emulated 2x2
        at 10 Gbit/s on the CPU, three of each) */
-    zr_gpt_config whole = g;
-    whole.layers = cfg->layers;
     zr_probe_reference_steps(c, cfg, &whole, s, out);
     /* the device model takes at most zr_gpt_cuda_max_batch: a larger micro-batch cannot run
        there, so the plan must not be offered one (where not even B = 1 can, the measurement at 1
@@ -549,6 +585,14 @@ zr_status zr_probe_run(zr_comm *c, const zr_train_config *cfg, int vocab, int ma
     out->vocab = vocab, out->padded_vocab = (int)zr_round_up((size_t)vocab, 128);
     out->seq_len = cfg->seq_len, out->max_seq_len = cfg->max_seq_len;
     out->recompute = cfg->activation_checkpointing;
+    zr_gpt_config m;
+    ZR_CHECK(zr_plan_model(cfg, vocab, &m));
+    out->padded_vocab = m.padded_vocab;
+    if (m.arch == ZR_ARCH_LLAMA) {
+        const zr_llama_config *l = &m.llama;
+        out->arch = ZR_ARCH_LLAMA, out->kv_heads = l->kv_heads, out->head_dim = l->head_dim;
+        out->intermediate = l->intermediate, out->tied = l->tied, out->qkv_bias = l->qkv_bias;
+    }
     /* before anything of the probe's own: what a rank holds with no model */
     double mem[2] = {proc_kb("/proc/self/status", "VmRSS:"),
                      -proc_kb("/proc/meminfo", "MemAvailable:") / c->ranks_per_node};

@@ -87,12 +87,13 @@ static const pkey keys[] = {
     R_("cald_comm", cal_comm, 2),
     R_("cald_optim", cal_optim, 2),
 };
-/* Keys a probe of an earlier zr lacks (0 when missing): bandwidth at a second message size. */
+/* Keys a probe of an earlier zr lacks (0 when missing): bandwidth at a second message size, and
+   the model's architecture with the Llama family's fields (an earlier probe's model is GPT-2). */
 static const pkey opt_keys[] = {
-    D_(bw_msg, 0),
-    D_(bw_msg_small, 0),
-    D_(intra_bw_small, 0),
-    D_(inter_bw_small, 0),
+    D_(bw_msg, 0),         D_(bw_msg_small, 0),        D_(intra_bw_small, 0),
+    D_(inter_bw_small, 0), I_(arch, 0, ZR_ARCH_LLAMA), I_(kv_heads, 0, 1e9),
+    I_(head_dim, 0, 1e9),  I_(intermediate, 0, 1e9),   I_(tied, 0, 1),
+    I_(qkv_bias, 0, 1),
 };
 #undef R_
 #undef D_
@@ -263,6 +264,23 @@ static zr_status check_sizes(const zr_probe *p, const char *path)
     return ZR_OK;
 }
 
+/* The keys an earlier zr's file may lack: 0 where missing. */
+static zr_status parse_optional(const cJSON *o, const char *path, zr_probe *p)
+{
+    for (int i = 0; i < NOPT; i++) {
+        double v = 0;
+        if (cJSON_GetObjectItemCaseSensitive(o, opt_keys[i].name) != NULL) {
+            ZR_CHECK(number(o, opt_keys[i].name, path, opt_keys[i].lo, opt_keys[i].hi, &v));
+        }
+        if (opt_keys[i].is_int && v != floor(v)) {
+            ZR_FAIL(ZR_ERR_FORMAT, "%s: \"%s\" must be a whole number, got %g", path,
+                    opt_keys[i].name, v);
+        }
+        set(p, &opt_keys[i], v);
+    }
+    return ZR_OK;
+}
+
 static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
 {
     if (!cJSON_IsObject(o)) {
@@ -298,13 +316,7 @@ static zr_status parse(const cJSON *o, const char *path, zr_probe *p)
                 "layout has must be > 0",
                 path);
     }
-    for (int i = 0; i < NOPT; i++) {
-        double v = 0;
-        if (cJSON_GetObjectItemCaseSensitive(o, opt_keys[i].name) != NULL) {
-            ZR_CHECK(number(o, opt_keys[i].name, path, opt_keys[i].lo, opt_keys[i].hi, &v));
-        }
-        set(p, &opt_keys[i], v);
-    }
+    ZR_CHECK(parse_optional(o, path, p));
     ZR_CHECK(check_sizes(p, path));
     const char *qn[4] = {"q8_enc", "q8_dec", "q4_enc", "q4_dec"};
     double *qv[4] = {&p->q_enc[0], &p->q_dec[0], &p->q_enc[1], &p->q_dec[1]};

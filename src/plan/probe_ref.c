@@ -63,11 +63,12 @@ static zr_device probe_device(zr_stream *s)
 }
 
 /* The engine settings of reference r: cfg with the reference's choice applied, as the trainer
- * derives them for the GPT's backend on the probe's device (stream s; NULL: the CPU). */
-static zr_status reference_engine(const zr_train_config *cfg, int r, zr_stream *s,
-                                  const zr_gpt_backend_i **be, zr_engine_config *out)
+ * derives them for the backend of g's architecture on the probe's device (stream s; NULL: the
+ * CPU). */
+static zr_status reference_engine(const zr_train_config *cfg, const zr_gpt_config *g, int r,
+                                  zr_stream *s, const zr_gpt_backend_i **be, zr_engine_config *out)
 {
-    ZR_CHECK(zr_gpt_backend_of(probe_device(s).kind, be));
+    ZR_CHECK(zr_gpt_backend_for(g, probe_device(s).kind, be));
     zr_train_config rc = *cfg;
     zr_plan_choice ref = zr_probe_reference(r, cfg->train_micro_batch_size_per_gpu,
                                             cfg->stage3_prefetch_bucket_size);
@@ -155,7 +156,7 @@ static zr_status reference_block(zr_comm *c, const zr_train_config *cfg, const z
     int B = cfg->train_micro_batch_size_per_gpu, T = cfg->seq_len;
     const zr_gpt_backend_i *be;
     zr_engine_config ecfg;
-    ZR_CHECK(reference_engine(cfg, r, s, &be, &ecfg));
+    ZR_CHECK(reference_engine(cfg, g, r, s, &be, &ecfg));
     ref_model rm;
     zr_engine e;
     zr_gpt_specs sp;
@@ -205,7 +206,7 @@ static zr_status reference_fits(zr_comm *c, const zr_train_config *cfg, const zr
 {
     const zr_gpt_backend_i *be;
     zr_engine_config ecfg;
-    ZR_CHECK(reference_engine(cfg, r, s, &be, &ecfg));
+    ZR_CHECK(reference_engine(cfg, g, r, s, &be, &ecfg));
     zr_gpt_shape sh = {cfg->train_micro_batch_size_per_gpu, cfg->seq_len,
                        cfg->activation_checkpointing && be->recompute, ecfg.work_type};
     if (be->check_shape != NULL) {
