@@ -149,6 +149,11 @@ static void test_refusals(void)
     edited("llama_mha_tied", "untied", "tie_word_embeddings", "false");
     TEST_CHECK(sh("%s train --init untied --vocab-size 320 --seq-len 32 --steps 1", zr_bin) != 0);
     OUT_HAS("tensor lm_head.weight is missing");
+    /* a tensor whose shape is not the config's (intermediate_size 136 in the file) */
+    edited("llama_gqa", "narrow", "intermediate_size", "128");
+    TEST_CHECK(sh("%s train --init narrow --seq-len 32 --steps 1", zr_bin) != 0);
+    OUT_HAS("tensor model.layers.0.mlp.gate_proj.weight has shape [136, 64], the model's is [128, "
+            "64]");
     /* an architecture zr does not train */
     edited("llama_gqa", "other", "model_type", "\"gemma\"");
     TEST_EQ_INT(sh("sed -i 's/LlamaForCausalLM/GemmaForCausalLM/' other/config.json"), 0);

@@ -93,16 +93,12 @@ static zr_status find_tensor(const zr_hf_weights *w, const char *dir, const zr_g
         same = t->shape[i] == d->shape[i];
     }
     if (!same) {
-        char got[96] = "", want[64] = "";
-        for (int i = 0, g = 0; i < t->ndim && g < 80; i++) {
-            g += snprintf(got + g, sizeof got - (size_t)g, "%s%lld", i ? ", " : "",
-                          (long long)t->shape[i]);
-        }
-        for (int i = 0, k = 0; i < d->ndim; i++) {
-            k += snprintf(want + k, sizeof want - (size_t)k, "%s%d", i ? ", " : "", d->shape[i]);
-        }
-        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s has shape [%s], the model's is [%s]", (*file)->path,
-                name, got, want);
+        char got[96], want[96];
+        int64_t mine[4] = {d->shape[0], d->shape[1], d->shape[2], d->shape[3]};
+        zr_safetensors_shape_text(got, sizeof got, t->shape, t->ndim);
+        zr_safetensors_shape_text(want, sizeof want, mine, d->ndim);
+        ZR_FAIL(ZR_ERR_FORMAT, "%s: tensor %s has shape %s, the model's is %s", (*file)->path, name,
+                got, want);
     }
     *out = t;
     return ZR_OK;
