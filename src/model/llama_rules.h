@@ -8,39 +8,17 @@
  * in the order of ops_llama.c's lines: the CPU builds with
  * -ffp-contract=off and llama_cuda.cu with --fmad=false (the Makefile), and
  * neither with fast-math, so sqrtf and the divisions are exact on both.
- * zr_llama_exp is ops_math.h's zr_exp_approx (the Cephes reduction and
- * polynomial, the same constants and order), with the bit cast of
- * bf16_rules.h, so SiLU needs no transcendental that differs between
- * processors. Only a NaN's payload may differ.
+ * SiLU's exp is the CPU's own zr_exp_approx (exp_rules.h, the one
+ * definition both include), so it needs no transcendental that differs
+ * between processors. Only a NaN's payload may differ.
  */
 #ifndef ZR_LLAMA_RULES_H
 #define ZR_LLAMA_RULES_H
 
 #include "../base/hd.h"
-#include "../quant/bf16_rules.h"
-
+#include "exp_rules.h"
 #include <math.h>
 #include <stdint.h>
-
-/* exp(x) to about 1 ulp on [-87, 88], NaN kept: zr_exp_approx's operations, one for one. */
-ZR_HD float zr_llama_exp(float x)
-{
-    float xc = x > -87.0f ? x : -87.0f;
-    xc = xc < 88.0f ? xc : 88.0f;
-    float kf = xc * 1.44269504088896341f + 12582912.0f;
-    kf -= 12582912.0f;
-    float r = xc - kf * 0.693359375f;
-    r = r - kf * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    float scale = zr_quant_bits_f32((uint32_t)((int32_t)kf + 127) << 23);
-    return x == x ? p * scale : x;
-}
 
 /* RMSNorm's 1 / sqrt(mean(x^2) + eps) from the row's sum of squares. */
 ZR_HD float zr_llama_rms_rstd(float sumsq, int C, float eps)
@@ -79,14 +57,14 @@ ZR_HD void zr_llama_rope(float x1, float x2, float c, float s, float *y1, float 
 /* SwiGLU forward: silu(g) u, silu(g) = g / (1 + exp(-g)). */
 ZR_HD float zr_llama_swiglu(float g, float u)
 {
-    float silu = g / (1.0f + zr_llama_exp(-g));
+    float silu = g / (1.0f + zr_exp_approx(-g));
     return silu * u;
 }
 
 /* SwiGLU backward: sigma = 1 / (1 + exp(-g)), d silu / dg = sigma (1 + g (1 - sigma)). */
 ZR_HD void zr_llama_swiglu_bwd(float g, float u, float d, float *dg, float *du)
 {
-    float sig = 1.0f / (1.0f + zr_llama_exp(-g));
+    float sig = 1.0f / (1.0f + zr_exp_approx(-g));
     *dg = d * u * (sig * (1.0f + g * (1.0f - sig)));
     *du = d * (g * sig);
 }
